@@ -1,0 +1,59 @@
+"""The one path every cloud call takes: rate limiter → SDK call → metrics → error translation.
+
+Providers build an :class:`ApiCaller` with their own ``translate`` function (cloud error → one of
+:mod:`eni_ipam.errors`) and wrap every SDK call in :meth:`ApiCaller.call`. Callers above the
+provider therefore never see SDK exception types, every call is rate limited on its operation's
+bucket, and every call lands in ``eni_ipam_api_duration_seconds{operation,outcome}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from eni_ipam import errors
+from eni_ipam.clock import Clock
+from eni_ipam.metrics import Metrics
+from eni_ipam.ratelimit import RateLimiter
+
+T = TypeVar("T")
+
+Translate = Callable[[BaseException, str], errors.EniIpamError | None]
+"""Maps an SDK exception and the operation name to a project error; ``None`` lets it propagate."""
+
+
+class ApiCaller:
+    def __init__(self, *, limiter: RateLimiter, metrics: Metrics, clock: Clock, translate: Translate) -> None:
+        self.limiter = limiter
+        self.metrics = metrics
+        self._clock = clock
+        self._translate = translate
+
+    async def call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
+        waited = await self.limiter.acquire(operation)
+        self.metrics.rate_limit_wait(operation=operation, seconds=waited)
+        started = self._clock.monotonic()
+        outcome = "error"
+        throttled = False
+        try:
+            result = await fn()
+            outcome = "ok"
+            return result
+        except errors.EniIpamError as exc:
+            outcome = getattr(exc, "code", "") or type(exc).__name__
+            throttled = isinstance(exc, errors.Throttled)
+            raise
+        except Exception as exc:
+            translated = self._translate(exc, operation)
+            if translated is None:
+                raise
+            outcome = getattr(translated, "code", "") or type(translated).__name__
+            throttled = isinstance(translated, errors.Throttled)
+            raise translated from exc
+        finally:
+            self.metrics.api_call(
+                operation=operation,
+                outcome=outcome,
+                seconds=self._clock.monotonic() - started,
+                throttled=throttled,
+            )

@@ -1,0 +1,55 @@
+"""Injected time: the only module that may read the OS clock.
+
+The core asks a :class:`Clock` for time and sleeps through it, so tests and the simulator can run
+on a virtual clock (the event loop's time under ``looptime`` or the simulator's virtual loop) and
+finish in milliseconds. :class:`LoopClock`, the production clock, reads the running event loop's
+monotonic time, which is also what ``aiolimiter`` uses — so rate limiting and everything else
+agree on one timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Handle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Where the core reads time and waits."""
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic timeline (only differences are meaningful)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this clock's timeline."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Handle:
+        """Run ``callback`` (synchronously, on the event loop) after ``delay`` seconds."""
+        ...
+
+    def now_utc(self) -> datetime.datetime:
+        """Wall-clock time, for timestamps shown to people and written to resources only."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock; wall time from the OS only for display timestamps."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Handle:
+        return asyncio.get_running_loop().call_later(max(delay, 0.0), callback)
+
+    def now_utc(self) -> datetime.datetime:
+        return datetime.datetime.now(datetime.UTC)

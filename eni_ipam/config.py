@@ -1,0 +1,154 @@
+"""Operator-wide settings: frozen, validated, every default justified.
+
+The same names are used in the run configuration, scenario files (``settings:``) and, later, the
+Helm chart. :func:`settings_from_mapping` is the one parser: it rejects unknown keys and bad values
+with a :class:`~eni_ipam.errors.ConfigError` naming the field, and never half-applies anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from eni_ipam.errors import ConfigError
+from eni_ipam.model import EMPTY_TAGS, Tags, frozen_tags
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    release_excess_ips: bool = False
+    """Release addresses above the watermarks. Off by default, as in the reference systems: releasing
+    costs API calls and risks churn, while holding a few spare addresses costs nothing."""
+
+    excess_ip_release_delay: float = 180.0
+    """Seconds an address must stay continuously excess before it is marked for release, so a node
+    whose pods churn does not give back addresses it is about to need again."""
+
+    prefix_delegation: bool = False
+    """Allocate /28 prefixes (16 addresses a slot) on Nitro instances. Off by default because it
+    needs subnets with free aligned /28 blocks, which fragmented subnets often lack."""
+
+    parallel_workers: int = 50
+    """Nodes maintained at once. Bounds memory and concurrent cloud calls; the per-operation rate
+    limiter, not this, is what protects the cloud's API budget."""
+
+    resync_interval: float = 60.0
+    """Seconds between full resyncs: the safety net that catches changes made outside eni-ipam."""
+
+    trigger_min_interval: float = 0.01
+    """Minimum seconds between two maintenance passes of one node; events in between fold into one."""
+
+    backoff_initial: float = 1.0
+    """First retry delay of a node whose maintenance failed (doubles per failure, jittered)."""
+
+    backoff_max: float = 300.0
+    """Retry delay cap: a broken node is retried at least every five minutes."""
+
+    cluster_name: str = "default"
+    """Written to every interface eni-ipam creates, so garbage collection only ever touches its own."""
+
+    interface_tags: Tags = EMPTY_TAGS
+    """Extra tags for created interfaces (cost allocation, ownership)."""
+
+    rate_limit_share: float = 1.0
+    """Fraction of each cloud API bucket this controller may spend (lower it when other controllers
+    share the account)."""
+
+    gc_interval: float = 300.0
+    """Seconds between garbage-collection runs; an interface must stay detached a whole interval
+    (marked in one run, deleted in the next) before it is deleted."""
+
+    gc_max_per_run: int = 25
+    """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any, field: str) -> float:
+    """Seconds from a number or a string like ``"180s"``, ``"5m"``, ``"250ms"``."""
+    if isinstance(value, bool):
+        raise ConfigError(field, f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ConfigError(field, f"expected a duration such as 30s, 5m or 250ms, got {value!r}")
+    if seconds < 0:
+        raise ConfigError(field, "must not be negative")
+    return seconds
+
+
+def _check(field: str, value: Any, kind: type, raw: Any) -> Any:
+    if kind is bool:
+        if not isinstance(raw, bool):
+            raise ConfigError(field, f"expected true or false, got {raw!r}")
+        return raw
+    if kind is int:
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ConfigError(field, f"expected an integer, got {raw!r}")
+        return raw
+    if kind is str:
+        if not isinstance(raw, str) or not raw:
+            raise ConfigError(field, f"expected a non-empty string, got {raw!r}")
+        return raw
+    if kind is Tags:
+        if not isinstance(raw, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+        ):
+            raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
+        return frozen_tags(raw)
+    return value
+
+
+def settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "settings") -> Settings:
+    """Build :class:`Settings` from plain data (YAML), validating every key.
+
+    Raises:
+        ConfigError: unknown key or invalid value; ``field`` is ``path.key``.
+    """
+    if data is None:
+        return Settings()
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        field = f"{path}.{key}"
+        if key not in fields:
+            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(fields))})")
+        default = fields[key].default
+        if isinstance(default, float):
+            values[key] = (
+                parse_duration(raw, field)
+                if "interval" in key or "delay" in key or "backoff" in key
+                else _number(field, raw)
+            )
+        else:
+            values[key] = _check(field, raw, type(default), raw)
+    settings = Settings(**values)
+    _validate(settings, path)
+    return settings
+
+
+def _number(field: str, raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(field, f"expected a number, got {raw!r}")
+    return float(raw)
+
+
+def _validate(s: Settings, path: str) -> None:
+    if s.parallel_workers < 1:
+        raise ConfigError(f"{path}.parallel_workers", "must be at least 1")
+    if not 0 < s.rate_limit_share <= 1:
+        raise ConfigError(f"{path}.rate_limit_share", "must be in (0, 1]")
+    if s.resync_interval <= 0:
+        raise ConfigError(f"{path}.resync_interval", "must be positive")
+    if s.backoff_initial <= 0 or s.backoff_max < s.backoff_initial:
+        raise ConfigError(f"{path}.backoff_max", "must be at least backoff_initial, which must be positive")
+    if s.gc_max_per_run < 0:
+        raise ConfigError(f"{path}.gc_max_per_run", "must not be negative")

@@ -1,0 +1,127 @@
+"""The one exception tree of eni-ipam.
+
+Callers never see a cloud SDK's exception types: every provider translates at its boundary and
+chains the original as ``__cause__``. The tree::
+
+    EniIpamError
+    ├── ConfigError               bad configuration; names the offending field
+    ├── ScenarioError             bad scenario file; names the offending key path
+    ├── NotReady                  the cloud view is not synced yet; mutations are refused
+    ├── LimitsUnknown             the instance type's limits are unknown; the node is left alone
+    ├── NotImplementedYet         a documented part that is not built yet
+    └── ProviderError             the cloud said no (``code``, ``operation``, ``message``)
+        ├── Throttled             rate limited (RequestLimitExceeded, Throttling, 429); back off
+        ├── TransientError        5xx, timeouts, InternalError; retry later
+        ├── NotFound              the interface / instance / subnet does not exist (any more)
+        ├── InstanceNotRunning    the instance is stopping, stopped or terminated
+        ├── DeviceIndexInUse      attach raced another interface at that device index
+        ├── InvalidRequest        the request was malformed (a bug, or a value the cloud refuses)
+        ├── Unauthorized          missing permission
+        └── CapacityError         a limit was hit; the plan must change, retrying will not help
+            ├── InterfaceLimitExceeded     per-interface address/prefix limit
+            ├── AttachmentLimitExceeded    per-instance interface limit
+            ├── SubnetExhausted            the subnet has too few free addresses
+            └── PrefixesExhausted          the subnet has no free aligned /28 (InsufficientCidrBlocks)
+"""
+
+from __future__ import annotations
+
+
+class EniIpamError(Exception):
+    """Base of every error eni-ipam raises on purpose."""
+
+
+class ConfigError(EniIpamError):
+    """A configuration value is invalid. ``field`` is its dotted path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ScenarioError(EniIpamError):
+    """A scenario file is invalid. ``path`` is the offending key's path (``steps[3].expect.node1``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+class NotReady(EniIpamError):
+    """The initial full resync has not succeeded yet, so no mutation may run."""
+
+
+class LimitsUnknown(EniIpamError):
+    """No limits are known for an instance type; nodes of that type are not touched."""
+
+    def __init__(self, instance_type: str) -> None:
+        super().__init__(f"limits of instance type {instance_type!r} are unknown")
+        self.instance_type = instance_type
+
+
+class NotImplementedYet(EniIpamError, NotImplementedError):
+    """A part of eni-ipam that is documented but not built yet."""
+
+
+class ProviderError(EniIpamError):
+    """The cloud refused or failed a call.
+
+    ``code`` is the cloud's own error code (``InsufficientCidrBlocks``), kept verbatim even when the
+    code is unknown to eni-ipam; ``operation`` the API operation (``AssignPrivateIpAddresses``).
+    """
+
+    def __init__(self, message: str, *, code: str = "", operation: str = "") -> None:
+        super().__init__(f"{operation}: {code}: {message}" if operation else f"{code}: {message}")
+        self.code = code
+        self.operation = operation
+        self.message = message
+
+
+class Throttled(ProviderError):
+    """The cloud rate-limited the call; retry after backing off."""
+
+
+class TransientError(ProviderError):
+    """A server-side or network failure that may succeed when retried."""
+
+
+class NotFound(ProviderError):
+    """The named resource does not exist (or no longer does)."""
+
+
+class InstanceNotRunning(ProviderError):
+    """The instance is not running, so its interfaces cannot change."""
+
+
+class DeviceIndexInUse(ProviderError):
+    """Another interface is attached at the requested device index."""
+
+
+class InvalidRequest(ProviderError):
+    """The cloud rejected the request's parameters."""
+
+
+class Unauthorized(ProviderError):
+    """The credentials lack a permission the call needs."""
+
+
+class CapacityError(ProviderError):
+    """A hard limit was hit; the same request will keep failing until the state changes."""
+
+
+class InterfaceLimitExceeded(CapacityError):
+    """The interface cannot hold more addresses or prefixes."""
+
+
+class AttachmentLimitExceeded(CapacityError):
+    """The instance cannot attach more interfaces."""
+
+
+class SubnetExhausted(CapacityError):
+    """The subnet has fewer free addresses than requested."""
+
+
+class PrefixesExhausted(CapacityError):
+    """The subnet has no free aligned /28 block left (fragmentation or exhaustion)."""

@@ -1,0 +1,151 @@
+"""Prometheus metrics (namespace ``eni_ipam``) on a registry of their own.
+
+Names and labels are a dashboard contract (docs/metrics.md). ``available`` always means the
+addresses in the pools, used ones included, exactly as in node stats — unlike the reference
+operator, whose gauges of the same name disagree with each other. Library code never touches
+prometheus_client's global registry: every :class:`Metrics` owns one, so tests and several
+managers in one process never collide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from eni_ipam.model import NodeStats
+
+NAMESPACE = "eni_ipam"
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+_IP_TYPES = ("available", "used", "needed", "excess")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, ns = self.registry, NAMESPACE
+        self.ips = Gauge(
+            "ips", "Cluster totals of pool addresses by type", ["type"], namespace=ns, registry=r
+        )
+        self.node_ips = Gauge(
+            "node_ips", "Pool addresses of one node by type", ["node", "type"], namespace=ns, registry=r
+        )
+        self.allocation_ops = Counter(
+            "allocation_ops", "Addresses allocated, by subnet", ["subnet"], namespace=ns, registry=r
+        )
+        self.release_ops = Counter(
+            "release_ops", "Addresses released, by subnet", ["subnet"], namespace=ns, registry=r
+        )
+        self.interface_creation_ops = Counter(
+            "interface_creation_ops",
+            "Interfaces created, by subnet and outcome",
+            ["subnet", "status"],
+            namespace=ns,
+            registry=r,
+        )
+        self.available_ips_per_subnet = Gauge(
+            "available_ips_per_subnet",
+            "Free addresses the cloud reports per subnet",
+            ["subnet", "zone"],
+            namespace=ns,
+            registry=r,
+        )
+        self.nodes = Gauge("nodes", "Nodes by category", ["category"], namespace=ns, registry=r)
+        self.resync = Counter("resync", "Full resyncs of the cloud view", namespace=ns, registry=r)
+        self.resync_failures = Counter(
+            "resync_failures", "Full resyncs that failed", namespace=ns, registry=r
+        )
+        self.allocation_duration = Histogram(
+            "allocation_duration_seconds",
+            "Duration of allocation operations",
+            ["type", "status"],
+            namespace=ns,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+        self.release_duration = Histogram(
+            "release_duration_seconds",
+            "Duration of release operations",
+            ["status"],
+            namespace=ns,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+        self.api_duration = Histogram(
+            "api_duration_seconds",
+            "Cloud API call latency by operation and outcome (ok, or the cloud's error code)",
+            ["operation", "outcome"],
+            namespace=ns,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+        self.api_rate_limit_wait = Histogram(
+            "api_rate_limit_wait_seconds",
+            "Time spent waiting for a client-side rate-limit token",
+            ["operation"],
+            namespace=ns,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+        self.api_throttled = Counter(
+            "api_throttled", "Calls the cloud throttled", ["operation"], namespace=ns, registry=r
+        )
+        self.time_to_ip = Histogram(
+            "time_to_ip_seconds",
+            "Seconds from a node's deficit appearing to its being resolved",
+            namespace=ns,
+            registry=r,
+            buckets=_DURATION_BUCKETS,
+        )
+        self.node_failures = Counter(
+            "node_maintenance_failures", "Failed maintenance passes", ["reason"], namespace=ns, registry=r
+        )
+
+    # -- API wrapper ----------------------------------------------------------------------------
+
+    def api_call(self, *, operation: str, outcome: str, seconds: float, throttled: bool = False) -> None:
+        self.api_duration.labels(operation=operation, outcome=outcome).observe(seconds)
+        if throttled:
+            self.api_throttled.labels(operation=operation).inc()
+
+    def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
+        self.api_rate_limit_wait.labels(operation=operation).observe(seconds)
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def set_node(self, name: str, stats: NodeStats) -> None:
+        for kind in _IP_TYPES:
+            self.node_ips.labels(node=name, type=kind).set(getattr(stats, kind))
+
+    def remove_node(self, name: str) -> None:
+        for kind in _IP_TYPES:
+            with contextlib.suppress(KeyError):
+                self.node_ips.remove(name, kind)
+
+    def set_totals(self, stats: Iterable[NodeStats]) -> None:
+        totals = dict.fromkeys(_IP_TYPES, 0)
+        counts = {"total": 0, "in-deficit": 0, "at-capacity": 0}
+        for s in stats:
+            for kind in _IP_TYPES:
+                totals[kind] += getattr(s, kind)
+            counts["total"] += 1
+            counts["in-deficit"] += s.needed > 0
+            counts["at-capacity"] += s.at_capacity
+        for kind, value in totals.items():
+            self.ips.labels(type=kind).set(value)
+        for category, value in counts.items():
+            self.nodes.labels(category=category).set(value)
+
+    def set_subnets(self, subnets: Mapping[str, tuple[str, int]]) -> None:
+        """``subnets``: subnet id → (zone, free addresses)."""
+        for subnet, (zone, free) in subnets.items():
+            self.available_ips_per_subnet.labels(subnet=subnet, zone=zone).set(free)
+
+    # -- reading back (simulator expectations, demo, tests) -------------------------------------
+
+    def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        return self.registry.get_sample_value(name, dict(labels or {}))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,354 @@
+"""Pure data: what the cloud looks like, what a node asks for, and what the planner decides.
+
+Everything here is immutable and free of I/O so that the planner can be a pure function and the
+same values can cross every boundary (provider → manager → status → simulator) without copies
+going stale. Addresses are kept as strings in their canonical form (``"10.0.0.17"``, prefixes as
+``"10.0.0.32/28"``): that is what every cloud API speaks, and it keeps values hashable and cheap.
+
+Invariants:
+
+* ``Interface.addresses`` never contains the interface's primary address.
+* ``Interface.prefixes`` are aligned /28 blocks; each contributes 16 pool addresses.
+* ``Instance.interfaces`` is sorted by device index (the planner relies on it for determinism).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+from collections.abc import Iterator, Mapping
+
+PREFIX_SIZE = 16
+"""Addresses in one delegated /28 prefix."""
+
+
+class Tags(Mapping[str, str]):
+    """An immutable, hashable string → string mapping (cloud tags, label selectors)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str] | None = None) -> None:
+        self._items: dict[str, str] = dict(sorted((items or {}).items()))
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Tags({self._items!r})"
+
+
+EMPTY_TAGS = Tags()
+
+
+def frozen_tags(tags: Mapping[str, str] | None) -> Tags:
+    """Return an immutable copy of ``tags`` (sorted, so equal tag sets compare and print alike)."""
+    if not tags:
+        return EMPTY_TAGS
+    return tags if isinstance(tags, Tags) else Tags(tags)
+
+
+def tags_match(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    """True when ``tags`` carries *every* key/value of ``wanted`` (an empty ``wanted`` matches nothing).
+
+    Callers decide what an empty filter means; matching "all of nothing" is never a selection.
+    """
+    return bool(wanted) and all(tags.get(k) == v for k, v in wanted.items())
+
+
+def expand_prefix(prefix: str) -> list[str]:
+    """The 16 addresses of a /28 prefix, in address order."""
+    return [str(a) for a in ipaddress.IPv4Network(prefix)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceLimits:
+    """Network limits of an instance type, as the cloud describes them."""
+
+    adapters: int
+    """Maximum network interfaces (of the default network card)."""
+    ipv4_per_interface: int
+    """IPv4 addresses per interface, the primary included."""
+    ipv6_per_interface: int = 0
+    hypervisor: str = ""
+    """``nitro``, ``xen`` or empty (bare metal, or limits given by hand)."""
+
+    @property
+    def supports_prefixes(self) -> bool:
+        """Prefix delegation exists on Nitro instances only."""
+        return self.hypervisor == "nitro"
+
+    @property
+    def slots_per_interface(self) -> int:
+        """Secondary slots per interface: every secondary address or /28 prefix takes one."""
+        return max(self.ipv4_per_interface - 1, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Subnet:
+    id: str
+    vpc_id: str
+    zone: str
+    cidr: str
+    available: int
+    """Free addresses the cloud reports for the subnet right now."""
+    tags: Mapping[str, str] = EMPTY_TAGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SecurityGroup:
+    id: str
+    vpc_id: str
+    tags: Mapping[str, str] = EMPTY_TAGS
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Interface:
+    id: str
+    device_index: int
+    subnet_id: str
+    primary_ip: str
+    addresses: tuple[str, ...] = ()
+    """Secondary IPv4 addresses (never the primary)."""
+    prefixes: tuple[str, ...] = ()
+    """Delegated /28 prefixes."""
+    security_groups: tuple[str, ...] = ()
+    tags: Mapping[str, str] = EMPTY_TAGS
+    instance_id: str = ""
+    """Empty when the interface is not attached."""
+    attachment_id: str = ""
+    delete_on_termination: bool = False
+    created_at: float = 0.0
+    """Cloud-side creation time on the provider's clock (used by garbage collection ages)."""
+
+    @property
+    def slots_used(self) -> int:
+        return len(self.addresses) + len(self.prefixes)
+
+    def pool_addresses(self) -> Iterator[str]:
+        """Every address this interface contributes to a pool: secondaries, then prefix addresses."""
+        yield from self.addresses
+        for prefix in self.prefixes:
+            yield from expand_prefix(prefix)
+
+    @property
+    def pool_size(self) -> int:
+        return len(self.addresses) + PREFIX_SIZE * len(self.prefixes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Instance:
+    id: str
+    type: str
+    vpc_id: str
+    zone: str
+    subnet_id: str
+    """Subnet of the primary interface."""
+    interfaces: tuple[Interface, ...] = ()
+    running: bool = True
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.interfaces, key=lambda i: (i.device_index, i.id)))
+        if ordered != self.interfaces:
+            object.__setattr__(self, "interfaces", ordered)
+
+    def interface(self, interface_id: str) -> Interface | None:
+        return next((i for i in self.interfaces if i.id == interface_id), None)
+
+    def replace_interface(self, new: Interface) -> Instance:
+        """A copy with ``new`` replacing the interface of the same id (or added when absent)."""
+        others = tuple(i for i in self.interfaces if i.id != new.id)
+        return dataclasses.replace(self, interfaces=(*others, new))
+
+    def primary(self) -> Interface | None:
+        return next((i for i in self.interfaces if i.device_index == 0), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSpec:
+    """What a node asks of its pool; mirrors the node resource's spec.
+
+    Zero means "default" for ``pre_allocate`` only; other zeroes mean "no constraint".
+    """
+
+    name: str
+    instance_id: str
+    pre_allocate: int = 0
+    min_allocate: int = 0
+    max_allocate: int = 0
+    max_above_watermark: int = 0
+    first_interface_index: int = 0
+    subnet_ids: tuple[str, ...] = ()
+    subnet_tags: Mapping[str, str] = EMPTY_TAGS
+    security_groups: tuple[str, ...] = ()
+    security_group_tags: Mapping[str, str] = EMPTY_TAGS
+    exclude_interface_tags: Mapping[str, str] = EMPTY_TAGS
+    disable_prefix_delegation: bool = False
+    delete_on_termination: bool = True
+
+
+class ReleaseState(enum.StrEnum):
+    """States of the release handshake between the reconciler and the node side."""
+
+    MARKED = "marked-for-release"
+    READY = "ready-for-release"
+    DO_NOT_RELEASE = "do-not-release"
+    RELEASED = "released"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeResource:
+    """A node as its source (store, Kubernetes) reports it: the spec plus what the node side says."""
+
+    spec: NodeSpec
+    used: int = 0
+    """Addresses the node's workloads use (may exceed the pool: the node reports what it uses)."""
+    in_use: frozenset[str] = frozenset()
+    """The pool addresses among those in use; these are never released."""
+    pending_pods: int = 0
+    """Pods scheduled to the node still waiting for an address (drives surge allocation)."""
+    release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
+    """The node side's answers in the release handshake, by address."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStats:
+    available: int = 0
+    """Addresses in the pool, used ones included."""
+    used: int = 0
+    needed: int = 0
+    excess: int = 0
+    capacity: int = 0
+    """Most addresses the node's non-excluded interfaces could ever hold."""
+    remaining_interfaces: int = 0
+    """Interfaces that could still take addresses, free adapter slots included."""
+    at_capacity: bool = False
+    limits_known: bool = True
+    running: bool = True
+    prefix_delegated: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolEntry:
+    """One pool address as published in the node's status (so the node side knows where it lives)."""
+
+    address: str
+    interface_id: str
+    subnet_id: str
+    prefix: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus:
+    """What the reconciler publishes about a node."""
+
+    pool: tuple[PoolEntry, ...] = ()
+    stats: NodeStats = NodeStats()
+    release: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
+    interfaces: tuple[Interface, ...] = ()
+    message: str = ""
+    """Why the node is not progressing, when it is not (unknown limits, at capacity, …)."""
+
+
+# --- plans -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AssignAddresses:
+    """Add ``count`` secondary addresses (or /28 prefixes when ``prefixes``) to an existing interface."""
+
+    interface_id: str
+    subnet_id: str
+    count: int
+    prefixes: bool = False
+
+    @property
+    def addresses(self) -> int:
+        return self.count * PREFIX_SIZE if self.prefixes else self.count
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CreateInterface:
+    """Create an interface carrying ``count`` addresses (or prefixes), attach it at ``device_index``."""
+
+    subnet_id: str
+    security_groups: tuple[str, ...]
+    device_index: int
+    count: int
+    prefixes: bool = False
+
+    @property
+    def addresses(self) -> int:
+        return self.count * PREFIX_SIZE if self.prefixes else self.count
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class UnassignAddresses:
+    """Remove the given secondary addresses and prefixes from one interface (one API call)."""
+
+    interface_id: str
+    subnet_id: str
+    addresses: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return len(self.addresses) + PREFIX_SIZE * len(self.prefixes)
+
+
+Action = AssignAddresses | CreateInterface | UnassignAddresses
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AllocationPlan:
+    actions: tuple[AssignAddresses | CreateInterface, ...] = ()
+    shortfall: int = 0
+    """Addresses the plan could not place (no room, no subnet, no slot)."""
+    reason: str = ""
+    """Why there is a shortfall: ``at-capacity``, ``no-subnet``, ``no-security-groups``, ``max-allocate``."""
+    prefix_delegated: bool = False
+
+    @property
+    def addresses(self) -> int:
+        return sum(a.addresses for a in self.actions)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReleasePlan:
+    actions: tuple[UnassignAddresses, ...] = ()
+
+    @property
+    def addresses(self) -> int:
+        return sum(a.size for a in self.actions)
+
+    def candidates(self) -> frozenset[str]:
+        """Every pool address this plan would remove (prefixes expanded)."""
+        out: set[str] = set()
+        for action in self.actions:
+            out.update(action.addresses)
+            for prefix in action.prefixes:
+                out.update(expand_prefix(prefix))
+        return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CloudSnapshot:
+    """One full view of the cloud, as a resync returns it."""
+
+    subnets: Mapping[str, Subnet]
+    security_groups: Mapping[str, SecurityGroup]
+    instances: Mapping[str, Instance]
+    limits: Mapping[str, InstanceLimits]
+    """Limits by instance type, for every type among ``instances`` the provider knows."""
