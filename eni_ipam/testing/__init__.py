@@ -1,0 +1,5 @@
+"""Test doubles and contract checks shipped with eni-ipam, for its own tests and for integrators'.
+
+:mod:`eni_ipam.testing.provider_contract` holds the executable Provider contract. Nothing here is
+imported by the product's runtime code paths.
+"""

@@ -1,0 +1,375 @@
+"""The Provider contract as executable checks, shipped for every provider's tests.
+
+:mod:`eni_ipam.provider` states what a provider promises; this module checks it, the way
+``trio.testing``'s ``check_*_stream`` helpers check a stream implementation. A provider's test
+harness builds a fresh :class:`ContractEnv` (a provider over a cloud prepared as the fields below
+describe) and either runs every check with :func:`check_provider`, or parametrizes over
+:data:`CONTRACT_CHECKS` so each check reports on its own::
+
+    @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__)
+    async def test_contract(check):
+        await check(await make_env())
+
+Every check raises ``AssertionError`` with a message saying what the provider did wrong; none
+depends on pytest. Checks mutate the cloud, so each needs an env of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from eni_ipam import errors
+from eni_ipam.model import Instance, InstanceLimits, Interface
+from eni_ipam.provider import Provider
+
+UNKNOWN_INSTANCE = "i-0fffffffffffffff0"
+UNKNOWN_INTERFACE = "eni-0fffffffffffffff0"
+UNKNOWN_TYPE = "x9.contract-unknown"
+TAG = "eni-ipam.io/contract"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContractEnv:
+    """A provider over a cloud prepared for the contract checks."""
+
+    provider: Provider
+    instance_id: str
+    """A running instance with only its primary interface (no secondary addresses yet)."""
+    limits: InstanceLimits
+    """Its instance type's limits; at least 3 adapters."""
+    subnet_id: str
+    """The instance's own subnet, with plenty of free addresses (100 or more)."""
+    small_subnet_id: str
+    """A subnet in the instance's VPC and zone with few free addresses (2 to 15)."""
+    security_group_ids: tuple[str, ...]
+    """Security groups of the instance's VPC."""
+    capabilities: frozenset[str] = frozenset()
+    """Optional features to check: ``prefixes`` (/28 prefix delegation on this instance type)."""
+
+
+Check = Callable[[ContractEnv], Awaitable[None]]
+E = TypeVar("E", bound=BaseException)
+R = TypeVar("R")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+async def _raises(kind: type[E], call: Awaitable[object], what: str) -> E:
+    try:
+        await call
+    except kind as exc:
+        return exc
+    except Exception as exc:
+        raise AssertionError(f"{what}: expected {kind.__name__}, got {type(exc).__name__}: {exc}") from exc
+    raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
+
+
+async def _succeeds(call: Awaitable[R], what: str) -> R:
+    try:
+        return await call
+    except Exception as exc:
+        raise AssertionError(f"{what}: expected success, got {type(exc).__name__}: {exc}") from exc
+
+
+async def _instance(env: ContractEnv) -> Instance:
+    instance = await env.provider.describe_instance(instance_id=env.instance_id)
+    assert instance is not None, (
+        f"describe_instance({env.instance_id!r}) returned None for a running instance"
+    )
+    return instance
+
+
+async def _primary(env: ContractEnv) -> Interface:
+    primary = (await _instance(env)).primary()
+    assert primary is not None, f"instance {env.instance_id} has no interface at device index 0"
+    return primary
+
+
+async def _interface(env: ContractEnv, interface_id: str) -> Interface:
+    iface = (await _instance(env)).interface(interface_id)
+    assert iface is not None, f"interface {interface_id} is not attached to {env.instance_id}"
+    return iface
+
+
+async def _cidr(env: ContractEnv, subnet_id: str) -> ipaddress.IPv4Network:
+    subnets = (await env.provider.resync()).subnets
+    assert subnet_id in subnets, f"resync does not report subnet {subnet_id}"
+    return ipaddress.IPv4Network(subnets[subnet_id].cidr)
+
+
+def _tags(check: str) -> dict[str, str]:
+    return {TAG: check}
+
+
+async def _create(env: ContractEnv, *, check: str, index: int, count: int = 1, subnet: str = "") -> Interface:
+    return await env.provider.create_interface(
+        instance_id=env.instance_id,
+        subnet_id=subnet or env.subnet_id,
+        security_groups=env.security_group_ids,
+        device_index=index,
+        count=count,
+        tags=_tags(check),
+        token=f"contract-{check}-{index}",
+    )
+
+
+async def _no_leak(env: ContractEnv, check: str, attached: int) -> None:
+    leaked = await env.provider.list_detached_interfaces(tags=_tags(check))
+    assert not leaked, f"failed create leaked detached interfaces {[i.id for i in leaked]}"
+    count = len((await _instance(env)).interfaces)
+    assert count == attached, (
+        f"expected {attached} interfaces attached after the failed create, found {count}"
+    )
+
+
+def _in_order(addresses: Sequence[str]) -> bool:
+    keys = [int(ipaddress.IPv4Address(a.split("/", 1)[0])) for a in addresses]
+    return keys == sorted(keys)
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+async def check_resync_shape(env: ContractEnv) -> None:
+    """resync reports the instance with its primary at index 0, the subnets, groups and limits."""
+    snap = await env.provider.resync()
+    instance = snap.instances.get(env.instance_id)
+    assert instance is not None, f"resync does not report instance {env.instance_id}"
+    assert instance.running, "a running instance is reported as not running"
+    assert [i.device_index for i in instance.interfaces] == [0], (
+        f"expected only a primary interface at index 0, got {[i.device_index for i in instance.interfaces]}"
+    )
+    primary = instance.interfaces[0]
+    assert primary.instance_id == env.instance_id, (
+        f"primary interface reports instance {primary.instance_id!r}"
+    )
+    assert primary.primary_ip not in primary.addresses, "the primary address is listed among the secondaries"
+    for subnet in (env.subnet_id, env.small_subnet_id):
+        assert subnet in snap.subnets, f"resync does not report subnet {subnet}"
+    cidr = ipaddress.IPv4Network(snap.subnets[primary.subnet_id].cidr)
+    assert ipaddress.IPv4Address(primary.primary_ip) in cidr, f"{primary.primary_ip} is outside {cidr}"
+    for group in env.security_group_ids:
+        assert group in snap.security_groups, f"resync does not report security group {group}"
+    assert snap.limits.get(instance.type) == env.limits, (
+        f"limits of {instance.type}: expected {env.limits}, got {snap.limits.get(instance.type)}"
+    )
+
+
+async def check_describe_instance(env: ContractEnv) -> None:
+    """describe_instance agrees with resync, and answers None for an instance that does not exist."""
+    want = (await env.provider.resync()).instances[env.instance_id]
+    got = await _instance(env)
+    for field in ("id", "type", "vpc_id", "zone", "subnet_id", "running"):
+        assert getattr(got, field) == getattr(want, field), (
+            f"describe_instance {field}={getattr(got, field)!r}, resync says {getattr(want, field)!r}"
+        )
+    assert [(i.id, i.device_index, i.primary_ip) for i in got.interfaces] == [
+        (i.id, i.device_index, i.primary_ip) for i in want.interfaces
+    ], "describe_instance and resync disagree on the interfaces"
+    missing = await _succeeds(
+        env.provider.describe_instance(instance_id=UNKNOWN_INSTANCE), "describe_instance of an unknown id"
+    )
+    assert missing is None, f"describe_instance of an unknown id returned {missing!r}, not None"
+
+
+async def check_instance_limits(env: ContractEnv) -> None:
+    """instance_limits returns the type's limits, and raises LimitsUnknown for an unknown type."""
+    instance = await _instance(env)
+    got = await env.provider.instance_limits(instance_type=instance.type)
+    assert got == env.limits, f"instance_limits({instance.type!r}) = {got}, expected {env.limits}"
+    await _raises(
+        errors.LimitsUnknown, env.provider.instance_limits(instance_type=UNKNOWN_TYPE), "unknown type"
+    )
+
+
+async def check_assign_exact_count(env: ContractEnv) -> None:
+    """assign returns exactly the new addresses: distinct, ordered, in the subnet, not held before."""
+    primary = await _primary(env)
+    cidr = await _cidr(env, primary.subnet_id)
+    held = {primary.primary_ip, *primary.addresses}
+    first = await env.provider.assign_addresses(interface_id=primary.id, count=3)
+    second = await env.provider.assign_addresses(interface_id=primary.id, count=2)
+    for new, count in ((first, 3), (second, 2)):
+        assert len(new) == count == len(set(new)), f"asked for {count} addresses, got {new}"
+        assert _in_order(new), f"new addresses are not in address order: {new}"
+        assert not held & set(new), f"assign returned addresses already held: {sorted(held & set(new))}"
+        outside = [a for a in new if ipaddress.IPv4Address(a) not in cidr]
+        assert not outside, f"addresses {outside} are outside the interface's subnet {cidr}"
+        held |= set(new)
+    after = await _primary(env)
+    assert set(after.addresses) == held - {primary.primary_ip}, (
+        f"the interface holds {sorted(after.addresses)}, expected {sorted(held - {primary.primary_ip})}"
+    )
+
+
+async def check_assign_beyond_interface_limit(env: ContractEnv) -> None:
+    """assigning more than the interface's free slots raises InterfaceLimitExceeded, assigning nothing."""
+    primary = await _primary(env)
+    too_many = env.limits.slots_per_interface - primary.slots_used + 1
+    await _raises(
+        errors.InterfaceLimitExceeded,
+        env.provider.assign_addresses(interface_id=primary.id, count=too_many),
+        f"assign {too_many} addresses on an interface with {too_many - 1} free slots",
+    )
+    after = await _primary(env)
+    assert after.addresses == primary.addresses, f"a failed assign changed the addresses to {after.addresses}"
+
+
+async def check_assign_unknown_interface(env: ContractEnv) -> None:
+    """assign on an interface that does not exist raises NotFound."""
+    call = env.provider.assign_addresses(interface_id=UNKNOWN_INTERFACE, count=1)
+    await _raises(errors.NotFound, call, "assign on an unknown interface")
+
+
+async def check_unassign(env: ContractEnv) -> None:
+    """unassign removes exactly the given addresses; an address not held fails and removes nothing."""
+    primary = await _primary(env)
+    new = await env.provider.assign_addresses(interface_id=primary.id, count=4)
+    await env.provider.unassign_addresses(interface_id=primary.id, addresses=new[:2])
+    after = await _primary(env)
+    assert set(after.addresses) == set(primary.addresses) | set(new[2:]), (
+        f"after unassigning {new[:2]} the interface holds {sorted(after.addresses)}"
+    )
+    await _raises(
+        errors.ProviderError,
+        env.provider.unassign_addresses(interface_id=primary.id, addresses=[new[2], new[0]]),
+        f"unassign of {new[0]}, which the interface no longer holds",
+    )
+    final = await _primary(env)
+    assert set(final.addresses) == set(after.addresses), (
+        f"a failed unassign removed addresses: {final.addresses}"
+    )
+
+
+async def check_create_interface(env: ContractEnv) -> None:
+    """create_interface attaches a tagged interface with its addresses; the same token reuses it."""
+    iface = await _create(env, check="create", index=1, count=2)
+    assert (iface.instance_id, iface.device_index) == (env.instance_id, 1), (
+        f"created interface is attached to {iface.instance_id!r} at {iface.device_index}, not at index 1"
+    )
+    assert len(iface.addresses) == 2, f"created interface carries {iface.addresses}, expected 2 addresses"
+    assert iface.subnet_id == env.subnet_id, f"created interface is in {iface.subnet_id}, not {env.subnet_id}"
+    assert dict(iface.tags).items() >= _tags("create").items(), (
+        f"created interface lacks its tags: {iface.tags}"
+    )
+    assert set(iface.security_groups) == set(env.security_group_ids), f"groups {iface.security_groups}"
+    assert iface.delete_on_termination, "created interface is not marked delete-on-termination"
+    seen = await _interface(env, iface.id)
+    assert (seen.device_index, set(seen.addresses)) == (1, set(iface.addresses)), (
+        f"describe_instance shows {seen}, create returned {iface}"
+    )
+    again = await _succeeds(
+        _create(env, check="create", index=1, count=2), "create retried with the same token"
+    )
+    assert again.id == iface.id, f"a create retried with the same token made a second interface {again.id}"
+    assert len((await _instance(env)).interfaces) == 2, "a retried create changed the number of interfaces"
+
+
+async def check_create_on_occupied_index(env: ContractEnv) -> None:
+    """create at an occupied device index raises DeviceIndexInUse and leaks nothing."""
+    call = _create(env, check="occupied", index=0)
+    await _raises(errors.DeviceIndexInUse, call, "create at device index 0 (the primary's)")
+    await _no_leak(env, "occupied", attached=1)
+
+
+async def check_create_past_adapter_limit(env: ContractEnv) -> None:
+    """create beyond the instance's adapters raises AttachmentLimitExceeded and leaks nothing."""
+    for index in range(1, env.limits.adapters):
+        await _create(env, check="adapters", index=index)
+    call = _create(env, check="adapters", index=env.limits.adapters)
+    await _raises(errors.AttachmentLimitExceeded, call, f"create interface {env.limits.adapters + 1}")
+    await _no_leak(env, "adapters", attached=env.limits.adapters)
+
+
+async def check_subnet_exhaustion(env: ContractEnv) -> None:
+    """assign beyond the subnet's free addresses raises SubnetExhausted, assigning nothing."""
+    free = (await env.provider.resync()).subnets[env.small_subnet_id].available
+    assert 2 <= free < 16, f"small_subnet_id must have 2 to 15 free addresses, it has {free}"
+    slots = env.limits.slots_per_interface
+    # When the subnet holds more than one interface can, a second interface takes the surplus first,
+    # so that the limit the request hits is the subnet's, not the interface's.
+    surplus = max(free - slots, 0)
+    assert surplus <= slots, f"small_subnet_id has too many free addresses ({free}) for this instance type"
+    if surplus:
+        await _create(env, check="exhaust", index=2, count=surplus, subnet=env.small_subnet_id)
+    iface = await _create(env, check="exhaust", index=1, count=0, subnet=env.small_subnet_id)
+    remaining = (await env.provider.resync()).subnets[env.small_subnet_id].available
+    expected = free - 1 - (surplus + 1 if surplus else 0)
+    assert remaining == expected, f"the subnet reports {remaining} free addresses, expected {expected}"
+    before = await _interface(env, iface.id)
+    call = env.provider.assign_addresses(interface_id=iface.id, count=remaining + 1)
+    await _raises(errors.SubnetExhausted, call, f"assign {remaining + 1} in a subnet with {remaining} free")
+    after = await _interface(env, iface.id)
+    assert after.addresses == before.addresses, f"a failed assign changed the addresses to {after.addresses}"
+
+
+async def check_prefixes(env: ContractEnv) -> None:
+    """(``prefixes``) assign 1 prefix returns one aligned /28 in the subnet; none left → PrefixesExhausted."""
+    if "prefixes" not in env.capabilities:
+        return
+    assert env.limits.supports_prefixes, "capability 'prefixes' on an instance type without prefix support"
+    primary = await _primary(env)
+    cidr = await _cidr(env, primary.subnet_id)
+    new = await env.provider.assign_addresses(interface_id=primary.id, count=1, prefixes=True)
+    assert len(new) == 1, f"asked for 1 prefix, got {new}"
+    block = ipaddress.IPv4Network(new[0], strict=False)
+    assert block.prefixlen == 28 and str(block) == new[0], f"{new[0]} is not an aligned /28"
+    assert block.subnet_of(cidr), f"prefix {block} is outside the interface's subnet {cidr}"
+    assert new[0] in (await _primary(env)).prefixes, f"prefix {new[0]} is not on the interface afterwards"
+    small = await _create(env, check="prefixes", index=1, count=0, subnet=env.small_subnet_id)
+    call = env.provider.assign_addresses(interface_id=small.id, count=1, prefixes=True)
+    await _raises(errors.PrefixesExhausted, call, "assign a prefix in a subnet with under 16 free addresses")
+    after = await _interface(env, small.id)
+    assert not after.prefixes and not after.addresses, f"a failed prefix assign left {after}"
+
+
+async def check_delete_interface(env: ContractEnv) -> None:
+    """delete_interface removes an attached interface for good; deleting it again raises NotFound."""
+    iface = await _create(env, check="delete", index=1)
+    await env.provider.delete_interface(interface_id=iface.id)
+    assert (await _instance(env)).interface(iface.id) is None, f"{iface.id} is still attached after delete"
+    leftovers = await env.provider.list_detached_interfaces(tags=_tags("delete"))
+    assert not leftovers, f"{iface.id} was detached but not deleted"
+    await _raises(errors.NotFound, env.provider.delete_interface(interface_id=iface.id), "delete twice")
+
+
+CONTRACT_CHECKS: tuple[Check, ...] = (
+    check_resync_shape,
+    check_describe_instance,
+    check_instance_limits,
+    check_assign_exact_count,
+    check_assign_beyond_interface_limit,
+    check_assign_unknown_interface,
+    check_unassign,
+    check_create_interface,
+    check_create_on_occupied_index,
+    check_create_past_adapter_limit,
+    check_subnet_exhaustion,
+    check_prefixes,
+    check_delete_interface,
+)
+"""Every contract check, in a stable order."""
+
+
+async def check_provider(make_env: Callable[[], Awaitable[ContractEnv]]) -> None:
+    """Run every contract check, each on a fresh env from ``make_env``.
+
+    Raises:
+        ExceptionGroup: one ``AssertionError`` (or unexpected error) per failed check, each noting
+            the check's name.
+    """
+    failures: list[Exception] = []
+    for check in CONTRACT_CHECKS:
+        try:
+            await check(await make_env())
+        except Exception as exc:
+            exc.add_note(f"provider contract check {check.__name__} failed")
+            failures.append(exc)
+    if failures:
+        raise ExceptionGroup(
+            f"{len(failures)} of {len(CONTRACT_CHECKS)} provider contract checks failed", failures
+        )

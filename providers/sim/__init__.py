@@ -1,0 +1,22 @@
+"""In-memory EC2: the embedded cloud of ``demo`` and ``simulate``, and the reconciler's test double.
+
+:class:`SimCloud` is the cloud (setup, fault injection, EC2 operations, inspection) and
+:class:`SimProvider` the :class:`~eni_ipam.provider.Provider` over it — a provider like any other, so
+everything above the provider runs unchanged against it.
+"""
+
+from providers.sim.cloud import SimCloud
+from providers.sim.limits import instance_limits, load_limits
+from providers.sim.provider import SimProvider
+from providers.sim.records import InstanceInfo, Page, SimError, Vpc
+
+__all__ = [
+    "InstanceInfo",
+    "Page",
+    "SimCloud",
+    "SimError",
+    "SimProvider",
+    "Vpc",
+    "instance_limits",
+    "load_limits",
+]

@@ -1,0 +1,159 @@
+"""CIDR-true address space of one simulated subnet.
+
+A :class:`SubnetSpace` hands out addresses and aligned /28 blocks the way EC2 does for the questions
+the reconciler's decisions depend on, and deterministically:
+
+* AWS reserves five addresses of every subnet — the network address, +1 (router), +2 (DNS),
+  +3 (reserved for future use) and the broadcast address — so a /24 has 251 usable addresses and
+  its first and last /28 can never be delegated whole;
+* single addresses are the lowest free ones; /28 prefixes the lowest fully free aligned blocks;
+* ``blocked`` is a *count* of addresses the subnet pretends are taken by someone else (the scenario
+  file's ``available`` cap). They are not specific addresses: the space reports and hands out at
+  most ``cidr_free - blocked`` addresses, but which addresses it hands out is still decided by the
+  CIDR alone.
+
+Invariants: an offset is in use at most once; ``blocks_used[b]`` is the number of in-use offsets in
+block ``b``; ``free`` never exceeds ``cidr_free``. Callers check capacity before taking (taking more
+than is free is a bug, and asserts).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+PREFIX_LEN = 28
+BLOCK = 16
+RESERVED_HEAD = 4
+"""Network address, router, DNS, and the one AWS keeps for future use."""
+
+
+class SubnetSpace:
+    """The addresses of one subnet: which are in use, which are free, which /28s are whole."""
+
+    def __init__(self, cidr: str) -> None:
+        """Create the space of ``cidr`` with only the five AWS-reserved addresses in use.
+
+        Raises:
+            ValueError: ``cidr`` is not an IPv4 network between /16 and /28 (EC2's subnet sizes).
+        """
+        network = ipaddress.IPv4Network(cidr)
+        if not 16 <= network.prefixlen <= PREFIX_LEN:
+            raise ValueError(f"subnet CIDR {cidr} must be between /16 and /28")
+        self.network = network
+        self._base = int(network.network_address)
+        self.size = network.num_addresses
+        self._used = bytearray(self.size)
+        self._blocks_used = bytearray(self.size // BLOCK)
+        self._assigned = 0
+        self._low = 0
+        self._low_block = 0
+        self.blocked = 0
+        for offset in (*range(RESERVED_HEAD), self.size - 1):
+            self._mark(offset, True)
+
+    # -- capacity --------------------------------------------------------------------------------
+
+    @property
+    def cidr_free(self) -> int:
+        """Free addresses by the CIDR alone (reserved and assigned ones excluded)."""
+        return self.size - RESERVED_HEAD - 1 - self._assigned
+
+    @property
+    def free(self) -> int:
+        """Free addresses the subnet reports and will hand out (the cap applied)."""
+        return max(self.cidr_free - self.blocked, 0)
+
+    def free_blocks(self) -> int:
+        """Aligned /28 blocks with no address in use."""
+        return self._blocks_used.count(0)
+
+    def can_take_blocks(self, count: int) -> bool:
+        """Whether ``count`` whole /28 blocks can be handed out now (the cap included)."""
+        return self.free >= BLOCK * count and self.free_blocks() >= count
+
+    def cap(self, available: int) -> None:
+        """Report at most ``available`` free addresses from now on (never more than the CIDR allows)."""
+        self.blocked = max(self.cidr_free - max(available, 0), 0)
+
+    # -- taking and giving back ------------------------------------------------------------------
+
+    def take_addresses(self, count: int, *, from_blocked: bool = False) -> list[str]:
+        """Hand out the ``count`` lowest free addresses, in address order.
+
+        ``from_blocked`` (setup only): the addresses come out of the blocked ones first, so a cap
+        given for a subnet counts the free addresses *after* the interfaces declared in it.
+        """
+        assert count <= (self.cidr_free if from_blocked else self.free), "caller checks capacity"
+        out: list[str] = []
+        for _ in range(count):
+            offset = self._used.find(0, self._low)
+            self._mark(offset, True)
+            self._low = offset + 1
+            out.append(self._address(offset))
+        if from_blocked:
+            self.blocked = max(self.blocked - count, 0)
+        return out
+
+    def take_blocks(self, count: int, *, from_blocked: bool = False) -> list[str]:
+        """Hand out the ``count`` lowest whole aligned /28 blocks, as CIDR strings in address order."""
+        assert self.free_blocks() >= count, "caller checks capacity"
+        assert from_blocked or self.free >= BLOCK * count, "caller checks capacity"
+        out: list[str] = []
+        for _ in range(count):
+            block = self._blocks_used.find(0, self._low_block)
+            for offset in range(block * BLOCK, (block + 1) * BLOCK):
+                self._mark(offset, True)
+            self._low_block = block + 1
+            out.append(f"{self._address(block * BLOCK)}/{PREFIX_LEN}")
+        if from_blocked:
+            self.blocked = max(self.blocked - BLOCK * count, 0)
+        return out
+
+    def give_back(
+        self, addresses: list[str] | tuple[str, ...] = (), prefixes: list[str] | tuple[str, ...] = ()
+    ) -> None:
+        """Return addresses and /28 blocks to the free space."""
+        for address in addresses:
+            self._mark(self._offset(address), False)
+        for prefix in prefixes:
+            start = self._offset(prefix.split("/", 1)[0])
+            for offset in range(start, start + BLOCK):
+                self._mark(offset, False)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def contains(self, address: str) -> bool:
+        """Whether ``address`` (or a prefix's first address) lies in this subnet."""
+        return ipaddress.IPv4Address(address.split("/", 1)[0]) in self.network
+
+    def is_reserved(self, address: str) -> bool:
+        offset = self._offset(address)
+        return offset < RESERVED_HEAD or offset == self.size - 1
+
+    def assigned(self) -> int:
+        """Addresses handed out (reserved ones excluded)."""
+        return self._assigned
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _address(self, offset: int) -> str:
+        return str(ipaddress.IPv4Address(self._base + offset))
+
+    def _offset(self, address: str) -> int:
+        offset = int(ipaddress.IPv4Address(address)) - self._base
+        if not 0 <= offset < self.size:
+            raise ValueError(f"{address} is outside subnet {self.network}")
+        return offset
+
+    def _mark(self, offset: int, used: bool) -> None:
+        if bool(self._used[offset]) == used:
+            raise AssertionError(f"address {self._address(offset)} is already {'used' if used else 'free'}")
+        self._used[offset] = used
+        delta = 1 if used else -1
+        self._blocks_used[offset // BLOCK] += delta
+        reserved = offset < RESERVED_HEAD or offset == self.size - 1
+        if not reserved:
+            self._assigned += delta
+        if not used:
+            self._low = min(self._low, offset)
+            self._low_block = min(self._low_block, offset // BLOCK)

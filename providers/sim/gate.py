@@ -1,0 +1,191 @@
+"""The front door every simulated EC2 call passes, in EC2's order.
+
+For each call, :meth:`Gate.run`:
+
+1. counts it in ``calls`` under its EC2 operation name (a throttled or failed call still costs a
+   request, as on EC2);
+2. applies an injected fault queued with :meth:`Gate.fail_next`, if any;
+3. spends a token from the operation's server-side bucket, answering ``RequestLimitExceeded`` when
+   it is empty (:class:`ServerBucket`);
+4. waits the injected latency on the injected clock;
+5. runs the state change, which is synchronous — so every operation is atomic with respect to the
+   others, whatever the interleaving of concurrent callers.
+
+A fault queued with ``applied=True`` lets the state change happen and then answers the error: the
+"lost response" that idempotency tokens and re-syncs exist for.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from eni_ipam.clock import Clock
+from eni_ipam.ratelimit import Bucket
+from providers.sim.records import SimError
+
+T = TypeVar("T")
+
+THROTTLED = ("RequestLimitExceeded", "Request limit exceeded.")
+DEFAULT_FAULT_MESSAGE = "An internal error has occurred."
+
+
+class ServerBucket:
+    """EC2's server-side token bucket: starts full, refills continuously (fractionally), never waits.
+
+    Deterministic: its only input is the clock reading passed to :meth:`take`.
+    """
+
+    def __init__(self, bucket: Bucket, now: float) -> None:
+        self.burst = float(bucket.burst)
+        self.refill = float(bucket.refill)
+        self.tokens = self.burst
+        self._last = now
+
+    def take(self, now: float) -> bool:
+        """Spend one token if there is one; ``False`` means the request is throttled."""
+        elapsed = max(now - self._last, 0.0)
+        self._last = now
+        self.tokens = min(self.burst, self.tokens + elapsed * self.refill)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Fault:
+    code: str
+    message: str
+    applied: bool
+
+
+class Gate:
+    """Call counting, fault injection, server-side throttling and latency for one cloud."""
+
+    def __init__(self, clock: Clock, buckets: Mapping[str, Bucket] | None) -> None:
+        """Create a gate with no faults, no latency and full buckets.
+
+        Args:
+            clock: where bucket refills are measured and latency is waited.
+            buckets: server-side buckets by operation; ``None`` disables throttling. Operations
+                missing from the mapping are never throttled.
+        """
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._clock = clock
+        self._bucket_specs = dict(buckets) if buckets is not None else {}
+        self._buckets: dict[str, ServerBucket] = {}
+        self._faults: dict[str, collections.deque[_Fault]] = collections.defaultdict(collections.deque)
+        self._latency: dict[str, float] = {}
+        self._default_latency = 0.0
+
+    def fail_next(
+        self,
+        operation: str,
+        count: int = 1,
+        code: str = "InternalError",
+        message: str | None = None,
+        *,
+        applied: bool = False,
+    ) -> None:
+        """Make the next ``count`` calls of ``operation`` answer the EC2 error ``code``.
+
+        Args:
+            operation: EC2 operation name (``AssignPrivateIpAddresses``).
+            count: how many consecutive calls fail.
+            code: the EC2 error code answered.
+            message: the error message (a generic one when empty or ``None``).
+            applied: make the change first and then answer the error (a lost response).
+
+        Raises:
+            ValueError: ``count`` is negative.
+        """
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        fault = _Fault(code, message or DEFAULT_FAULT_MESSAGE, applied)
+        self._faults[operation].extend([fault] * count)
+
+    def pending_faults(self, operation: str) -> int:
+        """Injected faults still waiting for calls of ``operation``."""
+        return len(self._faults.get(operation, ()))
+
+    def set_latency(self, operation: str | None, seconds: float) -> None:
+        """Delay every call of ``operation`` (``None``: every operation without its own) by ``seconds``.
+
+        Raises:
+            ValueError: ``seconds`` is negative.
+        """
+        if seconds < 0:
+            raise ValueError(f"latency must be >= 0, got {seconds}")
+        if operation is None:
+            self._default_latency = seconds
+        else:
+            self._latency[operation] = seconds
+
+    def tokens(self, operation: str) -> float | None:
+        """Tokens left in ``operation``'s server-side bucket (``None`` when it is not throttled)."""
+        spec = self._bucket_specs.get(operation)
+        if spec is None:
+            return None
+        bucket = self._buckets.get(operation)
+        return bucket.tokens if bucket is not None else float(spec.burst)
+
+    async def run(self, operation: str, apply: Callable[[], T]) -> T:
+        """Pass one call of ``operation`` through the door and run ``apply`` (the state change).
+
+        Raises:
+            SimError: an injected fault, ``RequestLimitExceeded``, or whatever ``apply`` raises.
+        """
+        self.calls[operation] += 1
+        queue = self._faults.get(operation)
+        fault = queue.popleft() if queue else None
+        if fault is not None and not fault.applied:
+            raise SimError(fault.code, fault.message)
+        self._throttle(operation)
+        delay = self._latency.get(operation, self._default_latency)
+        if delay > 0:
+            await self._clock.sleep(delay)
+        result = apply()
+        if fault is not None:
+            raise SimError(fault.code, fault.message)
+        return result
+
+    def _throttle(self, operation: str) -> None:
+        spec = self._bucket_specs.get(operation)
+        if spec is None:
+            return
+        now = self._clock.monotonic()
+        bucket = self._buckets.get(operation)
+        if bucket is None:
+            bucket = self._buckets[operation] = ServerBucket(spec, now)
+        if not bucket.take(now):
+            raise SimError(*THROTTLED)
+
+
+class Gated(Protocol):
+    gate: Gate
+
+
+S = TypeVar("S", bound=Gated)
+P = ParamSpec("P")
+
+
+def api(
+    operation: str,
+) -> Callable[[Callable[Concatenate[S, P], T]], Callable[Concatenate[S, P], Coroutine[Any, Any, T]]]:
+    """Make a synchronous state change the EC2 operation ``operation``: async, counted, gated.
+
+    The decorated method keeps its signature; its body runs only after the gate let the call through.
+    """
+
+    def wrap(fn: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+        @functools.wraps(fn)
+        async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await self.gate.run(operation, lambda: fn(self, *args, **kwargs))
+
+        return call
+
+    return wrap

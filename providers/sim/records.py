@@ -1,0 +1,151 @@
+"""Values the simulated cloud speaks, and the mutable records behind them.
+
+Public values (returned by :class:`~providers.sim.cloud.SimCloud` operations) are immutable:
+:class:`Vpc`, :class:`InstanceInfo`, :class:`Page`, plus :mod:`eni_ipam.model`'s ``Subnet``,
+``SecurityGroup`` and ``Interface``. :class:`SimError` is the cloud's only exception, shaped like
+botocore's ``ClientError`` (an EC2 code and message), so a provider over the sim translates errors
+exactly as a provider over EC2 does.
+
+The ``*Record`` classes are the cloud's own mutable state; they never leave the ``providers.sim``
+package (callers get immutable views), so no caller can change the cloud behind its back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Generic, Literal, TypeVar
+
+from eni_ipam import model
+from providers.sim.addressing import SubnetSpace
+
+T = TypeVar("T")
+
+InstanceState = Literal["running", "stopped", "terminated"]
+
+DETACHED_INDEX = -1
+"""``device_index`` of an interface that is not attached (EC2 reports no attachment at all)."""
+
+
+class SimError(Exception):
+    """An EC2 error answer: ``code`` (``InsufficientCidrBlocks``) and ``message``, as EC2 words them."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Vpc:
+    id: str
+    cidr: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceInfo:
+    """One instance as ``DescribeInstances`` reports it (interfaces come from DescribeNetworkInterfaces)."""
+
+    id: str
+    type: str
+    state: InstanceState
+    vpc_id: str
+    subnet_id: str
+    zone: str
+    security_groups: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a Describe answer; ``next_token`` is ``None`` on the last page."""
+
+    items: tuple[T, ...]
+    next_token: str | None = None
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class SubnetRecord:
+    id: str
+    vpc_id: str
+    zone: str
+    tags: Mapping[str, str]
+    space: SubnetSpace
+
+    def view(self) -> model.Subnet:
+        return model.Subnet(
+            id=self.id,
+            vpc_id=self.vpc_id,
+            zone=self.zone,
+            cidr=str(self.space.network),
+            available=self.space.free,
+            tags=model.frozen_tags(self.tags),
+        )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class InstanceRecord:
+    id: str
+    type: str
+    limits: model.InstanceLimits
+    vpc_id: str
+    subnet_id: str
+    zone: str
+    security_groups: tuple[str, ...]
+    state: InstanceState = "running"
+    attached: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Interface id by device index."""
+
+    def info(self) -> InstanceInfo:
+        return InstanceInfo(
+            id=self.id,
+            type=self.type,
+            state=self.state,
+            vpc_id=self.vpc_id,
+            subnet_id=self.subnet_id,
+            zone=self.zone,
+            security_groups=self.security_groups,
+        )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class InterfaceRecord:
+    id: str
+    subnet_id: str
+    vpc_id: str
+    zone: str
+    primary_ip: str
+    security_groups: tuple[str, ...]
+    tags: dict[str, str]
+    description: str
+    created_at: float
+    addresses: list[str] = dataclasses.field(default_factory=list)
+    prefixes: list[str] = dataclasses.field(default_factory=list)
+    instance_id: str = ""
+    device_index: int = DETACHED_INDEX
+    attachment_id: str = ""
+    delete_on_termination: bool = False
+
+    @property
+    def slots_used(self) -> int:
+        return len(self.addresses) + len(self.prefixes)
+
+    @property
+    def status(self) -> str:
+        """EC2's interface status: ``in-use`` when attached, ``available`` otherwise."""
+        return "in-use" if self.instance_id else "available"
+
+    def view(self) -> model.Interface:
+        return model.Interface(
+            id=self.id,
+            device_index=self.device_index,
+            subnet_id=self.subnet_id,
+            primary_ip=self.primary_ip,
+            addresses=tuple(self.addresses),
+            prefixes=tuple(self.prefixes),
+            security_groups=self.security_groups,
+            tags=model.frozen_tags(self.tags),
+            instance_id=self.instance_id,
+            attachment_id=self.attachment_id,
+            delete_on_termination=self.delete_on_termination,
+            created_at=self.created_at,
+        )

@@ -1,0 +1,319 @@
+"""Setup and out-of-band changes of the simulated cloud: what a scenario declares and changes.
+
+:class:`CloudSetup` adds VPCs, subnets, security groups and instances, caps subnets, and terminates,
+stops or starts instances. None of it is an API call: it is free and uncounted, like the world
+changing under the reconciler.
+
+Setup validates as a scenario loader needs: an unknown VPC, subnet or security group, a CIDR that does
+not fit, an interface entry with an unknown key, or more than an instance type can hold raise
+``ValueError`` naming the culprit, and leave the cloud unchanged. An instance type missing from the
+limits table is accepted on purpose: it is how a scenario shows a node whose limits are unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eni_ipam import model
+from providers.sim.addressing import BLOCK, SubnetSpace
+from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
+from providers.sim.state import CloudState
+
+_INTERFACE_KEYS = frozenset(
+    {"index", "subnet", "secondary_ips", "prefixes", "tags", "security_groups", "delete_on_termination"}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Declared:
+    """One interface declared at setup, validated."""
+
+    index: int
+    subnet: SubnetRecord
+    secondaries: int
+    prefixes: int
+    tags: dict[str, str]
+    groups: tuple[str, ...]
+    delete_on_termination: bool
+
+
+class CloudSetup(CloudState):
+    """The setup and fault API of the simulated cloud."""
+
+    def add_vpc(self, id: str, cidr: str) -> None:
+        """Add a VPC.
+
+        Raises:
+            ValueError: duplicate id, or ``cidr`` is not an IPv4 network.
+        """
+        self._fresh(id, self._vpcs, "VPC")
+        self._vpcs[id] = Vpc(id=id, cidr=str(ipaddress.IPv4Network(cidr)))
+
+    def add_subnet(
+        self,
+        id: str,
+        *,
+        vpc: str,
+        zone: str,
+        cidr: str,
+        tags: Mapping[str, str] | None = None,
+        available: int | None = None,
+    ) -> None:
+        """Add a subnet of ``vpc``.
+
+        Args:
+            available: cap on the free addresses the subnet reports and hands out, counted after
+                the interfaces later declared in it by :meth:`add_instance`; never above what the
+                CIDR allows.
+
+        Raises:
+            ValueError: duplicate id, unknown VPC, or a CIDR outside the VPC or overlapping a sibling.
+        """
+        self._fresh(id, self._subnets, "subnet")
+        if vpc not in self._vpcs:
+            raise ValueError(f"subnet {id}: unknown VPC {vpc!r}")
+        space = SubnetSpace(cidr)
+        if not space.network.subnet_of(ipaddress.IPv4Network(self._vpcs[vpc].cidr)):
+            raise ValueError(f"subnet {id}: CIDR {cidr} is outside VPC {vpc} ({self._vpcs[vpc].cidr})")
+        for other in self._subnets.values():
+            if other.vpc_id == vpc and other.space.network.overlaps(space.network):
+                raise ValueError(f"subnet {id}: CIDR {cidr} overlaps subnet {other.id}")
+        if available is not None:
+            space.cap(available)
+        self._subnets[id] = SubnetRecord(id=id, vpc_id=vpc, zone=zone, tags=dict(tags or {}), space=space)
+
+    def add_security_group(self, id: str, *, vpc: str, tags: Mapping[str, str] | None = None) -> None:
+        """Add a security group of ``vpc``.
+
+        Raises:
+            ValueError: duplicate id or unknown VPC.
+        """
+        self._fresh(id, self._groups, "security group")
+        if vpc not in self._vpcs:
+            raise ValueError(f"security group {id}: unknown VPC {vpc!r}")
+        self._groups[id] = model.SecurityGroup(id=id, vpc_id=vpc, tags=model.frozen_tags(tags))
+
+    def add_instance(
+        self,
+        id: str,
+        *,
+        type: str,
+        subnet: str,
+        security_groups: Sequence[str],
+        interfaces: Sequence[Mapping[str, Any]] | None = None,
+        running: bool = True,
+    ) -> None:
+        """Add an instance with its interfaces attached.
+
+        Args:
+            type: instance type. A type missing from the cloud's limits table is accepted (a provider
+                then reports its limits unknown); the cloud enforces the widest limits of any type
+                on it, and no prefixes.
+            subnet: subnet of the primary interface (the instance's VPC and zone follow from it).
+            security_groups: the instance's groups, given to every declared interface by default.
+            interfaces: ``{index, subnet, secondary_ips, prefixes, tags, security_groups,
+                delete_on_termination}`` per interface (all optional but ``index``; index 0 is the
+                primary and must be present). Default: one primary interface with no secondaries.
+            running: ``False`` adds the instance stopped.
+
+        Raises:
+            ValueError: an unknown reference, a bad interface entry, or limits the type cannot hold.
+        """
+        self._fresh(id, self._instances, "instance")
+        limits = self._limits.get(type, self._unlisted_limits)
+        home = self._subnet_for_setup(f"instance {id}", subnet)
+        groups = tuple(security_groups)
+        self._check_groups(f"instance {id}", groups, home.vpc_id)
+        specs = list(interfaces) if interfaces is not None else [{"index": 0}]
+        declared = [self._declared(id, n, spec, limits, home, groups) for n, spec in enumerate(specs)]
+        indexes = [d.index for d in declared]
+        if len(set(indexes)) != len(indexes):
+            raise ValueError(f"instance {id}: duplicate interface index")
+        if 0 not in indexes:
+            raise ValueError(f"instance {id}: interfaces must include the primary (index 0)")
+        if len(declared) > limits.adapters:
+            raise ValueError(f"instance {id}: {len(declared)} interfaces exceed the type's {limits.adapters}")
+        record = InstanceRecord(
+            id=id,
+            type=type,
+            limits=limits,
+            vpc_id=home.vpc_id,
+            subnet_id=home.id,
+            zone=home.zone,
+            security_groups=groups,
+            state="running" if running else "stopped",
+        )
+        # All or nothing: a declaration that does not fit leaves the cloud as it was.
+        blocked = {sid: s.space.blocked for sid, s in self._subnets.items()}
+        created: list[InterfaceRecord] = []
+        self._instances[id] = record
+        try:
+            now = self._setup_time()
+            for d in declared:
+                self._room(id, d.subnet, addresses=1)
+                iface = self._new_interface(
+                    d.subnet, d.groups, d.tags, f"eni-ipam sim ({id})", now, from_blocked=True
+                )
+                created.append(iface)
+                self._room(id, d.subnet, blocks=d.prefixes)
+                self._grant_prefixes(iface, d.prefixes, from_blocked=True)
+                self._room(id, d.subnet, addresses=d.secondaries)
+                self._grant_addresses(iface, d.secondaries, from_blocked=True)
+                self._attach(iface, record, d.index, delete_on_termination=d.delete_on_termination)
+        except ValueError:
+            for iface in created:
+                self._delete(iface)
+            for sid, count in blocked.items():
+                self._subnets[sid].space.blocked = count
+            del self._instances[id]
+            raise
+
+    def _declared(
+        self,
+        id: str,
+        n: int,
+        spec: Mapping[str, Any],
+        limits: model.InstanceLimits,
+        home: SubnetRecord,
+        groups: tuple[str, ...],
+    ) -> _Declared:
+        where = f"instance {id}: interfaces[{n}]"
+        unknown = set(spec) - _INTERFACE_KEYS
+        if unknown:
+            raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+        index, secondaries, prefixes = (
+            spec.get("index", n),
+            spec.get("secondary_ips", 0),
+            spec.get("prefixes", 0),
+        )
+        for key, value in (("index", index), ("secondary_ips", secondaries), ("prefixes", prefixes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+        sub = self._subnet_for_setup(f"{where}.subnet", spec.get("subnet") or home.id)
+        if index == 0 and sub.id != home.id:
+            raise ValueError(
+                f"{where}.subnet: the primary interface must be in the instance's subnet {home.id}"
+            )
+        if (sub.vpc_id, sub.zone) != (home.vpc_id, home.zone):
+            raise ValueError(f"{where}.subnet: {sub.id} is not in the instance's VPC and zone")
+        if secondaries + prefixes > limits.slots_per_interface:
+            raise ValueError(
+                f"{where}: more than {limits.slots_per_interface} secondary addresses and prefixes"
+            )
+        if prefixes and not limits.supports_prefixes:
+            raise ValueError(f"{where}.prefixes: the instance type does not support prefixes (not nitro)")
+        sgs = tuple(spec.get("security_groups") or groups)
+        self._check_groups(f"{where}.security_groups", sgs, home.vpc_id)
+        return _Declared(
+            index=index,
+            subnet=sub,
+            secondaries=secondaries,
+            prefixes=prefixes,
+            tags=dict(spec.get("tags") or {}),
+            groups=sgs,
+            delete_on_termination=bool(spec.get("delete_on_termination", True)),
+        )
+
+    @staticmethod
+    def _room(id: str, subnet: SubnetRecord, *, addresses: int = 0, blocks: int = 0) -> None:
+        space = subnet.space
+        if space.free_blocks() < blocks or space.cidr_free < addresses + BLOCK * blocks:
+            raise ValueError(f"instance {id}: subnet {subnet.id} has no room for the declared interfaces")
+
+    def set_subnet_available(self, id: str, available: int) -> None:
+        """Make subnet ``id`` report and hand out ``available`` free addresses from now on.
+
+        The cap may be raised or lowered at any time, but never above what the CIDR allows (a larger
+        value means "as many as the CIDR has").
+
+        Raises:
+            ValueError: unknown subnet.
+        """
+        self._subnet_for_setup("set_subnet_available", id).space.cap(available)
+
+    def set_subnet_tags(self, id: str, tags: Mapping[str, str]) -> None:
+        """Replace the tags of subnet ``id``.
+
+        Raises:
+            ValueError: unknown subnet.
+        """
+        self._subnet_for_setup("set_subnet_tags", id).tags = dict(tags)
+
+    def terminate_instance(self, id: str) -> None:
+        """Terminate an instance, as EC2 does.
+
+        Interfaces marked delete-on-termination are deleted (their addresses return to the subnet);
+        the others are detached and left ``available`` for garbage collection.
+
+        Raises:
+            ValueError: unknown instance.
+        """
+        record = self._instance_for_setup(id)
+        for iface_id in list(record.attached.values()):
+            iface = self._interfaces[iface_id]
+            dot = iface.delete_on_termination
+            self._detach(iface)
+            if dot:
+                self._delete(iface)
+        record.state = "terminated"
+
+    def stop_instance(self, id: str) -> None:
+        """Stop an instance; its interfaces stay attached.
+
+        Raises:
+            ValueError: unknown or terminated instance.
+        """
+        record = self._instance_for_setup(id)
+        if record.state == "terminated":
+            raise ValueError(f"instance {id} is terminated")
+        record.state = "stopped"
+
+    def start_instance(self, id: str) -> None:
+        """Start a stopped instance.
+
+        Raises:
+            ValueError: unknown or terminated instance.
+        """
+        record = self._instance_for_setup(id)
+        if record.state == "terminated":
+            raise ValueError(f"instance {id} is terminated")
+        record.state = "running"
+
+    # -- setup helpers ---------------------------------------------------------------------------
+
+    def _setup_time(self) -> float:
+        # Setup may run before any event loop exists; what it declares predates the timeline.
+        try:
+            return self._clock.monotonic()
+        except RuntimeError:
+            return 0.0
+
+    @staticmethod
+    def _fresh(id: str, table: Mapping[str, object], kind: str) -> None:
+        if not id:
+            raise ValueError(f"{kind} id must not be empty")
+        if id in table:
+            raise ValueError(f"duplicate {kind} id {id!r}")
+
+    def _subnet_for_setup(self, where: str, id: str) -> SubnetRecord:
+        record = self._subnets.get(id)
+        if record is None:
+            raise ValueError(f"{where}: unknown subnet {id!r}")
+        return record
+
+    def _instance_for_setup(self, id: str) -> InstanceRecord:
+        record = self._instances.get(id)
+        if record is None:
+            raise ValueError(f"unknown instance {id!r}")
+        return record
+
+    def _check_groups(self, where: str, groups: Sequence[str], vpc: str) -> None:
+        for group in groups:
+            found = self._groups.get(group)
+            if found is None:
+                raise ValueError(f"{where}: unknown security group {group!r}")
+            if found.vpc_id != vpc:
+                raise ValueError(f"{where}: security group {group} is in VPC {found.vpc_id}, not {vpc}")

@@ -1,0 +1,159 @@
+"""Every example scenario is an acceptance test; invalid scenarios fail with the offending key's path."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eni_ipam.cli import main
+from eni_ipam.errors import ScenarioError
+from eni_ipam.scenario import load_scenario, parse_scenario
+from eni_ipam.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))
+SHARED = ROOT.parent / "shared" / "scenarios"
+
+
+def test_there_are_enough_example_scenarios():
+    assert len(EXAMPLES) >= 17
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_scenario_holds(path):
+    outcome = simulate(load_scenario(path))
+    failures = [f for r in outcome.results for f in r.failures]
+    assert outcome.passed, failures
+    assert len(outcome.results) == len(load_scenario(path).steps)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared scenarios are not beside this checkout")
+@pytest.mark.parametrize("name", ["basics.yaml", "release.yaml"])
+def test_shared_scenarios_are_kept_verbatim_in_examples(name):
+    assert (SHARED / name).read_text() == (ROOT / "examples" / "scenarios" / name).read_text()
+
+
+BASE = """
+cloud:
+  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]
+  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]
+  security_groups: [{id: sg-1, vpc: vpc-1}]
+  instances: [{id: i-1, type: m5.large, subnet: s-1, security_groups: [sg-1]}]
+nodes: [{name: node1, instance: i-1}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ("steps: [{expect: {node1: {available: x}}}]", "steps[0].expect.node1.available"),
+        ("steps: [{expect: {node9: {available: 1}}}]", "steps[0].expect.node9"),
+        ("steps: [{expect: {node1: {availabel: 1}}}]", "steps[0].expect.node1.availabel"),
+        ("steps: [{converge: soon}]", "steps[0].converge"),
+        ("steps: [{advance: 1s, converge: 1s}]", "steps[0]"),
+        ("steps: [{teleport: 1}]", "steps[0].teleport"),
+        ("steps: [{set: {node1: {used: -1}}}]", "steps[0].set.node1.used"),
+        ("steps: [{remove_node: node7}]", "steps[0].remove_node"),
+        ("steps: [{cloud: {subnets: {s-9: {available: 1}}}}]", "steps[0].cloud.subnets.s-9"),
+        ("steps: [{cloud: {instances: {i-1: {state: exploded}}}}]", "steps[0].cloud.instances.i-1.state"),
+        ("settings: {parallel_workers: 0}", "settings.parallel_workers"),
+        ("settings: {release_excess_ips: maybe}", "settings.release_excess_ips"),
+        ("settings: {colour: blue}", "settings.colour"),
+    ],
+)
+def test_invalid_scenario_names_the_offending_key(extra, path):
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(yaml.safe_load(BASE + extra))
+    assert info.value.path == path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda d: d["cloud"]["subnets"][0].update(vpc="vpc-9"), "cloud.subnets[0].vpc"),
+        (lambda d: d["cloud"]["subnets"][0].update(cidr="192.168.0.0/24"), "cloud.subnets[0].cidr"),
+        (lambda d: d["cloud"]["subnets"][0].update(cidr="10.0.0.0/33"), "cloud.subnets[0].cidr"),
+        (lambda d: d["cloud"]["instances"][0].update(subnet="s-9"), "cloud.instances[0].subnet"),
+        (
+            lambda d: d["cloud"]["instances"][0].update(security_groups=["sg-9"]),
+            "cloud.instances[0].security_groups[0]",
+        ),
+        (lambda d: d["nodes"][0].update(instance="i-9"), "nodes[0].instance"),
+        (lambda d: d["nodes"][0].update(pre_allocate="8"), "nodes[0].pre_allocate"),
+        (lambda d: d["nodes"].append({"name": "node1", "instance": "i-1"}), "nodes[1].name"),
+        (lambda d: d.pop("cloud"), "cloud"),
+    ],
+)
+def test_invalid_cloud_and_nodes_name_the_offending_key(mutate, path):
+    data = yaml.safe_load(BASE)
+    mutate(data)
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert info.value.path == path
+
+
+def write(tmp_path, text):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_cli_exits_0_when_expectations_hold(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "simulate",
+                write(tmp_path, BASE + "steps: [{converge: 10s}, {expect: {node1: {available: 8}}}]"),
+            ]
+        )
+        == 0
+    )
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_cli_exits_1_with_a_readable_diff(tmp_path, capsys):
+    rc = main(
+        ["simulate", write(tmp_path, BASE + "steps: [{converge: 10s}, {expect: {node1: {available: 9}}}]")]
+    )
+    assert rc == 1
+    assert "steps[1].expect.node1.available: expected 9, got 8" in capsys.readouterr().err
+
+
+def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys):
+    rc = main(["simulate", write(tmp_path, BASE + "steps: [{expect: {node1: {used: many}}}]")])
+    assert rc == 2
+    assert "steps[0].expect.node1.used" in capsys.readouterr().err
+
+
+def test_cli_exits_2_for_instances_the_cloud_refuses(tmp_path, capsys):
+    three = "interfaces: [{index: 0}, {index: 1}, {index: 2}]"
+    text = BASE.replace("type: m5.large,", f"type: t3.micro, {three},")
+    assert main(["simulate", write(tmp_path, text)]) == 2
+    assert "cloud.instances[0]" in capsys.readouterr().err
+
+
+def test_unknown_instance_type_says_why_in_the_node_status(tmp_path, capsys):
+    import json
+
+    text = BASE.replace("m5.large", "x99.hypothetical") + "steps: [{converge: 10s}]"
+    main(["simulate", "--json", write(tmp_path, text)])
+    state = json.loads(capsys.readouterr().out)
+    assert "unknown" in state["nodes"]["node1"]["message"]
+    assert state["api_calls"].get("AssignPrivateIpAddresses", 0) == 0
+
+
+def test_cli_exits_2_for_a_missing_file_or_bad_yaml(tmp_path, capsys):
+    assert main(["simulate", str(tmp_path / "absent.yaml")]) == 2
+    assert main(["simulate", write(tmp_path, "cloud: [unclosed")]) == 2
+
+
+def test_cli_json_prints_one_object_per_step(tmp_path, capsys):
+    import json
+
+    main(
+        ["simulate", "--json", write(tmp_path, BASE + "steps: [{converge: 10s}, {set: {node1: {used: 3}}}]")]
+    )
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["kind"] for line in lines] == ["converge", "set"]
+    assert lines[0]["nodes"]["node1"]["available"] == 8
+    assert lines[0]["api_calls"]["AssignPrivateIpAddresses"] == 1
