@@ -22,6 +22,8 @@ def _address_key(address: str) -> tuple[int, ...]:
 class SimulatedNodeSide:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
+        self.answering = True
+        """False plays a node agent that is down: the handshake gets no answers (nothing is released)."""
         store.observe(self._on_status)
 
     def add(self, spec: NodeSpec, *, used: int = 0, pending_pods: int = 0) -> None:
@@ -46,8 +48,7 @@ class SimulatedNodeSide:
         if settled != resource:
             self.store.put(settled)
 
-    @staticmethod
-    def _settle(resource: NodeResource, status: NodeStatus) -> NodeResource:
+    def _settle(self, resource: NodeResource, status: NodeStatus) -> NodeResource:
         index = {i.id: i.device_index for i in status.interfaces}
         order = {e.address: (index.get(e.interface_id, 0), _address_key(e.address)) for e in status.pool}
         pool = sorted(order, key=order.__getitem__)
@@ -60,6 +61,8 @@ class SimulatedNodeSide:
                 break
             if address not in in_use and address not in flagged:
                 in_use.add(address)
+        if not self.answering:
+            return dataclasses.replace(resource, in_use=frozenset(in_use))
         answers: dict[str, ReleaseState] = {}
         for address, state in status.release.items():
             if state == ReleaseState.MARKED:
