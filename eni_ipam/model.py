@@ -68,6 +68,11 @@ def tags_match(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return bool(wanted) and all(tags.get(k) == v for k, v in wanted.items())
 
 
+def address_key(address: str) -> tuple[int, ...]:
+    """Sort key putting IPv4 addresses in numeric order."""
+    return tuple(int(part) for part in address.split("."))
+
+
 def expand_prefix(prefix: str) -> list[str]:
     """The 16 addresses of a /28 prefix, in address order."""
     return [str(a) for a in ipaddress.IPv4Network(prefix)]

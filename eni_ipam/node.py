@@ -287,14 +287,10 @@ class Node:
                     interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
                 )
             except errors.ProviderError:
-                m.metrics.allocation_duration.labels(type=kind, status="failed").observe(
-                    m.clock.monotonic() - started
-                )
+                self._observe_allocation(kind, "failed", started)
                 raise
             reservation.commit()
-        m.metrics.allocation_duration.labels(type=kind, status="success").observe(
-            m.clock.monotonic() - started
-        )
+        self._observe_allocation(kind, "success", started)
         m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
         assert self.instance is not None
         iface = self.instance.interface(action.interface_id)
@@ -337,17 +333,13 @@ class Node:
                     delete_on_termination=spec.delete_on_termination,
                 )
             except errors.ProviderError as exc:
-                m.metrics.allocation_duration.labels(type="create-interface", status="failed").observe(
-                    m.clock.monotonic() - started
-                )
+                self._observe_allocation("create-interface", "failed", started)
                 m.metrics.interface_creation_ops.labels(
                     subnet=action.subnet_id, status=exc.code or "error"
                 ).inc()
                 raise
             reservation.commit()
-        m.metrics.allocation_duration.labels(type="create-interface", status="success").observe(
-            m.clock.monotonic() - started
-        )
+        self._observe_allocation("create-interface", "success", started)
         m.metrics.interface_creation_ops.labels(subnet=action.subnet_id, status="success").inc()
         m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
         assert self.instance is not None
@@ -361,6 +353,10 @@ class Node:
             count=action.count,
             prefixes=action.prefixes,
         )
+
+    def _observe_allocation(self, kind: str, status: str, started: float) -> None:
+        m = self.manager
+        m.metrics.allocation_duration.labels(type=kind, status=status).observe(m.clock.monotonic() - started)
 
     def _token(self, action: CreateInterface) -> str:
         """Idempotency token: the same planned create (after a retry or a restart) gets the same token,

@@ -38,6 +38,7 @@ from eni_ipam.model import (
     SecurityGroup,
     Subnet,
     UnassignAddresses,
+    address_key,
     expand_prefix,
     tags_match,
 )
@@ -353,7 +354,7 @@ def plan_release(spec: NodeSpec, instance: Instance, *, in_use: Collection[str],
         prefixes = [p for p in iface.prefixes if not any(a in in_use for a in expand_prefix(p))]
         plain = sorted(
             (a for a in iface.addresses if a not in in_use and a != iface.primary_ip),
-            key=_address_key,
+            key=address_key,
             reverse=True,  # highest first: the node side hands out the lowest addresses first
         )
         if prefixes or plain:
@@ -373,12 +374,8 @@ def plan_release(spec: NodeSpec, instance: Instance, *, in_use: Collection[str],
                 UnassignAddresses(
                     interface_id=iface.id,
                     subnet_id=iface.subnet_id,
-                    addresses=tuple(sorted(take_plain, key=_address_key)),
+                    addresses=tuple(sorted(take_plain, key=address_key)),
                     prefixes=tuple(take_prefixes),
                 )
             )
     return ReleasePlan(actions=tuple(actions))
-
-
-def _address_key(address: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in address.split("."))

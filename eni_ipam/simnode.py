@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from eni_ipam.model import NodeResource, NodeSpec, NodeStatus, ReleaseState
+from eni_ipam.model import NodeResource, NodeSpec, NodeStatus, ReleaseState, address_key
 from eni_ipam.store.memory import MemoryStore
-
-
-def _address_key(address: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in address.split("."))
 
 
 class SimulatedNodeSide:
@@ -50,7 +46,7 @@ class SimulatedNodeSide:
 
     def _settle(self, resource: NodeResource, status: NodeStatus) -> NodeResource:
         index = {i.id: i.device_index for i in status.interfaces}
-        order = {e.address: (index.get(e.interface_id, 0), _address_key(e.address)) for e in status.pool}
+        order = {e.address: (index.get(e.interface_id, 0), address_key(e.address)) for e in status.pool}
         pool = sorted(order, key=order.__getitem__)
         in_pool = set(pool)
         flagged = {a for a in status.release if a not in resource.in_use}
