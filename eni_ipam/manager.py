@@ -250,7 +250,7 @@ class NodeManager:
                 await node.maintain()
                 node.backoff.reset()
                 node.not_before = self.clock.monotonic() + self.settings.trigger_min_interval
-            except errors.EniIpamError as exc:
+            except Exception as exc:
                 delay = node.backoff.next_delay()
                 node.not_before = self.clock.monotonic() + delay
                 reason = type(exc).__name__
@@ -261,6 +261,7 @@ class NodeManager:
                     error=str(exc),
                     failures=node.backoff.failures,
                     retry_in=round(delay, 3),
+                    exc_info=not isinstance(exc, errors.EniIpamError),
                 )
                 node.dirty = True
             finally:

@@ -227,3 +227,23 @@ async def test_node_changing_instance_is_re_read(make_world):
 def test_resource_defaults_are_empty():
     resource = NodeResource(spec=NodeSpec(name="n", instance_id="i"))
     assert resource.used == 0 and not resource.in_use and not resource.release_answers
+
+
+async def test_a_bug_in_one_node_pass_does_not_stop_the_manager(make_world):
+    class Buggy(Flaky):
+        async def assign_addresses(self, *, interface_id, count, prefixes=False):
+            if interface_id == self._inner.cloud.instance_view("i-bad").interfaces[0].id:
+                raise RuntimeError("unexpected")
+            return await self._inner.assign_addresses(
+                interface_id=interface_id, count=count, prefixes=prefixes
+            )
+
+    async with make_world(provider_wrapper=Buggy) as world:
+        world.add_node("bad")
+        world.add_node("good")
+        await asyncio.sleep(5)
+        assert not world.task.done()
+        assert world.manager.nodes["good"].stats.available == 8
+        assert (
+            world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "RuntimeError"}) >= 2
+        )
