@@ -250,7 +250,7 @@ class NodeManager:
                 await node.maintain()
                 node.backoff.reset()
                 node.not_before = self.clock.monotonic() + self.settings.trigger_min_interval
-            except Exception as exc:
+            except Exception as exc:  # one node's failure, even a bug, never stops the others
                 delay = node.backoff.next_delay()
                 node.not_before = self.clock.monotonic() + delay
                 reason = type(exc).__name__
