@@ -123,6 +123,7 @@ class SecurityGroup:
 class Interface:
     id: str
     device_index: int
+    """Attachment slot on the instance; ``-1`` when the interface is not attached."""
     subnet_id: str
     primary_ip: str
     addresses: tuple[str, ...] = ()

@@ -36,8 +36,10 @@ class Provider(Protocol):
         ...
 
     async def describe_instance(self, *, instance_id: str) -> Instance | None:
-        """Return the instance as the cloud sees it now (no cache), or ``None`` when it does not exist
-        or is terminated. A stopped instance is returned with ``running=False``.
+        """Return the instance as the cloud sees it now, or ``None`` when it does not exist or is
+        terminated. Interfaces and addresses are always read fresh; instance metadata that never
+        changes (type, zone, subnet) may be cached. ``running`` must be no older than the last full
+        resync or the last error saying the instance is not running.
 
         Raises:
             errors.ProviderError: the cloud could not answer (never for "not found").

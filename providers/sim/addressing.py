@@ -126,9 +126,10 @@ class SubnetSpace:
         """Whether ``address`` (or a prefix's first address) lies in this subnet."""
         return ipaddress.IPv4Address(address.split("/", 1)[0]) in self.network
 
-    def is_reserved(self, address: str) -> bool:
-        offset = self._offset(address)
-        return offset < RESERVED_HEAD or offset == self.size - 1
+    def usable(self, address: str) -> bool:
+        """Whether ``address`` lies in this subnet and is not one of the five reserved addresses."""
+        offset = int(ipaddress.IPv4Address(address)) - self._base
+        return RESERVED_HEAD <= offset < self.size - 1
 
     def assigned(self) -> int:
         """Addresses handed out (reserved ones excluded)."""

@@ -12,7 +12,8 @@ For each call, :meth:`Gate.run`:
    others, whatever the interleaving of concurrent callers.
 
 A fault queued with ``applied=True`` lets the state change happen and then answers the error: the
-"lost response" that idempotency tokens and re-syncs exist for.
+"lost response" that idempotency tokens and re-syncs exist for. The :func:`api` decorator turns a
+cloud method (the synchronous state change) into such an operation.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class CloudState:
             for address in held:
                 assert address not in owners, f"{address} is held by {owners[address]} and {iface.id}"
                 owners[address] = iface.id
-                assert space.contains(address) and not space.is_reserved(address), (
+                assert space.usable(address), (
                     f"{iface.id}: {address} is not a usable address of subnet {iface.subnet_id}"
                 )
             if iface.instance_id:

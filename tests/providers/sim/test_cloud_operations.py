@@ -291,3 +291,21 @@ async def test_pagination_pages_by_id_and_counts_every_page() -> None:
             break
     assert pages == 3 == cloud.calls["DescribeNetworkInterfaces"]
     assert seen == sorted(set(seen)) and len(seen) >= 5
+
+
+async def test_unassign_of_nothing_is_a_missing_parameter(cloud: SimCloud) -> None:
+    call = cloud.unassign_private_ip_addresses(interface_id=primary_id(cloud, "i-1"))
+    assert await code_of(call) == "MissingParameter"
+
+
+async def test_stopped_instance_keeps_its_interfaces_and_starts_again(cloud: SimCloud) -> None:
+    cloud.stop_instance("i-1")
+    view = cloud.instance_view("i-1")
+    assert not view.running and len(view.interfaces) == 1
+    stopped = await cloud.describe_instances(filters={"instance-state-name": ["stopped"]})
+    assert [i.id for i in stopped.items] == ["i-1"]
+    cloud.start_instance("i-1")
+    assert cloud.instance_view("i-1").running
+    cloud.terminate_instance("i-1")
+    with pytest.raises(ValueError, match="terminated"):
+        cloud.start_instance("i-1")
