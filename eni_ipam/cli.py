@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _simulate(args)
     from eni_ipam.demo import run_demo
 
-    configure(level=args.log_level or "warning", json=True if not sys.stderr.isatty() else None)
+    configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
     return run_demo(nodes=args.nodes, duration=args.duration, seed=args.seed, port=args.port)
 
 

@@ -77,7 +77,7 @@ async def workload(
             status = store.statuses.get(name)
             pool = status.stats.available if status else 0
             delta = rng.choice((-3, -2, -1, 1, 2, 3, 4))
-            side.set_used(name, max(0, min(resource.used + delta, pool + 2)))
+            side.update(name, used=max(0, min(resource.used + delta, pool + 2)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=0.5)
 

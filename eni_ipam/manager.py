@@ -54,9 +54,9 @@ class StatusSink(Protocol):
 
 
 class _Reservation:
-    def __init__(self, manager: NodeManager, subnet_id: str, count: int) -> None:
-        self.manager, self.subnet_id, self.count = manager, subnet_id, count
-        self.committed = False
+    """Handed to the caller of :meth:`NodeManager.reserve`; ``commit()`` keeps the addresses taken."""
+
+    committed = False
 
     def commit(self) -> None:
         self.committed = True
@@ -286,7 +286,7 @@ class NodeManager:
     def reserve(self, subnet_id: str, count: int) -> Iterator[_Reservation]:
         """Take ``count`` addresses off a subnet's free count for the duration of a call; they are
         given back unless the call commits them."""
-        reservation = _Reservation(self, subnet_id, count)
+        reservation = _Reservation()
         self._adjust_free(subnet_id, -count)
         try:
             yield reservation

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,22 @@ def _cidr(value: Any, path: str) -> ipaddress.IPv4Network:
         raise ScenarioError(path, f"not an IPv4 CIDR: {exc}") from None
 
 
+def _ref(value: Any, path: str, known: Collection[str], noun: str) -> str:
+    """A string naming something that must already exist (a VPC, subnet, group, instance, node)."""
+    name = _str(value, path)
+    if name not in known:
+        raise ScenarioError(path, f"unknown {noun} {name!r}")
+    return name
+
+
+def _new(value: Any, path: str, taken: Collection[str], noun: str) -> str:
+    """A string naming something new: it must not clash with what already exists."""
+    name = _str(value, path)
+    if name in taken:
+        raise ScenarioError(path, f"duplicate {noun} {name!r}")
+    return name
+
+
 def _kind(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
@@ -171,12 +187,8 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
             allowed={"id", "vpc", "zone", "cidr", "tags", "available"},
             required=("id", "vpc", "zone", "cidr"),
         )
-        sid = _str(s["id"], f"{p}.id")
-        if sid in subnets:
-            raise ScenarioError(f"{p}.id", f"duplicate subnet {sid!r}")
-        vpc = _str(s["vpc"], f"{p}.vpc")
-        if vpc not in vpcs:
-            raise ScenarioError(f"{p}.vpc", f"unknown VPC {vpc!r}")
+        sid = _new(s["id"], f"{p}.id", subnets, "subnet")
+        vpc = _ref(s["vpc"], f"{p}.vpc", vpcs, "VPC")
         cidr = _cidr(s["cidr"], f"{p}.cidr")
         if not cidr.subnet_of(vpcs[vpc]):
             raise ScenarioError(f"{p}.cidr", f"{cidr} is not inside VPC {vpc} ({vpcs[vpc]})")
@@ -194,9 +206,7 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
     for n, g in enumerate(_list(cloud.get("security_groups", []), "cloud.security_groups")):
         p = f"cloud.security_groups[{n}]"
         g = _mapping(g, p, allowed={"id", "vpc", "tags"}, required=("id", "vpc"))
-        vpc = _str(g["vpc"], f"{p}.vpc")
-        if vpc not in vpcs:
-            raise ScenarioError(f"{p}.vpc", f"unknown VPC {vpc!r}")
+        vpc = _ref(g["vpc"], f"{p}.vpc", vpcs, "VPC")
         gid = _str(g["id"], f"{p}.id")
         groups[gid] = {"id": gid, "vpc": vpc, "tags": _tags(g.get("tags", {}), f"{p}.tags")}
     instances: dict[str, dict[str, Any]] = {}
@@ -208,16 +218,12 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
             allowed={"id", "type", "subnet", "security_groups", "interfaces", "running"},
             required=("id", "type", "subnet"),
         )
-        iid = _str(i["id"], f"{p}.id")
-        if iid in instances:
-            raise ScenarioError(f"{p}.id", f"duplicate instance {iid!r}")
-        subnet = _str(i["subnet"], f"{p}.subnet")
-        if subnet not in subnets:
-            raise ScenarioError(f"{p}.subnet", f"unknown subnet {subnet!r}")
-        sgs = _str_list(i.get("security_groups", []), f"{p}.security_groups")
-        for k, sg in enumerate(sgs):
-            if sg not in groups:
-                raise ScenarioError(f"{p}.security_groups[{k}]", f"unknown security group {sg!r}")
+        iid = _new(i["id"], f"{p}.id", instances, "instance")
+        subnet = _ref(i["subnet"], f"{p}.subnet", subnets, "subnet")
+        sgs = [
+            _ref(sg, f"{p}.security_groups[{k}]", groups, "security group")
+            for k, sg in enumerate(_list(i.get("security_groups", []), f"{p}.security_groups"))
+        ]
         interfaces = []
         seen: set[int] = set()
         for k, f in enumerate(_list(i.get("interfaces", []), f"{p}.interfaces")):
@@ -229,9 +235,7 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
             if index in seen:
                 raise ScenarioError(f"{q}.index", f"device index {index} declared twice")
             seen.add(index)
-            fsubnet = _str(f.get("subnet", subnet), f"{q}.subnet")
-            if fsubnet not in subnets:
-                raise ScenarioError(f"{q}.subnet", f"unknown subnet {fsubnet!r}")
+            fsubnet = _ref(f.get("subnet", subnet), f"{q}.subnet", subnets, "subnet")
             interfaces.append(
                 {
                     "index": index,
@@ -275,9 +279,7 @@ def _spec_fields(values: Mapping[str, Any], path: str) -> dict[str, Any]:
 def _read_node(raw: Any, path: str, cloud: Mapping[str, Any]) -> NodeEntry:
     allowed = {"name", "instance", *NODE_SPEC_KEYS, *NODE_STATE_KEYS}
     node = _mapping(raw, path, allowed=allowed, required=("name", "instance"))
-    instance = _str(node["instance"], f"{path}.instance")
-    if instance not in cloud["instances"]:
-        raise ScenarioError(f"{path}.instance", f"unknown instance {instance!r}")
+    instance = _ref(node["instance"], f"{path}.instance", cloud["instances"], "instance")
     spec = NodeSpec(name=_str(node["name"], f"{path}.name"), instance_id=instance, **_spec_fields(node, path))
     return NodeEntry(
         spec=spec,
@@ -295,23 +297,17 @@ def _read_step(raw: Any, path: str, names: set[str], cloud: Mapping[str, Any]) -
     if kind in ("converge", "advance"):
         return Step(kind, _duration(value, p), p)
     if kind == "remove_node":
-        name = _str(value, p)
-        if name not in names:
-            raise ScenarioError(p, f"unknown node {name!r}")
+        name = _ref(value, p, names, "node")
         names.discard(name)
         return Step(kind, name, p)
     if kind == "add_node":
         entry = _read_node(value, p, cloud)
-        if entry.spec.name in names:
-            raise ScenarioError(f"{p}.name", f"node {entry.spec.name!r} already exists")
-        names.add(entry.spec.name)
+        names.add(_new(entry.spec.name, f"{p}.name", names, "node"))
         return Step(kind, entry, p)
     if kind == "set":
         changes = _mapping(value, p)
         for name, fields in changes.items():
-            if name not in names:
-                raise ScenarioError(_join(p, name), f"unknown node {name!r}")
-            q = _join(p, name)
+            q = _join(p, _ref(name, _join(p, name), names, "node"))
             fields = _mapping(fields, q, allowed={*NODE_SPEC_KEYS, *NODE_STATE_KEYS})
             for key in NODE_STATE_KEYS:
                 if key in fields:
@@ -329,8 +325,7 @@ def _read_cloud_change(value: Any, path: str, cloud: Mapping[str, Any]) -> dict[
     change = _mapping(value, path, allowed={"subnets", "instances", "fail", "latency"})
     for sid, fields in _mapping(change.get("subnets", {}), f"{path}.subnets").items():
         q = f"{path}.subnets.{sid}"
-        if sid not in cloud["subnets"]:
-            raise ScenarioError(q, f"unknown subnet {sid!r}")
+        _ref(sid, q, cloud["subnets"], "subnet")
         fields = _mapping(fields, q, allowed={"available", "tags"})
         if "available" in fields:
             _int(fields["available"], f"{q}.available", minimum=0)
@@ -339,8 +334,7 @@ def _read_cloud_change(value: Any, path: str, cloud: Mapping[str, Any]) -> dict[
         change["subnets"][sid] = fields
     for iid, fields in _mapping(change.get("instances", {}), f"{path}.instances").items():
         q = f"{path}.instances.{iid}"
-        if iid not in cloud["instances"]:
-            raise ScenarioError(q, f"unknown instance {iid!r}")
+        _ref(iid, q, cloud["instances"], "instance")
         fields = _mapping(fields, q, allowed={"state"}, required=("state",))
         if fields["state"] not in ("running", "stopped", "terminated"):
             raise ScenarioError(f"{q}.state", "expected running, stopped or terminated")
@@ -395,9 +389,7 @@ def parse_scenario(data: Any) -> Scenario:
     names: set[str] = set()
     for n, raw in enumerate(_list(top.get("nodes", []), "nodes")):
         entry = _read_node(raw, f"nodes[{n}]", cloud)
-        if entry.spec.name in names:
-            raise ScenarioError(f"nodes[{n}].name", f"duplicate node {entry.spec.name!r}")
-        names.add(entry.spec.name)
+        names.add(_new(entry.spec.name, f"nodes[{n}].name", names, "node"))
         nodes.append(entry)
     steps = tuple(
         _read_step(raw, f"steps[{n}]", names, cloud)

@@ -25,16 +25,26 @@ class SimulatedNodeSide:
     def add(self, spec: NodeSpec, *, used: int = 0, pending_pods: int = 0) -> None:
         self.store.put(NodeResource(spec=spec, used=used, pending_pods=pending_pods))
 
-    def set_used(self, name: str, used: int) -> None:
+    def update(
+        self,
+        name: str,
+        *,
+        spec: NodeSpec | None = None,
+        used: int | None = None,
+        pending_pods: int | None = None,
+    ) -> None:
+        """Change a node in one event: its spec, the addresses its pods use, its pending pods."""
         resource = self.store.resources[name]
-        status = self.store.statuses.get(name)
-        resource = dataclasses.replace(resource, used=used)
-        if status is not None:
-            resource = self._settle(resource, status)
+        if spec is not None:
+            resource = dataclasses.replace(resource, spec=spec)
+        if pending_pods is not None:
+            resource = dataclasses.replace(resource, pending_pods=pending_pods)
+        if used is not None:
+            resource = dataclasses.replace(resource, used=used)
+            status = self.store.statuses.get(name)
+            if status is not None:
+                resource = self._settle(resource, status)
         self.store.put(resource)
-
-    def set_spec(self, spec: NodeSpec) -> None:
-        self.store.put(dataclasses.replace(self.store.resources[spec.name], spec=spec))
 
     def _on_status(self, name: str, status: NodeStatus) -> None:
         resource = self.store.resources.get(name)

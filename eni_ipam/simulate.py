@@ -121,16 +121,14 @@ class Simulation:
         return []
 
     def _set(self, name: str, fields: Mapping[str, Any]) -> None:
-        resource = self.store.resources[name]
         spec_changes = {k: v for k, v in fields.items() if k in NODE_SPEC_KEYS}
-        if spec_changes:
-            self.node_side.set_spec(dataclasses.replace(resource.spec, **spec_changes))
-        if "pending_pods" in fields:
-            self.store.put(
-                dataclasses.replace(self.store.resources[name], pending_pods=fields["pending_pods"])
-            )
-        if "used" in fields:
-            self.node_side.set_used(name, fields["used"])
+        spec = self.store.resources[name].spec
+        self.node_side.update(
+            name,
+            spec=dataclasses.replace(spec, **spec_changes) if spec_changes else None,
+            used=fields.get("used"),
+            pending_pods=fields.get("pending_pods"),
+        )
 
     # -- observation --------------------------------------------------------------------------------
 

@@ -160,7 +160,7 @@ async def test_upsert_triggers_allocation_at_once(make_world):
         await world.settle()
         loop = asyncio.get_running_loop()
         start = loop.time()
-        world.side.set_used("n1", 12)
+        world.side.update("n1", used=12)
         await world.settle()
         assert world.manager.nodes["n1"].stats.available == 20
         assert loop.time() - start < 1.0  # no waiting for the minute-long resync
@@ -218,7 +218,7 @@ async def test_node_changing_instance_is_re_read(make_world):
         world.add_node("n1")
         await world.settle()
         world.cloud.add_instance("i-other", type="m5.large", subnet="s-1", security_groups=["sg-1"])
-        world.side.set_spec(NodeSpec(name="n1", instance_id="i-other"))
+        world.side.update("n1", spec=NodeSpec(name="n1", instance_id="i-other"))
         await world.settle()
         assert world.manager.nodes["n1"].instance.id == "i-other"
         assert world.cloud.instance_view("i-other").interfaces[0].pool_size == 8

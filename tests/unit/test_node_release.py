@@ -18,7 +18,7 @@ async def test_address_is_released_only_after_delay_and_node_side_ready(make_wor
         world.add_node("n1", used=8, pre_allocate=4)
         await world.settle()
         assert world.manager.nodes["n1"].stats.available == 12
-        world.side.set_used("n1", 2)
+        world.side.update("n1", used=2)
         await asyncio.sleep(5)
         assert world.cloud.calls["UnassignPrivateIpAddresses"] == 0
         assert world.manager.nodes["n1"].marked  # chosen, waiting out the delay
@@ -33,7 +33,7 @@ async def test_addresses_in_use_are_never_released(make_world):
         world.add_node("n1", used=8, pre_allocate=4)
         await world.settle()
         in_use = set(world.store.resources["n1"].in_use)
-        world.side.set_used("n1", 2)
+        world.side.update("n1", used=2)
         kept = set(world.store.resources["n1"].in_use)
         await world.settle()
         pool = {e.address for e in world.store.statuses["n1"].pool}
@@ -45,7 +45,7 @@ async def test_silent_node_side_means_nothing_is_released(make_world):
         world.add_node("n1", used=8, pre_allocate=4)
         await world.settle()
         world.side.answering = False
-        world.side.set_used("n1", 2)
+        world.side.update("n1", used=2)
         await asyncio.sleep(300)
         node = world.manager.nodes["n1"]
         assert world.cloud.calls["UnassignPrivateIpAddresses"] == 0
@@ -58,7 +58,7 @@ async def test_do_not_release_answer_stops_the_release(make_world):
         world.add_node("n1", used=8, pre_allocate=4)
         await world.settle()
         world.side.answering = False
-        world.side.set_used("n1", 2)
+        world.side.update("n1", used=2)
         await asyncio.sleep(11)
         node = world.manager.nodes["n1"]
         marked = [a for a, s in node.release_status.items() if s == ReleaseState.MARKED]

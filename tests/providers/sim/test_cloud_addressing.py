@@ -179,6 +179,11 @@ def test_setup_declares_interfaces_with_addresses_prefixes_and_tags() -> None:
     cloud.check_invariants()
 
 
+def _instance(interfaces: list[dict[str, object]], type: str = "m5.large") -> Callable[[SimCloud], None]:
+    """A setup call adding instance i-x in s-1 with the given interface declarations."""
+    return lambda c: c.add_instance("i-x", type=type, subnet="s-1", security_groups=[], interfaces=interfaces)
+
+
 @pytest.mark.parametrize(
     ("call", "named"),
     [
@@ -189,58 +194,12 @@ def test_setup_declares_interfaces_with_addresses_prefixes_and_tags() -> None:
         (lambda c: c.add_security_group("sg-x", vpc="vpc-9"), "vpc-9"),
         (lambda c: c.add_instance("i-x", type="m5.large", subnet="s-9", security_groups=[]), "s-9"),
         (lambda c: c.add_instance("i-x", type="m5.large", subnet="s-1", security_groups=["sg-9"]), "sg-9"),
-        (
-            lambda c: c.add_instance(
-                "i-x", type="m5.large", subnet="s-1", security_groups=[], interfaces=[{"idx": 0}]
-            ),
-            "'idx'",
-        ),
-        (
-            lambda c: c.add_instance(
-                "i-x", type="m5.large", subnet="s-1", security_groups=[], interfaces=[{"index": 1}]
-            ),
-            "primary",
-        ),
-        (
-            lambda c: c.add_instance(
-                "i-x",
-                type="m4.xlarge",
-                subnet="s-1",
-                security_groups=[],
-                interfaces=[{"index": 0, "prefixes": 1}],
-            ),
-            "prefixes",
-        ),
-        (
-            lambda c: c.add_instance(
-                "i-x",
-                type="m5.large",
-                subnet="s-1",
-                security_groups=[],
-                interfaces=[{"index": 0, "secondary_ips": 10}],
-            ),
-            "more than 9",
-        ),
-        (
-            lambda c: c.add_instance(
-                "i-x",
-                type="m5.large",
-                subnet="s-1",
-                security_groups=[],
-                interfaces=[{"index": n} for n in range(4)],
-            ),
-            "exceed",
-        ),
-        (
-            lambda c: c.add_instance(
-                "i-x",
-                type="m5.large",
-                subnet="s-1",
-                security_groups=[],
-                interfaces=[{"index": 0}, {"index": 1, "subnet": "s-other"}],
-            ),
-            "zone",
-        ),
+        (_instance([{"idx": 0}]), "'idx'"),
+        (_instance([{"index": 1}]), "primary"),
+        (_instance([{"index": 0, "prefixes": 1}], type="m4.xlarge"), "prefixes"),
+        (_instance([{"index": 0, "secondary_ips": 10}]), "more than 9"),
+        (_instance([{"index": n} for n in range(4)]), "exceed"),
+        (_instance([{"index": 0}, {"index": 1, "subnet": "s-other"}]), "zone"),
     ],
 )
 def test_setup_rejects_bad_declarations_naming_the_culprit(
