@@ -207,7 +207,7 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
         p = f"cloud.security_groups[{n}]"
         g = _mapping(g, p, allowed={"id", "vpc", "tags"}, required=("id", "vpc"))
         vpc = _ref(g["vpc"], f"{p}.vpc", vpcs, "VPC")
-        gid = _str(g["id"], f"{p}.id")
+        gid = _new(g["id"], f"{p}.id", groups, "security group")
         groups[gid] = {"id": gid, "vpc": vpc, "tags": _tags(g.get("tags", {}), f"{p}.tags")}
     instances: dict[str, dict[str, Any]] = {}
     for n, i in enumerate(_list(cloud.get("instances", []), "cloud.instances")):

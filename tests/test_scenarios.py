@@ -81,6 +81,10 @@ def test_invalid_scenario_names_the_offending_key(extra, path):
         (lambda d: d["nodes"][0].update(instance="i-9"), "nodes[0].instance"),
         (lambda d: d["nodes"][0].update(pre_allocate="8"), "nodes[0].pre_allocate"),
         (lambda d: d["nodes"].append({"name": "node1", "instance": "i-1"}), "nodes[1].name"),
+        (
+            lambda d: d["cloud"]["security_groups"].append({"id": "sg-1", "vpc": "vpc-1"}),
+            "cloud.security_groups[1].id",
+        ),
         (lambda d: d.pop("cloud"), "cloud"),
     ],
 )
