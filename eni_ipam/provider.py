@@ -95,26 +95,34 @@ class Provider(Protocol):
         """Create an interface carrying ``count`` secondary addresses (or prefixes) and ``tags``, attach it
         to the instance at ``device_index``, and set delete-on-termination.
 
+        ``device_index`` comes from the caller's view, which may be stale: when another interface
+        holds it, the provider tries the following indexes (a bounded number of them) and the
+        returned interface says which index it got.
+
         ``token`` is an idempotency token: a retried create with the same token returns the same
         interface instead of creating a second one. If attaching (or marking) fails, the created
         interface is deleted before the error is raised, so a failure never leaks an interface.
 
         Returns:
-            The attached interface (``instance_id`` and ``device_index`` set).
+            The attached interface (``instance_id`` and the ``device_index`` it got set).
 
         Raises:
             errors.AttachmentLimitExceeded: no free adapter slot on the instance.
-            errors.DeviceIndexInUse: another interface holds ``device_index``.
+            errors.DeviceIndexInUse: ``device_index`` and every following index tried were taken.
             errors.SubnetExhausted, errors.PrefixesExhausted, errors.InterfaceLimitExceeded
             errors.InstanceNotRunning, errors.NotFound
         """
         ...
 
-    async def delete_interface(self, *, interface_id: str) -> None:
-        """Detach (if attached) and delete an interface.
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        """Delete an interface, detaching it first when ``detach`` and it is attached.
+
+        With ``detach=False`` an attached interface is kept and the call fails: garbage collection
+        deletes only what is still detached when it sweeps.
 
         Raises:
             errors.NotFound: no such interface.
+            errors.InvalidRequest: attached and ``detach`` is false, or a primary interface.
         """
         ...
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate providers/sim/instance_types.json, the EC2 instance-type network table.
+"""Generate providers/instance_types.json, the EC2 instance-type network table.
 
 The table maps every instance type to the network limits the simulated cloud
 enforces:
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = REPO_ROOT / "providers" / "sim" / "instance_types.json"
+DEFAULT_OUTPUT = REPO_ROOT / "providers" / "instance_types.json"
 DEFAULT_INPUT = REPO_ROOT / "scripts" / "data" / "describe-instance-types.json"
 
 HYPERVISORS = ("nitro", "xen")

@@ -270,10 +270,14 @@ async def check_create_interface(env: ContractEnv) -> None:
 
 
 async def check_create_on_occupied_index(env: ContractEnv) -> None:
-    """create at an occupied device index raises DeviceIndexInUse and leaks nothing."""
-    call = _create(env, check="occupied", index=0)
-    await _raises(errors.DeviceIndexInUse, call, "create at device index 0 (the primary's)")
-    await _no_leak(env, "occupied", attached=1)
+    """create at an occupied device index (a stale view) attaches at the next free index instead."""
+    iface = await _succeeds(_create(env, check="occupied", index=0), "create at device index 0 (taken)")
+    assert (iface.instance_id, iface.device_index) == (env.instance_id, 1), (
+        f"create at the taken index 0 gave {iface.instance_id!r} index {iface.device_index}, not index 1"
+    )
+    indexes = [i.device_index for i in (await _instance(env)).interfaces]
+    assert indexes == [0, 1], f"after the create the instance has interfaces at {indexes}, expected [0, 1]"
+    await _no_leak(env, "occupied", attached=2)
 
 
 async def check_create_past_adapter_limit(env: ContractEnv) -> None:
@@ -337,6 +341,14 @@ async def check_delete_interface(env: ContractEnv) -> None:
     await _raises(errors.NotFound, env.provider.delete_interface(interface_id=iface.id), "delete twice")
 
 
+async def check_delete_without_detach(env: ContractEnv) -> None:
+    """delete_interface(detach=False) refuses an attached interface and keeps it attached."""
+    iface = await _create(env, check="keep", index=1)
+    call = env.provider.delete_interface(interface_id=iface.id, detach=False)
+    await _raises(errors.ProviderError, call, "delete of an attached interface with detach=False")
+    assert (await _instance(env)).interface(iface.id) is not None, f"{iface.id} is gone or detached"
+
+
 CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
     check_describe_instance,
@@ -351,6 +363,7 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_subnet_exhaustion,
     check_prefixes,
     check_delete_interface,
+    check_delete_without_detach,
 )
 """Every contract check, in a stable order."""
 

@@ -5,10 +5,11 @@
 everything above the provider runs unchanged against it.
 """
 
+from providers.ec2_limits import instance_limits, load_limits
+from providers.ec2_provider import InstanceInfo
 from providers.sim.cloud import SimCloud
-from providers.sim.limits import instance_limits, load_limits
 from providers.sim.provider import SimProvider
-from providers.sim.records import InstanceInfo, Page, SimError, Vpc
+from providers.sim.records import Page, SimError, Vpc
 
 __all__ = [
     "InstanceInfo",

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from eni_ipam import model
 from eni_ipam.clock import Clock
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+from providers.ec2_limits import load_limits
 from providers.sim.describe import DescribeOps
 from providers.sim.gate import Gate, api
-from providers.sim.limits import load_limits
 from providers.sim.records import InstanceRecord, InterfaceRecord, SimError
 
 _READ_PREFIX = "Describe"

@@ -1,8 +1,8 @@
 """Values the simulated cloud speaks, and the mutable records behind them.
 
 Public values (returned by :class:`~providers.sim.cloud.SimCloud` operations) are immutable:
-:class:`Vpc`, :class:`InstanceInfo`, :class:`Page`, plus :mod:`eni_ipam.model`'s ``Subnet``,
-``SecurityGroup`` and ``Interface``. :class:`SimError` is the cloud's only exception, shaped like
+:class:`Vpc`, :class:`Page`, :class:`~providers.ec2_provider.InstanceInfo`, plus :mod:`eni_ipam.model`'s
+``Subnet``, ``SecurityGroup`` and ``Interface``. :class:`SimError` is the cloud's only exception, shaped like
 botocore's ``ClientError`` (an EC2 code and message), so a provider over the sim translates errors
 exactly as a provider over EC2 does.
 
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Generic, Literal, TypeVar
 
 from eni_ipam import model
+from providers.ec2_provider import InstanceInfo
 from providers.sim.addressing import SubnetSpace
 
 T = TypeVar("T")
@@ -40,19 +41,6 @@ class SimError(Exception):
 class Vpc:
     id: str
     cidr: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class InstanceInfo:
-    """One instance as ``DescribeInstances`` reports it (interfaces come from DescribeNetworkInterfaces)."""
-
-    id: str
-    type: str
-    state: InstanceState
-    vpc_id: str
-    subnet_id: str
-    zone: str
-    security_groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ from eni_ipam.testing.provider_contract import (
     check_assign_exact_count,
     check_create_interface,
     check_create_on_occupied_index,
+    check_create_past_adapter_limit,
     check_delete_interface,
+    check_delete_without_detach,
     check_describe_instance,
     check_instance_limits,
     check_provider,
@@ -100,6 +102,19 @@ class NoRollback(SimProvider):
         return None
 
 
+class NoIndexRetry(SimProvider):
+    async def _attach(self, interface_id: str, instance_id: str, device_index: int) -> tuple[int, str]:
+        attachment = await self.api.attach_network_interface(
+            interface_id=interface_id, instance_id=instance_id, device_index=device_index
+        )
+        return device_index, attachment
+
+
+class DeleteAlwaysDetaches(SimProvider):
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        await super().delete_interface(interface_id=interface_id, detach=True)
+
+
 class NoIdempotency(SimProvider):
     serial = 0
 
@@ -130,16 +145,18 @@ class UnknownIsAnError(SimProvider):
 
 
 class DeleteOnlyDetaches(SimProvider):
-    async def delete_interface(self, *, interface_id: str) -> None:
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         iface = self.cloud.interface_view(interface_id)
         if iface is None:
             raise errors.NotFound("gone", code="InvalidNetworkInterfaceID.NotFound")
-        await self._detach(iface.attachment_id)
+        await self.api.detach_network_interface(attachment_id=iface.attachment_id)
 
 
 MUTANTS: list[tuple[type[SimProvider], Callable[[ContractEnv], Awaitable[None]]]] = [
     (ReturnsTooFew, check_assign_exact_count),
-    (NoRollback, check_create_on_occupied_index),
+    (NoRollback, check_create_past_adapter_limit),
+    (NoIndexRetry, check_create_on_occupied_index),
+    (DeleteAlwaysDetaches, check_delete_without_detach),
     (NoIdempotency, check_create_interface),
     (UnassignsEverything, check_unassign),
     (GuessesLimits, check_instance_limits),
@@ -160,8 +177,8 @@ async def test_check_provider_reports_every_failed_check_by_name() -> None:
     with pytest.raises(ExceptionGroup) as group:
         await check_provider(lambda: make_env(provider_class=NoRollback))
     notes = [note for exc in group.value.exceptions for note in getattr(exc, "__notes__", [])]
-    assert any("check_create_on_occupied_index" in note for note in notes)
     assert any("check_create_past_adapter_limit" in note for note in notes)
+    assert len(group.value.exceptions) < len(CONTRACT_CHECKS)
 
 
 async def test_subnet_exhaustion_check_refuses_an_env_whose_small_subnet_is_not_small() -> None:

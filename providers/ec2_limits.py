@@ -24,7 +24,7 @@ from typing import Any
 from eni_ipam.model import InstanceLimits
 
 TABLE = "instance_types.json"
-"""Resource name of the table inside the ``providers.sim`` package."""
+"""Resource name of the table inside the ``providers`` package."""
 
 
 def parse_table(document: Mapping[str, Any]) -> dict[str, InstanceLimits]:
@@ -69,7 +69,7 @@ def load_limits() -> Mapping[str, InstanceLimits]:
         FileNotFoundError: the package was installed without its data file.
         ValueError: the table is malformed.
     """
-    text = resources.files("providers.sim").joinpath(TABLE).read_text(encoding="utf-8")
+    text = resources.files("providers").joinpath(TABLE).read_text(encoding="utf-8")
     return MappingProxyType(parse_table(json.loads(text)))
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from eni_ipam.clock import LoopClock
 from eni_ipam.model import InstanceLimits
+from providers.ec2_limits import instance_limits, load_limits, parse_table
 from providers.sim.cloud import SimCloud
-from providers.sim.limits import instance_limits, load_limits, parse_table
 
 WELL_KNOWN = [
     # type, adapters, IPv4 per interface, hypervisor (EC2 DescribeInstanceTypes)

@@ -1,0 +1,487 @@
+"""The Provider protocol over any EC2 API: every decision about which EC2 calls to make, in one place.
+
+This is Cilium's ``pkg/ipam`` split. A thin client, :class:`Ec2Api`, has one model-typed method per EC2
+operation and sends every request through :class:`~eni_ipam.api.ApiCaller`. :class:`Ec2Provider` turns
+the :class:`~eni_ipam.provider.Provider` protocol into those calls. The in-memory cloud
+(:mod:`providers.sim`) and boto3 (:mod:`providers.aws`) supply only an :class:`Ec2Api` and a
+:class:`LimitsSource`. Everything else is shared, so the same contract suite checks both and they
+cannot drift apart:
+
+* resync assembly and scoping (VPC, subnet ids and tags, instance tags);
+* the per-instance cache;
+* create → attach → delete-on-termination, with rollback and the attach retry on an index conflict;
+* delete with detach;
+* the garbage-collection listing.
+
+Invariants:
+
+* A create that fails after ``CreateNetworkInterface`` deletes what it created before raising. If the
+  rollback fails too, that failure is noted on the original error, and the interface keeps its
+  ownership tags so garbage collection finds it.
+* A retried create with the same idempotency token adopts the interface of the first attempt and
+  never attaches a second one.
+* Nothing here reads time or sleeps: retries across passes belong to the reconciler's backoff.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal, Protocol
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.model import (
+    EMPTY_TAGS,
+    CloudSnapshot,
+    Instance,
+    InstanceLimits,
+    Interface,
+    SecurityGroup,
+    Subnet,
+    Tags,
+)
+
+log = structlog.get_logger("eni_ipam.provider")
+
+Filters = Mapping[str, Sequence[str]]
+"""EC2 filters: name → accepted values (a value matches when any one does)."""
+
+InstanceState = Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
+
+LIVE_STATES: tuple[str, ...] = ("pending", "running", "stopping", "stopped")
+"""Instance states worth listing: a terminated (or terminating) instance has no pool to keep."""
+
+DESCRIPTION = "eni-ipam ({instance})"
+"""Description of the interfaces eni-ipam creates (the instance id fills in)."""
+
+ATTACH_ATTEMPTS = 5
+"""Device indexes tried by one create: the planned one, then the next ones on an index conflict."""
+
+FILTER_VALUES_PER_CALL = 200
+"""EC2 accepts at most 200 values in one filter; longer id lists are split across calls."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceInfo:
+    """One instance as ``DescribeInstances`` reports it (interfaces come from DescribeNetworkInterfaces)."""
+
+    id: str
+    type: str
+    state: InstanceState
+    vpc_id: str
+    subnet_id: str
+    zone: str
+    security_groups: tuple[str, ...] = ()
+
+
+class Ec2Api(Protocol):
+    """The thin EC2 client: one method per operation, model-typed, keyword-only.
+
+    Every request goes through :class:`~eni_ipam.api.ApiCaller`, which means it is rate limited,
+    measured, and has its errors translated with :func:`providers.ec2_errors.translate_ec2`. Listings
+    return every page, and each page is one request. A method makes exactly the one request its name
+    says: no retries beyond the SDK's, and no policy.
+    """
+
+    async def describe_subnets(self, *, filters: Filters) -> list[Subnet]: ...
+
+    async def describe_security_groups(self, *, filters: Filters) -> list[SecurityGroup]: ...
+
+    async def describe_instances(
+        self, *, instance_ids: Sequence[str] = (), filters: Filters | None = None
+    ) -> list[InstanceInfo]:
+        """Instances by id and/or filters; an unknown id raises :class:`~eni_ipam.errors.NotFound`."""
+        ...
+
+    async def describe_network_interfaces(
+        self, *, interface_ids: Sequence[str] = (), filters: Filters | None = None
+    ) -> list[Interface]:
+        """Interfaces by id and/or filters; detached ones have ``device_index == -1``."""
+        ...
+
+    async def assign_private_ip_addresses(
+        self, *, interface_id: str, secondary_count: int, prefix_count: int
+    ) -> list[str]:
+        """Only the newly assigned addresses (or prefixes), in address order."""
+        ...
+
+    async def unassign_private_ip_addresses(
+        self, *, interface_id: str, addresses: Sequence[str], prefixes: Sequence[str]
+    ) -> None: ...
+
+    async def create_network_interface(
+        self,
+        *,
+        subnet_id: str,
+        groups: Sequence[str],
+        secondary_count: int,
+        prefix_count: int,
+        tags: Mapping[str, str],
+        description: str,
+        client_token: str,
+    ) -> Interface:
+        """The new interface; with a ``client_token`` seen before, the one that call created."""
+        ...
+
+    async def attach_network_interface(
+        self, *, interface_id: str, instance_id: str, device_index: int
+    ) -> str:
+        """The attachment id."""
+        ...
+
+    async def modify_network_interface_attribute(
+        self, *, interface_id: str, attachment_id: str, delete_on_termination: bool
+    ) -> None: ...
+
+    async def detach_network_interface(self, *, attachment_id: str, force: bool = False) -> None: ...
+
+    async def delete_network_interface(self, *, interface_id: str) -> None: ...
+
+
+class LimitsSource(Protocol):
+    """Where an EC2 provider learns instance-type limits (a static table, or the API with a fallback)."""
+
+    async def limits(self, instance_type: str) -> InstanceLimits:
+        """Limits of one type.
+
+        Raises:
+            errors.LimitsUnknown: the type is unknown (after any lookup the source allows itself).
+        """
+        ...
+
+    async def known(self, instance_types: Collection[str]) -> dict[str, InstanceLimits]:
+        """Limits of every type in ``instance_types`` the source knows; unknown types are left out.
+
+        Never raises: a failed lookup leaves the types out, and the caller treats them as unknown.
+        """
+        ...
+
+
+class TableLimits:
+    """A :class:`LimitsSource` over a fixed table: no API calls."""
+
+    def __init__(self, table: Mapping[str, InstanceLimits]) -> None:
+        self.table = table
+
+    async def limits(self, instance_type: str) -> InstanceLimits:
+        found = self.table.get(instance_type)
+        if found is None:
+            raise errors.LimitsUnknown(instance_type)
+        return found
+
+    async def known(self, instance_types: Collection[str]) -> dict[str, InstanceLimits]:
+        return {t: self.table[t] for t in instance_types if t in self.table}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """What part of the account the provider sees. Empty fields do not restrict."""
+
+    vpc_id: str = ""
+    """Only this VPC's subnets, security groups, instances and interfaces."""
+    subnet_ids: tuple[str, ...] = ()
+    """Only these subnets are reported (and so chosen for new interfaces)."""
+    subnet_tags: Tags = EMPTY_TAGS
+    """Only subnets carrying every one of these tags are reported."""
+    instance_tags: Tags = EMPTY_TAGS
+    """Only instances carrying every one of these tags (and their interfaces) are reported."""
+
+    def vpc(self) -> dict[str, list[str]]:
+        return {"vpc-id": [self.vpc_id]} if self.vpc_id else {}
+
+    def subnet_filters(self) -> dict[str, list[str]]:
+        filters = self.vpc()
+        if self.subnet_ids:
+            filters["subnet-id"] = list(self.subnet_ids)
+        filters.update({f"tag:{k}": [v] for k, v in self.subnet_tags.items()})
+        return filters
+
+    def instance_filters(self) -> dict[str, list[str]]:
+        filters = {**self.vpc(), "instance-state-name": list(LIVE_STATES)}
+        filters.update({f"tag:{k}": [v] for k, v in self.instance_tags.items()})
+        return filters
+
+
+def _chunks(items: Sequence[str], size: int = FILTER_VALUES_PER_CALL) -> list[list[str]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+class Ec2Provider:
+    """The :class:`~eni_ipam.provider.Provider` protocol over an :class:`Ec2Api` (contract in its docs).
+
+    Caching: an instance's type, zone, VPC and subnet never change, so ``describe_instance`` keeps what
+    ``DescribeInstances`` said. While the instance is known, it makes only one
+    ``DescribeNetworkInterfaces`` call per sync. It asks ``DescribeInstances`` again when the instance
+    is not cached, or when no interface is attached (a live instance always has its primary). That is
+    how a termination is seen.
+    """
+
+    name: str = "ec2"
+
+    def __init__(self, api: Ec2Api, *, limits: LimitsSource, scope: Scope | None = None) -> None:
+        self.api = api
+        self.limits = limits
+        self.scope = scope or Scope()
+        self._instances: dict[str, InstanceInfo] = {}
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def resync(self) -> CloudSnapshot:
+        """The full view within the scope: subnets, groups, live instances with their attached
+        interfaces, and limits of their types.
+
+        Calls DescribeSubnets, DescribeSecurityGroups, DescribeInstances and DescribeNetworkInterfaces,
+        each paged to the end; with an instance-tag scope, interfaces are asked for by instance id.
+
+        Raises:
+            errors.ProviderError: any call failed (no partial view is returned).
+        """
+        scope = self.scope
+        subnets = await self.api.describe_subnets(filters=scope.subnet_filters())
+        groups = await self.api.describe_security_groups(filters=scope.vpc())
+        infos = await self.api.describe_instances(filters=scope.instance_filters())
+        live = {info.id: info for info in infos if info.state in LIVE_STATES}
+        if scope.instance_tags:
+            interfaces: list[Interface] = []
+            for chunk in _chunks(sorted(live)):
+                interfaces += await self.api.describe_network_interfaces(
+                    filters={"attachment.instance-id": chunk}
+                )
+        else:
+            interfaces = await self.api.describe_network_interfaces(filters=scope.vpc())
+        self._instances = dict(live)
+        attached: dict[str, list[Interface]] = collections.defaultdict(list)
+        for iface in interfaces:
+            if iface.instance_id in live:
+                attached[iface.instance_id].append(iface)
+        return CloudSnapshot(
+            subnets={s.id: s for s in subnets},
+            security_groups={g.id: g for g in groups},
+            instances={id: self._instance(info, attached[id]) for id, info in live.items()},
+            limits=await self.limits.known({info.type for info in live.values()}),
+        )
+
+    async def describe_instance(self, *, instance_id: str) -> Instance | None:
+        """The instance with its attached interfaces now; ``None`` when missing or terminated.
+
+        Raises:
+            errors.ProviderError: the cloud could not answer (never for "not found").
+        """
+        info = self._instances.get(instance_id)
+        fresh = info is None
+        if info is None:
+            info = await self._instance_info(instance_id)
+            if info is None:
+                return None
+        interfaces = await self.api.describe_network_interfaces(
+            filters={"attachment.instance-id": [instance_id]}
+        )
+        if not interfaces and not fresh:
+            info = await self._instance_info(instance_id)
+            if info is None:
+                return None
+        return self._instance(info, interfaces)
+
+    async def instance_limits(self, *, instance_type: str) -> InstanceLimits:
+        """Limits of ``instance_type`` from the provider's :class:`LimitsSource`.
+
+        Raises:
+            errors.LimitsUnknown: the type is unknown.
+        """
+        return await self.limits.limits(instance_type)
+
+    async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
+        """Detached interfaces (within the VPC scope) carrying every one of ``tags``.
+
+        An empty ``tags`` selects nothing, with no call: it never lists every detached interface
+        of the account.
+
+        Raises:
+            errors.ProviderError: the listing failed.
+        """
+        if not tags:
+            return []
+        filters = {
+            "status": ["available"],
+            **{f"tag:{k}": [v] for k, v in tags.items()},
+            **self.scope.vpc(),
+        }
+        return await self.api.describe_network_interfaces(filters=filters)
+
+    # -- mutations -------------------------------------------------------------------------------
+
+    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+        """Assign exactly ``count`` addresses (or /28 prefixes) in one call; returns the new ones.
+
+        Raises:
+            errors.InterfaceLimitExceeded, errors.SubnetExhausted, errors.PrefixesExhausted,
+            errors.NotFound, errors.Throttled, errors.TransientError: see the Provider protocol.
+        """
+        if count == 0:
+            return []
+        secondary, prefix = (0, count) if prefixes else (count, 0)
+        return await self.api.assign_private_ip_addresses(
+            interface_id=interface_id, secondary_count=secondary, prefix_count=prefix
+        )
+
+    async def unassign_addresses(
+        self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
+    ) -> None:
+        """Remove the given addresses and prefixes in one call (nothing to remove: no call).
+
+        Raises:
+            errors.InvalidRequest: an address is not assigned to the interface (nothing is removed).
+            errors.NotFound: no such interface.
+        """
+        if not addresses and not prefixes:
+            return
+        await self.api.unassign_private_ip_addresses(
+            interface_id=interface_id, addresses=tuple(addresses), prefixes=tuple(prefixes)
+        )
+
+    async def create_interface(
+        self,
+        *,
+        instance_id: str,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        device_index: int,
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+        delete_on_termination: bool = True,
+    ) -> Interface:
+        """Create, attach and mark an interface; a failure after the create deletes it again.
+
+        The calls:
+
+        * CreateNetworkInterface, carrying the addresses or prefixes, the tags, a description, and
+          ``token`` as the ClientToken;
+        * AttachNetworkInterface at ``device_index``. On an index conflict (our view was stale) it
+          tries the next index, up to :data:`ATTACH_ATTEMPTS` indexes, and the returned interface
+          says which one it got;
+        * ModifyNetworkInterfaceAttribute for delete-on-termination, skipped when not wanted.
+
+        A retry with the same ``token`` gets back the interface the first attempt created. If that
+        one is already attached to the instance (or already marked), those steps are skipped, so a
+        retried create never costs a second interface. If the task is cancelled between the steps,
+        a tagged, detached interface is left behind, and garbage collection removes it.
+
+        Raises:
+            errors.AttachmentLimitExceeded, errors.DeviceIndexInUse, errors.SubnetExhausted,
+            errors.PrefixesExhausted, errors.InterfaceLimitExceeded, errors.InstanceNotRunning,
+            errors.NotFound: the original error, after the rollback.
+        """
+        secondary, prefix = (0, count) if prefixes else (count, 0)
+        iface = await self.api.create_network_interface(
+            subnet_id=subnet_id,
+            groups=tuple(security_groups),
+            secondary_count=secondary,
+            prefix_count=prefix,
+            tags=dict(tags),
+            description=DESCRIPTION.format(instance=instance_id),
+            client_token=token,
+        )
+        attached_here = ""
+        try:
+            if iface.instance_id != instance_id:
+                index, attached_here = await self._attach(iface.id, instance_id, device_index)
+                iface = dataclasses.replace(
+                    iface,
+                    instance_id=instance_id,
+                    device_index=index,
+                    attachment_id=attached_here,
+                    delete_on_termination=False,
+                )
+            if delete_on_termination and not iface.delete_on_termination:
+                await self.api.modify_network_interface_attribute(
+                    interface_id=iface.id, attachment_id=iface.attachment_id, delete_on_termination=True
+                )
+                iface = dataclasses.replace(iface, delete_on_termination=True)
+        except errors.EniIpamError as exc:
+            if isinstance(exc, errors.InstanceNotRunning):
+                self._instances.pop(instance_id, None)
+            await self._roll_back(iface.id, attached_here, exc)
+            raise
+        return iface
+
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        """Delete an interface; when ``detach``, detach it first if it is attached.
+
+        With ``detach=False`` an attached interface is refused by the cloud and kept (garbage
+        collection relies on this: an interface attached since it was marked survives).
+
+        Raises:
+            errors.NotFound: no such interface.
+            errors.InvalidRequest: the interface is attached and ``detach`` is false, or it is an
+                instance's primary interface, which cannot be detached.
+        """
+        try:
+            await self.api.delete_network_interface(interface_id=interface_id)
+        except errors.ProviderError as exc:
+            if not detach or exc.code != "InvalidNetworkInterface.InUse":
+                raise
+            for iface in await self.api.describe_network_interfaces(interface_ids=[interface_id]):
+                if iface.attachment_id:
+                    await self.api.detach_network_interface(attachment_id=iface.attachment_id)
+            await self.api.delete_network_interface(interface_id=interface_id)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def _attach(self, interface_id: str, instance_id: str, device_index: int) -> tuple[int, str]:
+        """Attach at ``device_index``, or the next free index after a conflict; (index, attachment)."""
+        for index in range(device_index, device_index + ATTACH_ATTEMPTS):
+            try:
+                attachment = await self.api.attach_network_interface(
+                    interface_id=interface_id, instance_id=instance_id, device_index=index
+                )
+            except errors.DeviceIndexInUse:
+                if index == device_index + ATTACH_ATTEMPTS - 1:
+                    raise
+                log.info("device_index_in_use", interface=interface_id, instance=instance_id, index=index)
+                continue
+            return index, attachment
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    async def _instance_info(self, instance_id: str) -> InstanceInfo | None:
+        """DescribeInstances for one instance; refreshes the cache; ``None`` when missing or terminated."""
+        try:
+            infos = await self.api.describe_instances(instance_ids=[instance_id])
+        except errors.NotFound:
+            infos = []
+        info = next((i for i in infos if i.id == instance_id and i.state in LIVE_STATES), None)
+        if info is None:
+            self._instances.pop(instance_id, None)
+        else:
+            self._instances[instance_id] = info
+        return info
+
+    @staticmethod
+    def _instance(info: InstanceInfo, interfaces: Sequence[Interface]) -> Instance:
+        return Instance(
+            id=info.id,
+            type=info.type,
+            vpc_id=info.vpc_id,
+            zone=info.zone,
+            subnet_id=info.subnet_id,
+            interfaces=tuple(interfaces),
+            running=info.state == "running",
+        )
+
+    async def _roll_back(self, interface_id: str, attachment_id: str, cause: BaseException) -> None:
+        """Undo a create: detach what this call attached, then delete.
+
+        Failures are noted on ``cause`` (the error the caller sees) rather than raised over it; a
+        leftover interface carries its tags, so garbage collection finds it.
+        """
+        try:
+            if attachment_id:
+                await self.api.detach_network_interface(attachment_id=attachment_id)
+            await self.api.delete_network_interface(interface_id=interface_id)
+        except errors.EniIpamError as exc:
+            cause.add_note(f"rollback of {interface_id} failed: {exc}")
+            log.warning("rollback_failed", interface=interface_id, error=str(exc))
