@@ -76,3 +76,138 @@ def load_limits() -> Mapping[str, InstanceLimits]:
 def instance_limits(instance_type: str) -> InstanceLimits | None:
     """Limits of ``instance_type`` from the shipped table, or ``None`` when the type is unknown."""
     return load_limits().get(instance_type)
+
+
+HYPERVISORS = ("nitro", "xen")
+ROW_KEYS = ("adapters", "ipv4", "ipv6", "hypervisor", "bare_metal")
+"""Fields of one table row, in the order the table file writes them."""
+
+
+class InstanceTypeError(ValueError):
+    """A malformed DescribeInstanceTypes record; the message names the offending field."""
+
+
+# -- DescribeInstanceTypes records ---------------------------------------------------------------
+
+
+def _field(obj: dict[str, Any], key: str, path: str) -> Any:
+    if key not in obj or obj[key] is None:
+        raise InstanceTypeError(f"{path}.{key}: missing")
+    return obj[key]
+
+
+def _int(value: Any, path: str, minimum: int = 0) -> int:
+    # bool is a subclass of int; reject it explicitly.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InstanceTypeError(f"{path}: expected an integer, got {json.dumps(value)}")
+    if value < minimum:
+        raise InstanceTypeError(f"{path}: expected an integer >= {minimum}, got {value}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise InstanceTypeError(f"{path}: expected true or false, got {json.dumps(value)}")
+    return value
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InstanceTypeError(f"{path}: expected an object, got {json.dumps(value)[:60]}")
+    return value
+
+
+def convert_instance_type(record: Any, path: str) -> tuple[str, dict[str, Any]]:
+    """Convert one DescribeInstanceTypes ``InstanceTypeInfo`` into a table row.
+
+    ``path`` names the record in error messages, e.g. ``InstanceTypes[12]``.
+    """
+    record = _object(record, path)
+    name = _field(record, "InstanceType", path)
+    if not isinstance(name, str) or not name.strip():
+        raise InstanceTypeError(f"{path}.InstanceType: expected a non-empty string, got {json.dumps(name)}")
+
+    bare_metal = _bool(_field(record, "BareMetal", path), f"{path}.BareMetal")
+
+    hypervisor = record.get("Hypervisor")
+    if hypervisor is None:
+        hypervisor = ""
+    elif hypervisor not in HYPERVISORS:
+        raise InstanceTypeError(
+            f"{path}.Hypervisor: expected one of {', '.join(HYPERVISORS)}, got {json.dumps(hypervisor)}"
+        )
+    if bare_metal:
+        hypervisor = ""
+
+    net_path = f"{path}.NetworkInfo"
+    net = _object(_field(record, "NetworkInfo", path), net_path)
+
+    max_ifaces = _int(
+        _field(net, "MaximumNetworkInterfaces", net_path),
+        f"{net_path}.MaximumNetworkInterfaces",
+        minimum=1,
+    )
+    ipv4 = _int(
+        _field(net, "Ipv4AddressesPerInterface", net_path),
+        f"{net_path}.Ipv4AddressesPerInterface",
+        minimum=1,
+    )
+
+    ipv6_supported = net.get("Ipv6Supported", False)
+    if ipv6_supported is None:
+        ipv6_supported = False
+    ipv6_supported = _bool(ipv6_supported, f"{net_path}.Ipv6Supported")
+    if net.get("Ipv6AddressesPerInterface") is None:
+        if ipv6_supported:
+            raise InstanceTypeError(f"{net_path}.Ipv6AddressesPerInterface: missing (Ipv6Supported is true)")
+        ipv6 = 0
+    else:
+        ipv6 = _int(net["Ipv6AddressesPerInterface"], f"{net_path}.Ipv6AddressesPerInterface")
+
+    adapters = max_ifaces
+    cards = net.get("NetworkCards")
+    default_index = net.get("DefaultNetworkCardIndex")
+    if default_index is None:
+        default_index = 0
+    default_index = _int(default_index, f"{net_path}.DefaultNetworkCardIndex")
+    if cards is not None:
+        if not isinstance(cards, list):
+            raise InstanceTypeError(f"{net_path}.NetworkCards: expected a list, got {json.dumps(cards)[:60]}")
+        by_index: dict[int, int] = {}
+        for i, card in enumerate(cards):
+            card_path = f"{net_path}.NetworkCards[{i}]"
+            card = _object(card, card_path)
+            index = _int(_field(card, "NetworkCardIndex", card_path), f"{card_path}.NetworkCardIndex")
+            limit = _int(
+                _field(card, "MaximumNetworkInterfaces", card_path),
+                f"{card_path}.MaximumNetworkInterfaces",
+                minimum=1,
+            )
+            if index in by_index:
+                raise InstanceTypeError(f"{card_path}.NetworkCardIndex: duplicate index {index}")
+            by_index[index] = limit
+        if by_index:
+            if default_index not in by_index:
+                raise InstanceTypeError(
+                    f"{net_path}.DefaultNetworkCardIndex: no NetworkCards entry with index {default_index}"
+                )
+            adapters = by_index[default_index]
+
+    row = {
+        "adapters": adapters,
+        "ipv4": ipv4,
+        "ipv6": ipv6,
+        "hypervisor": hypervisor,
+        "bare_metal": bare_metal,
+    }
+    return name, row
+
+
+def limits_from_row(row: Mapping[str, Any]) -> InstanceLimits:
+    """The :class:`~eni_ipam.model.InstanceLimits` of one table row."""
+    return InstanceLimits(
+        adapters=row["adapters"],
+        ipv4_per_interface=row["ipv4"],
+        ipv6_per_interface=row["ipv6"],
+        hypervisor=row["hypervisor"],
+    )

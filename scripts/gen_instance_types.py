@@ -44,138 +44,23 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "providers" / "instance_types.json"
 DEFAULT_INPUT = REPO_ROOT / "scripts" / "data" / "describe-instance-types.json"
 
-HYPERVISORS = ("nitro", "xen")
-ROW_KEYS = ("adapters", "ipv4", "ipv6", "hypervisor", "bare_metal")
+# The conversion of one DescribeInstanceTypes record is shared with the AWS provider, which reads the
+# same records from the API at run time; the package needs only the standard library.
+sys.path.insert(0, str(REPO_ROOT))
+from providers.ec2_limits import ROW_KEYS  # noqa: E402
+from providers.ec2_limits import InstanceTypeError as InputError  # noqa: E402
+from providers.ec2_limits import convert_instance_type as convert_record  # noqa: E402
+
+__all__ = ["ROW_KEYS", "InputError", "convert_record"]
+
 # Optional top-level key of a saved input file describing where its data came
 # from; it becomes the table's "source" unless --source is given.
 SOURCE_KEY = "_source"
 
 
-class InputError(Exception):
-    """Raised for malformed input; the message names the offending field."""
-
-
-# --------------------------------------------------------------------------
-# Validation helpers
-# --------------------------------------------------------------------------
-
-
-def _field(obj: dict, key: str, path: str) -> Any:
-    if key not in obj or obj[key] is None:
-        raise InputError(f"{path}.{key}: missing")
-    return obj[key]
-
-
-def _int(value: Any, path: str, minimum: int = 0) -> int:
-    # bool is a subclass of int; reject it explicitly.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{path}: expected an integer, got {json.dumps(value)}")
-    if value < minimum:
-        raise InputError(f"{path}: expected an integer >= {minimum}, got {value}")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{path}: expected true or false, got {json.dumps(value)}")
-    return value
-
-
-def _object(value: Any, path: str) -> dict:
-    if not isinstance(value, dict):
-        raise InputError(f"{path}: expected an object, got {json.dumps(value)[:60]}")
-    return value
-
-
 # --------------------------------------------------------------------------
 # Conversion
 # --------------------------------------------------------------------------
-
-
-def convert_record(record: Any, path: str) -> tuple[str, dict]:
-    """Convert one DescribeInstanceTypes ``InstanceTypeInfo`` into a table row.
-
-    ``path`` names the record in error messages, e.g. ``InstanceTypes[12]``.
-    """
-    record = _object(record, path)
-    name = _field(record, "InstanceType", path)
-    if not isinstance(name, str) or not name.strip():
-        raise InputError(f"{path}.InstanceType: expected a non-empty string, got {json.dumps(name)}")
-
-    bare_metal = _bool(_field(record, "BareMetal", path), f"{path}.BareMetal")
-
-    hypervisor = record.get("Hypervisor")
-    if hypervisor is None:
-        hypervisor = ""
-    elif hypervisor not in HYPERVISORS:
-        raise InputError(
-            f"{path}.Hypervisor: expected one of {', '.join(HYPERVISORS)}, got {json.dumps(hypervisor)}"
-        )
-    if bare_metal:
-        hypervisor = ""
-
-    net_path = f"{path}.NetworkInfo"
-    net = _object(_field(record, "NetworkInfo", path), net_path)
-
-    max_ifaces = _int(
-        _field(net, "MaximumNetworkInterfaces", net_path),
-        f"{net_path}.MaximumNetworkInterfaces",
-        minimum=1,
-    )
-    ipv4 = _int(
-        _field(net, "Ipv4AddressesPerInterface", net_path),
-        f"{net_path}.Ipv4AddressesPerInterface",
-        minimum=1,
-    )
-
-    ipv6_supported = net.get("Ipv6Supported", False)
-    if ipv6_supported is None:
-        ipv6_supported = False
-    ipv6_supported = _bool(ipv6_supported, f"{net_path}.Ipv6Supported")
-    if net.get("Ipv6AddressesPerInterface") is None:
-        if ipv6_supported:
-            raise InputError(f"{net_path}.Ipv6AddressesPerInterface: missing (Ipv6Supported is true)")
-        ipv6 = 0
-    else:
-        ipv6 = _int(net["Ipv6AddressesPerInterface"], f"{net_path}.Ipv6AddressesPerInterface")
-
-    adapters = max_ifaces
-    cards = net.get("NetworkCards")
-    default_index = net.get("DefaultNetworkCardIndex")
-    if default_index is None:
-        default_index = 0
-    default_index = _int(default_index, f"{net_path}.DefaultNetworkCardIndex")
-    if cards is not None:
-        if not isinstance(cards, list):
-            raise InputError(f"{net_path}.NetworkCards: expected a list, got {json.dumps(cards)[:60]}")
-        by_index: dict[int, int] = {}
-        for i, card in enumerate(cards):
-            card_path = f"{net_path}.NetworkCards[{i}]"
-            card = _object(card, card_path)
-            index = _int(_field(card, "NetworkCardIndex", card_path), f"{card_path}.NetworkCardIndex")
-            limit = _int(
-                _field(card, "MaximumNetworkInterfaces", card_path),
-                f"{card_path}.MaximumNetworkInterfaces",
-                minimum=1,
-            )
-            if index in by_index:
-                raise InputError(f"{card_path}.NetworkCardIndex: duplicate index {index}")
-            by_index[index] = limit
-        if by_index:
-            if default_index not in by_index:
-                raise InputError(
-                    f"{net_path}.DefaultNetworkCardIndex: no NetworkCards entry with index {default_index}"
-                )
-            adapters = by_index[default_index]
-
-    row = {
-        "adapters": adapters,
-        "ipv4": ipv4,
-        "ipv6": ipv6,
-        "hypervisor": hypervisor,
-        "bare_metal": bare_metal,
-    }
-    return name, row
 
 
 def convert_records(records: Iterable[tuple[str, Any]]) -> dict[str, dict]:
