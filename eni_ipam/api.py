@@ -4,6 +4,11 @@ Providers build an :class:`ApiCaller` with their own ``translate`` function (clo
 :mod:`eni_ipam.errors`) and wrap every SDK call in :meth:`ApiCaller.call`. Callers above the
 provider therefore never see SDK exception types, every call is rate limited on its operation's
 bucket, and every call lands in ``eni_ipam_api_duration_seconds{operation,outcome}``.
+
+Requests and throttles are counted per request the cloud sees. A client without SDK retries makes
+one request per call, and the caller counts it. An SDK that retries on its own (botocore) reports
+each attempt from its hooks instead (``sdk_counts_requests=True``), so that a call which succeeded
+on its third attempt still shows two throttles and three requests.
 """
 
 from __future__ import annotations
@@ -23,11 +28,20 @@ Translate = Callable[[BaseException, str], errors.EniIpamError | None]
 
 
 class ApiCaller:
-    def __init__(self, *, limiter: RateLimiter, metrics: Metrics, clock: Clock, translate: Translate) -> None:
+    def __init__(
+        self,
+        *,
+        limiter: RateLimiter,
+        metrics: Metrics,
+        clock: Clock,
+        translate: Translate,
+        sdk_counts_requests: bool = False,
+    ) -> None:
         self.limiter = limiter
         self.metrics = metrics
         self._clock = clock
         self._translate = translate
+        self._count_requests = not sdk_counts_requests
 
     async def call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
         waited = await self.limiter.acquire(operation)
@@ -52,8 +66,7 @@ class ApiCaller:
             raise translated from exc
         finally:
             self.metrics.api_call(
-                operation=operation,
-                outcome=outcome,
-                seconds=self._clock.monotonic() - started,
-                throttled=throttled,
+                operation=operation, outcome=outcome, seconds=self._clock.monotonic() - started
             )
+            if self._count_requests:
+                self.metrics.api_request(operation=operation, throttled=throttled)

@@ -58,7 +58,8 @@ class Settings:
 
     gc_interval: float = 300.0
     """Seconds between garbage-collection runs; an interface must stay detached a whole interval
-    (marked in one run, deleted in the next) before it is deleted."""
+    (marked in one run, deleted in the next) before it is deleted. 0 turns garbage collection off
+    (for a second controller sharing the cluster tag, which must not collect twice)."""
 
     gc_max_per_run: int = 25
     """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""

@@ -32,6 +32,7 @@ from eni_ipam import errors
 from eni_ipam.backoff import Backoff
 from eni_ipam.clock import Clock
 from eni_ipam.config import Settings
+from eni_ipam.gc import GarbageCollector
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import CloudSnapshot, InstanceLimits, NodeResource, NodeStatus, SecurityGroup, Subnet
 from eni_ipam.node import Node
@@ -102,6 +103,16 @@ class NodeManager:
             for n in range(self.settings.parallel_workers):
                 tg.create_task(self._worker(), name=f"eni-ipam-worker-{n}")
             tg.create_task(self._periodic_resync(), name="eni-ipam-resync")
+            if self.settings.gc_interval > 0:
+                collector = GarbageCollector(
+                    self.provider,
+                    cluster_name=self.settings.cluster_name,
+                    clock=self.clock,
+                    metrics=self.metrics,
+                    interval=self.settings.gc_interval,
+                    max_per_run=self.settings.gc_max_per_run,
+                )
+                tg.create_task(collector.run(), name="eni-ipam-gc")
 
     async def _initial_resync(self) -> None:
         backoff = Backoff(initial=self.settings.backoff_initial, maximum=60.0, rng=self.rng)

@@ -89,7 +89,18 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
         )
         self.api_throttled = Counter(
-            "api_throttled", "Calls the cloud throttled", ["operation"], namespace=ns, registry=r
+            "api_throttled",
+            "Requests the cloud throttled (SDK retries included)",
+            ["operation"],
+            namespace=ns,
+            registry=r,
+        )
+        self.api_requests = Counter(
+            "api_requests",
+            "Requests sent to the cloud, SDK retries included (each spends a token of the cloud's bucket)",
+            ["operation"],
+            namespace=ns,
+            registry=r,
         )
         self.time_to_ip = Histogram(
             "time_to_ip_seconds",
@@ -98,19 +109,46 @@ class Metrics:
             registry=r,
             buckets=_DURATION_BUCKETS,
         )
+        self.gc_interfaces_total = Counter(
+            "gc_interfaces",
+            "Leaked interfaces handled by garbage collection, by action (marked, deleted, failed)",
+            ["action"],
+            namespace=ns,
+            registry=r,
+        )
+        self.gc_failures = Counter(
+            "gc_run_failures", "Garbage-collection runs whose listing failed", namespace=ns, registry=r
+        )
         self.node_failures = Counter(
             "node_maintenance_failures", "Failed maintenance passes", ["reason"], namespace=ns, registry=r
         )
 
     # -- API wrapper ----------------------------------------------------------------------------
 
-    def api_call(self, *, operation: str, outcome: str, seconds: float, throttled: bool = False) -> None:
+    def api_call(self, *, operation: str, outcome: str, seconds: float) -> None:
+        """One logical call (all its SDK attempts) finished."""
         self.api_duration.labels(operation=operation, outcome=outcome).observe(seconds)
+
+    def api_request(self, *, operation: str, throttled: bool = False) -> None:
+        """One request went to the cloud (``throttled``: and the cloud answered with a throttle)."""
+        self.api_requests.labels(operation=operation).inc()
         if throttled:
-            self.api_throttled.labels(operation=operation).inc()
+            self.api_throttle(operation=operation)
+
+    def api_throttle(self, *, operation: str) -> None:
+        """The cloud answered one request with a throttle."""
+        self.api_throttled.labels(operation=operation).inc()
 
     def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
         self.api_rate_limit_wait.labels(operation=operation).observe(seconds)
+
+    # -- garbage collection ---------------------------------------------------------------------
+
+    def gc_interfaces(self, *, action: str, count: int) -> None:
+        self.gc_interfaces_total.labels(action=action).inc(count)
+
+    def gc_failure(self) -> None:
+        self.gc_failures.inc()
 
     # -- nodes -----------------------------------------------------------------------------------
 

@@ -53,6 +53,14 @@ MANAGED_BY = "eni-ipam"
 TAG_CLUSTER = "eni-ipam/cluster"
 TAG_NODE = "eni-ipam/node"
 TAG_MANAGED_BY = "eni-ipam/managed-by"
+TAG_INSTANCE = "eni-ipam/instance"
+
+
+def ownership_tags(cluster_name: str) -> dict[str, str]:
+    """The tags that say "this cluster's eni-ipam made this interface": what garbage collection
+    looks for, so it can never take another cluster's (or another tool's) interfaces."""
+    return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
+
 AT_CAPACITY_LOG_INTERVAL = 3600.0
 """At most one "at capacity" log line per node per hour: it is a state, not an event."""
 MAX_REPLANS = 3
@@ -315,9 +323,9 @@ class Node:
         started = m.clock.monotonic()
         tags = {
             **m.settings.interface_tags,
-            TAG_CLUSTER: m.settings.cluster_name,
+            **ownership_tags(m.settings.cluster_name),
             TAG_NODE: self.name,
-            TAG_MANAGED_BY: MANAGED_BY,
+            TAG_INSTANCE: spec.instance_id,
         }
         with m.reserve(action.subnet_id, action.addresses + 1) as reservation:  # +1: the primary address
             try:

@@ -1,0 +1,182 @@
+"""The boto3 EC2 client and the one path every EC2 request takes (DESIGN §3.5).
+
+Path of a call: client-side token bucket of the operation → boto3 on a bounded thread pool →
+metrics → error translation (:func:`translate`, through :mod:`providers.ec2_errors`). It is built on
+:class:`~eni_ipam.api.ApiCaller`, like every other provider's calls.
+
+Why threads: boto3 is synchronous. Its clients are thread-safe (sessions are not), so one client is
+made at start-up and shared by a :class:`~concurrent.futures.ThreadPoolExecutor` of
+``max_threads``. A cancelled call stops waiting at once, but its thread runs until the HTTP request
+returns, which the read timeout bounds.
+
+Retries: botocore's ``standard`` mode with ``total_max_attempts`` (3 by default), and its retry
+quota is left on. Each retry is a real request against EC2's bucket, so botocore hooks account for
+every attempt:
+
+* ``before-send`` counts each HTTP attempt in ``eni_ipam_api_requests_total{operation}``;
+* ``response-received`` counts each throttled answer in ``eni_ipam_api_throttled_total{operation}``;
+* ``request-created`` of a retry (attempt > 1) spends a token of the operation's bucket before it
+  goes out. It blocks the worker thread, not the event loop, and its wait shows in
+  ``eni_ipam_api_rate_limit_wait_seconds``. Without it, botocore's retries would spend EC2's budget
+  behind the limiter's back.
+
+Callers never see a botocore exception: ``ClientError`` becomes the project error its EC2 code maps
+to, and connection failures, timeouts, missing credentials and parameter validation errors map to
+:class:`~eni_ipam.errors.TransientError`, :class:`~eni_ipam.errors.Unauthorized` and
+:class:`~eni_ipam.errors.InvalidRequest`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.api import ApiCaller
+from eni_ipam.clock import Clock
+from eni_ipam.metrics import Metrics
+from eni_ipam.ratelimit import RateLimiter
+from providers.aws.settings import AwsSettings
+from providers.ec2_errors import EC2_ERRORS, translate_ec2
+
+log = structlog.get_logger("eni_ipam.aws")
+
+SERVICE = "ec2"
+RETRY_TOKEN_TIMEOUT = 60.0
+"""Longest a retry waits for a rate-limit token from its thread; past it the retry goes anyway
+(an event loop that stopped answering must not strand a worker thread)."""
+
+THROTTLE_CODES = frozenset(code for code, kind in EC2_ERRORS.items() if kind is errors.Throttled)
+
+
+def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
+    """Map any botocore exception to the project's error tree (``None``: not botocore's)."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        error = exc.response.get("Error", {})
+        return translate_ec2(str(error.get("Code", "Unknown")), str(error.get("Message", exc)), operation)
+    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
+        return errors.Unauthorized(str(exc), code=type(exc).__name__, operation=operation)
+    if isinstance(exc, botocore.exceptions.ParamValidationError):
+        return errors.InvalidRequest(str(exc), code="ParamValidationError", operation=operation)
+    if isinstance(exc, botocore.exceptions.HTTPClientError | botocore.exceptions.EndpointConnectionError):
+        return errors.TransientError(str(exc), code=type(exc).__name__, operation=operation)
+    if isinstance(exc, botocore.exceptions.BotoCoreError):
+        return errors.ProviderError(str(exc), code=type(exc).__name__, operation=operation)
+    return None
+
+
+def make_client(settings: AwsSettings) -> Any:
+    """A boto3 EC2 client configured as :class:`AwsSettings` says (one per process: clients are
+    thread-safe, sessions are not)."""
+    config = botocore.config.Config(
+        retries={"mode": "standard", "total_max_attempts": settings.total_max_attempts},
+        connect_timeout=settings.connect_timeout,
+        read_timeout=settings.read_timeout,
+        max_pool_connections=settings.max_threads,
+        user_agent_extra="eni-ipam",
+    )
+    session = boto3.session.Session()
+    return session.client(
+        SERVICE,
+        region_name=settings.region or None,
+        endpoint_url=settings.endpoint_url or None,
+        config=config,
+    )
+
+
+class Ec2Client:
+    """One boto3 client, its thread pool and its hooks; :meth:`call` and :meth:`pages` are the only
+    ways to reach EC2."""
+
+    def __init__(
+        self,
+        settings: AwsSettings,
+        *,
+        limiter: RateLimiter,
+        metrics: Metrics,
+        clock: Clock,
+        client: Any = None,
+    ) -> None:
+        """Args:
+        settings: the provider's settings (threads, retries, page size).
+        limiter: the per-operation buckets every request spends from.
+        metrics: where requests, throttles, latency and waits are recorded.
+        clock: the clock of the latency metrics.
+        client: a boto3 EC2 client to use instead of making one (tests).
+        """
+        self.settings = settings
+        self.client = client if client is not None else make_client(settings)
+        self._limiter = limiter
+        self._metrics = metrics
+        self._caller = ApiCaller(
+            limiter=limiter, metrics=metrics, clock=clock, translate=translate, sdk_counts_requests=True
+        )
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=settings.max_threads, thread_name_prefix="eni-ipam-ec2"
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        events = self.client.meta.events
+        events.register(f"before-send.{SERVICE}", self._count_request)
+        events.register(f"response-received.{SERVICE}", self._count_throttle)
+        events.register(f"request-created.{SERVICE}", self._limit_retry)
+
+    async def call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """Send one EC2 request (``operation`` as EC2 names it) with ``params``; the parsed answer.
+
+        Raises:
+            errors.ProviderError: translated from whatever botocore raised.
+        """
+        method: Callable[..., dict[str, Any]] = getattr(self.client, botocore.xform_name(operation))
+        loop = self._loop = asyncio.get_running_loop()
+        return await self._caller.call(
+            operation, lambda: loop.run_in_executor(self._executor, functools.partial(method, **params))
+        )
+
+    async def pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item under ``key`` of a paged Describe answer, following ``NextToken`` to the end;
+        one rate-limited request per page."""
+        items: list[dict[str, Any]] = []
+        while True:
+            answer = await self.call(operation, **params)
+            items.extend(answer.get(key, []))
+            token = answer.get("NextToken")
+            if not token:
+                return items
+            params = {**params, "NextToken": token}
+
+    def close(self) -> None:
+        """Stop the thread pool (calls in flight finish in their threads) and close the client."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    # -- botocore hooks (run in the worker thread) -----------------------------------------------
+
+    def _count_request(self, event_name: str = "", **_: Any) -> None:
+        self._metrics.api_request(operation=event_name.rsplit(".", 1)[-1])
+
+    def _count_throttle(self, event_name: str = "", parsed_response: Any = None, **_: Any) -> None:
+        code = ((parsed_response or {}).get("Error") or {}).get("Code")
+        if code in THROTTLE_CODES:
+            self._metrics.api_throttle(operation=event_name.rsplit(".", 1)[-1])
+
+    def _limit_retry(self, request: Any = None, operation_name: str = "", **_: Any) -> None:
+        attempt = ((getattr(request, "context", None) or {}).get("retries") or {}).get("attempt", 1)
+        loop = self._loop
+        if attempt <= 1 or loop is None or loop.is_closed():
+            return
+        future = asyncio.run_coroutine_threadsafe(self._limiter.acquire(operation_name), loop)
+        try:
+            waited = future.result(timeout=RETRY_TOKEN_TIMEOUT)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, RuntimeError):
+            future.cancel()
+            log.warning("retry_token_wait_abandoned", operation=operation_name, attempt=attempt)
+            return
+        self._metrics.rate_limit_wait(operation=operation_name, seconds=waited)

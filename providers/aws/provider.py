@@ -1,0 +1,70 @@
+"""AwsProvider: the shared :class:`~providers.ec2_provider.Ec2Provider` over boto3.
+
+Everything that decides which EC2 calls to make is shared with the in-memory cloud's provider (and
+checked by the same contract suite). This module only assembles the pieces: the boto3 client with its
+thread pool, hooks and buckets (:mod:`providers.aws.client`), the thin client
+(:mod:`providers.aws.api`), instance-type limits (:mod:`providers.aws.limits`) and the scope that
+:class:`~providers.aws.settings.AwsSettings` configures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eni_ipam.clock import Clock
+from eni_ipam.metrics import Metrics
+from eni_ipam.ratelimit import RateLimiter
+from providers.aws.api import Boto3Api
+from providers.aws.client import Ec2Client
+from providers.aws.limits import Ec2InstanceTypes
+from providers.aws.settings import AwsSettings
+from providers.ec2_limits import load_limits
+from providers.ec2_provider import Ec2Provider, Scope
+
+
+class AwsProvider(Ec2Provider):
+    """The :class:`~eni_ipam.provider.Provider` protocol on EC2 (contract in :mod:`eni_ipam.provider`)."""
+
+    name: str = "aws"
+
+    def __init__(
+        self,
+        settings: AwsSettings,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        rate_limit_share: float = 1.0,
+        client: Any = None,
+    ) -> None:
+        """Args:
+        settings: region, endpoint, scope, retries, buckets, limits lookups.
+        clock: the clock of the metrics and of the limits refresh interval.
+        metrics: where every request is recorded.
+        rate_limit_share: the fraction of each EC2 bucket this controller may spend.
+        client: a boto3 EC2 client to use instead of making one from ``settings`` (tests).
+        """
+        self.settings = settings
+        self.client = Ec2Client(
+            settings,
+            limiter=RateLimiter(settings.buckets(), share=rate_limit_share),
+            metrics=metrics,
+            clock=clock,
+            client=client,
+        )
+        limits = Ec2InstanceTypes(
+            self.client if settings.update_limits_via_api else None,
+            table=load_limits(),
+            clock=clock,
+            refresh_interval=settings.limits_refresh_interval,
+        )
+        scope = Scope(
+            vpc_id=settings.vpc_id,
+            subnet_ids=settings.subnet_ids_filter,
+            subnet_tags=settings.subnet_tags_filter,
+            instance_tags=settings.instance_tags_filter,
+        )
+        super().__init__(Boto3Api(self.client), limits=limits, scope=scope)
+
+    def close(self) -> None:
+        """Release the thread pool and the HTTP connections."""
+        self.client.close()

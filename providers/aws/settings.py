@@ -1,0 +1,218 @@
+"""Settings of the AWS provider: frozen, validated, every default justified.
+
+Operator-wide behaviour (cluster name, interface tags, prefix delegation, the rate-limit share) lives
+in :class:`eni_ipam.config.Settings`. What a node asks for (watermarks, first interface index,
+subnets, security groups) lives in its spec. This module holds what only the EC2 client needs.
+:func:`aws_settings_from_mapping` is the one parser: it rejects unknown keys and bad values with a
+:class:`~eni_ipam.errors.ConfigError` naming the field, and never half-applies anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from eni_ipam.config import parse_duration
+from eni_ipam.errors import ConfigError
+from eni_ipam.model import EMPTY_TAGS, Tags, frozen_tags
+from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+
+_EMPTY_BUCKETS: Mapping[str, Bucket] = MappingProxyType({})
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AwsSettings:
+    region: str = ""
+    """EC2 region (``eu-west-1``). Empty: boto3's own discovery (``AWS_REGION``, the profile, then the
+    instance metadata), which is right for a pod running in the cluster it manages."""
+
+    endpoint_url: str = ""
+    """EC2 endpoint to use instead of the regional one: an interface VPC endpoint in private
+    clusters, or a local EC2 emulator in tests. Empty: the regional endpoint."""
+
+    vpc_id: str = ""
+    """Only this VPC's subnets, security groups, instances and interfaces are listed. Set it: without
+    it every full resync lists every interface in the region."""
+
+    subnet_ids_filter: tuple[str, ...] = ()
+    """Only these subnets are listed, and so only they can receive new interfaces. Empty: every subnet
+    of the VPC. The subnets of the nodes' existing interfaces should be among them."""
+
+    subnet_tags_filter: Tags = EMPTY_TAGS
+    """Only subnets carrying every one of these tags are listed. Empty: no tag restriction."""
+
+    instance_tags_filter: Tags = EMPTY_TAGS
+    """Only instances carrying every one of these tags, and their interfaces, are listed. Use it
+    when several clusters share a VPC (``kubernetes.io/cluster/<name>: owned``)."""
+
+    max_results: int = 1000
+    """Page size of every Describe call: EC2's maximum, so a resync costs the fewest requests. Pages
+    are still followed to the end."""
+
+    max_threads: int = 16
+    """Threads running boto3 calls (the client is thread-safe; each call blocks one thread). The rate
+    limiter, not this, bounds the request rate; 16 covers EC2's latency at its refill rates."""
+
+    total_max_attempts: int = 3
+    """HTTP attempts per call in botocore's ``standard`` retry mode, the first included. Every retry is
+    a real request against EC2's buckets, so it stays small; the reconciler's per-node backoff takes
+    over after the SDK gives up."""
+
+    connect_timeout: float = 5.0
+    """Seconds to wait for a connection to the endpoint."""
+
+    read_timeout: float = 30.0
+    """Seconds to wait for an answer. EC2 answers mutations in well under a second; a hung call must
+    not hold a worker for minutes."""
+
+    update_limits_via_api: bool = True
+    """Read instance-type limits from DescribeInstanceTypes (start-up, and on an unknown type),
+    falling back to the shipped table. Off: the shipped table only, with no call."""
+
+    limits_refresh_interval: float = 60.0
+    """Minimum seconds between two DescribeInstanceTypes refreshes caused by an unknown type, so a
+    node of a type EC2 does not know cannot turn into a stream of calls."""
+
+    rate_limits: Mapping[str, Bucket] = dataclasses.field(default_factory=lambda: _EMPTY_BUCKETS)
+    """Per-operation token buckets overriding EC2's published ones (``{AssignPrivateIpAddresses:
+    {burst: 50, refill: 2}}``); the operator-wide ``rate_limit_share`` still scales them."""
+
+    def buckets(self) -> dict[str, Bucket]:
+        """EC2's published buckets with this configuration's overrides applied."""
+        return {**EC2_BUCKETS, **self.rate_limits}
+
+
+def aws_settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "aws") -> AwsSettings:
+    """Build :class:`AwsSettings` from plain data (YAML), validating every key.
+
+    Raises:
+        ConfigError: unknown key or invalid value; ``field`` is ``path.key`` (or deeper).
+    """
+    if data is None:
+        return AwsSettings()
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
+    fields = {f.name for f in dataclasses.fields(AwsSettings)}
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        field = f"{path}.{key}"
+        if key not in fields:
+            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(fields))})")
+        values[key] = _PARSERS[key](field, raw)
+    return AwsSettings(**values)
+
+
+def _string(field: str, raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ConfigError(field, f"expected a string, got {raw!r}")
+    return raw.strip()
+
+
+def _region(field: str, raw: Any) -> str:
+    value = _string(field, raw)
+    if value and not _REGION.match(value):
+        raise ConfigError(field, f"expected a region such as eu-west-1, got {raw!r}")
+    return value
+
+
+def _url(field: str, raw: Any) -> str:
+    value = _string(field, raw)
+    if value and not value.startswith(("http://", "https://")):
+        raise ConfigError(field, f"expected an http:// or https:// URL, got {raw!r}")
+    return value
+
+
+def _prefixed_id(prefix: str) -> Any:
+    def parse(field: str, raw: Any) -> str:
+        value = _string(field, raw)
+        if value and not value.startswith(prefix):
+            raise ConfigError(field, f"expected an id starting with {prefix!r}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _ids(field: str, raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list | tuple):
+        raise ConfigError(field, f"expected a list of subnet ids, got {raw!r}")
+    parse = _prefixed_id("subnet-")
+    ids = tuple(parse(f"{field}[{i}]", item) for i, item in enumerate(raw))
+    if len(set(ids)) != len(ids) or "" in ids:
+        raise ConfigError(field, "subnet ids must be non-empty and distinct")
+    return ids
+
+
+def _tags(field: str, raw: Any) -> Tags:
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
+    return frozen_tags(raw)
+
+
+def _positive_int(field: str, raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ConfigError(field, f"expected a positive integer, got {raw!r}")
+    return raw
+
+
+def _page_size(field: str, raw: Any) -> int:
+    value = _positive_int(field, raw)
+    if not 5 <= value <= 1000:
+        raise ConfigError(field, f"EC2 accepts page sizes from 5 to 1000, got {value}")
+    return value
+
+
+def _flag(field: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(field, f"expected true or false, got {raw!r}")
+    return raw
+
+
+def _seconds(field: str, raw: Any) -> float:
+    value = parse_duration(raw, field)
+    if value <= 0:
+        raise ConfigError(field, "must be positive")
+    return value
+
+
+def _buckets(field: str, raw: Any) -> Mapping[str, Bucket]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(field, f"expected a mapping of operation to {{burst, refill}}, got {raw!r}")
+    out: dict[str, Bucket] = {}
+    for op, spec in raw.items():
+        where = f"{field}.{op}"
+        if not isinstance(op, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]+", op):
+            raise ConfigError(where, "expected an EC2 operation name such as AssignPrivateIpAddresses")
+        if not isinstance(spec, Mapping) or set(spec) != {"burst", "refill"}:
+            raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {spec!r}")
+        numbers = {}
+        for key in ("burst", "refill"):
+            value = spec[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{where}.{key}", f"expected a positive number, got {value!r}")
+            numbers[key] = float(value)
+        out[op] = Bucket(burst=numbers["burst"], refill=numbers["refill"])
+    return MappingProxyType(out)
+
+
+_PARSERS: dict[str, Any] = {
+    "region": _region,
+    "endpoint_url": _url,
+    "vpc_id": _prefixed_id("vpc-"),
+    "subnet_ids_filter": _ids,
+    "subnet_tags_filter": _tags,
+    "instance_tags_filter": _tags,
+    "max_results": _page_size,
+    "max_threads": _positive_int,
+    "total_max_attempts": _positive_int,
+    "connect_timeout": _seconds,
+    "read_timeout": _seconds,
+    "update_limits_via_api": _flag,
+    "limits_refresh_interval": _seconds,
+    "rate_limits": _buckets,
+}
