@@ -87,6 +87,7 @@ EC2_ERRORS: Mapping[str, type[errors.ProviderError]] = MappingProxyType(
             "OperationNotPermitted",
             "UnsupportedOperation",
             "InvalidNextToken",
+            "InvalidInstanceType",
             "ValidationError",
         ),
         **_codes(

@@ -4,13 +4,16 @@
 
 * it starts from the shipped table (:mod:`providers.ec2_limits`), so the controller works with no
   DescribeInstanceTypes permission and through an EC2 outage;
-* the first lookup loads every type from DescribeInstanceTypes (paged) and merges it over the table,
-  because EC2 knows types released after this build;
-* a later lookup of a type neither knows triggers one more load, at most once per
-  ``refresh_interval``. Concurrent misses share that load, and misses in between answer "unknown" at
-  once: an unknown type never becomes a stream of calls;
-* a failed load keeps what is known, logs ``instance_types_refresh_failed``, and waits out the
-  interval before trying again.
+* it asks DescribeInstanceTypes about the types the cluster actually runs (up to 100 per request)
+  and lets EC2's answer win over the table, because limits change and EC2 knows types released
+  after this build. Asking for the cluster's few types costs one request; listing all ~1,000 types
+  would cost a dozen pages for nothing;
+* it asks about a type at most once per ``refresh_interval``. Concurrent lookups share one request,
+  and a type EC2 does not know answers "unknown" at once until the interval has passed: an unknown
+  type never becomes a stream of calls;
+* EC2 rejects a whole request when one of its types does not exist (``InvalidInstanceType``), so a
+  rejected batch is asked again one type at a time;
+* a failed request keeps what is known and logs ``instance_types_refresh_failed``.
 
 Records are converted exactly as the table generator converts them
 (:func:`providers.ec2_limits.convert_instance_type`). The limits are those of the default network
@@ -32,8 +35,8 @@ from providers.ec2_limits import InstanceTypeError, convert_instance_type, limit
 
 log = structlog.get_logger("eni_ipam.aws")
 
-PAGE_SIZE = 100
-"""DescribeInstanceTypes pages hold at most 100 types."""
+BATCH = 100
+"""Instance types asked about in one DescribeInstanceTypes request (EC2's maximum)."""
 
 
 class Ec2InstanceTypes:
@@ -51,13 +54,15 @@ class Ec2InstanceTypes:
         client: the EC2 client; ``None`` uses the table only (no calls).
         table: the fallback table.
         clock: the clock of ``refresh_interval``.
-        refresh_interval: minimum seconds between two loads caused by unknown types.
+        refresh_interval: minimum seconds between two requests about the same type.
         """
         self._client = client
         self._known: dict[str, InstanceLimits] = dict(table)
+        self._answered: set[str] = set()
+        """Types EC2 has described: their limits are EC2's, never asked about again."""
+        self._asked: dict[str, float] = {}
         self._clock = clock
         self._interval = refresh_interval
-        self._last_load: float | None = None
         self._lock = asyncio.Lock()
 
     async def limits(self, instance_type: str) -> InstanceLimits:
@@ -66,8 +71,7 @@ class Ec2InstanceTypes:
         Raises:
             errors.LimitsUnknown: neither EC2 (within the refresh budget) nor the table knows it.
         """
-        if instance_type not in self._known or self._last_load is None:
-            await self._load_if_due()
+        await self._ask([instance_type])
         found = self._known.get(instance_type)
         if found is None:
             raise errors.LimitsUnknown(instance_type)
@@ -75,32 +79,44 @@ class Ec2InstanceTypes:
 
     async def known(self, instance_types: Collection[str]) -> dict[str, InstanceLimits]:
         """Limits of the types in ``instance_types`` that are known; never raises."""
-        if self._last_load is None or any(t not in self._known for t in instance_types):
-            await self._load_if_due()
+        await self._ask(instance_types)
         return {t: self._known[t] for t in instance_types if t in self._known}
 
-    async def _load_if_due(self) -> None:
-        if self._client is None:
+    async def _ask(self, instance_types: Collection[str]) -> None:
+        if self._client is None or all(t in self._answered for t in instance_types):
             return
         async with self._lock:
             now = self._clock.monotonic()
-            if self._last_load is not None and now - self._last_load < self._interval:
-                return
-            self._last_load = now
+            due = sorted(
+                t
+                for t in set(instance_types) - self._answered
+                if now - self._asked.get(t, float("-inf")) >= self._interval
+            )
+            for t in due:
+                self._asked[t] = now
+            for start in range(0, len(due), BATCH):
+                await self._describe(due[start : start + BATCH])
+
+    async def _describe(self, batch: list[str]) -> None:
+        assert self._client is not None
+        try:
+            records = await self._client.pages("DescribeInstanceTypes", "InstanceTypes", InstanceTypes=batch)
+        except errors.InvalidRequest as exc:
+            if len(batch) > 1:  # one unknown type spoils the batch: ask one by one
+                for instance_type in batch:
+                    await self._describe([instance_type])
+            else:
+                log.warning("instance_type_unknown_to_ec2", instance_type=batch[0], error=exc.code)
+            return
+        except errors.ProviderError as exc:
+            log.warning("instance_types_refresh_failed", error=str(exc), types=len(batch))
+            return
+        for i, record in enumerate(records):
             try:
-                records = await self._client.pages(
-                    "DescribeInstanceTypes", "InstanceTypes", MaxResults=PAGE_SIZE
-                )
-            except errors.ProviderError as exc:
-                log.warning("instance_types_refresh_failed", error=str(exc), known=len(self._known))
-                return
-            loaded = 0
-            for i, record in enumerate(records):
-                try:
-                    name, row = convert_instance_type(record, f"InstanceTypes[{i}]")
-                except InstanceTypeError as exc:
-                    log.warning("instance_type_skipped", error=str(exc))
-                    continue
-                self._known[name] = limits_from_row(row)
-                loaded += 1
-            log.info("instance_types_loaded", loaded=loaded, known=len(self._known))
+                name, row = convert_instance_type(record, f"InstanceTypes[{i}]")
+            except InstanceTypeError as exc:
+                log.warning("instance_type_skipped", error=str(exc))
+                continue
+            self._known[name] = limits_from_row(row)
+            self._answered.add(name)
+        log.info("instance_types_described", asked=len(batch), answered=len(records))

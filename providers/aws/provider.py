@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from eni_ipam import errors
 from eni_ipam.clock import Clock
 from eni_ipam.metrics import Metrics
+from eni_ipam.model import CloudSnapshot
 from eni_ipam.ratelimit import RateLimiter
 from providers.aws.api import Boto3Api
 from providers.aws.client import Ec2Client
@@ -64,6 +66,28 @@ class AwsProvider(Ec2Provider):
             instance_tags=settings.instance_tags_filter,
         )
         super().__init__(Boto3Api(self.client), limits=limits, scope=scope)
+        self._vpc_checked = not settings.vpc_id
+
+    async def resync(self) -> CloudSnapshot:
+        """The shared resync; the first one also checks that the configured VPC exists.
+
+        A wrong ``vpc_id`` would otherwise look like an empty VPC: every node unknown, and nothing
+        saying why.
+
+        Raises:
+            errors.ConfigError: ``aws.vpc_id`` names no VPC of the region (retried like any failed
+                resync, so a fixed IAM policy or region takes effect without a restart).
+            errors.ProviderError: any call failed.
+        """
+        if not self._vpc_checked:
+            try:
+                await self.client.call("DescribeVpcs", VpcIds=[self.settings.vpc_id])
+            except errors.NotFound as exc:
+                raise errors.ConfigError(
+                    "aws.vpc_id", f"{self.settings.vpc_id} does not exist in this region ({exc.code})"
+                ) from exc
+            self._vpc_checked = True
+        return await super().resync()
 
     def close(self) -> None:
         """Release the thread pool and the HTTP connections."""
