@@ -1,0 +1,988 @@
+"""moto's EC2, with the limits real EC2 enforces: a reversible fidelity layer over moto's EC2 backend.
+
+moto answers the EC2 API in-process (``moto.mock_aws``) or over HTTP (:class:`MotoServer`), but it
+is lenient exactly where an ENI IP manager's decisions live: it picks random addresses, never says
+"no" to an over-full interface, an exhausted subnet or a taken device index, and ignores prefix
+delegation. :func:`install` monkeypatches moto's EC2 model and response classes (the classes, so it
+holds for every account and region, in-process and for a :class:`MotoServer` in the same process)
+so that they answer like real EC2; the function it returns (or leaving :func:`ec2_fidelity`)
+restores moto exactly. Patched, and why (each patch says again what moto does and what EC2 does):
+
+* Address choice: every address EC2 picks (an interface's primary, ``SecondaryPrivateIpAddressCount``
+  on create and assign, an instance's primary at launch) is the lowest free address of the subnet,
+  never one of the five AWS reserves (network, +1, +2, +3, broadcast), never one already in use.
+  moto picks random addresses: duplicates, reserved ones and broadcast included.
+* ``AssignPrivateIpAddresses`` answers only the newly assigned addresses (moto lists all of them).
+* Instance-type limits, from moto's own instance-type data (``NetworkInfo``): attaching more
+  interfaces than ``MaximumNetworkInterfaces`` answers ``AttachmentLimitExceeded``; an attached
+  interface holding more than ``Ipv4AddressesPerInterface`` addresses (primary included, a /28
+  prefix taking one slot) answers ``PrivateIpAddressLimitExceeded``. moto has no limits.
+* Subnet exhaustion answers ``InsufficientFreeAddressesInSubnet`` and changes nothing (moto lets
+  ``AvailableIpAddressCount`` go negative, and an over-assign on a small subnet loops forever).
+* ``AttachNetworkInterface``: a taken device index answers ``InvalidParameterValue`` ("…already has an
+  interface attached at device index…"), an attached interface ``InvalidNetworkInterface.InUse``, an
+  instance neither running nor stopped ``IncorrectInstanceState``. moto overwrites the slot.
+* ``ModifyNetworkInterfaceAttribute`` with ``Attachment.DeleteOnTermination`` sets it (moto ignores it);
+  interfaces created by ``RunInstances`` are delete-on-termination by default, as in EC2.
+* ``DeleteNetworkInterface`` of an attached interface answers ``InvalidNetworkInterface.InUse``.
+* ``DetachNetworkInterface`` of device index 0 answers ``OperationNotPermitted``.
+* ``UnassignPrivateIpAddresses`` of an address (or prefix) the interface does not hold as a secondary
+  answers ``InvalidParameterValue`` and removes nothing (moto silently succeeds).
+* ``CreateNetworkInterface`` honours ``ClientToken`` (moto creates a second interface).
+* Prefix delegation (``Ipv4PrefixCount``/``Ipv4Prefixes`` on create and assign, ``Ipv4Prefixes`` on
+  unassign), which moto ignores: aligned /28s carved from the subnet's free space, shown as
+  ``Ipv4Prefixes`` and ``AssignedIpv4Prefixes``; ``InsufficientCidrBlocks`` when no aligned free /28
+  is left; nitro instance types only.
+* ``TerminateInstances`` deletes delete-on-termination interfaces and detaches the others (moto
+  leaves them ``in-use`` on the terminated instance).
+* ``AvailableIpAddressCount`` counts what the allocator counts (prefixes as 16 addresses each).
+* Explicitly requested addresses must lie in the subnet, outside the reserves, and not be held by
+  another interface (``InvalidIPAddress.InUse``); moto accepts anything.
+
+Not modelled: IPv6 (left to moto), ``AllowReassignment``, network cards other than the default,
+subnet CIDR reservations for prefixes (reserved ranges are simply unavailable).
+
+This module exists for the tests and the ``demo --cloud moto`` mode only; moto is a test/demo
+dependency and is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["MotoServer", "ec2_fidelity", "install"]
+
+_PREFIX_LEN = 28
+_PREFIX_SIZE = 1 << (32 - _PREFIX_LEN)
+
+# One lock for every allocating or releasing operation: ThreadedMotoServer serves requests on
+# several threads, and two concurrent assigns must not pick the same "lowest free" address.
+_lock = threading.RLock()
+
+# Install bookkeeping: how many installs are live, and what the first one replaced.
+_installs = 0
+_MISSING = object()
+_saved: list[tuple[type, str, Any]] = []
+_originals: dict[str, Any] = {}
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def _error(code: str, message: str) -> Exception:
+    """An EC2 client error moto serializes as an EC2 error response (boto3 raises ClientError)."""
+    from moto.ec2.exceptions import EC2ClientError
+
+    return EC2ClientError(code, message)
+
+
+def _subnet_short(subnet_id: str) -> Exception:
+    return _error(
+        "InsufficientFreeAddressesInSubnet",
+        f"The specified subnet {subnet_id} does not have enough free addresses to satisfy the request.",
+    )
+
+
+def _no_blocks(subnet_id: str) -> Exception:
+    return _error(
+        "InsufficientCidrBlocks",
+        f"The specified subnet {subnet_id} does not have enough free cidr blocks to satisfy the request.",
+    )
+
+
+def _over_limit() -> Exception:
+    return _error("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
+
+
+# -- instance-type limits -------------------------------------------------------------------------
+
+
+def _type_info(instance_type: str) -> dict[str, Any] | None:
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    info: dict[str, Any] | None = INSTANCE_TYPES.get(instance_type)
+    return info
+
+
+def _slots_per_interface(instance: Any) -> int | None:
+    """``Ipv4AddressesPerInterface`` of the instance's type (primary included); None if unknown."""
+    info = _type_info(instance.instance_type)
+    if info is None:
+        return None
+    value = info.get("NetworkInfo", {}).get("Ipv4AddressesPerInterface")
+    return int(value) if value is not None else None
+
+
+def _max_interfaces(instance: Any) -> int | None:
+    info = _type_info(instance.instance_type)
+    if info is None:
+        return None
+    value = info.get("NetworkInfo", {}).get("MaximumNetworkInterfaces")
+    return int(value) if value is not None else None
+
+
+def _is_nitro(instance: Any) -> bool:
+    info = _type_info(instance.instance_type)
+    return info is None or info.get("Hypervisor") == "nitro"
+
+
+# -- subnet address space -------------------------------------------------------------------------
+
+
+def _is_v4(subnet: Any) -> bool:
+    return subnet is not None and isinstance(getattr(subnet, "cidr", None), ipaddress.IPv4Network)
+
+
+def _prefixes(eni: Any) -> list[str]:
+    """The /28 prefixes delegated to ``eni`` (CIDR strings), kept on the interface object."""
+    found: list[str] | None = eni.__dict__.get("_fidelity_prefixes")
+    if found is None:
+        found = []
+        eni.__dict__["_fidelity_prefixes"] = found
+    return found
+
+
+def _addresses(eni: Any) -> list[str]:
+    return [
+        str(item["PrivateIpAddress"]) for item in eni.private_ip_addresses if item.get("PrivateIpAddress")
+    ]
+
+
+def _slots_used(eni: Any) -> int:
+    return len(eni.private_ip_addresses) + len(_prefixes(eni))
+
+
+def _subnet_enis(subnet: Any) -> list[Any]:
+    return [
+        eni
+        for eni in list(subnet.ec2_backend.enis.values())
+        if eni.subnet is not None and eni.subnet.id == subnet.id
+    ]
+
+
+def _as_int(address: Any) -> int | None:
+    try:
+        parsed = ipaddress.ip_address(str(address))
+    except ValueError:
+        return None
+    return int(parsed) if parsed.version == 4 else None
+
+
+def _held(subnet: Any, *, exclude: Any = None) -> set[int]:
+    """Addresses held by interfaces of ``subnet`` (secondary, primary and inside prefixes)."""
+    held: set[int] = set()
+    for eni in _subnet_enis(subnet):
+        if eni is exclude:
+            continue
+        for address in _addresses(eni):
+            value = _as_int(address)
+            if value is not None:
+                held.add(value)
+        for prefix in _prefixes(eni):
+            start = int(ipaddress.IPv4Network(prefix).network_address)
+            held.update(range(start, start + _PREFIX_SIZE))
+    return held
+
+
+def _used(subnet: Any) -> set[int]:
+    """Everything the allocator must not hand out: held, taken by moto itself, or reserved."""
+    used = _held(subnet)
+    for address in list(subnet._subnet_ips):  # instance primaries, EFS mount targets…
+        value = _as_int(address)
+        if value is not None:
+            used.add(value)
+    for address in subnet._reserved_ips:  # subnet CIDR reservations
+        value = _as_int(address)
+        if value is not None:
+            used.add(value)
+    return used
+
+
+def _allocatable(subnet: Any) -> range:
+    """The subnet's addresses minus AWS's five reserves: network, +1, +2, +3 and broadcast."""
+    first = int(subnet.cidr.network_address)
+    last = int(subnet.cidr.broadcast_address)
+    return range(first + 4, last)
+
+
+def _free_count(subnet: Any, used: set[int]) -> int:
+    span = _allocatable(subnet)
+    return max(0, len(span) - sum(1 for value in used if value in span))
+
+
+def _lowest_free(subnet: Any, count: int, used: set[int]) -> list[str]:
+    """The ``count`` lowest free addresses, or InsufficientFreeAddressesInSubnet. Never loops forever."""
+    if count <= 0:
+        return []
+    found: list[str] = []
+    for value in _allocatable(subnet):
+        if value not in used:
+            found.append(str(ipaddress.IPv4Address(value)))
+            if len(found) == count:
+                return found
+    raise _subnet_short(subnet.id)
+
+
+def _block_free(subnet: Any, start: int, used: set[int]) -> bool:
+    span = _allocatable(subnet)
+    return all(value in span and value not in used for value in range(start, start + _PREFIX_SIZE))
+
+
+def _lowest_blocks(subnet: Any, count: int, used: set[int]) -> list[str]:
+    """The ``count`` lowest aligned /28s none of whose addresses is used or reserved."""
+    if count <= 0:
+        return []
+    found: list[str] = []
+    first = int(subnet.cidr.network_address)
+    for start in range(first, first + subnet.cidr.num_addresses, _PREFIX_SIZE):
+        if _block_free(subnet, start, used):
+            found.append(f"{ipaddress.IPv4Address(start)}/{_PREFIX_LEN}")
+            if len(found) == count:
+                return found
+    raise _no_blocks(subnet.id)
+
+
+def _check_explicit_address(subnet: Any, address: str, held: set[int]) -> int:
+    value = _as_int(address)
+    if value is None or ipaddress.IPv4Address(value) not in subnet.cidr:
+        raise _error(
+            "InvalidParameterValue",
+            f"Address {address} does not fall within the subnet's address range",
+        )
+    if value not in _allocatable(subnet):
+        raise _error("InvalidParameterValue", f"Address {address} is in subnet's reserved address range")
+    if value in held:
+        raise _error("InvalidIPAddress.InUse", f"The specified address {address} is already in use.")
+    return value
+
+
+def _check_explicit_prefix(subnet: Any, prefix: str, used: set[int]) -> int:
+    try:
+        network = ipaddress.IPv4Network(prefix)
+    except ValueError:
+        raise _error("InvalidParameterValue", f"Invalid IPv4 prefix {prefix}") from None
+    if network.prefixlen != _PREFIX_LEN or not network.subnet_of(subnet.cidr):
+        raise _error("InvalidParameterValue", f"Prefix {prefix} is not a /28 within the subnet's range")
+    start = int(network.network_address)
+    if not _block_free(subnet, start, used):
+        raise _error("InvalidIPAddress.InUse", f"The specified prefix {prefix} is already in use.")
+    return start
+
+
+def _prefix_strings(items: Iterable[Any]) -> list[str]:
+    """``Ipv4Prefixes`` as strings, whether EC2 sent ``["a/28"]`` or ``[{"Ipv4Prefix": "a/28"}]``."""
+    result: list[str] = []
+    for item in items or []:
+        value = item.get("Ipv4Prefix") if isinstance(item, dict) else item
+        if value:
+            result.append(str(value))
+    return result
+
+
+def _counts(secondary_count: int, prefix_count: int, prefixes: Sequence[str]) -> None:
+    if secondary_count < 0 or prefix_count < 0:
+        raise _error("InvalidParameterValue", "Address and prefix counts must not be negative")
+    if secondary_count and (prefix_count or prefixes):
+        raise _error(
+            "InvalidParameterCombination",
+            "SecondaryPrivateIpAddressCount and Ipv4PrefixCount cannot be specified together",
+        )
+
+
+def _check_prefix_type(instance: Any, prefixes_wanted: bool) -> None:
+    # EC2 delegates prefixes on nitro instance types only; moto does not know prefixes at all.
+    if instance is not None and prefixes_wanted and not _is_nitro(instance):
+        raise _error(
+            "InvalidParameterValue",
+            f"Ipv4 prefixes are not supported on instance type {instance.instance_type} (nitro only)",
+        )
+
+
+# -- the core operations (used by the backend patches and the response patches) --------------------
+
+
+def _assign(
+    backend: Any,
+    eni_id: str,
+    addresses: Sequence[str],
+    secondary_count: int,
+    prefix_count: int,
+    prefixes: Sequence[str],
+) -> tuple[Any, list[str], list[str]]:
+    """Assign addresses/prefixes all or nothing; returns (interface, new addresses, new prefixes)."""
+    eni = backend.get_network_interface(eni_id)
+    subnet = eni.subnet
+    if not _is_v4(subnet):
+        before = set(_addresses(eni))
+        eni = _originals["NetworkInterfaceBackend.assign_private_ip_addresses"](
+            backend, eni_id, list(addresses), secondary_count
+        )
+        return eni, [a for a in _addresses(eni) if a not in before], []
+    with _lock:
+        _counts(secondary_count, prefix_count, prefixes)
+        if not addresses and not secondary_count and not prefix_count and not prefixes:
+            raise _error(
+                "MissingParameter",
+                "Either PrivateIpAddresses, SecondaryPrivateIpAddressCount, Ipv4Prefixes or "
+                "Ipv4PrefixCount is required",
+            )
+        current = set(_addresses(eni))
+        held = _held(subnet)
+        explicit: list[str] = []
+        for address in dict.fromkeys(str(a) for a in addresses):
+            if address in current:
+                continue  # EC2 and moto both ignore an address the interface already has
+            _check_explicit_address(subnet, address, held)
+            explicit.append(address)
+        want_prefixes = prefix_count + len(prefixes)
+        instance = eni.instance
+        _check_prefix_type(instance, bool(want_prefixes))
+        if instance is not None:
+            limit = _slots_per_interface(instance)
+            if (
+                limit is not None
+                and _slots_used(eni) + len(explicit) + secondary_count + want_prefixes > limit
+            ):
+                raise _over_limit()
+        used = _used(subnet) | {int(ipaddress.IPv4Address(a)) for a in explicit}
+        fresh = _lowest_free(subnet, secondary_count, used)
+        used |= {int(ipaddress.IPv4Address(a)) for a in fresh}
+        new_prefixes = _take_prefixes(subnet, prefixes, prefix_count, used)
+        new_addresses = explicit + fresh
+        eni.private_ip_addresses.extend({"Primary": False, "PrivateIpAddress": a} for a in new_addresses)
+        _prefixes(eni).extend(new_prefixes)
+        return eni, new_addresses, new_prefixes
+
+
+def _take_prefixes(subnet: Any, explicit: Sequence[str], count: int, used: set[int]) -> list[str]:
+    chosen: list[str] = []
+    for prefix in dict.fromkeys(explicit):
+        start = _check_explicit_prefix(subnet, prefix, used)
+        used |= set(range(start, start + _PREFIX_SIZE))
+        chosen.append(str(ipaddress.IPv4Network(prefix)))
+    return chosen + _lowest_blocks(subnet, count, used)
+
+
+# -- backend patches: moto.ec2.models.elastic_network_interfaces.NetworkInterfaceBackend ----------
+
+
+def _create_network_interface(
+    self: Any,
+    subnet: Any,
+    private_ip_address: str | list[str] | None,
+    private_ip_addresses: list[Any] | None = None,
+    group_ids: list[str] | None = None,
+    description: str | None = None,
+    tags: dict[str, str] | None = None,
+    delete_on_termination: bool | None = False,
+    **kwargs: Any,
+) -> Any:
+    # moto: a random primary and random secondaries (duplicates, reserved addresses, broadcast),
+    # no subnet accounting, ClientToken and Ipv4PrefixCount ignored.
+    # EC2: lowest free addresses, InsufficientFreeAddressesInSubnet / InsufficientCidrBlocks when
+    # the subnet is short (nothing created), a repeated ClientToken returns the first interface.
+    original = _originals["NetworkInterfaceBackend.create_network_interface"]
+    client_token: str | None = kwargs.pop("client_token", None)
+    prefix_count = int(kwargs.pop("ipv4_prefix_count", 0) or 0)
+    explicit_prefixes = _prefix_strings(kwargs.pop("ipv4_prefixes", None) or [])
+    secondary_count = int(kwargs.pop("secondary_ips_count", 0) or 0)
+    # Explicit addresses from the API are checked like EC2 does; moto's own callers (VPC endpoints
+    # pass a random address) get an invalid explicit address replaced by the allocator's choice.
+    strict = bool(kwargs.pop("fidelity_strict", False))
+    subnet_obj = self.get_subnet(subnet) if isinstance(subnet, str) else subnet
+    if not _is_v4(subnet_obj):
+        return original(
+            self,
+            subnet,
+            private_ip_address,
+            private_ip_addresses,
+            group_ids=group_ids,
+            description=description,
+            tags=tags,
+            delete_on_termination=delete_on_termination,
+            secondary_ips_count=secondary_count or None,
+            **kwargs,
+        )
+    primary, secondaries = _split_explicit(private_ip_address, private_ip_addresses)
+    with _lock:
+        tokens: dict[str, tuple[str, str]] = self.__dict__.setdefault("_fidelity_client_tokens", {})
+        fingerprint = repr(
+            (
+                subnet_obj.id,
+                primary,
+                secondaries,
+                secondary_count,
+                prefix_count,
+                explicit_prefixes,
+                sorted(group_ids or []),
+                description,
+                sorted((tags or {}).items(), key=repr),
+            )
+        )
+        if client_token and client_token in tokens:
+            seen, eni_id = tokens[client_token]
+            if seen != fingerprint:
+                raise _error(
+                    "IdempotentParameterMismatch",
+                    f"The client token '{client_token}' was used with different parameters",
+                )
+            if eni_id in self.enis:
+                return self.enis[eni_id]
+        _counts(secondary_count, prefix_count, explicit_prefixes)
+        held = _held(subnet_obj)
+        if not strict:
+            primary, secondaries = _lenient(subnet_obj, primary, secondaries, held)
+        explicit = ([primary] if primary else []) + secondaries
+        if len(set(explicit)) != len(explicit):
+            raise _error("InvalidParameterValue", "The same address is requested more than once")
+        taken = {_check_explicit_address(subnet_obj, a, held) for a in explicit}
+        used = _used(subnet_obj) | taken
+        fresh = _lowest_free(subnet_obj, (0 if primary else 1) + secondary_count, used)
+        used |= {int(ipaddress.IPv4Address(a)) for a in fresh}
+        prefixes = _take_prefixes(subnet_obj, explicit_prefixes, prefix_count, used)
+        if not primary:
+            primary = fresh.pop(0)
+        entries = [{"Primary": True, "PrivateIpAddress": primary}]
+        entries += [{"Primary": False, "PrivateIpAddress": a} for a in secondaries + fresh]
+        eni = original(
+            self,
+            subnet,
+            primary,
+            entries,
+            group_ids=group_ids,
+            description=description,
+            tags=tags,
+            delete_on_termination=delete_on_termination,
+            **kwargs,
+        )
+        _prefixes(eni).extend(prefixes)
+        if client_token:
+            tokens[client_token] = (fingerprint, eni.id)
+        return eni
+
+
+def _lenient(
+    subnet: Any, primary: str | None, secondaries: list[str], held: set[int]
+) -> tuple[str | None, list[str]]:
+    """Explicit addresses minus those EC2 would refuse (out of range, reserved, held, repeated)."""
+    kept: list[str] = []
+    for address in ([primary] if primary else []) + secondaries:
+        value = _as_int(address)
+        if (
+            value is not None
+            and ipaddress.IPv4Address(value) in subnet.cidr
+            and value in _allocatable(subnet)
+            and value not in held
+            and address not in kept
+        ):
+            kept.append(address)
+    if primary is not None and primary in kept:
+        return primary, [a for a in kept if a != primary]
+    return None, kept
+
+
+def _split_explicit(
+    private_ip_address: str | list[str] | None, private_ip_addresses: list[Any] | None
+) -> tuple[str | None, list[str]]:
+    """(primary, secondaries) from moto's ways of passing explicit addresses."""
+    if isinstance(private_ip_address, list):
+        private_ip_address = private_ip_address[0] if private_ip_address else None
+    primary = str(private_ip_address) if private_ip_address else None
+    secondaries: list[str] = []
+    for item in private_ip_addresses or []:
+        if isinstance(item, dict):
+            address = item.get("PrivateIpAddress")
+            if not address:
+                continue
+            if item.get("Primary") and primary is None:
+                primary = str(address)
+            elif str(address) != primary:
+                secondaries.append(str(address))
+        elif item and str(item) != primary:
+            if primary is None:
+                primary = str(item)
+            else:
+                secondaries.append(str(item))
+    return primary, secondaries
+
+
+def _assign_private_ip_addresses(
+    self: Any,
+    eni_id: str,
+    private_ip_addresses: list[str] | None = None,
+    secondary_ips_count: int | None = None,
+    ipv4_prefix_count: int | None = None,
+    ipv4_prefixes: list[str] | None = None,
+) -> Any:
+    # moto: random addresses, no limits, loops forever when the subnet cannot supply the count.
+    # EC2: lowest free addresses, PrivateIpAddressLimitExceeded / InsufficientFreeAddressesInSubnet /
+    # InsufficientCidrBlocks with nothing assigned.
+    eni, _, _ = _assign(
+        self,
+        eni_id,
+        private_ip_addresses or [],
+        int(secondary_ips_count or 0),
+        int(ipv4_prefix_count or 0),
+        _prefix_strings(ipv4_prefixes or []),
+    )
+    return eni
+
+
+def _unassign_private_ip_addresses(
+    self: Any,
+    eni_id: str,
+    private_ip_address: list[str] | None = None,
+    ipv4_prefixes: list[str] | None = None,
+) -> Any:
+    # moto: removes whatever matches, silently ignores addresses the interface does not hold, even
+    # removes the primary. EC2: InvalidParameterValue and nothing removed unless every address is a
+    # secondary of the interface (and every prefix is delegated to it).
+    eni = self.get_network_interface(eni_id)
+    addresses = [str(a) for a in private_ip_address or []]
+    prefixes = _prefix_strings(ipv4_prefixes or [])
+    with _lock:
+        if not addresses and not prefixes:
+            raise _error("MissingParameter", "Either PrivateIpAddresses or Ipv4Prefixes is required")
+        if eni.private_ip_address in addresses:
+            raise _error(
+                "InvalidParameterValue", "The primary IP address of an interface cannot be unassigned."
+            )
+        secondaries = {a for a in _addresses(eni) if a != eni.private_ip_address}
+        held_prefixes = {str(ipaddress.IPv4Network(p)) for p in _prefixes(eni)}
+        normalized: list[str] = []
+        for prefix in prefixes:
+            try:
+                normalized.append(str(ipaddress.IPv4Network(prefix)))
+            except ValueError:
+                normalized.append(prefix)
+        if not set(addresses) <= secondaries or not set(normalized) <= held_prefixes:
+            raise _error(
+                "InvalidParameterValue",
+                f"Some of the specified addresses are not assigned to interface {eni_id}",
+            )
+        eni.private_ip_addresses[:] = [
+            item for item in eni.private_ip_addresses if item.get("PrivateIpAddress") not in addresses
+        ]
+        _prefixes(eni)[:] = [p for p in _prefixes(eni) if p not in normalized]
+        return eni
+
+
+def _attach_network_interface(self: Any, eni_id: str, instance_id: str, device_index: int) -> Any:
+    # moto: attaches anything anywhere (overwriting a taken device index, re-attaching an attached
+    # interface, to a terminated instance, beyond the type's limits). EC2 refuses each of these.
+    eni = self.get_network_interface(eni_id)
+    instance = self.get_instance(instance_id)
+    index = int(device_index)
+    with _lock:
+        if instance.state not in ("running", "stopped"):
+            raise _error("IncorrectInstanceState", f"Instance '{instance_id}' is not 'running' or 'stopped'.")
+        if eni.instance is not None or eni.attachment_id:
+            raise _error("InvalidNetworkInterface.InUse", f"Interface: [{eni_id}] in use.")
+        if index < 0:
+            raise _error("InvalidParameterValue", f"Invalid value '{index}' for deviceIndex")
+        if index in instance.nics:
+            raise _error(
+                "InvalidParameterValue",
+                f"Instance '{instance_id}' already has an interface attached at device index '{index}'.",
+            )
+        max_interfaces = _max_interfaces(instance)
+        if max_interfaces is not None and len(instance.nics) >= max_interfaces:
+            raise _error(
+                "AttachmentLimitExceeded",
+                f"Interface count {len(instance.nics) + 1} exceeds the limit for {instance.instance_type}",
+            )
+        _check_prefix_type(instance, bool(_prefixes(eni)))
+        limit = _slots_per_interface(instance)
+        if limit is not None and _slots_used(eni) > limit:
+            raise _over_limit()
+        return _originals["NetworkInterfaceBackend.attach_network_interface"](
+            self, eni_id, instance_id, index
+        )
+
+
+def _detach_network_interface(self: Any, attachment_id: str) -> None:
+    # moto: refuses only an instance's last interface. EC2: device index 0 can never be detached.
+    from moto.ec2.exceptions import LastEniDetachError
+
+    with _lock:
+        for eni in list(self.enis.values()):
+            if attachment_id and eni.attachment_id == attachment_id and eni.device_index == 0:
+                raise LastEniDetachError()
+        _originals["NetworkInterfaceBackend.detach_network_interface"](self, attachment_id)
+
+
+def _delete_network_interface(self: Any, eni_id: str) -> None:
+    # moto: deletes an attached interface, and keeps an instance primary's address reserved in the
+    # subnet forever. EC2: InvalidNetworkInterface.InUse while attached; the addresses are freed.
+    with _lock:
+        eni = self.enis.get(eni_id)
+        if eni is not None and eni.instance is not None and not eni.__dict__.get("_fidelity_terminating"):
+            raise _error(
+                "InvalidNetworkInterface.InUse", f"The network interface '{eni_id}' is currently in use."
+            )
+        _originals["NetworkInterfaceBackend.delete_network_interface"](self, eni_id)
+        if eni is not None and eni.subnet is not None:
+            for address in _addresses(eni):
+                eni.subnet.del_subnet_ip(address)
+
+
+def _modify_network_interface_attribute(
+    self: Any,
+    eni_id: str,
+    group_ids: list[str],
+    source_dest_check: bool | None = None,
+    description: str | None = None,
+    attachment: dict[str, Any] | None = None,
+) -> None:
+    # moto: ignores Attachment.DeleteOnTermination. EC2: sets it on the named attachment
+    # (InvalidAttachmentID.NotFound if the interface is not attached under that id).
+    from moto.ec2.exceptions import InvalidNetworkAttachmentIdError
+
+    eni = self.get_network_interface(eni_id)
+    if attachment:
+        attachment_id = str(attachment.get("AttachmentId") or "")
+        if not attachment_id or eni.attachment_id != attachment_id:
+            raise InvalidNetworkAttachmentIdError(attachment_id)
+    _originals["NetworkInterfaceBackend.modify_network_interface_attribute"](
+        self, eni_id, group_ids, source_dest_check, description
+    )
+    if attachment and attachment.get("DeleteOnTermination") is not None:
+        eni.delete_on_termination = _truthy(attachment["DeleteOnTermination"])
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+# -- subnet patches: moto.ec2.models.subnets.Subnet --------------------------------------------------
+
+
+def _get_available_subnet_ip(self: Any, instance: Any) -> str:
+    # moto: the next address of a generator, reusing released ones in random order, StopIteration
+    # when exhausted. EC2: the lowest free address, InsufficientFreeAddressesInSubnet when none.
+    if not _is_v4(self):
+        return str(_originals["Subnet.get_available_subnet_ip"](self, instance))
+    with _lock:
+        address = _lowest_free(self, 1, _used(self))[0]
+        self._unused_ips.discard(address)
+        self._subnet_ips[address] = instance
+        return address
+
+
+def _available_ip_address_count(self: Any) -> int:
+    # moto: total - 5 - secondary addresses of interfaces, can go negative, ignores prefixes.
+    # EC2: free addresses outside the reserves; a delegated /28 takes 16.
+    if not _is_v4(self):
+        return int(_originals["Subnet.available_ip_address_count"].fget(self))
+    return _free_count(self, _used(self))
+
+
+# -- instance patches: moto.ec2.models.instances.Instance --------------------------------------------
+
+
+def _prep_nics(
+    self: Any,
+    nic_spec: list[dict[str, Any]],
+    private_ip: str | None = None,
+    associate_public_ip: bool | None = None,
+    security_groups: list[Any] | None = None,
+    ipv6_address_count: int | None = None,
+) -> None:
+    # moto: interfaces RunInstances creates are delete-on-termination only if the request says so.
+    # EC2: they are delete-on-termination unless the request says otherwise.
+    # moto: a requested primary address another interface holds is taken anyway. EC2:
+    # InvalidIPAddress.InUse.
+    requested = private_ip or next(
+        (self._get_private_ip_from_nic(nic) for nic in nic_spec if int(nic.get("DeviceIndex", -1)) == 0),
+        None,
+    )
+    if requested and self.subnet_id:
+        subnet = self.ec2_backend.get_subnet(self.subnet_id)
+        if _is_v4(subnet):
+            with _lock:
+                _check_explicit_address(subnet, str(requested), _held(subnet))
+    existing = {str(nic["NetworkInterfaceId"]) for nic in nic_spec if nic.get("NetworkInterfaceId")}
+    explicit = {
+        int(nic.get("DeviceIndex", 0)): _truthy(nic["DeleteOnTermination"])
+        for nic in nic_spec
+        if nic.get("DeleteOnTermination") is not None and not nic.get("NetworkInterfaceId")
+    }
+    _originals["Instance.prep_nics"](
+        self,
+        nic_spec,
+        private_ip=private_ip,
+        associate_public_ip=associate_public_ip,
+        security_groups=security_groups,
+        ipv6_address_count=ipv6_address_count,
+    )
+    for index, eni in self.nics.items():
+        if eni.id not in existing:
+            eni.delete_on_termination = explicit.get(index, True)
+
+
+def _terminate(self: Any) -> Any:
+    # moto: deletes delete-on-termination interfaces and leaves the others "in-use" on the
+    # terminated instance. EC2: deletes the former and detaches the latter (status "available").
+    nics = list(self.nics.values())
+    with _lock:
+        for nic in nics:
+            if nic.delete_on_termination:
+                nic.__dict__["_fidelity_terminating"] = True
+        try:
+            previous = _originals["Instance.terminate"](self)
+        finally:
+            for nic in nics:
+                nic.__dict__.pop("_fidelity_terminating", None)
+        for nic in nics:
+            if nic.id in nic.ec2_backend.enis and nic.instance is self:
+                # Not instance.detach_eni: the terminated instance keeps its nics for DescribeInstances.
+                nic.instance = None
+                nic.attachment_id = None
+                nic.attach_time = None
+                nic.status = "available"
+                nic.device_index = None
+        return previous
+
+
+def _ipv4_prefixes(self: Any) -> list[dict[str, str]] | None:
+    # moto: no prefixes. EC2: DescribeNetworkInterfaces lists Ipv4Prefixes.
+    found = _prefixes(self)
+    return [{"Ipv4Prefix": p} for p in found] or None
+
+
+# -- response patches: moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces -------
+
+
+def _resp_create_network_interface(self: Any) -> Any:
+    # moto's handler with ClientToken, Ipv4PrefixCount and Ipv4Prefixes passed on (moto drops them).
+    from moto.core.responses import ActionResult
+    from moto.ec2.utils import add_tag_specification
+
+    subnet_id = self._get_param("SubnetId")
+    private_ip_address = self._get_param("PrivateIpAddress")
+    private_ip_addresses = self._get_param("PrivateIpAddresses", [])
+    ipv6_addresses = [i["Ipv6Address"] for i in self._get_param("Ipv6Addresses", [])]
+    ipv6_address_count = self._get_int_param("Ipv6AddressCount", 0)
+    secondary_ips_count = self._get_param("SecondaryPrivateIpAddressCount")
+    groups = self._get_param("Groups", [])
+    subnet = self.ec2_backend.get_subnet(subnet_id)
+    description = self._get_param("Description")
+    tags = add_tag_specification(self._get_param("TagSpecifications", []))
+    client_token = self._get_param("ClientToken")
+    prefix_count = self._get_int_param("Ipv4PrefixCount", 0)
+    prefixes = self._get_param("Ipv4Prefixes", [])
+
+    self.error_on_dryrun()
+
+    eni = self.ec2_backend.create_network_interface(
+        subnet,
+        private_ip_address,
+        private_ip_addresses,
+        groups,
+        description,
+        tags,
+        secondary_ips_count=secondary_ips_count,
+        ipv6_addresses=ipv6_addresses,
+        ipv6_address_count=ipv6_address_count,
+        client_token=client_token,
+        ipv4_prefix_count=prefix_count,
+        ipv4_prefixes=prefixes,
+        fidelity_strict=True,
+    )
+    result: dict[str, Any] = {"NetworkInterface": eni}
+    if client_token:
+        result["ClientToken"] = client_token
+    return ActionResult(result)
+
+
+def _resp_assign_private_ip_addresses(self: Any) -> Any:
+    # moto answers every address of the interface; EC2 answers only the new ones (and new prefixes).
+    from moto.core.responses import ActionResult
+
+    eni_id = self._get_param("NetworkInterfaceId")
+    secondary_count = self._get_int_param("SecondaryPrivateIpAddressCount", 0)
+    addresses = self._get_param("PrivateIpAddresses", [])
+    prefix_count = self._get_int_param("Ipv4PrefixCount", 0)
+    prefixes = _prefix_strings(self._get_param("Ipv4Prefixes", []))
+
+    self.error_on_dryrun()
+
+    eni, new_addresses, new_prefixes = _assign(
+        self.ec2_backend, eni_id, addresses, secondary_count, prefix_count, prefixes
+    )
+    result: dict[str, Any] = {
+        "NetworkInterfaceId": eni.id,
+        "AssignedPrivateIpAddresses": [{"PrivateIpAddress": a} for a in new_addresses],
+    }
+    if new_prefixes:
+        result["AssignedIpv4Prefixes"] = [{"Ipv4Prefix": p} for p in new_prefixes]
+    return ActionResult(result)
+
+
+def _resp_unassign_private_ip_addresses(self: Any) -> Any:
+    # moto's handler with Ipv4Prefixes passed on (moto drops them).
+    from moto.core.responses import EmptyResult
+
+    eni_id = self._get_param("NetworkInterfaceId")
+    addresses = self._get_param("PrivateIpAddresses", [])
+    prefixes = self._get_param("Ipv4Prefixes", [])
+
+    self.error_on_dryrun()
+
+    self.ec2_backend.unassign_private_ip_addresses(eni_id, addresses, ipv4_prefixes=prefixes)
+    return EmptyResult()
+
+
+def _resp_modify_network_interface_attribute(self: Any) -> Any:
+    # moto's handler with Attachment (AttachmentId, DeleteOnTermination) passed on (moto drops it).
+    from moto.core.responses import EmptyResult
+
+    eni_id = self._get_param("NetworkInterfaceId")
+    group_ids = self._get_param("Groups", [])
+    source_dest_check = self._get_param("SourceDestCheck.Value")
+    description = self._get_param("Description.Value")
+    attachment = self._get_param("Attachment")
+
+    self.error_on_dryrun()
+
+    self.ec2_backend.modify_network_interface_attribute(
+        eni_id, group_ids, source_dest_check, description, attachment=attachment
+    )
+    return EmptyResult()
+
+
+# -- install / uninstall ----------------------------------------------------------------------------
+
+
+def _targets() -> list[tuple[type, str, Any]]:
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface, NetworkInterfaceBackend
+    from moto.ec2.models.instances import Instance
+    from moto.ec2.models.subnets import Subnet
+    from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
+
+    return [
+        (NetworkInterfaceBackend, "create_network_interface", _create_network_interface),
+        (NetworkInterfaceBackend, "assign_private_ip_addresses", _assign_private_ip_addresses),
+        (NetworkInterfaceBackend, "unassign_private_ip_addresses", _unassign_private_ip_addresses),
+        (NetworkInterfaceBackend, "attach_network_interface", _attach_network_interface),
+        (NetworkInterfaceBackend, "detach_network_interface", _detach_network_interface),
+        (NetworkInterfaceBackend, "delete_network_interface", _delete_network_interface),
+        (NetworkInterfaceBackend, "modify_network_interface_attribute", _modify_network_interface_attribute),
+        (NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes)),
+        (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
+        (Subnet, "available_ip_address_count", property(_available_ip_address_count)),
+        (Instance, "prep_nics", _prep_nics),
+        (Instance, "terminate", _terminate),
+        (ElasticNetworkInterfaces, "create_network_interface", _resp_create_network_interface),
+        (ElasticNetworkInterfaces, "assign_private_ip_addresses", _resp_assign_private_ip_addresses),
+        (ElasticNetworkInterfaces, "unassign_private_ip_addresses", _resp_unassign_private_ip_addresses),
+        (
+            ElasticNetworkInterfaces,
+            "modify_network_interface_attribute",
+            _resp_modify_network_interface_attribute,
+        ),
+    ]
+
+
+def _uninstall_all() -> None:
+    while _saved:
+        owner, name, previous = _saved.pop()
+        if previous is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, previous)
+    _originals.clear()
+
+
+def install() -> Callable[[], None]:
+    """Patch moto's EC2 to answer like real EC2; returns the function that undoes it.
+
+    Idempotent: installs nest (each returned function undoes one install; moto is restored when
+    the last one is undone), and calling a returned function twice is harmless.
+    """
+    global _installs
+    with _lock:
+        if _installs == 0:
+            for owner, name, replacement in _targets():
+                previous = owner.__dict__.get(name, _MISSING)
+                # The patches call moto's own implementation, looked up as "Class.name".
+                _originals[f"{owner.__name__}.{name}"] = previous
+                _saved.append((owner, name, previous))
+                setattr(owner, name, replacement)
+        _installs += 1
+    done = False
+
+    def uninstall() -> None:
+        global _installs
+        nonlocal done
+        with _lock:
+            if done:
+                return
+            done = True
+            _installs -= 1
+            if _installs == 0:
+                _uninstall_all()
+
+    return uninstall
+
+
+@contextlib.contextmanager
+def ec2_fidelity() -> Iterator[None]:
+    """``with ec2_fidelity():`` — moto's EC2 answers like real EC2 inside the block."""
+    uninstall = install()
+    try:
+        yield
+    finally:
+        uninstall()
+
+
+# -- a moto server in this process -------------------------------------------------------------------
+
+
+class MotoServer:
+    """moto as an HTTP endpoint on 127.0.0.1 (a free port), in a thread of this process.
+
+    Started on construction; ``endpoint_url`` is ``http://127.0.0.1:<port>``. With ``fidelity``
+    (the default) the fidelity layer is installed for the server's lifetime. Use as a context
+    manager or call :meth:`stop`.
+    """
+
+    def __init__(self, *, fidelity: bool = True) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._uninstall: Callable[[], None] | None = install() if fidelity else None
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        try:
+            self._server.start()
+            host, port = self._server.get_host_and_port()
+        except BaseException:
+            if self._uninstall is not None:
+                self._uninstall()
+            raise
+        self.endpoint_url = f"http://{host}:{port}"
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop the server (and undo its fidelity install); idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._server.stop()
+        finally:
+            if self._uninstall is not None:
+                self._uninstall()
+
+    def __enter__(self) -> MotoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,121 @@
+"""Fixtures of the AWS provider's tests: moto's EC2 in-process, with EC2's limits (moto_ec2), and
+a provider over it. Every test here has a timeout: one moto call can hang."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.retries.standard
+import pytest
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.metrics import Metrics
+from providers.aws import AwsProvider, AwsSettings
+
+REGION = "us-east-1"
+ZONE = "us-east-1a"
+AMI = "ami-12c6146b"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/providers/aws" in str(item.path) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(30))
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and a region; nothing may reach a real account."""
+    for key in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no AMI is validated; saves ~0.2 s per test
+
+
+_SESSION: list[boto3.session.Session] = []
+
+
+def ec2_client(**kwargs: Any) -> Any:
+    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
+    if not _SESSION:
+        _SESSION.append(boto3.session.Session())
+    return _SESSION[0].client("ec2", region_name=REGION, **kwargs)
+
+
+@pytest.fixture
+def instant_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore sleeps (really) between retries; the tests keep the retries and drop the sleep."""
+    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0)
+
+
+@dataclasses.dataclass
+class Network:
+    """A VPC in moto: a big subnet, a small one (11 free addresses), two security groups."""
+
+    ec2: Any
+    vpc_id: str
+    subnet_id: str
+    small_subnet_id: str
+    other_zone_subnet_id: str
+    security_group_ids: tuple[str, ...]
+
+    def run_instance(self, instance_type: str = "m5.large", *, tags: dict[str, str] | None = None) -> str:
+        params: dict[str, Any] = {
+            "ImageId": AMI,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "InstanceType": instance_type,
+            "SubnetId": self.subnet_id,
+            "SecurityGroupIds": list(self.security_group_ids),
+        }
+        if tags:
+            params["TagSpecifications"] = [
+                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            ]
+        return str(self.ec2.run_instances(**params)["Instances"][0]["InstanceId"])
+
+    def provider(self, metrics: Metrics | None = None, **settings: Any) -> AwsProvider:
+        config = AwsSettings(region=REGION, vpc_id=self.vpc_id, **settings)
+        return AwsProvider(config, clock=LoopClock(), metrics=metrics or Metrics(), client=self.ec2)
+
+
+def make_network() -> Network:
+    ec2 = ec2_client()
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+
+    def subnet(cidr: str, zone: str = ZONE) -> str:
+        return str(ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"])
+
+    groups = tuple(
+        ec2.create_security_group(GroupName=f"g{n}", Description="eni-ipam test", VpcId=vpc)["GroupId"]
+        for n in (1, 2)
+    )
+    return Network(
+        ec2=ec2,
+        vpc_id=vpc,
+        subnet_id=subnet("10.0.0.0/20"),
+        small_subnet_id=subnet("10.0.16.0/28"),
+        other_zone_subnet_id=subnet("10.0.32.0/24", "us-east-1b"),
+        security_group_ids=groups,
+    )
+
+
+@pytest.fixture
+def moto_ec2() -> Iterator[None]:
+    """moto's EC2 in-process, answering like real EC2 where it matters (see providers.aws.moto_ec2)."""
+    from moto import mock_aws
+
+    from providers.aws.moto_ec2 import ec2_fidelity
+
+    with mock_aws(), ec2_fidelity():
+        yield
+
+
+@pytest.fixture
+def network(moto_ec2: None) -> Network:
+    return make_network()

@@ -1,0 +1,434 @@
+"""providers.aws.moto_ec2: moto's EC2 answers like real EC2 where an ENI IP manager depends on it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from providers.aws.moto_ec2 import MotoServer, ec2_fidelity, install
+
+pytestmark = pytest.mark.timeout(30)
+
+moto = pytest.importorskip("moto")
+
+REGION = "us-east-1"
+AMI = "ami-12c6146b"
+
+
+@functools.cache
+def session() -> boto3.session.Session:
+    """One session for the module: each new one reloads EC2's service model (~0.4 s)."""
+    return boto3.session.Session()
+
+
+def client(endpoint_url: str | None = None) -> Any:
+    return session().client("ec2", region_name=REGION, endpoint_url=endpoint_url)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",  # ~0.2 s per backend otherwise; no AMI is validated
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def ec2(aws_env: None) -> Iterator[Any]:
+    with moto.mock_aws(), ec2_fidelity():
+        yield client()
+
+
+def subnet(ec2: Any, cidr: str = "10.0.1.0/24") -> str:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    return str(ec2.create_subnet(VpcId=vpc, CidrBlock=cidr)["Subnet"]["SubnetId"])
+
+
+def instance(ec2: Any, subnet_id: str, instance_type: str = "t3.medium") -> str:
+    reservation = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType=instance_type, SubnetId=subnet_id
+    )
+    return str(reservation["Instances"][0]["InstanceId"])
+
+
+def create(ec2: Any, subnet_id: str, **kwargs: Any) -> dict[str, Any]:
+    return dict(ec2.create_network_interface(SubnetId=subnet_id, **kwargs)["NetworkInterface"])
+
+
+def describe(ec2: Any, eni_id: str) -> dict[str, Any]:
+    return dict(ec2.describe_network_interfaces(NetworkInterfaceIds=[eni_id])["NetworkInterfaces"][0])
+
+
+def addresses(eni: dict[str, Any]) -> list[str]:
+    return [a["PrivateIpAddress"] for a in eni["PrivateIpAddresses"]]
+
+
+def free(ec2: Any, subnet_id: str) -> int:
+    return int(ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]["AvailableIpAddressCount"])
+
+
+def attach(ec2: Any, eni_id: str, instance_id: str, index: int) -> str:
+    answer = ec2.attach_network_interface(
+        NetworkInterfaceId=eni_id, InstanceId=instance_id, DeviceIndex=index
+    )
+    return str(answer["AttachmentId"])
+
+
+def code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+# -- 1. address choice --------------------------------------------------------------------------------
+
+
+def test_every_handed_out_address_is_the_lowest_free_never_reserved_never_duplicate(ec2: Any) -> None:
+    sub = subnet(ec2)
+    first = create(ec2, sub, SecondaryPrivateIpAddressCount=2)
+    assert addresses(first) == ["10.0.1.4", "10.0.1.5", "10.0.1.6"]
+    inst = instance(ec2, sub)
+    described = ec2.describe_instances(InstanceIds=[inst])["Reservations"][0]["Instances"][0]
+    assert described["PrivateIpAddress"] == "10.0.1.7"
+    second = create(ec2, sub)
+    assert addresses(second) == ["10.0.1.8"]
+    ec2.unassign_private_ip_addresses(
+        NetworkInterfaceId=first["NetworkInterfaceId"], PrivateIpAddresses=["10.0.1.5"]
+    )
+    assigned = ec2.assign_private_ip_addresses(
+        NetworkInterfaceId=second["NetworkInterfaceId"], SecondaryPrivateIpAddressCount=2
+    )
+    assert [a["PrivateIpAddress"] for a in assigned["AssignedPrivateIpAddresses"]] == ["10.0.1.5", "10.0.1.9"]
+
+    for taken_address in ("10.0.1.4", "10.0.1.7"):  # an interface's, an instance's
+        with pytest.raises(ClientError) as exc:
+            create(ec2, sub, PrivateIpAddress=taken_address)
+        assert code(exc) == "InvalidIPAddress.InUse"
+    with pytest.raises(ClientError) as exc:
+        ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, SubnetId=sub, PrivateIpAddress="10.0.1.6")
+    assert code(exc) == "InvalidIPAddress.InUse"
+
+    small = subnet(ec2, "10.0.2.0/28")  # 16 addresses, 11 usable: .4 to .14
+    taken = addresses(create(ec2, small, SecondaryPrivateIpAddressCount=10))
+    assert taken == [f"10.0.2.{n}" for n in range(4, 15)]
+    assert free(ec2, small) == 0
+
+
+# -- 2. AssignPrivateIpAddresses answer ---------------------------------------------------------------
+
+
+def test_assign_returns_only_new_addresses_lowest_first(ec2: Any) -> None:
+    sub = subnet(ec2)
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=1)["NetworkInterfaceId"]
+    answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=3)
+    assert [a["PrivateIpAddress"] for a in answer["AssignedPrivateIpAddresses"]] == [
+        "10.0.1.6",
+        "10.0.1.7",
+        "10.0.1.8",
+    ]
+    assert addresses(describe(ec2, eni)) == [f"10.0.1.{n}" for n in range(4, 9)]
+
+
+# -- 3. instance-type limits ----------------------------------------------------------------------------
+
+
+def test_attaching_beyond_maximum_network_interfaces_is_attachment_limit_exceeded(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub, "t3.medium")  # 3 interfaces, 6 addresses each
+    attach(ec2, create(ec2, sub)["NetworkInterfaceId"], inst, 1)
+    attach(ec2, create(ec2, sub)["NetworkInterfaceId"], inst, 2)
+    extra = create(ec2, sub)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        attach(ec2, extra, inst, 3)
+    assert code(exc) == "AttachmentLimitExceeded"
+    assert describe(ec2, extra)["Status"] == "available"
+
+
+def test_addresses_beyond_the_per_interface_limit_are_refused_and_nothing_is_assigned(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub, "t3.medium")
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=3)["NetworkInterfaceId"]
+    attach(ec2, eni, inst, 1)
+    with pytest.raises(ClientError) as exc:
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=3)
+    assert code(exc) == "PrivateIpAddressLimitExceeded"
+    assert len(addresses(describe(ec2, eni))) == 4
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=2)
+    assert len(addresses(describe(ec2, eni))) == 6  # primary included: 6 is the t3.medium limit
+
+    # Detached there is no type, so no limit; attaching an over-full interface is refused.
+    big = create(ec2, sub, SecondaryPrivateIpAddressCount=9)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        attach(ec2, big, inst, 2)
+    assert code(exc) == "PrivateIpAddressLimitExceeded"
+    assert "Attachment" not in describe(ec2, big)
+
+
+# -- 4. subnet exhaustion -----------------------------------------------------------------------------
+
+
+def test_subnet_exhaustion_is_insufficient_free_addresses_and_changes_nothing(ec2: Any) -> None:
+    sub = subnet(ec2, "10.0.1.0/28")  # 11 usable
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=5)["NetworkInterfaceId"]
+    assert free(ec2, sub) == 5
+    with pytest.raises(ClientError) as exc:
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=6)
+    assert code(exc) == "InsufficientFreeAddressesInSubnet"
+    assert len(addresses(describe(ec2, eni))) == 6
+    assert free(ec2, sub) == 5
+    with pytest.raises(ClientError) as exc:
+        create(ec2, sub, SecondaryPrivateIpAddressCount=5)
+    assert code(exc) == "InsufficientFreeAddressesInSubnet"
+    assert len(ec2.describe_network_interfaces()["NetworkInterfaces"]) == 1
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=5)
+    assert free(ec2, sub) == 0
+    with pytest.raises(ClientError) as exc:
+        create(ec2, sub)
+    assert code(exc) == "InsufficientFreeAddressesInSubnet"
+
+
+# -- 5. AttachNetworkInterface refusals ---------------------------------------------------------------
+
+
+def test_attach_refuses_taken_device_index_attached_interface_and_wrong_instance_state(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub)
+    first = create(ec2, sub)["NetworkInterfaceId"]
+    attach(ec2, first, inst, 1)
+    second = create(ec2, sub)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        attach(ec2, second, inst, 1)
+    assert code(exc) == "InvalidParameterValue"
+    assert f"Instance '{inst}' already has an interface attached at device index '1'." in str(
+        exc.value.response["Error"]["Message"]
+    )
+    other = instance(ec2, sub)
+    with pytest.raises(ClientError) as exc:
+        attach(ec2, first, other, 1)
+    assert code(exc) == "InvalidNetworkInterface.InUse"
+
+    ec2.stop_instances(InstanceIds=[other])
+    attach(ec2, second, other, 1)  # stopped is fine
+    ec2.terminate_instances(InstanceIds=[other])
+    third = create(ec2, sub)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        attach(ec2, third, other, 2)
+    assert code(exc) == "IncorrectInstanceState"
+
+
+# -- 6. delete-on-termination ----------------------------------------------------------------------------
+
+
+def test_modify_attachment_sets_delete_on_termination(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub)
+    eni = create(ec2, sub)["NetworkInterfaceId"]
+    attachment = attach(ec2, eni, inst, 1)
+    assert describe(ec2, eni)["Attachment"]["DeleteOnTermination"] is False
+    ec2.modify_network_interface_attribute(
+        NetworkInterfaceId=eni, Attachment={"AttachmentId": attachment, "DeleteOnTermination": True}
+    )
+    assert describe(ec2, eni)["Attachment"]["DeleteOnTermination"] is True
+    with pytest.raises(ClientError) as exc:
+        ec2.modify_network_interface_attribute(
+            NetworkInterfaceId=eni,
+            Attachment={"AttachmentId": "eni-attach-0nope", "DeleteOnTermination": False},
+        )
+    assert code(exc) == "InvalidAttachmentID.NotFound"
+
+
+# -- 7. DeleteNetworkInterface of an attached interface ---------------------------------------------------
+
+
+def test_deleting_an_attached_interface_is_in_use(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub)
+    eni = create(ec2, sub)["NetworkInterfaceId"]
+    attachment = attach(ec2, eni, inst, 1)
+    with pytest.raises(ClientError) as exc:
+        ec2.delete_network_interface(NetworkInterfaceId=eni)
+    assert code(exc) == "InvalidNetworkInterface.InUse"
+    assert describe(ec2, eni)["Status"] == "in-use"
+    ec2.detach_network_interface(AttachmentId=attachment)
+    ec2.delete_network_interface(NetworkInterfaceId=eni)
+    assert free(ec2, sub) == 251 - 1  # only the instance's primary remains
+
+
+# -- 8. UnassignPrivateIpAddresses of an address not held ----------------------------------------------
+
+
+def test_unassigning_an_address_not_held_is_invalid_and_removes_nothing(ec2: Any) -> None:
+    sub = subnet(ec2)
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=2)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        ec2.unassign_private_ip_addresses(
+            NetworkInterfaceId=eni, PrivateIpAddresses=["10.0.1.5", "10.0.1.99"]
+        )
+    assert code(exc) == "InvalidParameterValue"
+    assert f"Some of the specified addresses are not assigned to interface {eni}" in str(
+        exc.value.response["Error"]["Message"]
+    )
+    assert addresses(describe(ec2, eni)) == ["10.0.1.4", "10.0.1.5", "10.0.1.6"]
+
+
+# -- 9. ClientToken idempotency -----------------------------------------------------------------------------
+
+
+def test_create_with_the_same_client_token_returns_the_same_interface(ec2: Any) -> None:
+    sub = subnet(ec2)
+    first = create(ec2, sub, SecondaryPrivateIpAddressCount=1, ClientToken="tok-1")
+    again = create(ec2, sub, SecondaryPrivateIpAddressCount=1, ClientToken="tok-1")
+    assert again["NetworkInterfaceId"] == first["NetworkInterfaceId"]
+    assert addresses(again) == addresses(first)
+    assert len(ec2.describe_network_interfaces()["NetworkInterfaces"]) == 1
+    with pytest.raises(ClientError) as exc:
+        create(ec2, sub, SecondaryPrivateIpAddressCount=2, ClientToken="tok-1")
+    assert code(exc) == "IdempotentParameterMismatch"
+    other = create(ec2, sub, SecondaryPrivateIpAddressCount=1, ClientToken="tok-2")
+    assert other["NetworkInterfaceId"] != first["NetworkInterfaceId"]
+
+
+# -- 10. prefix delegation ---------------------------------------------------------------------------------
+
+
+def test_prefixes_are_aligned_free_28s_counted_against_subnet_and_interface(ec2: Any) -> None:
+    sub = subnet(ec2)
+    eni = create(ec2, sub, Ipv4PrefixCount=1)
+    eni_id = eni["NetworkInterfaceId"]
+    assert addresses(eni) == ["10.0.1.4"]
+    assert eni["Ipv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.16/28"}]  # .0/28 holds reserves and .4
+    assert free(ec2, sub) == 251 - 1 - 16
+
+    answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni_id, Ipv4PrefixCount=2)
+    assert answer["AssignedIpv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.32/28"}, {"Ipv4Prefix": "10.0.1.48/28"}]
+    more = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni_id, SecondaryPrivateIpAddressCount=1)
+    assert more["AssignedPrivateIpAddresses"] == [{"PrivateIpAddress": "10.0.1.5"}]
+    assert [p["Ipv4Prefix"] for p in describe(ec2, eni_id)["Ipv4Prefixes"]] == [
+        "10.0.1.16/28",
+        "10.0.1.32/28",
+        "10.0.1.48/28",
+    ]
+    assert free(ec2, sub) == 251 - 2 - 48
+
+    ec2.unassign_private_ip_addresses(NetworkInterfaceId=eni_id, Ipv4Prefixes=["10.0.1.32/28"])
+    assert [p["Ipv4Prefix"] for p in describe(ec2, eni_id)["Ipv4Prefixes"]] == [
+        "10.0.1.16/28",
+        "10.0.1.48/28",
+    ]
+    with pytest.raises(ClientError) as exc:
+        ec2.unassign_private_ip_addresses(NetworkInterfaceId=eni_id, Ipv4Prefixes=["10.0.1.32/28"])
+    assert code(exc) == "InvalidParameterValue"
+
+    # Attached: a prefix takes one slot, like one address (t3.medium: 6 per interface).
+    inst = instance(ec2, sub, "t3.medium")
+    attach(ec2, eni_id, inst, 1)  # primary + 1 secondary + 2 prefixes = 4 slots
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=eni_id, Ipv4PrefixCount=2)
+    with pytest.raises(ClientError) as exc:
+        ec2.assign_private_ip_addresses(NetworkInterfaceId=eni_id, Ipv4PrefixCount=1)
+    assert code(exc) == "PrivateIpAddressLimitExceeded"
+
+    # A /27 has no aligned /28 free of reserves: .0/28 holds .0-.3, .16/28 holds the broadcast.
+    tiny = subnet(ec2, "10.0.2.0/27")
+    with pytest.raises(ClientError) as exc:
+        create(ec2, tiny, Ipv4PrefixCount=1)
+    assert code(exc) == "InsufficientCidrBlocks"
+    assert (
+        ec2.describe_network_interfaces(Filters=[{"Name": "subnet-id", "Values": [tiny]}])[
+            "NetworkInterfaces"
+        ]
+        == []
+    )
+
+
+# -- 11. TerminateInstances --------------------------------------------------------------------------------
+
+
+def test_terminate_deletes_delete_on_termination_interfaces_and_detaches_the_rest(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub)
+    primary = ec2.describe_instances(InstanceIds=[inst])["Reservations"][0]["Instances"][0][
+        "NetworkInterfaces"
+    ][0]
+    assert primary["Attachment"]["DeleteOnTermination"] is True  # RunInstances' default
+    kept = create(ec2, sub)["NetworkInterfaceId"]
+    attach(ec2, kept, inst, 1)
+    doomed = create(ec2, sub)["NetworkInterfaceId"]
+    attachment = attach(ec2, doomed, inst, 2)
+    ec2.modify_network_interface_attribute(
+        NetworkInterfaceId=doomed, Attachment={"AttachmentId": attachment, "DeleteOnTermination": True}
+    )
+    ec2.terminate_instances(InstanceIds=[inst])
+    remaining = {e["NetworkInterfaceId"]: e for e in ec2.describe_network_interfaces()["NetworkInterfaces"]}
+    assert set(remaining) == {kept}
+    assert remaining[kept]["Status"] == "available"
+    assert "Attachment" not in remaining[kept]
+    assert free(ec2, sub) == 251 - 1
+    ec2.delete_network_interface(NetworkInterfaceId=kept)
+    assert free(ec2, sub) == 251
+
+
+# -- uninstall -------------------------------------------------------------------------------------------
+
+
+def test_uninstall_restores_moto_own_behaviour(aws_env: None) -> None:
+    with moto.mock_aws():
+        ec2 = client()
+        sub = subnet(ec2)
+        uninstall = install()
+        again = install()  # nested installs: moto comes back after the last undo
+        eni = create(ec2, sub, SecondaryPrivateIpAddressCount=1)["NetworkInterfaceId"]
+        answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=1)
+        assert len(answer["AssignedPrivateIpAddresses"]) == 1
+        again()
+        again()  # undoing twice is harmless
+        answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=1)
+        assert len(answer["AssignedPrivateIpAddresses"]) == 1
+        uninstall()
+        answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=1)
+        assert len(answer["AssignedPrivateIpAddresses"]) == 5  # moto lists every address again
+        inst = instance(ec2, sub)
+        attach(ec2, eni, inst, 1)
+        ec2.delete_network_interface(NetworkInterfaceId=eni)  # moto deletes attached interfaces
+
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface
+
+    assert "ipv4_prefixes" not in NetworkInterface.__dict__
+
+
+# -- MotoServer ------------------------------------------------------------------------------------------
+
+
+def test_moto_server_answers_over_http_and_stops(aws_env: None) -> None:
+    with MotoServer() as server:
+        assert server.endpoint_url.startswith("http://127.0.0.1:")
+        port = int(server.endpoint_url.rsplit(":", 1)[1])
+        ec2 = client(server.endpoint_url)
+        assert "Vpcs" in ec2.describe_vpcs()
+        sub = subnet(ec2, "10.0.3.0/26")  # 59 usable
+        enis = [create(ec2, sub)["NetworkInterfaceId"] for _ in range(8)]
+
+        def grab(eni: str) -> list[str]:
+            answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=5)
+            return [a["PrivateIpAddress"] for a in answer["AssignedPrivateIpAddresses"]]
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            granted = [a for batch in pool.map(grab, enis) for a in batch]
+        assert len(set(granted)) == 40  # concurrent requests never share an address
+        assert free(ec2, sub) == 59 - 48
+        with pytest.raises(ClientError) as exc:
+            create(ec2, sub, SecondaryPrivateIpAddressCount=11)
+        assert code(exc) == "InsufficientFreeAddressesInSubnet"
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+    from moto.ec2.models.subnets import Subnet
+
+    assert Subnet.get_available_subnet_ip.__module__ == "moto.ec2.models.subnets"  # fidelity undone
