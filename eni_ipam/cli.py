@@ -31,7 +31,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
 
     demo = sub.add_parser("demo", help="a live simulated cluster in real time, with /metrics")
-    demo.add_argument("--nodes", type=int, default=50, help="number of nodes (default 50)")
+    demo.add_argument(
+        "--cloud",
+        choices=("sim", "moto"),
+        default="sim",
+        help="sim: the in-memory cloud with pod churn (default); moto: the AWS provider over HTTP "
+        "against moto's EC2, until every node reaches its watermark",
+    )
+    demo.add_argument("--nodes", type=int, default=None, help="number of nodes (default 50; moto: 10)")
     demo.add_argument("--duration", type=float, default=60.0, help="seconds to run; 0 runs until Ctrl-C")
     demo.add_argument("--seed", type=int, default=1, help="seed of the simulated workload")
     demo.add_argument("--port", type=int, default=9090, help="port of /metrics on 127.0.0.1 (0: off)")
@@ -39,10 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return _simulate(args)
+    configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
+    if args.cloud == "moto":
+        from providers.aws.demo import run_moto_demo
+
+        nodes = 10 if args.nodes is None else args.nodes
+        return run_moto_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
     from eni_ipam.demo import run_demo
 
-    configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
-    return run_demo(nodes=args.nodes, duration=args.duration, seed=args.seed, port=args.port)
+    nodes = 50 if args.nodes is None else args.nodes
+    return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
 
 
 def _simulate(args: argparse.Namespace) -> int:

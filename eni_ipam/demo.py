@@ -13,6 +13,7 @@ import contextlib
 import random
 import signal
 import sys
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TextIO
 
 from eni_ipam.clock import LoopClock
@@ -82,7 +83,8 @@ async def workload(
             await asyncio.wait_for(stop.wait(), timeout=0.5)
 
 
-def render(manager: NodeManager, cloud: SimCloud, store: MemoryStore, elapsed: float, out: TextIO) -> None:
+def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: TextIO) -> None:
+    """One frame of the live view: the neediest nodes, totals, subnets and the API calls so far."""
     lines = [f"eni-ipam demo — {elapsed:6.1f}s — {len(manager.nodes)} nodes — ready={manager.ready}"]
     lines.append(
         f"{'node':<10} {'type':<11} {'avail':>5} {'used':>5} {'need':>5} {'excess':>6} {'ifaces':>6}"
@@ -104,13 +106,32 @@ def render(manager: NodeManager, cloud: SimCloud, store: MemoryStore, elapsed: f
     lines.append(
         "subnets free: " + "  ".join(f"{sid}={free}" for sid, free in sorted(manager.subnet_free.items()))
     )
-    calls = "  ".join(f"{op}={n}" for op, n in sorted(cloud.calls.items()))
-    lines.append(f"API calls: {calls}")
+    lines.append("API calls: " + "  ".join(f"{op}={n}" for op, n in sorted(calls.items())))
     if out.isatty():
         out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
     else:
         out.write(lines[0] + " | " + lines[-3] + " | " + lines[-1] + "\n")
     out.flush()
+
+
+@contextlib.asynccontextmanager
+async def serve_metrics(
+    metrics: Metrics, ready: Callable[[], bool], port: int, out: TextIO
+) -> AsyncIterator[None]:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none).
+    A port in use is reported, and the demo runs on without the endpoint."""
+    runner = None
+    if port:
+        try:
+            runner = await start_server(make_app(metrics, ready), host="127.0.0.1", port=port)
+            out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
+        except OSError as exc:
+            out.write(f"metrics endpoint not started (port {port}: {exc.strerror}); the demo runs on\n")
+    try:
+        yield
+    finally:
+        if runner is not None:
+            await runner.cleanup()
 
 
 async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
@@ -136,33 +157,22 @@ async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextI
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    runner = None
-    if port:
-        try:
-            runner = await start_server(make_app(metrics, lambda: manager.ready), host="127.0.0.1", port=port)
-            out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
-        except OSError as exc:
-            out.write(f"metrics endpoint not started (port {port}: {exc.strerror}); the demo runs on\n")
     started = clock.monotonic()
-    try:
-        async with asyncio.TaskGroup() as tg:
-            reconciler = tg.create_task(manager.run(), name="manager")
-            pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
-            while not stop.is_set():
-                render(manager, cloud, store, clock.monotonic() - started, out)
-                timeout = 1.0
-                if duration:
-                    timeout = min(timeout, max(duration - (clock.monotonic() - started), 0.0))
-                    if timeout == 0:
-                        stop.set()
-                        break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=timeout)
-            reconciler.cancel()
-            pods.cancel()
-    finally:
-        if runner is not None:
-            await runner.cleanup()
+    async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+        reconciler = tg.create_task(manager.run(), name="manager")
+        pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
+        while not stop.is_set():
+            render(manager, cloud.calls, clock.monotonic() - started, out)
+            timeout = 1.0
+            if duration:
+                timeout = min(timeout, max(duration - (clock.monotonic() - started), 0.0))
+                if timeout == 0:
+                    stop.set()
+                    break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=timeout)
+        reconciler.cancel()
+        pods.cancel()
     totals = [n.stats for n in manager.nodes.values()]
     mutating = sum(n for op, n in cloud.calls.items() if not op.startswith("Describe"))
     out.write(

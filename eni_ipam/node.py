@@ -61,6 +61,7 @@ def ownership_tags(cluster_name: str) -> dict[str, str]:
     looks for, so it can never take another cluster's (or another tool's) interfaces."""
     return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
 
+
 AT_CAPACITY_LOG_INTERVAL = 3600.0
 """At most one "at capacity" log line per node per hour: it is a state, not an event."""
 MAX_REPLANS = 3

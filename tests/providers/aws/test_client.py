@@ -1,0 +1,37 @@
+"""The call wrapper's error translation: callers never see a botocore exception."""
+
+from __future__ import annotations
+
+import botocore.exceptions
+import pytest
+
+from eni_ipam import errors
+from providers.aws.client import translate
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (botocore.exceptions.EndpointConnectionError(endpoint_url="https://ec2"), errors.TransientError),
+        (botocore.exceptions.ReadTimeoutError(endpoint_url="https://ec2"), errors.TransientError),
+        (botocore.exceptions.NoCredentialsError(), errors.Unauthorized),
+        (botocore.exceptions.ParamValidationError(report="bad"), errors.InvalidRequest),
+        (botocore.exceptions.WaiterError(name="w", reason="r", last_response={}), errors.ProviderError),
+        (
+            botocore.exceptions.ClientError(
+                {"Error": {"Code": "InsufficientFreeAddressesInSubnet", "Message": "full"}},
+                "CreateNetworkInterface",
+            ),
+            errors.SubnetExhausted,
+        ),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else v.__name__,
+)
+def test_botocore_exceptions_become_project_errors(exc: Exception, kind: type[errors.ProviderError]) -> None:
+    translated = translate(exc, "CreateNetworkInterface")
+    assert isinstance(translated, kind)
+    assert isinstance(translated, errors.ProviderError) and translated.operation == "CreateNetworkInterface"
+
+
+def test_foreign_exceptions_are_not_translated() -> None:
+    assert translate(ValueError("ours"), "X") is None

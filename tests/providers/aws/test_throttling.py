@@ -1,0 +1,204 @@
+"""Throttling on EC2: botocore's retries, what the metrics count, and the reconciler's backoff.
+
+moto never throttles. A ``before-send`` handler answers ``RequestLimitExceeded`` instead, the way
+EC2 does, before moto sees the request. botocore's retry machinery is not bypassed (unlike
+``Stubber``): it classifies the answer, retries, and our hooks see every attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+
+from eni_ipam import errors
+from eni_ipam.clock import LoopClock
+from eni_ipam.config import Settings
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import NodeSpec
+from eni_ipam.ratelimit import RateLimiter
+from eni_ipam.simnode import SimulatedNodeSide
+from eni_ipam.store.memory import MemoryStore
+from tests.providers.aws.conftest import Network
+
+THROTTLE = (
+    b"<Response><Errors><Error><Code>RequestLimitExceeded</Code>"
+    b"<Message>Request limit exceeded.</Message></Error></Errors><RequestID>x</RequestID></Response>"
+)
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+
+def throttle(when: Callable[[Any], bool], times: int | None = None) -> Callable[..., Any]:
+    """A ``before-send`` handler answering RequestLimitExceeded (503) to requests ``when`` accepts,
+    ``times`` times (``None``: as long as it is registered).
+
+    botocore calls *every* ``before-send`` handler, and moto's in-process stub is one of them: left
+    alone, moto would carry out the request we answer "throttled". EC2 never executes a throttled
+    request, so the handler points it at an address moto does not serve.
+    """
+    left = [times]
+
+    def handler(request: Any, **_: Any) -> Any:
+        if not when(request) or left[0] == 0:
+            return None
+        if left[0] is not None:
+            left[0] -= 1
+        url, request.url = request.url, "http://throttled.invalid/"
+        return AWSResponse(url, 503, {}, _Raw(THROTTLE))
+
+    return handler
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.sample(name, labels) or 0.0
+
+
+class CountingLimiter(RateLimiter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.acquired: list[str] = []
+
+    async def acquire(self, operation: str) -> float:
+        self.acquired.append(operation)
+        return await super().acquire(operation)
+
+
+@pytest.mark.usefixtures("instant_retries")
+async def test_throttled_attempts_are_retried_and_every_attempt_is_counted(network: Network) -> None:
+    instance = network.run_instance()
+    metrics = Metrics()
+    provider = network.provider(metrics)
+    primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
+    assert primary is not None
+    network.ec2.meta.events.register_first(
+        "before-send.ec2.AssignPrivateIpAddresses", throttle(lambda r: True, times=2)
+    )
+    new = await provider.assign_addresses(interface_id=primary.id, count=2)
+    assert len(new) == 2
+    op = "AssignPrivateIpAddresses"
+    assert sample(metrics, "eni_ipam_api_requests_total", operation=op) == 3
+    assert sample(metrics, "eni_ipam_api_throttled_total", operation=op) == 2
+    assert sample(metrics, "eni_ipam_api_duration_seconds_count", operation=op, outcome="ok") == 1
+    provider.close()
+
+
+@pytest.mark.usefixtures("instant_retries")
+async def test_throttling_past_the_attempt_budget_raises_throttled_and_assigns_nothing(
+    network: Network,
+) -> None:
+    instance = network.run_instance()
+    metrics = Metrics()
+    provider = network.provider(metrics)
+    primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
+    assert primary is not None
+    network.ec2.meta.events.register_first(
+        "before-send.ec2.AssignPrivateIpAddresses", throttle(lambda r: True)
+    )
+    with pytest.raises(errors.Throttled) as caught:
+        await provider.assign_addresses(interface_id=primary.id, count=2)
+    assert (caught.value.code, caught.value.operation) == ("RequestLimitExceeded", "AssignPrivateIpAddresses")
+    op = "AssignPrivateIpAddresses"
+    assert sample(metrics, "eni_ipam_api_requests_total", operation=op) == 3  # total_max_attempts
+    assert sample(metrics, "eni_ipam_api_throttled_total", operation=op) == 3
+    assert (
+        sample(metrics, "eni_ipam_api_duration_seconds_count", operation=op, outcome="RequestLimitExceeded")
+        == 1
+    )
+    after = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
+    assert after is not None and after.addresses == primary.addresses
+    provider.close()
+
+
+@pytest.mark.usefixtures("instant_retries")
+async def test_every_retry_spends_a_token_of_the_operations_bucket(network: Network) -> None:
+    instance = network.run_instance()
+    provider = network.provider()
+    limiter = CountingLimiter()
+    provider.client._limiter = limiter  # the hooks read it
+    provider.client._caller.limiter = limiter
+    primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
+    assert primary is not None
+    limiter.acquired.clear()
+    network.ec2.meta.events.register_first(
+        "before-send.ec2.AssignPrivateIpAddresses", throttle(lambda r: True, times=2)
+    )
+    await provider.assign_addresses(interface_id=primary.id, count=1)
+    assert limiter.acquired == ["AssignPrivateIpAddresses"] * 3
+    provider.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("instant_retries")
+async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge(network: Network) -> None:
+    metrics = Metrics()
+    clock = LoopClock()
+    provider = network.provider(metrics)
+    store = MemoryStore()
+    side = SimulatedNodeSide(store)
+    instances = {name: network.run_instance() for name in ("calm-1", "calm-2", "throttled")}
+    primaries = {
+        name: network.ec2.describe_instances(InstanceIds=[i])["Reservations"][0]["Instances"][0][
+            "NetworkInterfaces"
+        ][0]["NetworkInterfaceId"]
+        for name, i in instances.items()
+    }
+    for name, instance in instances.items():
+        side.add(NodeSpec(name=name, instance_id=instance, pre_allocate=4))
+    victim = primaries["throttled"]
+
+    def names_victim(request: Any) -> bool:
+        body = request.body or b""
+        return victim in (body.decode() if isinstance(body, bytes) else body)
+
+    handler = throttle(names_victim)
+    event = "before-send.ec2.AssignPrivateIpAddresses"
+    network.ec2.meta.events.register_first(event, handler)
+    manager = NodeManager(
+        provider=provider,
+        settings=Settings(backoff_initial=0.05, backoff_max=0.2, gc_interval=0, resync_interval=600),
+        metrics=metrics,
+        clock=clock,
+        status_sink=store,
+        rng=random.Random(1),
+    )
+    store.attach(manager)
+    task = asyncio.create_task(manager.run())
+
+    def throttled_calls() -> float:
+        return sample(
+            metrics,
+            "eni_ipam_api_duration_seconds_count",
+            operation="AssignPrivateIpAddresses",
+            outcome="RequestLimitExceeded",
+        )
+
+    try:
+        async with asyncio.timeout(20):
+            while not all(manager.nodes[n].stats.available >= 4 for n in ("calm-1", "calm-2")):
+                await asyncio.sleep(0.02)
+            while throttled_calls() < 2:  # the throttled node is retried, after its backoff
+                await asyncio.sleep(0.02)
+        assert manager.nodes["throttled"].stats.available == 0
+        assert sample(metrics, "eni_ipam_node_maintenance_failures_total", reason="Throttled") >= 2
+        network.ec2.meta.events.unregister(event, handler)  # EC2's bucket refills
+        async with asyncio.timeout(20):
+            while manager.nodes["throttled"].stats.available < 4:
+                await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        provider.close()
