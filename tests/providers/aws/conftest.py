@@ -64,13 +64,15 @@ class Network:
     other_zone_subnet_id: str
     security_group_ids: tuple[str, ...]
 
-    def run_instance(self, instance_type: str = "m5.large", *, tags: dict[str, str] | None = None) -> str:
+    def run_instance(
+        self, instance_type: str = "m5.large", *, tags: dict[str, str] | None = None, subnet_id: str = ""
+    ) -> str:
         params: dict[str, Any] = {
             "ImageId": AMI,
             "MinCount": 1,
             "MaxCount": 1,
             "InstanceType": instance_type,
-            "SubnetId": self.subnet_id,
+            "SubnetId": subnet_id or self.subnet_id,
             "SecurityGroupIds": list(self.security_group_ids),
         }
         if tags:

@@ -1,0 +1,122 @@
+"""The reconciler on the AWS provider over moto: the paths that only make sense end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.config import Settings
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import NodeSpec
+from eni_ipam.node import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
+from eni_ipam.simnode import SimulatedNodeSide
+from eni_ipam.store.memory import MemoryStore
+from providers.aws import AwsProvider
+from tests.providers.aws.conftest import ZONE, Network
+
+
+@contextlib.asynccontextmanager
+async def reconciling(
+    network: Network, specs: list[NodeSpec], settings: Settings
+) -> AsyncIterator[tuple[NodeManager, AwsProvider]]:
+    metrics = Metrics()
+    provider = network.provider(metrics)
+    store = MemoryStore()
+    side = SimulatedNodeSide(store)
+    for spec in specs:
+        side.add(spec)
+    manager = NodeManager(
+        provider=provider,
+        settings=settings,
+        metrics=metrics,
+        clock=LoopClock(),
+        status_sink=store,
+        rng=random.Random(1),
+    )
+    store.attach(manager)
+    task = asyncio.create_task(manager.run())
+    try:
+        yield manager, provider
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        provider.close()
+
+
+async def until(condition: object, seconds: float = 20) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.timeout(60)
+async def test_prefix_delegation_falls_back_to_addresses_when_the_subnet_has_no_free_28(
+    network: Network,
+) -> None:
+    # A /27 has 27 free addresses but no free aligned /28: each half holds reserved addresses
+    # (.0-.3 in the first, the broadcast in the second). The counts say "a prefix fits"; EC2 says
+    # InsufficientCidrBlocks, and the pass falls back to plain addresses.
+    fragmented = network.ec2.create_subnet(
+        VpcId=network.vpc_id, CidrBlock="10.0.48.0/27", AvailabilityZone=ZONE
+    )
+    subnet = fragmented["Subnet"]["SubnetId"]
+    instance = network.run_instance("m5.large", subnet_id=subnet)
+    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=4, subnet_ids=(subnet,))
+    async with reconciling(network, [spec], Settings(prefix_delegation=True, gc_interval=0)) as (manager, _):
+        await until(lambda: manager.nodes["n1"].stats.available >= 4)
+        refused = manager.metrics.sample(
+            "eni_ipam_api_duration_seconds_count",
+            {"operation": "AssignPrivateIpAddresses", "outcome": "InsufficientCidrBlocks"},
+        )
+    assert refused == 1, "the prefix was never asked for: the fallback path did not run"
+    found = network.ec2.describe_network_interfaces(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
+    )["NetworkInterfaces"]
+    assert not any(i.get("Ipv4Prefixes") for i in found)
+    assert sum(len(i["PrivateIpAddresses"]) - 1 for i in found) >= 4
+
+
+@pytest.mark.timeout(60)
+async def test_new_interfaces_carry_the_ownership_tags_and_delete_on_termination(network: Network) -> None:
+    instance = network.run_instance(
+        "t3.medium"
+    )  # 5 slots on the primary: 8 addresses need a second interface
+    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
+    settings = Settings(cluster_name="prod", interface_tags={"team": "net"}, gc_interval=0)
+    async with reconciling(network, [spec], settings) as (manager, _):
+        await until(lambda: manager.nodes["n1"].stats.available >= 8)
+    found = network.ec2.describe_network_interfaces(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
+    )["NetworkInterfaces"]
+    [created] = [i for i in found if i["Attachment"]["DeviceIndex"] != 0]
+    tags = {t["Key"]: t["Value"] for t in created["TagSet"]}
+    assert tags == {
+        TAG_CLUSTER: "prod",
+        TAG_MANAGED_BY: "eni-ipam",
+        TAG_NODE: "n1",
+        TAG_INSTANCE: instance,
+        "team": "net",
+    }
+    assert created["Attachment"]["DeleteOnTermination"] is True
+    assert created["Description"] == f"eni-ipam ({instance})"
+
+
+@pytest.mark.timeout(60)
+async def test_a_restarted_reconciler_adopts_what_the_first_created(network: Network) -> None:
+    instance = network.run_instance("t3.medium")
+    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
+    for _ in range(2):
+        async with reconciling(network, [spec], Settings(gc_interval=0)) as (manager, _):
+            await until(lambda: manager.nodes["n1"].stats.available >= 8)
+    found = network.ec2.describe_network_interfaces(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
+    )["NetworkInterfaces"]
+    assert len(found) == 2, "the second run created another interface"
+    assert sum(len(i["PrivateIpAddresses"]) - 1 for i in found) == 8 + 0, "the second run allocated again"
