@@ -21,6 +21,7 @@ from eni_ipam.config import Settings
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
+from eni_ipam.provider import Provider
 from eni_ipam.server import make_app, start_server
 from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
@@ -114,6 +115,42 @@ def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: 
     out.flush()
 
 
+def local_cluster(
+    provider: Provider,
+    settings: Settings,
+    specs: list[tuple[NodeSpec, int]],
+    *,
+    metrics: Metrics,
+    clock: LoopClock,
+    seed: int,
+) -> tuple[NodeManager, MemoryStore, SimulatedNodeSide]:
+    """A manager over ``provider`` with the embedded store, holding ``specs`` (each with its pods in use)."""
+    store = MemoryStore()
+    side = SimulatedNodeSide(store)
+    for spec, used in specs:
+        side.add(spec, used=used)
+    manager = NodeManager(
+        provider=provider,
+        settings=settings,
+        metrics=metrics,
+        clock=clock,
+        status_sink=store,
+        rng=random.Random(seed),
+    )
+    store.attach(manager)
+    return manager, store, side
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (where the loop supports signal handlers)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 @contextlib.asynccontextmanager
 async def serve_metrics(
     metrics: Metrics, ready: Callable[[], bool], port: int, out: TextIO
@@ -138,25 +175,10 @@ async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextI
     clock = LoopClock()
     metrics = Metrics()
     cloud, specs = build(nodes, seed, clock)
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
-    for spec, used in specs:
-        side.add(spec, used=used)
     settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
-    manager = NodeManager(
-        provider=SimProvider(cloud, clock=clock, metrics=metrics),
-        settings=settings,
-        metrics=metrics,
-        clock=clock,
-        status_sink=store,
-        rng=random.Random(seed),
-    )
-    store.attach(manager)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    provider = SimProvider(cloud, clock=clock, metrics=metrics)
+    manager, store, side = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
+    stop = stop_on_signals()
     started = clock.monotonic()
     async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
         reconciler = tg.create_task(manager.run(), name="manager")

@@ -16,19 +16,16 @@ import asyncio
 import contextlib
 import os
 import random
-import signal
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from eni_ipam.clock import LoopClock
 from eni_ipam.config import Settings
-from eni_ipam.demo import INSTANCE_TYPES, render, serve_metrics
+from eni_ipam.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics, stop_on_signals
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
-from eni_ipam.simnode import SimulatedNodeSide
-from eni_ipam.store.memory import MemoryStore
 from providers.aws.provider import AwsProvider
 from providers.aws.settings import AwsSettings
 
@@ -128,24 +125,9 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
             clock=clock,
             metrics=metrics,
         )
-        store = MemoryStore()
-        side = SimulatedNodeSide(store)
-        for spec, used in specs:
-            side.add(spec, used=used)
-        manager = NodeManager(
-            provider=provider,
-            settings=Settings(cluster_name="demo", resync_interval=30.0),
-            metrics=metrics,
-            clock=clock,
-            status_sink=store,
-            rng=random.Random(seed),
-        )
-        store.attach(manager)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+        settings = Settings(cluster_name="demo", resync_interval=30.0)
+        manager, _, _ = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
+        stop = stop_on_signals()
         started = clock.monotonic()
         try:
             async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:

@@ -21,10 +21,11 @@ from eni_ipam.clock import LoopClock
 from eni_ipam.config import Settings
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
-from eni_ipam.model import NodeSpec
+from eni_ipam.model import Interface, NodeSpec
 from eni_ipam.ratelimit import RateLimiter
 from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
+from providers.aws import AwsProvider
 from tests.providers.aws.conftest import Network
 
 THROTTLE = (
@@ -66,6 +67,21 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
     return metrics.sample(name, labels) or 0.0
 
 
+async def node_with_throttled_assign(
+    network: Network, metrics: Metrics, *, times: int | None
+) -> tuple[AwsProvider, str, Interface]:
+    """A provider, an instance and its primary interface; AssignPrivateIpAddresses is throttled
+    ``times`` times from now on (``None``: always)."""
+    instance = network.run_instance()
+    provider = network.provider(metrics)
+    found = await provider.describe_instance(instance_id=instance)
+    primary = found.primary() if found else None
+    assert primary is not None
+    event = "before-send.ec2.AssignPrivateIpAddresses"
+    network.ec2.meta.events.register_first(event, throttle(lambda r: True, times=times))
+    return provider, instance, primary
+
+
 class CountingLimiter(RateLimiter):
     def __init__(self) -> None:
         super().__init__()
@@ -78,14 +94,8 @@ class CountingLimiter(RateLimiter):
 
 @pytest.mark.usefixtures("instant_retries")
 async def test_throttled_attempts_are_retried_and_every_attempt_is_counted(network: Network) -> None:
-    instance = network.run_instance()
     metrics = Metrics()
-    provider = network.provider(metrics)
-    primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
-    assert primary is not None
-    network.ec2.meta.events.register_first(
-        "before-send.ec2.AssignPrivateIpAddresses", throttle(lambda r: True, times=2)
-    )
+    provider, _, primary = await node_with_throttled_assign(network, metrics, times=2)
     new = await provider.assign_addresses(interface_id=primary.id, count=2)
     assert len(new) == 2
     op = "AssignPrivateIpAddresses"
@@ -99,14 +109,8 @@ async def test_throttled_attempts_are_retried_and_every_attempt_is_counted(netwo
 async def test_throttling_past_the_attempt_budget_raises_throttled_and_assigns_nothing(
     network: Network,
 ) -> None:
-    instance = network.run_instance()
     metrics = Metrics()
-    provider = network.provider(metrics)
-    primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
-    assert primary is not None
-    network.ec2.meta.events.register_first(
-        "before-send.ec2.AssignPrivateIpAddresses", throttle(lambda r: True)
-    )
+    provider, instance, primary = await node_with_throttled_assign(network, metrics, times=None)
     with pytest.raises(errors.Throttled) as caught:
         await provider.assign_addresses(interface_id=primary.id, count=2)
     assert (caught.value.code, caught.value.operation) == ("RequestLimitExceeded", "AssignPrivateIpAddresses")
