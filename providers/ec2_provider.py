@@ -449,10 +449,9 @@ class Ec2Provider:
 
     async def _instance_info(self, instance_id: str) -> InstanceInfo | None:
         """DescribeInstances for one instance; refreshes the cache; ``None`` when missing or terminated."""
-        try:
-            infos = await self.api.describe_instances(instance_ids=[instance_id])
-        except errors.NotFound:
-            infos = []
+        # A filter, not InstanceIds: an unknown id answers an empty page instead of an error, and a
+        # filtered, paginated request is in EC2's larger non-mutating bucket.
+        infos = await self.api.describe_instances(filters={"instance-id": [instance_id]})
         info = next((i for i in infos if i.id == instance_id and i.state in LIVE_STATES), None)
         if info is None:
             self._instances.pop(instance_id, None)

@@ -42,6 +42,7 @@ import structlog
 from eni_ipam import errors
 from eni_ipam.api import ApiCaller
 from eni_ipam.clock import Clock
+from eni_ipam.errors import ConfigError
 from eni_ipam.metrics import Metrics
 from eni_ipam.ratelimit import RateLimiter
 from providers.aws.settings import AwsSettings
@@ -66,7 +67,9 @@ def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
         return errors.Unauthorized(str(exc), code=type(exc).__name__, operation=operation)
     if isinstance(exc, botocore.exceptions.ParamValidationError):
         return errors.InvalidRequest(str(exc), code="ParamValidationError", operation=operation)
-    if isinstance(exc, botocore.exceptions.HTTPClientError | botocore.exceptions.EndpointConnectionError):
+    # HTTPClientError: read timeouts, closed connections; ConnectionError: refused, connect timeouts,
+    # proxy and TLS failures. All transient from the reconciler's point of view.
+    if isinstance(exc, botocore.exceptions.HTTPClientError | botocore.exceptions.ConnectionError):
         return errors.TransientError(str(exc), code=type(exc).__name__, operation=operation)
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return errors.ProviderError(str(exc), code=type(exc).__name__, operation=operation)
@@ -75,7 +78,11 @@ def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
 
 def make_client(settings: AwsSettings) -> Any:
     """A boto3 EC2 client configured as :class:`AwsSettings` says (one per process: clients are
-    thread-safe, sessions are not)."""
+    thread-safe, sessions are not).
+
+    Raises:
+        ConfigError: no region is configured or discoverable (field ``aws.region``).
+    """
     config = botocore.config.Config(
         retries={"mode": "standard", "total_max_attempts": settings.total_max_attempts},
         connect_timeout=settings.connect_timeout,
@@ -84,12 +91,17 @@ def make_client(settings: AwsSettings) -> Any:
         user_agent_extra="eni-ipam",
     )
     session = boto3.session.Session()
-    return session.client(
-        SERVICE,
-        region_name=settings.region or None,
-        endpoint_url=settings.endpoint_url or None,
-        config=config,
-    )
+    try:
+        return session.client(
+            SERVICE,
+            region_name=settings.region or None,
+            endpoint_url=settings.endpoint_url or None,
+            config=config,
+        )
+    except botocore.exceptions.NoRegionError as exc:
+        raise ConfigError(
+            "aws.region", "not set, and none found in AWS_DEFAULT_REGION or the profile"
+        ) from exc
 
 
 class Ec2Client:

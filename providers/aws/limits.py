@@ -13,7 +13,8 @@
   type never becomes a stream of calls;
 * EC2 rejects a whole request when one of its types does not exist (``InvalidInstanceType``), so a
   rejected batch is asked again one type at a time;
-* a failed request keeps what is known and logs ``instance_types_refresh_failed``.
+* a failed request keeps what is known and logs ``instance_types_refresh_failed``; a denied one
+  (no IAM permission) turns the lookups off for good with one ``instance_types_not_permitted``.
 
 Records are converted exactly as the table generator converts them
 (:func:`providers.ec2_limits.convert_instance_type`). The limits are those of the default network
@@ -101,6 +102,11 @@ class Ec2InstanceTypes:
         assert self._client is not None
         try:
             records = await self._client.pages("DescribeInstanceTypes", "InstanceTypes", InstanceTypes=batch)
+        except errors.Unauthorized as exc:
+            # No permission: the table is all there is. Say so once instead of once a minute.
+            log.warning("instance_types_not_permitted", error=exc.code, fallback="shipped table")
+            self._client = None
+            return
         except errors.InvalidRequest as exc:
             if len(batch) > 1:  # one unknown type spoils the batch: ask one by one
                 for instance_type in batch:

@@ -76,7 +76,7 @@ class AwsProvider(Ec2Provider):
 
         Raises:
             errors.ConfigError: ``aws.vpc_id`` names no VPC of the region (retried like any failed
-                resync, so a fixed IAM policy or region takes effect without a restart).
+                resync; correcting the VPC or the region needs a restart with the fixed configuration).
             errors.ProviderError: any call failed.
         """
         if not self._vpc_checked:

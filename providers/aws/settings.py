@@ -27,8 +27,9 @@ _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AwsSettings:
     region: str = ""
-    """EC2 region (``eu-west-1``). Empty: boto3's own discovery (``AWS_REGION``, the profile, then the
-    instance metadata), which is right for a pod running in the cluster it manages."""
+    """EC2 region (``eu-west-1``). Empty: boto3's own discovery (``AWS_DEFAULT_REGION`` or the profile's
+    region); when that finds none, the provider refuses to start with an error naming ``aws.region``.
+    Set it: the manifests do."""
 
     endpoint_url: str = ""
     """EC2 endpoint to use instead of the regional one: an interface VPC endpoint in private
@@ -40,14 +41,16 @@ class AwsSettings:
 
     subnet_ids_filter: tuple[str, ...] = ()
     """Only these subnets are listed, and so only they can receive new interfaces. Empty: every subnet
-    of the VPC. The subnets of the nodes' existing interfaces should be among them."""
+    of the VPC. An existing interface in a subnet outside the filter is never filled (its subnet's free
+    addresses are unknown), so list the subnets of the nodes' interfaces too."""
 
     subnet_tags_filter: Tags = EMPTY_TAGS
     """Only subnets carrying every one of these tags are listed. Empty: no tag restriction."""
 
     instance_tags_filter: Tags = EMPTY_TAGS
-    """Only instances carrying every one of these tags, and their interfaces, are listed. Use it
-    when several clusters share a VPC (``kubernetes.io/cluster/<name>: owned``)."""
+    """Only instances carrying every one of these tags, and their interfaces, are listed by the full
+    resync. Use it when several clusters share a VPC (``kubernetes.io/cluster/<name>: owned``). It
+    scopes the listing only: a node whose instance lacks the tags is still fetched by id."""
 
     max_results: int = 1000
     """Page size of every Describe call: EC2's maximum, so a resync costs the fewest requests. Pages
@@ -70,12 +73,13 @@ class AwsSettings:
     not hold a worker for minutes."""
 
     update_limits_via_api: bool = True
-    """Read instance-type limits from DescribeInstanceTypes (start-up, and on an unknown type),
-    falling back to the shipped table. Off: the shipped table only, with no call."""
+    """Ask DescribeInstanceTypes about every type the cluster runs (once, until EC2 has described it)
+    and prefer its answer to the shipped table, which stays the fallback. Without the IAM permission
+    the first denial turns this off with one warning. Off: the shipped table only, with no call."""
 
     limits_refresh_interval: float = 60.0
-    """Minimum seconds between two DescribeInstanceTypes refreshes caused by an unknown type, so a
-    node of a type EC2 does not know cannot turn into a stream of calls."""
+    """Minimum seconds between two DescribeInstanceTypes requests about a type EC2 has not described
+    yet, so a type EC2 does not know cannot turn into a stream of calls."""
 
     rate_limits: Mapping[str, Bucket] = dataclasses.field(default_factory=lambda: _EMPTY_BUCKETS)
     """Per-operation token buckets overriding EC2's published ones (``{AssignPrivateIpAddresses:

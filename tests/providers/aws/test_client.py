@@ -6,7 +6,9 @@ import botocore.exceptions
 import pytest
 
 from eni_ipam import errors
-from providers.aws.client import translate
+from eni_ipam.errors import ConfigError
+from providers.aws.client import make_client, translate
+from providers.aws.settings import AwsSettings
 
 
 @pytest.mark.parametrize(
@@ -35,3 +37,12 @@ def test_botocore_exceptions_become_project_errors(exc: Exception, kind: type[er
 
 def test_foreign_exceptions_are_not_translated() -> None:
     assert translate(ValueError("ours"), "X") is None
+
+
+def test_a_missing_region_is_a_config_error_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/eni-ipam-test")
+    with pytest.raises(ConfigError) as caught:
+        make_client(AwsSettings())
+    assert caught.value.field == "aws.region"

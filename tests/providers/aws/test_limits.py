@@ -105,12 +105,26 @@ async def test_a_described_type_is_never_asked_about_again() -> None:
     assert client.requests == [["m5.large"]]
 
 
-async def test_without_permission_the_table_answers() -> None:
-    denied = errors.Unauthorized("not allowed", code="UnauthorizedOperation")
-    limits = source(FakeClient({}, fail=denied))
+async def test_without_permission_the_table_answers_and_ec2_is_not_asked_again() -> None:
+    clock = FakeClock()
+    client = FakeClient({}, fail=errors.Unauthorized("not allowed", code="UnauthorizedOperation"))
+    limits = source(client, clock)
     assert await limits.limits("m5.large") == TABLE["m5.large"]
+    clock.now = 3600
     with pytest.raises(errors.LimitsUnknown):
         await limits.limits("c5.large")
+    assert client.requests == [["m5.large"]]
+
+
+async def test_a_failed_request_is_retried_after_the_interval() -> None:
+    clock = FakeClock()
+    client = FakeClient({}, fail=errors.TransientError("down", code="ServiceUnavailable"))
+    limits = source(client, clock)
+    await limits.known(["m5.large"])
+    await limits.known(["m5.large"])
+    clock.now = 61
+    await limits.known(["m5.large"])
+    assert client.requests == [["m5.large"], ["m5.large"]]
 
 
 async def test_table_only_mode_makes_no_request() -> None:
