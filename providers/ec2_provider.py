@@ -20,19 +20,27 @@ Invariants:
   ownership tags so garbage collection finds it.
 * A retried create with the same idempotency token adopts the interface of the first attempt and
   never attaches a second one.
-* Nothing here reads time or sleeps: retries across passes belong to the reconciler's backoff.
+* A token whose interface was rolled back (or deleted since) is spent. EC2 answers a spent token with
+  the deleted interface, so the next create derives a fresh token from it, in a fixed sequence. After a
+  restart, the sequence leads back to an interface an interrupted attempt left behind, instead of
+  making another one.
+* The only waiting here is for EC2 to finish a detach before the delete (detaching is asynchronous on
+  EC2). It is bounded and runs on the injected clock. Retries across passes belong to the reconciler's
+  backoff.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, Protocol
 
 import structlog
 
 from eni_ipam import errors
+from eni_ipam.clock import Clock
 from eni_ipam.model import (
     EMPTY_TAGS,
     CloudSnapshot,
@@ -62,6 +70,21 @@ ATTACH_ATTEMPTS = 5
 
 FILTER_VALUES_PER_CALL = 200
 """EC2 accepts at most 200 values in one filter; longer id lists are split across calls."""
+
+TOKEN_SPINS = 4
+"""Tokens one create may try: the caller's, then ones derived from it when an earlier one is spent."""
+
+DETACH_WAITS = (0.5, 1.0, 2.0, 4.0, 4.0, 4.0)
+"""Seconds between delete attempts while EC2 is still detaching an interface (about 15 s in all)."""
+
+_INTERFACE_GONE = "InvalidNetworkInterfaceID.NotFound"
+_IN_USE = "InvalidNetworkInterface.InUse"
+
+
+def spin_token(token: str, n: int) -> str:
+    """The ``n``-th token derived from ``token`` (``n == 0``: the token itself); at most 64 characters,
+    as EC2's ClientToken allows."""
+    return token if n == 0 else "eni-ipam-" + hashlib.sha256(f"{token}#{n}".encode()).hexdigest()[:40]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,11 +244,16 @@ class Ec2Provider:
 
     name: str = "ec2"
 
-    def __init__(self, api: Ec2Api, *, limits: LimitsSource, scope: Scope | None = None) -> None:
+    def __init__(
+        self, api: Ec2Api, *, limits: LimitsSource, clock: Clock, scope: Scope | None = None
+    ) -> None:
         self.api = api
         self.limits = limits
+        self.clock = clock
         self.scope = scope or Scope()
         self._instances: dict[str, InstanceInfo] = {}
+        self._spent: set[str] = set()
+        """Tokens whose interface this process deleted: EC2 would answer them with a dead interface."""
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -377,15 +405,51 @@ class Ec2Provider:
             errors.NotFound: the original error, after the rollback.
         """
         secondary, prefix = (0, count) if prefixes else (count, 0)
-        iface = await self.api.create_network_interface(
-            subnet_id=subnet_id,
-            groups=tuple(security_groups),
-            secondary_count=secondary,
-            prefix_count=prefix,
-            tags=dict(tags),
-            description=DESCRIPTION.format(instance=instance_id),
-            client_token=token,
+        for n in range(TOKEN_SPINS):
+            client_token = spin_token(token, n)
+            if client_token in self._spent:
+                continue
+            iface = await self.api.create_network_interface(
+                subnet_id=subnet_id,
+                groups=tuple(security_groups),
+                secondary_count=secondary,
+                prefix_count=prefix,
+                tags=dict(tags),
+                description=DESCRIPTION.format(instance=instance_id),
+                client_token=client_token,
+            )
+            try:
+                return await self._attach_and_mark(
+                    iface, client_token, instance_id, device_index, delete_on_termination
+                )
+            except errors.NotFound as exc:
+                if exc.code != _INTERFACE_GONE:
+                    raise
+                # The token's interface was deleted since (a rollback before a restart, or by hand):
+                # the token is spent, and the next one in the sequence is tried.
+                self._spent.add(client_token)
+                log.info("idempotency_token_spent", interface=iface.id, instance=instance_id)
+        raise errors.ProviderError(
+            f"{TOKEN_SPINS} idempotency tokens derived from {token} are all spent",
+            code="IdempotencyTokensSpent",
+            operation="CreateNetworkInterface",
         )
+
+    async def _attach_and_mark(
+        self,
+        iface: Interface,
+        client_token: str,
+        instance_id: str,
+        device_index: int,
+        delete_on_termination: bool,
+    ) -> Interface:
+        """Attach and mark a created (or adopted) interface; on failure, roll it back and re-raise.
+
+        Raises:
+            errors.NotFound: ``InvalidNetworkInterfaceID.NotFound``, the interface no longer exists
+                (nothing to roll back), or the instance is gone.
+            errors.EniIpamError: any other failure, after the rollback.
+        """
         attached_here = ""
         try:
             if iface.instance_id != instance_id:
@@ -403,9 +467,12 @@ class Ec2Provider:
                 )
                 iface = dataclasses.replace(iface, delete_on_termination=True)
         except errors.EniIpamError as exc:
+            if isinstance(exc, errors.NotFound) and exc.code == _INTERFACE_GONE:
+                raise
             if isinstance(exc, errors.InstanceNotRunning):
                 self._instances.pop(instance_id, None)
-            await self._roll_back(iface.id, attached_here, exc)
+            if await self._roll_back(iface.id, attached_here, exc):
+                self._spent.add(client_token)
             raise
         return iface
 
@@ -423,12 +490,12 @@ class Ec2Provider:
         try:
             await self.api.delete_network_interface(interface_id=interface_id)
         except errors.ProviderError as exc:
-            if not detach or exc.code != "InvalidNetworkInterface.InUse":
+            if not detach or exc.code != _IN_USE:
                 raise
             for iface in await self.api.describe_network_interfaces(interface_ids=[interface_id]):
                 if iface.attachment_id:
                     await self.api.detach_network_interface(attachment_id=iface.attachment_id)
-            await self.api.delete_network_interface(interface_id=interface_id)
+            await self._delete_detaching(interface_id)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -471,16 +538,35 @@ class Ec2Provider:
             running=info.state == "running",
         )
 
-    async def _roll_back(self, interface_id: str, attachment_id: str, cause: BaseException) -> None:
+    async def _roll_back(self, interface_id: str, attachment_id: str, cause: BaseException) -> bool:
         """Undo a create: detach what this call attached, then delete.
 
         Failures are noted on ``cause`` (the error the caller sees) rather than raised over it; a
         leftover interface carries its tags, so garbage collection finds it.
+
+        Returns:
+            Whether the interface was deleted.
         """
         try:
             if attachment_id:
                 await self.api.detach_network_interface(attachment_id=attachment_id)
-            await self.api.delete_network_interface(interface_id=interface_id)
+                await self._delete_detaching(interface_id)
+            else:
+                await self.api.delete_network_interface(interface_id=interface_id)
         except errors.EniIpamError as exc:
             cause.add_note(f"rollback of {interface_id} failed: {exc}")
             log.warning("rollback_failed", interface=interface_id, error=str(exc))
+            return False
+        return True
+
+    async def _delete_detaching(self, interface_id: str) -> None:
+        """Delete an interface just detached: EC2 detaches asynchronously, and refuses the delete
+        (``InvalidNetworkInterface.InUse``) until the detach is done; retried for about 15 s."""
+        for wait in (*DETACH_WAITS, None):
+            try:
+                await self.api.delete_network_interface(interface_id=interface_id)
+                return
+            except errors.ProviderError as exc:
+                if exc.code != _IN_USE or wait is None:
+                    raise
+            await self.clock.sleep(wait)

@@ -289,6 +289,30 @@ async def check_create_past_adapter_limit(env: ContractEnv) -> None:
     await _no_leak(env, "adapters", attached=env.limits.adapters)
 
 
+async def check_create_retried_after_a_rollback(env: ContractEnv) -> None:
+    """A create that failed and was rolled back succeeds when retried with the same token."""
+    for index in range(1, env.limits.adapters):
+        await _create(env, check="retry", index=index)
+
+    def create(index: int) -> Awaitable[Interface]:
+        return env.provider.create_interface(
+            instance_id=env.instance_id,
+            subnet_id=env.subnet_id,
+            security_groups=env.security_group_ids,
+            device_index=index,
+            count=1,
+            tags=_tags("retry"),
+            token="contract-retry-after-rollback",
+        )
+
+    await _raises(errors.AttachmentLimitExceeded, create(env.limits.adapters), "create past the adapters")
+    freed = (await _instance(env)).interfaces[1]
+    await env.provider.delete_interface(interface_id=freed.id)
+    iface = await _succeeds(create(1), "the same create, retried once a slot is free")
+    attached = await _interface(env, iface.id)
+    assert attached.device_index == 1, f"the retried create is attached at {attached.device_index}, not 1"
+
+
 async def check_subnet_exhaustion(env: ContractEnv) -> None:
     """assign beyond the subnet's free addresses raises SubnetExhausted, assigning nothing."""
     free = (await env.provider.resync()).subnets[env.small_subnet_id].available
@@ -360,6 +384,7 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_create_interface,
     check_create_on_occupied_index,
     check_create_past_adapter_limit,
+    check_create_retried_after_a_rollback,
     check_subnet_exhaustion,
     check_prefixes,
     check_delete_interface,

@@ -90,15 +90,17 @@ def make_client(settings: AwsSettings) -> Any:
         max_pool_connections=settings.max_threads,
         user_agent_extra="eni-ipam",
     )
-    session = boto3.session.Session()
     try:
+        session = boto3.session.Session()
         return session.client(
             SERVICE,
             region_name=settings.region or None,
             endpoint_url=settings.endpoint_url or None,
             config=config,
         )
-    except botocore.exceptions.NoRegionError as exc:
+    except botocore.exceptions.BotoCoreError as exc:
+        if not isinstance(exc, botocore.exceptions.NoRegionError):
+            raise ConfigError("aws", f"cannot make the EC2 client: {exc}") from exc
         raise ConfigError(
             "aws.region", "not set, and none found in AWS_DEFAULT_REGION or the profile"
         ) from exc
@@ -135,6 +137,7 @@ class Ec2Client:
             max_workers=settings.max_threads, thread_name_prefix="eni-ipam-ec2"
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         events = self.client.meta.events
         events.register(f"before-send.{SERVICE}", self._count_request)
         events.register(f"response-received.{SERVICE}", self._count_throttle)
@@ -146,11 +149,22 @@ class Ec2Client:
         Raises:
             errors.ProviderError: translated from whatever botocore raised.
         """
+        if self._closed:
+            raise errors.TransientError("the EC2 client is closed", code="ClientClosed", operation=operation)
         method: Callable[..., dict[str, Any]] = getattr(self.client, botocore.xform_name(operation))
         loop = self._loop = asyncio.get_running_loop()
-        return await self._caller.call(
-            operation, lambda: loop.run_in_executor(self._executor, functools.partial(method, **params))
-        )
+        try:
+            return await self._caller.call(
+                operation, lambda: loop.run_in_executor(self._executor, functools.partial(method, **params))
+            )
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                # close() dropped the queued request; this task itself was not cancelled.
+                raise errors.TransientError(
+                    "the EC2 client was closed", code="ClientClosed", operation=operation
+                ) from None
+            raise
 
     async def pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
         """Every item under ``key`` of a paged Describe answer, following ``NextToken`` to the end;
@@ -165,7 +179,10 @@ class Ec2Client:
             params = {**params, "NextToken": token}
 
     def close(self) -> None:
-        """Stop the thread pool (calls in flight finish in their threads) and close the client."""
+        """Stop the thread pool (calls in flight finish in their threads; queued ones are dropped and
+        their callers get :class:`~eni_ipam.errors.TransientError`) and close the client."""
+        self._closed = True
+        self._loop = None
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
@@ -182,13 +199,15 @@ class Ec2Client:
     def _limit_retry(self, request: Any = None, operation_name: str = "", **_: Any) -> None:
         attempt = ((getattr(request, "context", None) or {}).get("retries") or {}).get("attempt", 1)
         loop = self._loop
-        if attempt <= 1 or loop is None or loop.is_closed():
-            return
-        future = asyncio.run_coroutine_threadsafe(self._limiter.acquire(operation_name), loop)
+        if attempt <= 1 or loop is None or not loop.is_running():
+            return  # no loop to wait on (closing down): the retry goes without a token
+        future: concurrent.futures.Future[float] | None = None
         try:
+            future = asyncio.run_coroutine_threadsafe(self._limiter.acquire(operation_name), loop)
             waited = future.result(timeout=RETRY_TOKEN_TIMEOUT)
         except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, RuntimeError):
-            future.cancel()
+            if future is not None:
+                future.cancel()
             log.warning("retry_token_wait_abandoned", operation=operation_name, attempt=attempt)
             return
         self._metrics.rate_limit_wait(operation=operation_name, seconds=waited)

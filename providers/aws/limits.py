@@ -36,6 +36,9 @@ from providers.ec2_limits import InstanceTypeError, convert_instance_type, limit
 
 log = structlog.get_logger("eni_ipam.aws")
 
+DENIED = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
+"""Codes that mean "the policy does not allow it", as opposed to a passing credential problem."""
+
 BATCH = 100
 """Instance types asked about in one DescribeInstanceTypes request (EC2's maximum)."""
 
@@ -99,10 +102,14 @@ class Ec2InstanceTypes:
                 await self._describe(due[start : start + BATCH])
 
     async def _describe(self, batch: list[str]) -> None:
-        assert self._client is not None
+        if self._client is None:  # turned off by a denial while this lookup waited for the lock
+            return
         try:
             records = await self._client.pages("DescribeInstanceTypes", "InstanceTypes", InstanceTypes=batch)
         except errors.Unauthorized as exc:
+            if exc.code not in DENIED:  # expired credentials, clock skew: passing, retried later
+                log.warning("instance_types_refresh_failed", error=str(exc), types=len(batch))
+                return
             # No permission: the table is all there is. Say so once instead of once a minute.
             log.warning("instance_types_not_permitted", error=exc.code, fallback="shipped table")
             self._client = None

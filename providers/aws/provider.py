@@ -65,7 +65,7 @@ class AwsProvider(Ec2Provider):
             subnet_tags=settings.subnet_tags_filter,
             instance_tags=settings.instance_tags_filter,
         )
-        super().__init__(Boto3Api(self.client), limits=limits, scope=scope)
+        super().__init__(Boto3Api(self.client), limits=limits, clock=clock, scope=scope)
         self._vpc_checked = not settings.vpc_id
 
     async def resync(self) -> CloudSnapshot:

@@ -200,6 +200,8 @@ class SimProvider(Ec2Provider):
             translate=translate,
         )
         table = cloud.limits if limits is None else MappingProxyType(dict(limits))
-        super().__init__(SimApi(cloud, caller), limits=TableLimits(table), scope=Scope(vpc_id=vpc_id or ""))
+        super().__init__(
+            SimApi(cloud, caller), limits=TableLimits(table), clock=clock, scope=Scope(vpc_id=vpc_id or "")
+        )
         self.cloud = cloud
         self._limits = table

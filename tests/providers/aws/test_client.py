@@ -6,8 +6,11 @@ import botocore.exceptions
 import pytest
 
 from eni_ipam import errors
+from eni_ipam.clock import LoopClock
 from eni_ipam.errors import ConfigError
-from providers.aws.client import make_client, translate
+from eni_ipam.metrics import Metrics
+from eni_ipam.ratelimit import RateLimiter
+from providers.aws.client import Ec2Client, make_client, translate
 from providers.aws.settings import AwsSettings
 
 
@@ -46,3 +49,21 @@ def test_a_missing_region_is_a_config_error_naming_the_field(monkeypatch: pytest
     with pytest.raises(ConfigError) as caught:
         make_client(AwsSettings())
     assert caught.value.field == "aws.region"
+
+
+def test_an_unknown_profile_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "eni-ipam-no-such-profile")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/eni-ipam-test")
+    with pytest.raises(ConfigError) as caught:
+        make_client(AwsSettings(region="us-east-1"))
+    assert caught.value.field == "aws"
+
+
+async def test_a_call_after_close_is_a_transient_error_not_a_runtime_error() -> None:
+    client = Ec2Client(
+        AwsSettings(region="us-east-1"), limiter=RateLimiter(), metrics=Metrics(), clock=LoopClock()
+    )
+    client.close()
+    with pytest.raises(errors.TransientError) as caught:
+        await client.call("DescribeVpcs")
+    assert caught.value.code == "ClientClosed"

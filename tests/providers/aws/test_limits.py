@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -130,3 +131,21 @@ async def test_a_failed_request_is_retried_after_the_interval() -> None:
 async def test_table_only_mode_makes_no_request() -> None:
     limits = source(None)
     assert await limits.known(["m5.large", "c5.large"]) == {"m5.large": TABLE["m5.large"]}
+
+
+async def test_a_lookup_waiting_while_another_is_denied_answers_from_the_table() -> None:
+    client = FakeClient({}, fail=errors.Unauthorized("no", code="UnauthorizedOperation"))
+    limits = source(client)
+    first, second = await asyncio.gather(limits.limits("m5.large"), limits.known(["m5.large", "c5.large"]))
+    assert first == TABLE["m5.large"] and second == {"m5.large": TABLE["m5.large"]}
+
+
+async def test_passing_credential_failures_do_not_turn_the_lookups_off() -> None:
+    clock = FakeClock()
+    client = FakeClient({}, fail=errors.Unauthorized("expired", code="AuthFailure"))
+    limits = source(client, clock)
+    await limits.known(["m5.large"])
+    clock.now = 61
+    client.fail = None
+    client.catalogue["m5.large"] = record("m5.large", adapters=5)
+    assert (await limits.limits("m5.large")).adapters == 5

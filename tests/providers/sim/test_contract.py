@@ -20,6 +20,7 @@ from eni_ipam.testing.provider_contract import (
     check_create_interface,
     check_create_on_occupied_index,
     check_create_past_adapter_limit,
+    check_create_retried_after_a_rollback,
     check_delete_interface,
     check_delete_without_detach,
     check_describe_instance,
@@ -185,3 +186,13 @@ async def test_subnet_exhaustion_check_refuses_an_env_whose_small_subnet_is_not_
     env = await make_env(small_cidr="10.0.16.0/27")
     with pytest.raises(AssertionError, match="2 to 15 free"):
         await check_subnet_exhaustion(env)
+
+
+async def test_retry_after_rollback_check_fails_a_provider_that_reuses_a_spent_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import providers.ec2_provider
+
+    monkeypatch.setattr(providers.ec2_provider, "TOKEN_SPINS", 1)
+    with pytest.raises(AssertionError, match="retried once a slot is free"):
+        await check_create_retried_after_a_rollback(await make_env())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from eni_ipam import errors
@@ -241,3 +243,53 @@ async def test_delete_interface_detaches_an_attached_one_first(cloud: SimCloud) 
     detached = await cloud.create_network_interface(subnet_id="s-1")
     await provider.delete_interface(interface_id=detached.id)
     assert cloud.calls["DeleteNetworkInterface"] == 3 and len(cloud.interfaces()) == 1
+
+
+class SlowDetach:
+    """An Ec2Api proxy whose deletes are refused as "in use" ``times`` times after each detach, the
+    way EC2 refuses them until an asynchronous detach is done."""
+
+    def __init__(self, api: object, times: int) -> None:
+        self._api = api
+        self._times = times
+        self.refused = 0
+        self._pending = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._api, name)
+
+    async def detach_network_interface(self, **kwargs: object) -> None:
+        await self._api.detach_network_interface(**kwargs)  # type: ignore[attr-defined]
+        self._pending = self._times
+
+    async def delete_network_interface(self, **kwargs: object) -> None:
+        if self._pending:
+            self._pending -= 1
+            self.refused += 1
+            raise errors.InvalidRequest("in use", code="InvalidNetworkInterface.InUse")
+        await self._api.delete_network_interface(**kwargs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.looptime
+async def test_delete_waits_for_an_asynchronous_detach_on_the_injected_clock(cloud: SimCloud) -> None:
+    provider = provider_for(cloud)
+    iface = await create(provider)
+    slow = provider.api = SlowDetach(provider.api, times=2)  # type: ignore[assignment]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await provider.delete_interface(interface_id=iface.id)
+    assert cloud.interface_view(iface.id) is None
+    assert slow.refused == 2  # twice while "detaching" (the cloud itself refused the first delete)
+    assert 1.4 < loop.time() - started < 2  # waited 0.5 s, then 1 s
+
+
+@pytest.mark.looptime
+async def test_rollback_waits_for_the_detach_and_deletes(cloud: SimCloud) -> None:
+    provider = provider_for(cloud)
+    provider.api = SlowDetach(provider.api, times=2)  # type: ignore[assignment]
+    cloud.fail_next("ModifyNetworkInterfaceAttribute", code="InternalError")
+    with pytest.raises(errors.TransientError) as caught:
+        await create(provider)
+    assert not getattr(caught.value, "__notes__", None), "the rollback failed"
+    assert await provider.list_detached_interfaces(tags=TAGS) == []
+    assert len(cloud.instance_view("i-1").interfaces) == 1
