@@ -84,25 +84,42 @@ def parse_duration(value: Any, field: str) -> float:
     return seconds
 
 
+def parse_bool(field: str, raw: Any) -> bool:
+    """``raw`` if it is a YAML boolean (not ``"yes"``, not 1)."""
+    if not isinstance(raw, bool):
+        raise ConfigError(field, f"expected true or false, got {raw!r}")
+    return raw
+
+
+def parse_int(field: str, raw: Any, *, minimum: int | None = None) -> int:
+    """``raw`` if it is an integer (not a boolean), at least ``minimum`` when given."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ConfigError(field, f"expected an integer, got {raw!r}")
+    if minimum is not None and raw < minimum:
+        raise ConfigError(field, f"expected an integer of at least {minimum}, got {raw!r}")
+    return raw
+
+
+def parse_tags(field: str, raw: Any) -> Tags:
+    """An immutable string → string mapping."""
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
+    return frozen_tags(raw)
+
+
 def _check(field: str, value: Any, kind: type, raw: Any) -> Any:
     if kind is bool:
-        if not isinstance(raw, bool):
-            raise ConfigError(field, f"expected true or false, got {raw!r}")
-        return raw
+        return parse_bool(field, raw)
     if kind is int:
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise ConfigError(field, f"expected an integer, got {raw!r}")
-        return raw
+        return parse_int(field, raw)
     if kind is str:
         if not isinstance(raw, str) or not raw:
             raise ConfigError(field, f"expected a non-empty string, got {raw!r}")
         return raw
     if kind is Tags:
-        if not isinstance(raw, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-        ):
-            raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
-        return frozen_tags(raw)
+        return parse_tags(field, raw)
     return value
 
 

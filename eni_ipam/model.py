@@ -22,6 +22,9 @@ from collections.abc import Iterator, Mapping
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
 
+DETACHED_INDEX = -1
+"""``Interface.device_index`` of an interface that is not attached (EC2 reports no attachment)."""
+
 
 class Tags(Mapping[str, str]):
     """An immutable, hashable string → string mapping (cloud tags, label selectors)."""
@@ -123,7 +126,7 @@ class SecurityGroup:
 class Interface:
     id: str
     device_index: int
-    """Attachment slot on the instance; ``-1`` when the interface is not attached."""
+    """Attachment slot on the instance; :data:`DETACHED_INDEX` when the interface is not attached."""
     subnet_id: str
     primary_ip: str
     addresses: tuple[str, ...] = ()

@@ -55,8 +55,8 @@ def parse_table(document: Mapping[str, Any]) -> dict[str, InstanceLimits]:
                 raise ValueError(f"{TABLE}: types.{name}.{field}: expected a non-negative integer")
         if not isinstance(hypervisor, str):
             raise ValueError(f"{TABLE}: types.{name}.hypervisor: expected a string")
-        out[name] = InstanceLimits(
-            adapters=adapters, ipv4_per_interface=ipv4, ipv6_per_interface=ipv6, hypervisor=hypervisor
+        out[name] = limits_from_row(
+            {"adapters": adapters, "ipv4": ipv4, "ipv6": ipv6, "hypervisor": hypervisor}
         )
     return out
 

@@ -501,18 +501,18 @@ class Ec2Provider:
 
     async def _attach(self, interface_id: str, instance_id: str, device_index: int) -> tuple[int, str]:
         """Attach at ``device_index``, or the next free index after a conflict; (index, attachment)."""
-        for index in range(device_index, device_index + ATTACH_ATTEMPTS):
+        last = device_index + ATTACH_ATTEMPTS - 1
+        for index in range(device_index, last + 1):
             try:
                 attachment = await self.api.attach_network_interface(
                     interface_id=interface_id, instance_id=instance_id, device_index=index
                 )
+                return index, attachment
             except errors.DeviceIndexInUse:
-                if index == device_index + ATTACH_ATTEMPTS - 1:
+                if index == last:
                     raise
                 log.info("device_index_in_use", interface=interface_id, instance=instance_id, index=index)
-                continue
-            return index, attachment
-        raise AssertionError("unreachable: the loop returns or raises")
+        raise AssertionError("ATTACH_ATTEMPTS must be at least 1")
 
     async def _instance_info(self, instance_id: str) -> InstanceInfo | None:
         """DescribeInstances for one instance; refreshes the cache; ``None`` when missing or terminated."""

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from eni_ipam.model import Interface, SecurityGroup, Subnet, address_key, frozen_tags
+from eni_ipam.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
 from providers.ec2_provider import Filters, InstanceInfo, InstanceState
 
 ATTACHED = frozenset({"attaching", "attached"})
-DETACHED_INDEX = -1
 
 
 def ec2_filters(filters: Filters | None) -> list[dict[str, Any]]:

@@ -128,7 +128,6 @@ class Ec2Client:
         """
         self.settings = settings
         self.client = client if client is not None else make_client(settings)
-        self._limiter = limiter
         self._metrics = metrics
         self._caller = ApiCaller(
             limiter=limiter, metrics=metrics, clock=clock, translate=translate, sdk_counts_requests=True
@@ -203,7 +202,7 @@ class Ec2Client:
             return  # no loop to wait on (closing down): the retry goes without a token
         future: concurrent.futures.Future[float] | None = None
         try:
-            future = asyncio.run_coroutine_threadsafe(self._limiter.acquire(operation_name), loop)
+            future = asyncio.run_coroutine_threadsafe(self._caller.limiter.acquire(operation_name), loop)
             waited = future.result(timeout=RETRY_TOKEN_TIMEOUT)
         except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, RuntimeError):
             if future is not None:

@@ -17,8 +17,8 @@ import contextlib
 import os
 import random
 import sys
-from collections.abc import Iterator
 from typing import Any, TextIO
+from unittest import mock
 
 from eni_ipam.clock import LoopClock
 from eni_ipam.config import Settings
@@ -92,19 +92,6 @@ def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     return out
 
 
-@contextlib.contextmanager
-def _quiet_moto() -> Iterator[None]:
-    previous = os.environ.get("MOTO_EC2_LOAD_DEFAULT_AMIS")
-    os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # the demo names its AMI; skip loading 1,300
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("MOTO_EC2_LOAD_DEFAULT_AMIS", None)
-        else:
-            os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = previous
-
-
 async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
@@ -114,7 +101,8 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
     # moto answers any credentials; these keep boto3 from looking for real ones.
     for key, value in (("AWS_ACCESS_KEY_ID", "demo"), ("AWS_SECRET_ACCESS_KEY", "demo")):
         os.environ.setdefault(key, value)
-    with _quiet_moto(), MotoServer() as server:
+    # The demo names its AMI: moto need not load its 1,300 default ones.
+    with mock.patch.dict(os.environ, {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}), MotoServer() as server:
         ec2 = boto3.session.Session().client("ec2", region_name=REGION, endpoint_url=server.endpoint_url)
         vpc, specs = await asyncio.to_thread(seed_network, ec2, nodes, random.Random(seed))
         out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {nodes} instances\n")

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_duration
+from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_tags
 from eni_ipam.errors import ConfigError
-from eni_ipam.model import EMPTY_TAGS, Tags, frozen_tags
+from eni_ipam.model import EMPTY_TAGS, Tags
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
 
 _EMPTY_BUCKETS: Mapping[str, Bucket] = MappingProxyType({})
@@ -150,18 +150,8 @@ def _ids(field: str, raw: Any) -> tuple[str, ...]:
     return ids
 
 
-def _tags(field: str, raw: Any) -> Tags:
-    if not isinstance(raw, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-    ):
-        raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
-    return frozen_tags(raw)
-
-
 def _positive_int(field: str, raw: Any) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise ConfigError(field, f"expected a positive integer, got {raw!r}")
-    return raw
+    return parse_int(field, raw, minimum=1)
 
 
 def _page_size(field: str, raw: Any) -> int:
@@ -169,12 +159,6 @@ def _page_size(field: str, raw: Any) -> int:
     if not 5 <= value <= 1000:
         raise ConfigError(field, f"EC2 accepts page sizes from 5 to 1000, got {value}")
     return value
-
-
-def _flag(field: str, raw: Any) -> bool:
-    if not isinstance(raw, bool):
-        raise ConfigError(field, f"expected true or false, got {raw!r}")
-    return raw
 
 
 def _seconds(field: str, raw: Any) -> float:
@@ -209,14 +193,14 @@ _PARSERS: dict[str, Any] = {
     "endpoint_url": _url,
     "vpc_id": _prefixed_id("vpc-"),
     "subnet_ids_filter": _ids,
-    "subnet_tags_filter": _tags,
-    "instance_tags_filter": _tags,
+    "subnet_tags_filter": parse_tags,
+    "instance_tags_filter": parse_tags,
     "max_results": _page_size,
     "max_threads": _positive_int,
     "total_max_attempts": _positive_int,
     "connect_timeout": _seconds,
     "read_timeout": _seconds,
-    "update_limits_via_api": _flag,
+    "update_limits_via_api": parse_bool,
     "limits_refresh_interval": _seconds,
     "rate_limits": _buckets,
 }

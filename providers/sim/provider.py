@@ -204,4 +204,3 @@ class SimProvider(Ec2Provider):
             SimApi(cloud, caller), limits=TableLimits(table), clock=clock, scope=Scope(vpc_id=vpc_id or "")
         )
         self.cloud = cloud
-        self._limits = table

@@ -17,15 +17,13 @@ from collections.abc import Mapping
 from typing import Generic, Literal, TypeVar
 
 from eni_ipam import model
+from eni_ipam.model import DETACHED_INDEX
 from providers.ec2_provider import InstanceInfo
 from providers.sim.addressing import SubnetSpace
 
 T = TypeVar("T")
 
 InstanceState = Literal["running", "stopped", "terminated"]
-
-DETACHED_INDEX = -1
-"""``device_index`` of an interface that is not attached (EC2 reports no attachment at all)."""
 
 
 class SimError(Exception):

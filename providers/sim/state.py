@@ -20,7 +20,8 @@ from types import MappingProxyType
 
 from eni_ipam import model
 from eni_ipam.clock import Clock
-from providers.sim.records import DETACHED_INDEX, InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
+from eni_ipam.model import DETACHED_INDEX
+from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
 
 
 def _by_address(values: Sequence[str]) -> list[str]:

@@ -3,49 +3,29 @@
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import socket
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
+import moto
 import pytest
 from botocore.exceptions import ClientError
 
 from providers.aws.moto_ec2 import MotoServer, ec2_fidelity, install
+from tests.providers.aws.conftest import ec2_client
 
 pytestmark = pytest.mark.timeout(30)
-
-moto = pytest.importorskip("moto")
 
 REGION = "us-east-1"
 AMI = "ami-12c6146b"
 
 
-@functools.cache
-def session() -> boto3.session.Session:
-    """One session for the module: each new one reloads EC2's service model (~0.4 s)."""
-    return boto3.session.Session()
-
-
 def client(endpoint_url: str | None = None) -> Any:
-    return session().client("ec2", region_name=REGION, endpoint_url=endpoint_url)
+    return ec2_client(endpoint_url=endpoint_url)
 
 
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",  # ~0.2 s per backend otherwise; no AMI is validated
-    }.items():
-        monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def ec2(aws_env: None) -> Iterator[Any]:
+def ec2() -> Iterator[Any]:  # credentials, region and moto's settings: conftest's aws_environment
     with moto.mock_aws(), ec2_fidelity():
         yield client()
 
@@ -379,7 +359,7 @@ def test_terminate_deletes_delete_on_termination_interfaces_and_detaches_the_res
 # -- uninstall -------------------------------------------------------------------------------------------
 
 
-def test_uninstall_restores_moto_own_behaviour(aws_env: None) -> None:
+def test_uninstall_restores_moto_own_behaviour() -> None:
     with moto.mock_aws():
         ec2 = client()
         sub = subnet(ec2)
@@ -407,7 +387,7 @@ def test_uninstall_restores_moto_own_behaviour(aws_env: None) -> None:
 # -- MotoServer ------------------------------------------------------------------------------------------
 
 
-def test_moto_server_answers_over_http_and_stops(aws_env: None) -> None:
+def test_moto_server_answers_over_http_and_stops() -> None:
     with MotoServer() as server:
         assert server.endpoint_url.startswith("http://127.0.0.1:")
         port = int(server.endpoint_url.rsplit(":", 1)[1])

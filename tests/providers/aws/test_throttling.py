@@ -131,8 +131,7 @@ async def test_every_retry_spends_a_token_of_the_operations_bucket(network: Netw
     instance = network.run_instance()
     provider = network.provider()
     limiter = CountingLimiter()
-    provider.client._limiter = limiter  # the hooks read it
-    provider.client._caller.limiter = limiter
+    provider.client._caller.limiter = limiter  # the first attempt's and the retries' buckets
     primary = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
     assert primary is not None
     limiter.acquired.clear()

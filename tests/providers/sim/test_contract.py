@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -29,6 +29,7 @@ from eni_ipam.testing.provider_contract import (
     check_subnet_exhaustion,
     check_unassign,
 )
+from providers.ec2_provider import TableLimits
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -134,7 +135,8 @@ class UnassignsEverything(SimProvider):
 
 class GuessesLimits(SimProvider):
     async def instance_limits(self, *, instance_type: str) -> InstanceLimits:
-        return self._limits.get(instance_type) or InstanceLimits(adapters=2, ipv4_per_interface=2)
+        table = cast(TableLimits, self.limits).table
+        return table.get(instance_type) or InstanceLimits(adapters=2, ipv4_per_interface=2)
 
 
 class UnknownIsAnError(SimProvider):
