@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TextIO
 
 from eni_ipam.clock import LoopClock
@@ -22,7 +21,8 @@ from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
 from eni_ipam.provider import Provider
-from eni_ipam.server import make_app, start_server
+from eni_ipam.server import Readiness, make_app, start_server
+from eni_ipam.service import stop_on_signals
 from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
@@ -141,20 +141,8 @@ def local_cluster(
     return manager, store, side
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM (where the loop supports signal handlers)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 @contextlib.asynccontextmanager
-async def serve_metrics(
-    metrics: Metrics, ready: Callable[[], bool], port: int, out: TextIO
-) -> AsyncIterator[None]:
+async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: TextIO) -> AsyncIterator[None]:
     """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none).
     A port in use is reported, and the demo runs on without the endpoint."""
     runner = None

@@ -9,6 +9,15 @@ chains the original as ``__cause__``. The tree::
     ├── NotReady                  the cloud view is not synced yet; mutations are refused
     ├── LimitsUnknown             the instance type's limits are unknown; the node is left alone
     ├── NotImplementedYet         a documented part that is not built yet
+    ├── Fenced                    mutations are stopped (shutting down, or the lease was lost)
+    ├── KubeError                 the Kubernetes API said no (``code``, ``reason``)
+    │   ├── KubeNotFound          404
+    │   ├── KubeConflict          409: stale resourceVersion (re-read and retry), or AlreadyExists
+    │   ├── KubeGone              410: the watched resourceVersion is too old; relist
+    │   ├── KubeInvalid           422: the object was refused (schema); names the field
+    │   ├── KubeForbidden         401/403: RBAC
+    │   ├── KubeThrottled         429: back off (``retry_after``)
+    │   └── KubeUnavailable       5xx, connection refused or dropped; retry later
     └── ProviderError             the cloud said no (``code``, ``operation``, ``message``)
         ├── Throttled             rate limited (RequestLimitExceeded, Throttling, 429); back off
         ├── TransientError        5xx, timeouts, InternalError; retry later
@@ -63,6 +72,50 @@ class LimitsUnknown(EniIpamError):
 
 class NotImplementedYet(EniIpamError, NotImplementedError):
     """A part of eni-ipam that is documented but not built yet."""
+
+
+class Fenced(EniIpamError):
+    """A mutation was refused because mutations are stopped: the process is shutting down, or
+    this replica lost (or never held) the leader lease."""
+
+
+class KubeError(EniIpamError):
+    """The Kubernetes API refused or failed a request. ``code`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, *, code: int = 0, reason: str = "", retry_after: float | None = None):
+        super().__init__(f"{code} {reason}: {message}" if code else message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+
+class KubeNotFound(KubeError):
+    """The object does not exist (or no longer does)."""
+
+
+class KubeConflict(KubeError):
+    """The object changed since it was read (or already exists): re-read and retry."""
+
+
+class KubeGone(KubeError):
+    """The resourceVersion a watch asked for is too old: list again."""
+
+
+class KubeInvalid(KubeError):
+    """The API server refused the object (schema validation); the message names the field."""
+
+
+class KubeForbidden(KubeError):
+    """Authentication or RBAC refused the request."""
+
+
+class KubeThrottled(KubeError):
+    """The API server asked to back off (429); ``retry_after`` seconds when it said how long."""
+
+
+class KubeUnavailable(KubeError):
+    """The API server failed (5xx) or could not be reached; retry later."""
 
 
 class ProviderError(EniIpamError):

@@ -79,6 +79,9 @@ class GarbageCollector:
             await self.clock.sleep(self.interval)
             try:
                 await self.run_once()
+            except errors.Fenced:
+                log.info("gc_stopped", reason="mutations are stopped")
+                return
             except errors.ProviderError as exc:
                 self.metrics.gc_failure()
                 log.warning("gc_run_failed", error=str(exc), marked=len(self.marked))

@@ -189,16 +189,18 @@ class NodeManager:
         if self.ready:
             self.trigger(node)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> Node | None:
+        """Stop maintaining a node; returns it (a pass may still be running: see ``Node.running``)."""
         node = self.nodes.pop(name, None)
         if node is None:
-            return
+            return None
         node.deleted = True
         if node.timer is not None:
             node.timer.cancel()
             node.timer = None
         self.metrics.remove_node(name)
         log.info("node_removed", node=name)
+        return node
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -261,6 +263,11 @@ class NodeManager:
                 await node.maintain()
                 node.backoff.reset()
                 node.not_before = self.clock.monotonic() + self.settings.trigger_min_interval
+            except errors.Fenced:
+                # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
+                # retry; whoever reconciles next starts from a fresh resync.
+                log.debug("maintenance_fenced", node=name)
+                continue
             except Exception as exc:  # one node's failure, even a bug, never stops the others
                 delay = node.backoff.next_delay()
                 node.not_before = self.clock.monotonic() + delay

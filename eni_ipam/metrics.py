@@ -122,6 +122,42 @@ class Metrics:
         self.node_failures = Counter(
             "node_maintenance_failures", "Failed maintenance passes", ["reason"], namespace=ns, registry=r
         )
+        # -- the service (leader election, Kubernetes) ---------------------------------------------
+        self.leader = Gauge("leader", "1 while this replica holds the leader lease", namespace=ns, registry=r)
+        self.ready = Gauge(
+            "ready",
+            "1 while this replica reconciles: it leads (or runs alone) and its initial resync succeeded",
+            namespace=ns,
+            registry=r,
+        )
+        self.kube_requests = Counter(
+            "kube_requests",
+            "Requests to the Kubernetes API by verb, resource and HTTP status code",
+            ["verb", "resource", "code"],
+            namespace=ns,
+            registry=r,
+        )
+        self.status_writes = Counter(
+            "status_writes",
+            "Node pool status writes by outcome (ok, conflict, failed)",
+            ["outcome"],
+            namespace=ns,
+            registry=r,
+        )
+        self.informer_relists = Counter(
+            "informer_relists",
+            "Full lists of a resource (start, and after the watch's version expired)",
+            ["resource"],
+            namespace=ns,
+            registry=r,
+        )
+        self.informer_watch_restarts = Counter(
+            "informer_watch_restarts",
+            "Watches restarted, by resource and reason (expired, throttled, dropped, error)",
+            ["resource", "reason"],
+            namespace=ns,
+            registry=r,
+        )
 
     # -- API wrapper ----------------------------------------------------------------------------
 

@@ -171,7 +171,8 @@ def _join(path: str, key: Any) -> str:
 # --- sections --------------------------------------------------------------------------------------
 
 
-def _read_cloud(raw: Any) -> dict[str, Any]:
+def read_cloud(raw: Any) -> dict[str, Any]:
+    """The ``cloud:`` section, validated (also the run configuration's ``sim.cloud``)."""
     cloud = _mapping(raw, "cloud", allowed={"vpcs", "subnets", "security_groups", "instances"})
     vpcs: dict[str, ipaddress.IPv4Network] = {}
     for n, v in enumerate(_list(cloud.get("vpcs", []), "cloud.vpcs")):
@@ -258,7 +259,8 @@ def _read_cloud(raw: Any) -> dict[str, Any]:
     return {"vpcs": vpcs, "subnets": subnets, "security_groups": groups, "instances": instances}
 
 
-def _spec_fields(values: Mapping[str, Any], path: str) -> dict[str, Any]:
+def spec_fields(values: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The node spec keys among ``values``, validated, as :class:`NodeSpec` keyword arguments."""
     out: dict[str, Any] = {}
     for key, kind in NODE_SPEC_KEYS.items():
         if key not in values:
@@ -280,7 +282,7 @@ def _read_node(raw: Any, path: str, cloud: Mapping[str, Any]) -> NodeEntry:
     allowed = {"name", "instance", *NODE_SPEC_KEYS, *NODE_STATE_KEYS}
     node = _mapping(raw, path, allowed=allowed, required=("name", "instance"))
     instance = _ref(node["instance"], f"{path}.instance", cloud["instances"], "instance")
-    spec = NodeSpec(name=_str(node["name"], f"{path}.name"), instance_id=instance, **_spec_fields(node, path))
+    spec = NodeSpec(name=_str(node["name"], f"{path}.name"), instance_id=instance, **spec_fields(node, path))
     return NodeEntry(
         spec=spec,
         used=_int(node.get("used", 0), f"{path}.used", minimum=0),
@@ -312,7 +314,7 @@ def _read_step(raw: Any, path: str, names: set[str], cloud: Mapping[str, Any]) -
             for key in NODE_STATE_KEYS:
                 if key in fields:
                     _int(fields[key], _join(q, key), minimum=0)
-            changes[name] = fields | _spec_fields(fields, q)
+            changes[name] = fields | spec_fields(fields, q)
         return Step(kind, changes, p)
     if kind == "cloud":
         return Step(kind, _read_cloud_change(value, p, cloud), p)
@@ -384,7 +386,7 @@ def parse_scenario(data: Any) -> Scenario:
         settings = settings_from_mapping(top.get("settings"), path="settings")
     except ConfigError as exc:
         raise ScenarioError(exc.field, exc.message) from None
-    cloud = _read_cloud(top["cloud"])
+    cloud = read_cloud(top["cloud"])
     nodes: list[NodeEntry] = []
     names: set[str] = set()
     for n, raw in enumerate(_list(top.get("nodes", []), "nodes")):

@@ -1,7 +1,9 @@
 """HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` (the event loop answers), ``/readyz``.
 
-``/readyz`` is 200 once the initial resync succeeded; its body says why not otherwise. Leader
-election (a later part) will add "leader" or "standby" to that body.
+``/readyz`` answers 200 or 503 with a one-line body saying why, and — under leader election —
+which role this replica has: ``ready: leader``, ``ready: standby (leader: pod-b)``, or
+``not ready: leader, initial resync has not succeeded yet``. A standby is ready: it is healthy
+and must not block rolling updates; only a leader (or a lone process) waits for its resync.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from eni_ipam.metrics import Metrics
 
+Readiness = Callable[[], "bool | tuple[bool, str]"]
+"""Ready or not, optionally with the body's detail (the role and the reason)."""
 
-def make_app(metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
+
+def make_app(metrics: Metrics, ready: Readiness) -> web.Application:
     async def metrics_handler(_: web.Request) -> web.Response:
         return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -22,9 +27,12 @@ def make_app(metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if ready():
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not ready: initial resync has not succeeded yet\n")
+        answer = ready()
+        ok, detail = answer if isinstance(answer, tuple) else (answer, "")
+        if ok:
+            return web.Response(text=f"ready: {detail}\n" if detail else "ready\n")
+        detail = detail or "initial resync has not succeeded yet"
+        return web.Response(status=503, text=f"not ready: {detail}\n")
 
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eni_ipam.clock import LoopClock
+from eni_ipam.clock import Clock, LoopClock
 from eni_ipam.errors import ScenarioError
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
@@ -211,7 +211,7 @@ def parse_sample(text: str) -> tuple[str, dict[str, str]]:
 # --- cloud construction ------------------------------------------------------------------------------
 
 
-def build_cloud(cloud: Mapping[str, Any], clock: LoopClock) -> SimCloud:
+def build_cloud(cloud: Mapping[str, Any], clock: Clock) -> SimCloud:
     sim = SimCloud(clock)
     for vpc, cidr in cloud["vpcs"].items():
         sim.add_vpc(vpc, str(cidr))

@@ -22,10 +22,11 @@ from unittest import mock
 
 from eni_ipam.clock import LoopClock
 from eni_ipam.config import Settings
-from eni_ipam.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics, stop_on_signals
+from eni_ipam.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
+from eni_ipam.service import stop_on_signals
 from providers.aws.provider import AwsProvider
 from providers.aws.settings import AwsSettings
 

@@ -1,0 +1,267 @@
+"""A thin adapter over lightkube: the only module that talks to the Kubernetes client.
+
+Objects cross this boundary as plain dicts (lightkube's generic resources, which are dicts, so
+nothing is decoded into heavy models). Every request:
+
+* is checked against :mod:`~eni_ipam.kube.permissions` (a request the RBAC in deploy/ would not
+  allow is a bug, caught by the tests, never a surprise 403 in a cluster);
+* is counted in ``eni_ipam_kube_requests_total{verb,resource,code}``;
+* raises only :class:`~eni_ipam.errors.KubeError` subclasses — never lightkube's or httpx's types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import httpx2
+import lightkube
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
+
+from eni_ipam import errors
+from eni_ipam.kube import permissions
+from eni_ipam.metrics import Metrics
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One resource type the controller uses."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def resource(self) -> Any:
+        """lightkube's (generic, dict-based) resource class; one per kind, as lightkube requires."""
+        return _resource(self)
+
+
+@functools.cache
+def _resource(kind: Kind) -> Any:
+    make = create_namespaced_resource if kind.namespaced else create_global_resource
+    return make(kind.group, kind.version, kind.kind, kind.plural)
+
+
+NODES = Kind("", "v1", "Node", "nodes", namespaced=False)
+PODS = Kind("", "v1", "Pod", "pods", namespaced=True)
+LEASES = Kind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
+ENIPOOLS = Kind(
+    permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
+)
+
+_BY_CODE: dict[int, type[errors.KubeError]] = {
+    401: errors.KubeForbidden,
+    403: errors.KubeForbidden,
+    404: errors.KubeNotFound,
+    409: errors.KubeConflict,
+    410: errors.KubeGone,
+    422: errors.KubeInvalid,
+    429: errors.KubeThrottled,
+}
+
+
+def translate(exc: BaseException) -> errors.KubeError | None:
+    """The project's error for a lightkube/httpx exception (None for anything else)."""
+    if isinstance(exc, ApiError):
+        status = exc.status
+        code = int(status.code or 0)
+        retry_after = None
+        response = getattr(exc, "response", None)
+        if response is not None and response.headers.get("Retry-After"):
+            try:
+                retry_after = float(response.headers["Retry-After"])
+            except ValueError:
+                retry_after = None
+        details = status.details
+        if retry_after is None and details is not None and details.retryAfterSeconds:
+            retry_after = float(details.retryAfterSeconds)
+        cls = _BY_CODE.get(code, errors.KubeUnavailable if code >= 500 else errors.KubeError)
+        return cls(status.message or "", code=code, reason=status.reason or "", retry_after=retry_after)
+    if isinstance(exc, httpx2.HTTPStatusError):
+        code = exc.response.status_code
+        cls = _BY_CODE.get(code, errors.KubeUnavailable if code >= 500 else errors.KubeError)
+        return cls(str(exc), code=code, reason=exc.response.reason_phrase)
+    if isinstance(exc, httpx2.HTTPError | OSError):
+        return errors.KubeUnavailable(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return None
+
+
+def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
+    """A client from a kubeconfig file, or the pod's service account when ``path`` is empty.
+
+    Raises:
+        ConfigError: the kubeconfig cannot be read, or no in-cluster service account exists.
+    """
+    try:
+        if path:
+            config = lightkube.KubeConfig.from_file(os.path.expanduser(path))
+        else:
+            config = lightkube.KubeConfig.from_service_account()
+    except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
+        where = path or "the in-cluster service account"
+        raise errors.ConfigError("kubernetes.kubeconfig", f"cannot load {where}: {exc}") from None
+    return lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
+
+
+class KubeApi:
+    """The requests eni-ipam makes, on plain-dict objects, with one error tree and metrics."""
+
+    def __init__(self, client: lightkube.AsyncClient, *, metrics: Metrics) -> None:
+        # Typed as Any: lightkube's overloads are keyed on its resource classes, built at run time here.
+        self.client: Any = client
+        self.metrics = metrics
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        chunk_size: int = 500,
+    ) -> tuple[list[Obj], str]:
+        """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion."""
+        resource = kind.resource()
+
+        async def run() -> tuple[list[Obj], str]:
+            listing = self.client.list(
+                resource,
+                chunk_size=chunk_size,
+                labels=dict(labels or {}),
+                fields=dict(fields or {}),
+                **self._every_namespace(kind),
+            )
+            items = [dict(item) async for item in listing]
+            return items, listing.resourceVersion
+
+        return await self._call("list", kind, "", run)
+
+    async def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        server_timeout: float = 300.0,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """Events after ``resource_version`` as ``(type, object)``, until cancelled.
+
+        The server ends each request after ``server_timeout`` seconds and it is renewed from the last
+        version seen. Raises KubeGone when the version is too old, KubeThrottled on 429, and
+        KubeUnavailable when the stream drops.
+        """
+        self._permit(kind, "", "watch")
+        stream = self.client.watch(
+            kind.resource(),
+            resource_version=resource_version,
+            labels=dict(labels or {}),
+            fields=dict(fields or {}),
+            server_timeout=max(int(server_timeout), 1),
+            **self._every_namespace(kind),
+        )
+        self._count("watch", kind, "200")
+        try:
+            async for event_type, obj in stream:
+                yield event_type, dict(obj)
+        except Exception as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            self._count("watch", kind, str(translated.code or "error"))
+            raise translated from exc
+
+    async def get(self, kind: Kind, name: str, *, namespace: str | None = None, status: bool = False) -> Obj:
+        resource = kind.resource().Status if status else kind.resource()
+        sub = "status" if status else ""
+        return await self._call(
+            "get", kind, sub, lambda: self._dict(self.client.get(resource, name, namespace=namespace))
+        )
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def create(self, kind: Kind, obj: Obj) -> Obj:
+        resource = kind.resource()
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+        return await self._call("create", kind, "", lambda: self._dict(self.client.create(resource(body))))
+
+    async def replace(self, kind: Kind, obj: Obj) -> Obj:
+        """PUT the whole object; its ``metadata.resourceVersion`` makes it conditional (409 if stale)."""
+        resource = kind.resource()
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+        return await self._call("update", kind, "", lambda: self._dict(self.client.replace(resource(body))))
+
+    async def patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Obj,
+        *,
+        namespace: str | None = None,
+        status: bool = False,
+    ) -> Obj:
+        """JSON merge patch (RFC 7386); a ``metadata.resourceVersion`` in it makes it conditional."""
+        resource = kind.resource().Status if status else kind.resource()
+        sub = "status" if status else ""
+        return await self._call(
+            "patch",
+            kind,
+            sub,
+            lambda: self._dict(
+                self.client.patch(resource, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+            ),
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _every_namespace(kind: Kind) -> dict[str, str]:
+        # lightkube lists a namespaced kind in the client's default namespace unless told otherwise.
+        return {"namespace": lightkube.ALL_NS} if kind.namespaced else {}
+
+    @staticmethod
+    async def _dict(result: Awaitable[Any]) -> Obj:
+        return dict(await result)
+
+    def _permit(self, kind: Kind, subresource: str, verb: str) -> None:
+        resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
+        if (kind.group, resource, verb) not in permissions.PERMISSIONS:
+            raise errors.KubeForbidden(
+                f"{verb} {resource} is not among the permissions eni-ipam declares (kube/permissions.py)",
+                code=403,
+                reason="Forbidden",
+            )
+
+    def _count(self, verb: str, kind: Kind, code: str) -> None:
+        self.metrics.kube_requests.labels(verb=verb, resource=kind.plural, code=code).inc()
+
+    async def _call(self, verb: str, kind: Kind, subresource: str, run: Callable[[], Awaitable[T]]) -> T:
+        self._permit(kind, subresource, verb)
+        try:
+            result = await run()
+        except Exception as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            self._count(verb, kind, str(translated.code or "error"))
+            raise translated from exc
+        self._count(verb, kind, "200")
+        return result

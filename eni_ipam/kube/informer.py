@@ -1,0 +1,168 @@
+"""An informer: a local cache of one resource kind kept current by list, then watch.
+
+* **Start**: list (paginated), fill the store, set :attr:`Informer.synced`; then watch from the
+  list's resourceVersion, applying every event to the store before handlers see it.
+* **410 Gone** (the version was compacted away): list again and reconcile the store against the
+  fresh list — vanished objects are delivered as synthetic DELETED events, changed ones as
+  MODIFIED — so handlers never miss a deletion that happened while the watch was down.
+* **429** (API server overloaded or its storage initializing): wait ``Retry-After`` (or back off)
+  and watch again from the last version seen.
+* **Dropped stream** or a watch silent for longer than the server timeout plus a minute: back off,
+  watch again from the last version (no relist needed).
+* Other API errors back off and relist. Handlers are called synchronously on the event loop and
+  must not block; a handler that raises is logged and never stops the informer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.backoff import Backoff
+from eni_ipam.clock import Clock
+from eni_ipam.kube.api import Kind, KubeApi, Obj
+from eni_ipam.metrics import Metrics
+
+log = structlog.get_logger("eni_ipam.kube.informer")
+
+Handler = Callable[[str, Obj, "Obj | None"], None]
+"""``(event type, object, previous object or None)``; type is ADDED, MODIFIED or DELETED."""
+
+INACTIVITY_GRACE = 60.0
+"""Seconds past the server-side watch timeout after which a silent watch counts as dropped."""
+
+
+def object_key(obj: Mapping[str, object]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
+    meta = obj.get("metadata")
+    assert isinstance(meta, Mapping)
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+def _version(obj: Mapping[str, object]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("resourceVersion", "")) if isinstance(meta, Mapping) else ""
+
+
+class Informer:
+    def __init__(
+        self,
+        api: KubeApi,
+        kind: Kind,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        watch_timeout: float = 300.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = api
+        self.kind = kind
+        self.clock = clock
+        self.metrics = metrics
+        self.labels = dict(labels or {})
+        self.fields = dict(fields or {})
+        self.watch_timeout = watch_timeout
+        self.backoff = Backoff(initial=backoff_initial, maximum=backoff_max, rng=rng or random.Random())
+        self.store: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self._handlers: list[Handler] = []
+
+    def add_handler(self, handler: Handler) -> None:
+        """Deliver every later event to ``handler`` (the store's current objects are not replayed)."""
+        self._handlers.append(handler)
+
+    async def run(self) -> None:
+        """Keep the store current until cancelled."""
+        relist = True
+        while True:
+            try:
+                if relist:
+                    await self._relist()
+                    relist = False
+                await self._watch()
+                continue  # the stream ended cleanly: watch on from the last version
+            except errors.KubeGone:
+                self._restart("expired")
+                relist = True
+                continue
+            except errors.KubeThrottled as exc:
+                self._restart("throttled")
+                delay = exc.retry_after if exc.retry_after is not None else self.backoff.next_delay()
+            except (errors.KubeUnavailable, TimeoutError) as exc:
+                self._restart("dropped")
+                delay = self.backoff.next_delay()
+                log.info("watch_dropped", resource=self.kind.plural, error=str(exc), retry_in=round(delay, 3))
+            except errors.KubeError as exc:
+                self._restart("error")
+                relist = True
+                delay = self.backoff.next_delay()
+                log.warning(
+                    "watch_failed", resource=self.kind.plural, error=str(exc), retry_in=round(delay, 3)
+                )
+            await self.clock.sleep(delay)
+
+    def _restart(self, reason: str) -> None:
+        self.metrics.informer_watch_restarts.labels(resource=self.kind.plural, reason=reason).inc()
+
+    async def _relist(self) -> None:
+        items, version = await self.api.list(self.kind, labels=self.labels, fields=self.fields)
+        self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
+        fresh = {object_key(obj): obj for obj in items}
+        old, self.store = self.store, fresh
+        self.resource_version = version
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj, obj)
+        for key, obj in fresh.items():
+            previous = old.get(key)
+            if previous is None:
+                self._emit("ADDED", obj, None)
+            elif _version(previous) != _version(obj):
+                self._emit("MODIFIED", obj, previous)
+        self.synced.set()
+        log.debug("informer_listed", resource=self.kind.plural, objects=len(fresh), version=version)
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        grace = self.watch_timeout + INACTIVITY_GRACE
+        events = self.api.watch(
+            self.kind,
+            resource_version=self.resource_version,
+            labels=self.labels,
+            fields=self.fields,
+            server_timeout=self.watch_timeout,
+        )
+        async with asyncio.timeout(loop.time() + grace) as deadline:
+            async for event_type, obj in events:
+                deadline.reschedule(loop.time() + grace)
+                self.backoff.reset()
+                version = _version(obj)
+                if version:
+                    self.resource_version = version
+                if event_type == "BOOKMARK":
+                    continue
+                key = object_key(obj)
+                if event_type == "DELETED":
+                    previous = self.store.pop(key, None)
+                    self._emit("DELETED", obj, previous)
+                elif event_type in ("ADDED", "MODIFIED"):
+                    previous = self.store.get(key)
+                    self.store[key] = obj
+                    self._emit("MODIFIED" if previous is not None else "ADDED", obj, previous)
+
+    def _emit(self, event_type: str, obj: Obj, previous: Obj | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event_type, obj, previous)
+            except Exception:  # one broken handler must not blind the others or stop the cache
+                log.exception("informer_handler_failed", resource=self.kind.plural, key=object_key(obj))

@@ -1,0 +1,255 @@
+"""Leader election on a coordination.k8s.io Lease, with client-go's rules, on the injected clock.
+
+The rules (k8s.io/client-go/tools/leaderelection):
+
+* A candidate tries to acquire every ``retry_period`` (jittered ×1.2). It may take the lease when
+  nobody holds it, when it holds it already, or when the record has not changed for
+  ``lease_duration`` *as observed locally* — the candidate times the record from when it last saw
+  it change, on its own monotonic clock, so clock skew between machines does not matter.
+* Writes are conditional on the record's resourceVersion: of two candidates, one wins and the
+  other gets 409 and keeps waiting.
+* The leader renews every ``retry_period``. If no renewal succeeds within ``renew_deadline``,
+  leadership is lost: the ``on_lost`` callback runs at once (it closes the mutation fence) and
+  the leader's work is cancelled. ``renew_deadline < lease_duration`` means the old leader has
+  stopped before any candidate may take over.
+* On shutdown the leader releases the lease (empty holder, duration 1 s) so a standby takes over
+  after its next retry instead of after a whole lease duration.
+
+After losing the lease the elector becomes a candidate again; the work it runs when leading is
+started afresh each time (the reconciler rebuilds its state from a resync).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import random
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.clock import Clock
+from eni_ipam.kube.api import LEASES, KubeApi, Obj
+from eni_ipam.metrics import Metrics
+
+log = structlog.get_logger("eni_ipam.kube.lease")
+
+JITTER = 1.2
+"""client-go's JitterFactor: candidates spread their attempts over [retry, retry × 2.2)."""
+
+
+def micro_time(moment: datetime.datetime) -> str:
+    """RFC 3339 with microseconds, as Kubernetes' MicroTime is written."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseRecord:
+    holder: str
+    lease_duration: int
+    acquire_time: str
+    renew_time: str
+    transitions: int
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any] | None) -> LeaseRecord:
+        spec = spec or {}
+        return cls(
+            holder=spec.get("holderIdentity") or "",
+            lease_duration=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=spec.get("acquireTime") or "",
+            renew_time=spec.get("renewTime") or "",
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+
+    def to_spec(self) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.lease_duration,
+            "acquireTime": self.acquire_time,
+            "renewTime": self.renew_time,
+            "leaseTransitions": self.transitions,
+        }
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        clock: Clock,
+        metrics: Metrics,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        release_on_cancel: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise errors.ConfigError("kubernetes", "need lease_duration > renew_deadline > retry_period > 0")
+        self.api = api
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.clock = clock
+        self.metrics = metrics
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.release_on_cancel = release_on_cancel
+        """client-go's ReleaseOnCancel; tests turn it off to act out a crashed leader."""
+        self.rng = rng or random.Random()
+        self.leading = False
+        self.observed: LeaseRecord | None = None
+        self._observed_at = float("-inf")
+        self._version = ""
+
+    @property
+    def leader(self) -> str:
+        """The holder as last observed ("" when none)."""
+        return self.observed.holder if self.observed else ""
+
+    async def run(
+        self, lead: Callable[[], Coroutine[Any, Any, None]], *, on_lost: Callable[[], None]
+    ) -> None:
+        """Compete for the lease until cancelled; while leading, run ``lead()``.
+
+        ``on_lost`` runs synchronously the moment leadership ends for any reason other than
+        ``lead()`` finishing (renewal failed, or cancellation), before ``lead()`` is cancelled.
+        On cancellation the lease is released if held. An exception from ``lead()`` propagates
+        (after the release).
+        """
+        try:
+            while True:
+                await self._acquire()
+                if not await self._lead(lead, on_lost):
+                    return  # lead() finished of its own accord: step down (the lease is released below)
+        finally:
+            if self.leading:
+                self._set_leading(False)
+                on_lost()
+                if self.release_on_cancel:
+                    await asyncio.shield(self._release())
+
+    # -- phases -----------------------------------------------------------------------------------
+
+    async def _acquire(self) -> None:
+        while not await self._try_acquire_or_renew():
+            await self.clock.sleep(self.retry_period * (1 + self.rng.random() * JITTER))
+        self._set_leading(True)
+        log.info("leader_elected", identity=self.identity, lease=f"{self.namespace}/{self.name}")
+
+    async def _lead(self, lead: Callable[[], Coroutine[Any, Any, None]], on_lost: Callable[[], None]) -> bool:
+        """Run ``lead()`` while renewing; True when leadership was lost, False when ``lead()`` ended."""
+        async with asyncio.TaskGroup() as tg:
+            work = tg.create_task(lead(), name="eni-ipam-leader-work")
+            renewing = tg.create_task(self._renew_until_lost(), name="eni-ipam-lease-renew")
+            done, _ = await asyncio.wait({work, renewing}, return_when=asyncio.FIRST_COMPLETED)
+            if renewing in done:  # renewal failed: stop mutating now, then stop the work
+                self._set_leading(False)
+                on_lost()
+                work.cancel()
+                return True
+            renewing.cancel()
+        return False
+
+    async def _renew_until_lost(self) -> None:
+        """Renew every ``retry_period``; return when no renewal succeeded within ``renew_deadline``
+        or another holder was seen."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.clock.sleep(self.retry_period)
+            deadline = self.clock.monotonic() + self.renew_deadline
+            while True:
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0:
+                    log.warning("leader_lost", identity=self.identity, reason="renew deadline passed")
+                    return
+                try:
+                    async with asyncio.timeout(loop.time() + remaining):
+                        renewed = await self._try_acquire_or_renew()
+                except TimeoutError:
+                    renewed = False
+                if renewed:
+                    break
+                if self.leader and self.leader != self.identity:
+                    log.warning("leader_lost", identity=self.identity, reason=f"taken by {self.leader}")
+                    return
+                await self.clock.sleep(min(self.retry_period, max(deadline - self.clock.monotonic(), 0)))
+
+    # -- one attempt --------------------------------------------------------------------------------
+
+    async def _try_acquire_or_renew(self) -> bool:
+        now = micro_time(self.clock.now_utc())
+        try:
+            lease = await self.api.get(LEASES, self.name, namespace=self.namespace)
+        except errors.KubeNotFound:
+            record = LeaseRecord(self.identity, self._duration(), now, now, 0)
+            try:
+                created = await self.api.create(LEASES, self._body(record, version=""))
+            except errors.KubeError as exc:
+                log.info("lease_create_failed", error=str(exc))
+                return False
+            self._observe(record, created)
+            return True
+        except errors.KubeError as exc:
+            log.info("lease_get_failed", error=str(exc))
+            return False
+
+        current = LeaseRecord.from_spec(lease.get("spec"))
+        if self.observed != current:
+            self._observe(current, lease)
+        mine = current.holder == self.identity
+        if current.holder and not mine and self._observed_at + self.lease_duration > self.clock.monotonic():
+            return False  # held by another, and its lease has not run out as seen from here
+        record = LeaseRecord(
+            holder=self.identity,
+            lease_duration=self._duration(),
+            acquire_time=current.acquire_time if mine else now,
+            renew_time=now,
+            transitions=current.transitions if mine else current.transitions + 1,
+        )
+        try:
+            updated = await self.api.replace(LEASES, self._body(record, version=self._version))
+        except errors.KubeError as exc:  # 409: another candidate wrote first
+            log.info("lease_update_failed", error=str(exc))
+            return False
+        self._observe(record, updated)
+        return True
+
+    async def _release(self) -> None:
+        if not self.observed or self.observed.holder != self.identity:
+            return
+        now = micro_time(self.clock.now_utc())
+        record = LeaseRecord("", 1, now, now, self.observed.transitions)
+        try:
+            await self.api.replace(LEASES, self._body(record, version=self._version))
+            log.info("lease_released", identity=self.identity)
+        except errors.KubeError as exc:
+            log.warning("lease_release_failed", error=str(exc))
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _duration(self) -> int:
+        return max(int(self.lease_duration), 1)
+
+    def _body(self, record: LeaseRecord, *, version: str) -> Obj:
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if version:
+            metadata["resourceVersion"] = version
+        return {"metadata": metadata, "spec": record.to_spec()}
+
+    def _observe(self, record: LeaseRecord, obj: Obj) -> None:
+        self.observed = record
+        self._observed_at = self.clock.monotonic()
+        self._version = str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+    def _set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self.metrics.leader.set(1 if leading else 0)

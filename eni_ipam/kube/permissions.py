@@ -1,0 +1,47 @@
+"""Every Kubernetes permission the code may use: the least-privilege contract with deploy/'s RBAC.
+
+:class:`~eni_ipam.kube.api.KubeApi` refuses a request that is not listed here, and a test checks
+that the ClusterRole and Role in deploy/ grant exactly what is listed (nothing missing, nothing
+more), so RBAC and code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+GROUP = "eni-ipam.io"
+"""API group of the ENIPool custom resource."""
+VERSION = "v1alpha1"
+KIND = "ENIPool"
+PLURAL = "enipools"
+
+CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # Nodes: the source of pools (provider id, zone, instance type) and their lifetime.
+        ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        # Pending pods scheduled to a node drive surge allocation.
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        # Pools: created from Nodes, spec read, finalizer removed when the Node goes.
+        (GROUP, PLURAL, "get"),
+        (GROUP, PLURAL, "list"),
+        (GROUP, PLURAL, "watch"),
+        (GROUP, PLURAL, "create"),
+        (GROUP, PLURAL, "patch"),
+        (GROUP, f"{PLURAL}/status", "get"),
+        (GROUP, f"{PLURAL}/status", "patch"),
+    }
+)
+"""(API group, resource, verb) granted cluster-wide by the ClusterRole."""
+
+NAMESPACED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # The leader lease lives in the controller's own namespace.
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    }
+)
+"""(API group, resource, verb) granted in the controller's namespace by the Role."""
+
+PERMISSIONS = CLUSTER_PERMISSIONS | NAMESPACED_PERMISSIONS

@@ -1,0 +1,303 @@
+"""ENIPool custom resources ↔ the core model: pure functions, no I/O.
+
+An ENIPool is named after its Node. Its spec mirrors :class:`~eni_ipam.model.NodeSpec` in
+camelCase; its status has two writers that never touch each other's fields:
+
+* the controller: ``pool``, ``release``, ``interfaces``, ``stats``, ``message``, ``conditions``,
+  ``observedGeneration`` — written by :func:`status_patch` as a JSON merge patch;
+* the node agent: ``used`` and ``releaseAnswers`` — read by :func:`resource_from_pool`.
+
+The CRD (deploy/helm/eni-ipam/crds/) rejects bad values; this module still validates what it reads,
+because a cluster may run without the CRD's schema (or an older one), and names the bad field.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube.api import ENIPOOLS, Obj
+from eni_ipam.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState, frozen_tags
+
+FINALIZER = "eni-ipam.io/pool"
+"""Holds an ENIPool until the controller stopped maintaining its node (no address is handed out,
+and so forgotten, after the pool's record is gone)."""
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+_SPECIAL = {"instance_id": "instanceID", "subnet_ids": "subnetIDs"}
+_INTS = ("pre_allocate", "min_allocate", "max_allocate", "max_above_watermark", "first_interface_index")
+_LISTS = ("subnet_ids", "security_groups")
+_MAPS = ("subnet_tags", "security_group_tags", "exclude_interface_tags")
+_BOOLS = ("disable_prefix_delegation", "delete_on_termination")
+_AGENT_ANSWERS = (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE)
+
+
+def camel(field: str) -> str:
+    """The ENIPool spec key of a NodeSpec field (``min_allocate`` → ``minAllocate``)."""
+    if field in _SPECIAL:
+        return _SPECIAL[field]
+    head, *rest = field.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+SPEC_KEYS = {field: camel(field) for field in ("instance_id", *_INTS, *_LISTS, *_MAPS, *_BOOLS)}
+"""NodeSpec field → ENIPool spec key, for every field the spec carries (``name`` is metadata.name)."""
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
+    """The node spec an ENIPool asks for.
+
+    Raises:
+        ConfigError: a spec value is invalid; ``field`` is ``enipools/NAME.spec.key``.
+    """
+    name = obj["metadata"]["name"]
+    raw = obj.get("spec") or {}
+    where = f"enipools/{name}.spec"
+    values: dict[str, Any] = {}
+    for field, key in SPEC_KEYS.items():
+        if key not in raw or raw[key] is None:
+            continue
+        value = raw[key]
+        path = f"{where}.{key}"
+        if field in _INTS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(path, f"expected an integer, got {value!r}")
+            if field != "pre_allocate" and value < 0:
+                raise ConfigError(path, f"must not be negative, got {value}")
+        elif field in _LISTS:
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(path, f"expected a list of strings, got {value!r}")
+            value = tuple(value)
+        elif field in _MAPS:
+            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+                raise ConfigError(path, f"expected a mapping of strings, got {value!r}")
+            value = frozen_tags(value)
+        elif field in _BOOLS:
+            if not isinstance(value, bool):
+                raise ConfigError(path, f"expected true or false, got {value!r}")
+        elif not isinstance(value, str) or not value:
+            raise ConfigError(path, f"expected a non-empty string, got {value!r}")
+        values[field] = value
+    if "instance_id" not in values:
+        raise ConfigError(f"{where}.instanceID", "required")
+    return NodeSpec(name=name, **values)
+
+
+def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
+    """The node as the manager sees it: the spec plus what the node agent reports in status."""
+    spec = spec_from_pool(obj)
+    status = obj.get("status") or {}
+    used = [a for a in status.get("used") or () if isinstance(a, str)]
+    answers = {
+        address: ReleaseState(answer)
+        for address, answer in (status.get("releaseAnswers") or {}).items()
+        if answer in _AGENT_ANSWERS
+    }
+    return NodeResource(
+        spec=spec,
+        used=len(used),
+        in_use=frozenset(used),
+        pending_pods=pending_pods,
+        release_answers=answers,
+    )
+
+
+def release_marks(obj: Mapping[str, Any]) -> dict[str, ReleaseState]:
+    """The controller's handshake entries as last written (a new leader picks them up)."""
+    marks = (obj.get("status") or {}).get("release") or {}
+    return {a: ReleaseState(s) for a, s in marks.items() if s in (ReleaseState.MARKED, ReleaseState.RELEASED)}
+
+
+def being_deleted(obj: Mapping[str, Any]) -> bool:
+    return bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+
+# -- Nodes → ENIPools ------------------------------------------------------------------------------
+
+_PROVIDER_ID = re.compile(r"^(?P<scheme>[a-z0-9-]+)://(?P<path>.+)$")
+
+
+def instance_id_from_provider_id(provider_id: str) -> str:
+    """The cloud instance of a Node's ``spec.providerID``.
+
+    ``aws:///us-east-1a/i-0abc`` → ``i-0abc``; ``azure:///subscriptions/…/virtualMachines/vm-1``
+    → the full resource id (Azure names VMs by it); any other scheme → the path without leading
+    slashes. Empty when the provider id is missing or malformed (the cloud controller has not
+    initialised the Node yet).
+    """
+    match = _PROVIDER_ID.match(provider_id or "")
+    if not match:
+        return ""
+    path = match.group("path")
+    if match.group("scheme") == "aws":
+        return path.rstrip("/").rsplit("/", 1)[-1]
+    if match.group("scheme") == "azure":
+        return path if path.startswith("/") else "/" + path
+    return path.lstrip("/")
+
+
+def pool_for_node(node: Mapping[str, Any], defaults: Mapping[str, Any]) -> Obj | None:
+    """The ENIPool to create for ``node`` (spec from ``defaults``, NodeSpec keyword arguments), or
+    None while the Node has no provider id. Owned by the Node, so it goes when the Node goes."""
+    metadata = node.get("metadata", {})
+    instance_id = instance_id_from_provider_id((node.get("spec") or {}).get("providerID", ""))
+    if not instance_id:
+        return None
+    labels = metadata.get("labels") or {}
+    spec: dict[str, Any] = {"instanceID": instance_id}
+    if labels.get(INSTANCE_TYPE_LABEL):
+        spec["instanceType"] = labels[INSTANCE_TYPE_LABEL]
+    if labels.get(ZONE_LABEL):
+        spec["zone"] = labels[ZONE_LABEL]
+    for field, value in defaults.items():
+        if field in SPEC_KEYS:
+            spec[SPEC_KEYS[field]] = _plain(value)
+    return {
+        "apiVersion": ENIPOOLS.api_version,
+        "kind": ENIPOOLS.kind,
+        "metadata": {
+            "name": metadata["name"],
+            "labels": {"app.kubernetes.io/managed-by": "eni-ipam"},
+            "finalizers": [FINALIZER],
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": metadata["name"], "uid": metadata.get("uid", "")}
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def node_fields_patch(pool: Mapping[str, Any], node: Mapping[str, Any]) -> Obj | None:
+    """A merge patch bringing the pool's Node-derived fields (instance, type, zone) up to date, or
+    None. People's edits to the rest of the spec are never overwritten."""
+    wanted = pool_for_node(node, {})
+    if wanted is None:
+        return None
+    current = pool.get("spec") or {}
+    changes = {k: v for k, v in wanted["spec"].items() if current.get(k) != v}
+    return {"spec": changes} if changes else None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+def _interface(iface: Interface) -> dict[str, Any]:
+    return {
+        "id": iface.id,
+        "deviceIndex": iface.device_index,
+        "subnet": iface.subnet_id,
+        "primaryIP": iface.primary_ip,
+        "securityGroups": list(iface.security_groups),
+        "addresses": len(iface.addresses),
+        "prefixes": list(iface.prefixes),
+    }
+
+
+def _conditions(status: NodeStatus) -> list[tuple[str, bool, str, str]]:
+    s = status.stats
+    if not s.running:
+        ready = (False, "InstanceNotRunning", status.message or "the instance is not running")
+    elif not s.limits_known:
+        ready = (False, "LimitsUnknown", status.message or "the instance type's limits are unknown")
+    elif s.needed > 0:
+        reason = "AtCapacity" if s.at_capacity else "Deficit"
+        ready = (False, reason, status.message or f"{s.needed} addresses needed")
+    else:
+        ready = (True, "PoolReady", "the pool is within its watermarks")
+    capacity = (
+        (True, "NoFreeSlot", "no adapter slot or address room is left")
+        if s.at_capacity
+        else (False, "RoomLeft", "the instance can take more addresses")
+    )
+    return [("Ready", *ready), ("AtCapacity", *capacity)]
+
+
+def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
+    """The controller-owned status fields for ``status`` (conditions without their times)."""
+    s = status.stats
+    return {
+        "pool": {
+            e.address: {
+                "interface": e.interface_id,
+                "subnet": e.subnet_id,
+                **({"prefix": e.prefix} if e.prefix else {}),
+            }
+            for e in status.pool
+        },
+        "release": {address: str(state) for address, state in status.release.items()},
+        "interfaces": [_interface(i) for i in status.interfaces],
+        "stats": {
+            "available": s.available,
+            "used": s.used,
+            "needed": s.needed,
+            "excess": s.excess,
+            "capacity": s.capacity,
+            "remainingInterfaces": s.remaining_interfaces,
+            "atCapacity": s.at_capacity,
+            "limitsKnown": s.limits_known,
+            "running": s.running,
+            "prefixDelegated": s.prefix_delegated,
+        },
+        "message": status.message,
+        "observedGeneration": generation,
+    }
+
+
+def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetime.datetime) -> Obj | None:
+    """The JSON merge patch taking ``current`` (the ENIPool as last read) to ``status``, or None
+    when the controller's fields already say so. Maps drop vanished keys with explicit nulls; a
+    condition keeps its ``lastTransitionTime`` unless its status changed. The patch carries the
+    object's resourceVersion, so it applies only to the version it was computed from."""
+    generation = int(current.get("metadata", {}).get("generation") or 0)
+    old: Mapping[str, Any] = current.get("status") or {}
+    desired = desired_status(status, generation=generation)
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        before = old.get(key)
+        if key in ("pool", "release"):
+            before = before or {}
+            diff = {k: v for k, v in value.items() if before.get(k) != v}
+            diff.update({k: None for k in before if k not in value})
+            if diff:
+                patch[key] = diff
+        elif before != value:
+            patch[key] = value
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    previous = {c.get("type"): c for c in old.get("conditions") or ()}
+    conditions = []
+    for kind, ok, reason, message in _conditions(status):
+        text = "True" if ok else "False"
+        was = previous.get(kind) or {}
+        same = was.get("status") == text
+        conditions.append(
+            {
+                "type": kind,
+                "status": text,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": was.get("lastTransitionTime", stamp) if same else stamp,
+                "observedGeneration": generation,
+            }
+        )
+    if conditions != list(old.get("conditions") or ()):
+        patch["conditions"] = conditions
+    if not patch:
+        return None
+    version = current.get("metadata", {}).get("resourceVersion")
+    return {"metadata": {"resourceVersion": version}, "status": patch}

@@ -1,0 +1,268 @@
+"""The Kubernetes node source: Nodes → ENIPools → the NodeManager, pending Pods → surge.
+
+Three informers run on every replica, so a standby's caches are warm when it takes over:
+Nodes (optionally by label selector), ENIPools, and Pods in phase Pending (field selector).
+
+While leading (:meth:`KubeNodeSource.lead`):
+
+* every Node with a provider id gets an ENIPool (spec from ``node_defaults``, owned by the Node,
+  carrying the :data:`~eni_ipam.kube.resources.FINALIZER`); only the Node-derived fields
+  (instance, type, zone) are kept up to date — people's edits to the rest of the spec stay;
+* every ENIPool is handed to the manager (``upsert``) when what the manager sees changes — the
+  spec, the addresses the agent reports used, its handshake answers, or the node's pending pods —
+  and never for the controller's own status writes (that would loop);
+* an ENIPool being deleted (its Node went, and the garbage collector deletes what the Node owned)
+  leaves the manager first; its finalizer is removed only once no pass of that node is running,
+  so no address is handed out after the pool's record is gone.
+
+Handlers only queue work; one loop does the writes, in order, retrying failures with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.backoff import Backoff
+from eni_ipam.clock import Clock
+from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi, Obj
+from eni_ipam.kube.informer import Informer
+from eni_ipam.kube.resources import (
+    FINALIZER,
+    being_deleted,
+    node_fields_patch,
+    pool_for_node,
+    resource_from_pool,
+)
+from eni_ipam.kube.settings import KubeSettings
+from eni_ipam.kube.status import StatusWriter
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import NodeResource
+
+log = structlog.get_logger("eni_ipam.kube.source")
+
+PASS_WAIT = 60.0
+"""Seconds a finalizer waits for a running pass of the node to end before it is removed anyway."""
+
+
+class KubeNodeSource:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        settings: KubeSettings,
+        node_defaults: Mapping[str, Any],
+        clock: Clock,
+        metrics: Metrics,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.node_defaults = dict(node_defaults)
+        self.clock = clock
+        self.rng = rng or random.Random()
+        common: dict[str, Any] = {"clock": clock, "metrics": metrics, "watch_timeout": settings.watch_timeout}
+        self.nodes = Informer(api, NODES, labels=settings.node_selector, **common)
+        self.pools = Informer(api, ENIPOOLS, **common)
+        self.pods = Informer(api, PODS, fields={"status.phase": "Pending"}, **common)
+        self.nodes.add_handler(self._on_node)
+        self.pools.add_handler(self._on_pool)
+        self.pods.add_handler(self._on_pod)
+        self.writer = StatusWriter(
+            api,
+            lookup=lambda name: self.pools.store.get(name),
+            clock=clock,
+            metrics=metrics,
+            qps=settings.status_qps,
+            burst=settings.status_burst,
+        )
+        self.manager: NodeManager | None = None
+        self.pending_pods: collections.Counter[str] = collections.Counter()
+        self._pod_nodes: dict[str, str] = {}
+        self._delivered: dict[str, NodeResource] = {}
+        self._invalid: dict[str, str] = {}
+        self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
+        self._wake = asyncio.Event()
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in (self.nodes, self.pools, self.pods))
+
+    async def run(self) -> None:
+        """Keep the caches current until cancelled (every replica runs this)."""
+        async with asyncio.TaskGroup() as tg:
+            for informer in (self.nodes, self.pools, self.pods):
+                tg.create_task(informer.run(), name=f"eni-ipam-informer-{informer.kind.plural}")
+
+    async def lead(self, manager: NodeManager) -> None:
+        """Feed ``manager`` and keep ENIPools in step with Nodes until cancelled (leader only).
+        ``manager`` must publish its statuses to :attr:`writer`."""
+        for informer in (self.nodes, self.pools, self.pods):
+            await informer.synced.wait()
+        self.manager = manager
+        try:
+            for obj in list(self.pools.store.values()):
+                self._on_pool("ADDED", obj, None)
+            for name in list(self.nodes.store):
+                self._queue(name, "ensure")
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(manager.run(), name="eni-ipam-manager")
+                tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
+                tg.create_task(self._work(), name="eni-ipam-pool-writer")
+        finally:
+            self.manager = None
+            self._delivered.clear()
+            self._todo.clear()
+
+    # -- informer handlers (synchronous; they only record and queue) --------------------------------
+
+    def _on_node(self, event: str, obj: Obj, old: Obj | None) -> None:
+        if event != "DELETED" and self.manager is not None:
+            self._queue(obj["metadata"]["name"], "ensure")
+
+    def _on_pool(self, event: str, obj: Obj, old: Obj | None) -> None:
+        manager = self.manager
+        if manager is None:
+            return
+        name = obj["metadata"]["name"]
+        if event == "DELETED":
+            self._forget(name)
+            self._todo[name] = "ensure"  # the Node may still be there (re-created): a new pool then
+            self._wake.set()
+        elif being_deleted(obj):
+            self._queue(name, "finalize")
+        else:
+            self._deliver(name, obj)
+
+    def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
+        key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+        spec = obj.get("spec") or {}
+        before = self._pod_nodes.pop(key, None)
+        after = spec.get("nodeName") if event != "DELETED" and not spec.get("hostNetwork") else None
+        if after:
+            self._pod_nodes[key] = after
+        if before == after:
+            return
+        for node, delta in ((before, -1), (after, +1)):
+            if node:
+                self.pending_pods[node] += delta
+                if self.pending_pods[node] <= 0:
+                    del self.pending_pods[node]
+                pool = self.pools.store.get(node)
+                if pool is not None and self.manager is not None and not being_deleted(pool):
+                    self._deliver(node, pool)
+
+    def _deliver(self, name: str, obj: Obj) -> None:
+        assert self.manager is not None
+        try:
+            resource = resource_from_pool(obj, pending_pods=self.pending_pods.get(name, 0))
+        except errors.ConfigError as exc:
+            version = str(obj["metadata"].get("resourceVersion", ""))
+            if self._invalid.get(name) != version:  # once per version, not once per event
+                self._invalid[name] = version
+                log.warning("pool_invalid", pool=name, field=exc.field, error=exc.message)
+            return
+        self._invalid.pop(name, None)
+        if self._delivered.get(name) == resource:
+            return  # only our own status changed
+        self._delivered[name] = resource
+        self.manager.upsert(resource)
+
+    def _forget(self, name: str) -> None:
+        self._delivered.pop(name, None)
+        self.writer.forget(name)
+        if self.manager is not None:
+            self.manager.delete(name)
+
+    def _queue(self, name: str, action: str) -> None:
+        if self._todo.get(name) != "finalize":  # a finalize is never downgraded
+            self._todo[name] = action
+        self._wake.set()
+
+    # -- the one writer of ENIPool objects ------------------------------------------------------------
+
+    async def _work(self) -> None:
+        backoff = Backoff(initial=1.0, maximum=60.0, rng=self.rng)
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            failed: dict[str, str] = {}
+            todo, self._todo = self._todo, {}
+            for name, action in todo.items():
+                try:
+                    if action == "finalize":
+                        await self._finalize(name)
+                    else:
+                        await self._ensure(name)
+                except errors.KubeError as exc:
+                    log.warning("pool_write_failed", pool=name, action=action, error=str(exc))
+                    failed[name] = action
+            if failed:
+                for name, action in failed.items():
+                    self._todo.setdefault(name, action)
+                await self.clock.sleep(backoff.next_delay())
+                self._wake.set()
+            else:
+                backoff.reset()
+
+    async def _ensure(self, name: str) -> None:
+        node = self.nodes.store.get(name)
+        if node is None:
+            return  # no Node (or not selected): the pool, if any, is people's or goes with its Node
+        pool = self.pools.store.get(name)
+        if pool is None:
+            body = pool_for_node(node, self.node_defaults)
+            if body is None:
+                log.debug("node_without_provider_id", node=name)
+                return
+            try:
+                created = await self.api.create(ENIPOOLS, body)
+            except errors.KubeConflict:
+                return  # created meanwhile; its event follows
+            log.info("pool_created", pool=name, instance=created["spec"]["instanceID"])
+            return
+        if being_deleted(pool):
+            return
+        patch = node_fields_patch(pool, node)
+        if patch is not None:
+            await self.api.patch(ENIPOOLS, name, patch)
+            log.info("pool_updated_from_node", pool=name, fields=sorted(patch["spec"]))
+
+    async def _finalize(self, name: str) -> None:
+        node = self.manager.delete(name) if self.manager is not None else None
+        self._delivered.pop(name, None)
+        self.writer.forget(name)
+        waited = 0.0
+        while node is not None and node.running and waited < PASS_WAIT:
+            await self.clock.sleep(0.05)  # a pass in flight finishes before the record may go
+            waited += 0.05
+        pool = self.pools.store.get(name)
+        for _ in range(3):
+            if pool is None:
+                return
+            finalizers = list(pool["metadata"].get("finalizers") or ())
+            if FINALIZER not in finalizers:
+                return
+            finalizers.remove(FINALIZER)
+            version = pool["metadata"]["resourceVersion"]
+            try:
+                await self.api.patch(
+                    ENIPOOLS, name, {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
+                )
+            except errors.KubeConflict:
+                try:
+                    pool = await self.api.get(ENIPOOLS, name)
+                except errors.KubeNotFound:
+                    return
+                continue
+            except errors.KubeNotFound:
+                return
+            log.info("pool_released", pool=name)
+            return

@@ -1,0 +1,254 @@
+"""``eni-ipam run``: the long-running service, as a Deployment runs it.
+
+One process: the HTTP endpoint, the provider (opened from the configuration), and a node source —
+
+* ``memory``: the configuration's ``nodes`` in the embedded store; this process reconciles alone;
+* ``kubernetes``: informers on every replica; Lease election decides which replica reconciles.
+
+Mutations go through one :class:`~eni_ipam.fence.Fence`: open only while this replica leads (or
+runs alone) and is not stopping. SIGTERM (or SIGINT):
+
+1. closes the fence — no new mutating cloud call starts;
+2. waits up to ``shutdown_timeout`` for the calls in flight, so no interface is left half-made;
+3. writes the statuses still queued (bounded), releases the Lease so a standby takes over at once;
+4. stops the informers and the endpoint, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+from collections.abc import Mapping
+
+import structlog
+
+from eni_ipam.clock import Clock, LoopClock
+from eni_ipam.fence import Fence, FencedProvider
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import NodeResource
+from eni_ipam.runconfig import RunConfig, provider_plugin
+from eni_ipam.server import make_app, start_server
+from eni_ipam.store.memory import MemoryStore
+
+log = structlog.get_logger("eni_ipam.service")
+
+STATUS_FLUSH_TIMEOUT = 5.0
+"""Seconds the last status batch may take at shutdown (after the cloud calls drained)."""
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (where the loop supports signal handlers)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+@dataclasses.dataclass
+class ServiceState:
+    """What ``/readyz`` reports."""
+
+    role: str = "starting"
+    """single (no election), candidate, leader or standby."""
+    leader: str = ""
+    manager: NodeManager | None = None
+    caches_synced: bool = True
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.caches_synced:
+            return False, f"{self.role}, Kubernetes caches are not synced yet"
+        if self.role in ("leader", "single"):
+            if self.manager is None or not self.manager.ready:
+                return False, f"{self.role}, initial resync has not succeeded yet"
+            return True, self.role
+        if self.role == "standby" and self.leader:
+            return True, f"standby (leader: {self.leader})"
+        return True, self.role
+
+
+def _identity(configured: str, environ: Mapping[str, str]) -> str:
+    return configured or environ.get("POD_NAME") or socket.gethostname()
+
+
+async def serve(config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str] | None = None) -> int:
+    """Run until ``stop`` is set; 0 after a clean shutdown."""
+    environ = os.environ if environ is None else environ
+    clock = LoopClock()
+    metrics = Metrics()
+    state = ServiceState()
+    plugin = provider_plugin(config.provider)
+    runner = await start_server(
+        make_app(metrics, state.readiness), host=config.server_host, port=config.server_port
+    )
+    log.info(
+        "service_started",
+        provider=config.provider,
+        node_source=config.node_source,
+        endpoint=f"{config.server_host}:{config.server_port}",
+    )
+    try:
+        async with plugin.open_provider(
+            config.provider_settings,
+            clock=clock,
+            metrics=metrics,
+            rate_limit_share=config.settings.rate_limit_share,
+        ) as provider:
+            fence = Fence()
+            fenced = FencedProvider(provider, fence)
+            if config.node_source == "memory":
+                await _run_alone(config, fenced, fence, stop=stop, clock=clock, metrics=metrics, state=state)
+            else:
+                await _run_elected(
+                    config,
+                    fenced,
+                    fence,
+                    stop=stop,
+                    clock=clock,
+                    metrics=metrics,
+                    state=state,
+                    environ=environ,
+                )
+    finally:
+        await runner.cleanup()
+    log.info("service_stopped")
+    return 0
+
+
+async def _drain(fence: Fence, limit: float) -> None:
+    fence.close("shutting down")
+    in_flight = fence.in_flight
+    if await fence.drain(limit):
+        log.info("mutations_drained", in_flight=in_flight)
+    else:
+        log.warning("mutations_cancelled", in_flight=fence.in_flight, timeout=limit)
+
+
+async def _track_ready(state: ServiceState, metrics: Metrics, clock: Clock) -> None:
+    while True:
+        manager = state.manager
+        metrics.ready.set(1 if manager is not None and manager.ready and state.role != "standby" else 0)
+        await clock.sleep(1.0)
+
+
+async def _run_alone(
+    config: RunConfig,
+    provider: FencedProvider,
+    fence: Fence,
+    *,
+    stop: asyncio.Event,
+    clock: Clock,
+    metrics: Metrics,
+    state: ServiceState,
+) -> None:
+    store = MemoryStore()
+    for node in config.nodes:
+        store.put(NodeResource(spec=node.spec, used=node.used))
+    manager = NodeManager(
+        provider=provider, settings=config.settings, metrics=metrics, clock=clock, status_sink=store
+    )
+    store.attach(manager)
+    state.role, state.manager = "single", manager
+    metrics.leader.set(1)
+    fence.open()
+    async with asyncio.TaskGroup() as tg:
+        reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
+        readiness = tg.create_task(_track_ready(state, metrics, clock), name="eni-ipam-ready")
+        await stop.wait()
+        await _drain(fence, config.shutdown_timeout)
+        reconciler.cancel()
+        readiness.cancel()
+    metrics.leader.set(0)
+    metrics.ready.set(0)
+
+
+async def _run_elected(
+    config: RunConfig,
+    provider: FencedProvider,
+    fence: Fence,
+    *,
+    stop: asyncio.Event,
+    clock: Clock,
+    metrics: Metrics,
+    state: ServiceState,
+    environ: Mapping[str, str],
+) -> None:
+    from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
+    from eni_ipam.kube.lease import LeaderElector
+    from eni_ipam.kube.source import KubeNodeSource
+
+    ks = config.kubernetes
+    api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+    source = KubeNodeSource(
+        api, settings=ks, node_defaults=config.node_defaults, clock=clock, metrics=metrics
+    )
+    elector = LeaderElector(
+        api,
+        name=ks.lease_name,
+        namespace=ks.lease_namespace or environ.get("POD_NAMESPACE") or "kube-system",
+        identity=_identity(ks.identity, environ),
+        clock=clock,
+        metrics=metrics,
+        lease_duration=ks.lease_duration,
+        renew_deadline=ks.renew_deadline,
+        retry_period=ks.retry_period,
+    )
+    state.role, state.caches_synced = "candidate", False
+    metrics.leader.set(0)
+
+    async def lead() -> None:
+        manager = NodeManager(
+            provider=provider,
+            settings=config.settings,
+            metrics=metrics,
+            clock=clock,
+            status_sink=source.writer,
+        )
+        state.role, state.manager = "leader", manager
+        fence.open()
+        try:
+            await source.lead(manager)
+        finally:
+            fence.close("not leading")
+            state.manager = None
+
+    def on_lost() -> None:
+        fence.close("the leader lease was lost")
+        state.role = "candidate"
+
+    async def watch_role() -> None:
+        while True:
+            state.caches_synced = source.synced
+            if state.role != "leader" and elector.leader and elector.leader != elector.identity:
+                state.role, state.leader = "standby", elector.leader
+            await clock.sleep(0.5)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [
+                tg.create_task(source.run(), name="eni-ipam-informers"),
+                tg.create_task(watch_role(), name="eni-ipam-role"),
+                tg.create_task(_track_ready(state, metrics, clock), name="eni-ipam-ready"),
+            ]
+            election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
+            await stop.wait()
+            await _drain(fence, config.shutdown_timeout)
+            if elector.leading:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(STATUS_FLUSH_TIMEOUT):
+                        await source.writer.flush()
+            election.cancel()  # releases the lease if held
+            with contextlib.suppress(asyncio.CancelledError):
+                await election
+            for task in tasks:
+                task.cancel()
+    finally:
+        await api.close()
+        metrics.leader.set(0)
+        metrics.ready.set(0)

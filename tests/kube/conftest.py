@@ -1,0 +1,53 @@
+"""Kubernetes tests: the real lightkube client over HTTP against the fake API server on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import lightkube
+import pytest
+import yaml
+
+from eni_ipam.kube.api import KubeApi
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube
+
+CRD = Path(__file__).parents[2] / "deploy" / "helm" / "eni-ipam" / "crds" / "enipools.eni-ipam.io.yaml"
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKube]:
+    async with FakeKube() as server:
+        server.register_crd(yaml.safe_load(CRD.read_text()))
+        yield server
+
+
+def make_api(kube: FakeKube, metrics: Metrics | None = None) -> KubeApi:
+    client = lightkube.AsyncClient(lightkube.KubeConfig.from_dict(kube.kubeconfig()))
+    return KubeApi(client, metrics=metrics or Metrics())
+
+
+@pytest.fixture
+async def api(kube: FakeKube) -> AsyncIterator[KubeApi]:
+    kube_api = make_api(kube)
+    yield kube_api
+    await kube_api.close()
+
+
+def node(
+    name: str, instance: str, *, zone: str = "us-east-1a", itype: str = "m5.large", **labels: str
+) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "topology.kubernetes.io/zone": zone,
+                "node.kubernetes.io/instance-type": itype,
+                **labels,
+            },
+        },
+        "spec": {"providerID": f"aws:///{zone}/{instance}"},
+    }

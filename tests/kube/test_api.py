@@ -1,0 +1,90 @@
+"""The adapter: plain dicts, one error tree, declared permissions only, metrics per request."""
+
+from __future__ import annotations
+
+import pytest
+from lightkube.types import PatchType
+
+from eni_ipam import errors
+from eni_ipam.kube.api import ENIPOOLS, LEASES, NODES, PODS, KubeApi
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube, Fault
+from tests.kube.conftest import make_api, node
+
+
+async def test_list_returns_dicts_and_the_list_version(kube: FakeKube, api: KubeApi) -> None:
+    for n in range(3):
+        kube.add_object("nodes", node(f"n{n}", f"i-{n}"))
+    items, version = await api.list(NODES, chunk_size=2)
+    assert sorted(i["metadata"]["name"] for i in items) == ["n0", "n1", "n2"]
+    assert isinstance(items[0], dict) and version == kube.resource_version
+    assert [r.params.get("limit") for r in kube.requests if r.verb == "list"] == ["2", "2"]
+
+
+async def test_pods_are_listed_in_every_namespace_by_field(kube: FakeKube, api: KubeApi) -> None:
+    for ns, phase in (("a", "Pending"), ("b", "Pending"), ("b", "Running")):
+        name = f"p-{ns}-{phase.lower()}"
+        kube.add_object("pods", {"metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": "n1"}})
+        # Status is the kubelet's to write (through the status subresource), as in a cluster.
+        await api.client.patch(
+            PODS.resource().Status,
+            name,
+            {"status": {"phase": phase}},
+            namespace=ns,
+            patch_type=PatchType.MERGE,
+        )
+    items, _ = await api.list(PODS, fields={"status.phase": "Pending"})
+    assert sorted(i["metadata"]["name"] for i in items) == ["p-a-pending", "p-b-pending"]
+
+
+async def test_errors_are_translated(kube: FakeKube, api: KubeApi) -> None:
+    with pytest.raises(errors.KubeNotFound):
+        await api.get(ENIPOOLS, "missing")
+    body = {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}}
+    created = await api.create(ENIPOOLS, body)
+    with pytest.raises(errors.KubeConflict):
+        await api.create(ENIPOOLS, body)
+    stale = created["metadata"]["resourceVersion"]
+    await api.patch(ENIPOOLS, "n1", {"spec": {"preAllocate": 2}})
+    with pytest.raises(errors.KubeConflict):
+        await api.patch(ENIPOOLS, "n1", {"metadata": {"resourceVersion": stale}, "spec": {"preAllocate": 3}})
+    with pytest.raises(errors.KubeInvalid, match=r"spec\.minAllocate"):
+        await api.patch(ENIPOOLS, "n1", {"spec": {"minAllocate": -1}})
+    kube.faults.append(Fault(verb="get", plural="enipools", status=429, retry_after=3))
+    with pytest.raises(errors.KubeThrottled) as info:
+        await api.get(ENIPOOLS, "n1")
+    assert info.value.retry_after == 3
+    kube.faults.append(Fault(verb="get", plural="enipools", status=503))
+    with pytest.raises(errors.KubeUnavailable):
+        await api.get(ENIPOOLS, "n1")
+    assert (await api.get(ENIPOOLS, "n1"))["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+async def test_unreachable_server_is_unavailable(kube: FakeKube) -> None:
+    api = make_api(kube)
+    await kube.close()
+    with pytest.raises(errors.KubeUnavailable):
+        await api.get(NODES, "n1")
+    await api.close()
+
+
+async def test_a_request_outside_the_declared_permissions_is_refused_before_it_is_sent(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    with pytest.raises(errors.KubeForbidden, match="create nodes"):
+        await api.create(NODES, node("n1", "i-1"))
+    with pytest.raises(errors.KubeForbidden, match="patch leases"):
+        await api.patch(LEASES, "l", {}, namespace="kube-system")
+    assert kube.requests == []
+
+
+async def test_requests_are_counted_by_verb_resource_and_code(kube: FakeKube) -> None:
+    metrics = Metrics()
+    api = make_api(kube, metrics)
+    await api.list(NODES)
+    with pytest.raises(errors.KubeNotFound):
+        await api.get(NODES, "nope")
+    await api.close()
+    sample = metrics.sample
+    assert sample("eni_ipam_kube_requests_total", {"verb": "list", "resource": "nodes", "code": "200"}) == 1
+    assert sample("eni_ipam_kube_requests_total", {"verb": "get", "resource": "nodes", "code": "404"}) == 1

@@ -1,0 +1,198 @@
+"""ENIPool ↔ model conversions: spec parsing, Node-derived pools, status merge patches."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+import pytest
+
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube.resources import (
+    FINALIZER,
+    SPEC_KEYS,
+    instance_id_from_provider_id,
+    node_fields_patch,
+    pool_for_node,
+    resource_from_pool,
+    spec_from_pool,
+    status_patch,
+)
+from eni_ipam.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
+
+NOW = datetime.datetime(2026, 11, 21, 8, 0, tzinfo=datetime.UTC)
+LATER = NOW + datetime.timedelta(minutes=1)
+
+
+def node(name: str = "n1", provider_id: str = "aws:///us-east-1a/i-0abc", **labels: str) -> dict:
+    return {
+        "metadata": {"name": name, "uid": "uid-1", "labels": labels},
+        "spec": {"providerID": provider_id} if provider_id else {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("provider_id", "instance"),
+    [
+        ("aws:///us-east-1a/i-0abc", "i-0abc"),
+        ("aws:///i-0abc", "i-0abc"),
+        (
+            "azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/vm1",
+            "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/vm1",
+        ),
+        ("kind://docker/cluster/node", "docker/cluster/node"),
+        ("", ""),
+        ("not a provider id", ""),
+    ],
+)
+def test_instance_id_comes_from_the_provider_id(provider_id: str, instance: str) -> None:
+    assert instance_id_from_provider_id(provider_id) == instance
+
+
+def test_every_node_spec_field_but_the_name_has_a_pool_key() -> None:
+    fields = {f.name for f in dataclasses.fields(NodeSpec)} - {"name"}
+    assert set(SPEC_KEYS) == fields
+    assert SPEC_KEYS["instance_id"] == "instanceID" and SPEC_KEYS["min_allocate"] == "minAllocate"
+
+
+def test_pool_for_node_carries_defaults_owner_and_finalizer() -> None:
+    body = pool_for_node(
+        node(**{"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": "m5.large"}),
+        {"pre_allocate": 4, "subnet_ids": ("s-1",), "subnet_tags": {"k": "v"}},
+    )
+    assert body is not None
+    assert body["spec"] == {
+        "instanceID": "i-0abc",
+        "instanceType": "m5.large",
+        "zone": "us-east-1a",
+        "preAllocate": 4,
+        "subnetIDs": ["s-1"],
+        "subnetTags": {"k": "v"},
+    }
+    assert body["metadata"]["finalizers"] == [FINALIZER]
+    assert body["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "n1",
+        "uid": "uid-1",
+    }
+    assert spec_from_pool(body) == NodeSpec(
+        name="n1", instance_id="i-0abc", pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"}
+    )
+
+
+def test_node_without_provider_id_gets_no_pool_yet() -> None:
+    assert pool_for_node(node(provider_id=""), {}) is None
+
+
+def test_node_fields_patch_touches_only_node_derived_fields() -> None:
+    pool = {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-old", "preAllocate": 20}}
+    assert node_fields_patch(pool, node()) == {"spec": {"instanceID": "i-0abc"}}
+    pool["spec"]["instanceID"] = "i-0abc"
+    assert node_fields_patch(pool, node()) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({}, "enipools/n1.spec.instanceID"),
+        ({"instanceID": "i-1", "minAllocate": -1}, "enipools/n1.spec.minAllocate"),
+        ({"instanceID": "i-1", "maxAllocate": "3"}, "enipools/n1.spec.maxAllocate"),
+        ({"instanceID": "i-1", "subnetIDs": "s-1"}, "enipools/n1.spec.subnetIDs"),
+        ({"instanceID": "i-1", "subnetTags": {"k": 1}}, "enipools/n1.spec.subnetTags"),
+        ({"instanceID": "i-1", "disablePrefixDelegation": "yes"}, "enipools/n1.spec.disablePrefixDelegation"),
+        ({"instanceID": ""}, "enipools/n1.spec.instanceID"),
+    ],
+)
+def test_bad_pool_specs_name_the_field(spec: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        spec_from_pool({"metadata": {"name": "n1"}, "spec": spec})
+    assert info.value.field == field
+
+
+def test_negative_pre_allocate_is_kept_as_given() -> None:
+    assert (
+        spec_from_pool(
+            {"metadata": {"name": "n1"}, "spec": {"instanceID": "i", "preAllocate": -3}}
+        ).pre_allocate
+        == -3
+    )
+
+
+def test_resource_reads_what_the_agent_reports() -> None:
+    obj = {
+        "metadata": {"name": "n1"},
+        "spec": {"instanceID": "i-1"},
+        "status": {
+            "used": ["10.0.0.5", "10.0.0.6"],
+            "releaseAnswers": {"10.0.0.9": "ready-for-release", "10.0.0.8": "released"},
+        },
+    }
+    resource = resource_from_pool(obj, pending_pods=3)
+    assert resource.used == 2 and resource.in_use == {"10.0.0.5", "10.0.0.6"}
+    assert resource.pending_pods == 3
+    assert resource.release_answers == {"10.0.0.9": ReleaseState.READY}  # only the agent's answers count
+
+
+def _status(addresses: list[str], *, needed: int = 0, release: dict | None = None) -> NodeStatus:
+    return NodeStatus(
+        pool=tuple(PoolEntry(address=a, interface_id="eni-1", subnet_id="s-1") for a in addresses),
+        stats=NodeStats(available=len(addresses), needed=needed),
+        release=release or {},
+        interfaces=(
+            Interface(
+                id="eni-1", device_index=0, subnet_id="s-1", primary_ip="10.0.0.4", addresses=tuple(addresses)
+            ),
+        ),
+    )
+
+
+def _apply(obj: dict, patch: dict) -> dict:
+    """What the API server does with a merge patch on the status subresource."""
+    status = dict(obj.get("status") or {})
+    for key, value in patch["status"].items():
+        if isinstance(value, dict) and key in ("pool", "release"):
+            merged = dict(status.get(key) or {})
+            for k, v in value.items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+            status[key] = merged
+        else:
+            status[key] = value
+    return {**obj, "status": status}
+
+
+def test_status_patch_writes_only_changes_and_nulls_vanished_addresses() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "7", "generation": 2}, "status": {"used": ["x"]}}
+    first = status_patch(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=NOW)
+    assert first is not None and first["metadata"] == {"resourceVersion": "7"}
+    assert "used" not in first["status"]  # the agent's field is never written
+    obj = _apply(obj, first)
+    assert obj["status"]["used"] == ["x"]
+    assert status_patch(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=LATER) is None
+    second = status_patch(_status(["10.0.0.5"]), obj, now=LATER)
+    assert second is not None
+    assert second["status"]["pool"] == {"10.0.0.6": None}
+    obj = _apply(obj, second)
+    assert set(obj["status"]["pool"]) == {"10.0.0.5"}
+
+
+def test_condition_keeps_its_transition_time_until_its_status_changes() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1", "generation": 1}}
+    obj = _apply(obj, status_patch(_status([], needed=8), obj, now=NOW))
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Deficit")
+    obj = _apply(obj, status_patch(_status(["10.0.0.5"], needed=7), obj, now=LATER) or {"status": {}})
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-11-21T08:00:00Z"
+    obj = _apply(obj, status_patch(_status(["10.0.0.5"] * 1), obj, now=LATER))
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["lastTransitionTime"]) == ("True", "2026-11-21T08:01:00Z")
+
+
+def test_release_marks_are_written_with_their_handshake_states() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    patch = status_patch(_status(["10.0.0.5"], release={"10.0.0.5": ReleaseState.MARKED}), obj, now=NOW)
+    assert patch is not None and patch["status"]["release"] == {"10.0.0.5": "marked-for-release"}
