@@ -1,0 +1,146 @@
+"""The informer: list then watch, relist on 410 with synthetic deletes, backoff on 429 and drops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from lightkube.types import PatchType
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.kube.api import NODES, KubeApi
+from eni_ipam.kube.informer import Informer
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube, Fault
+from tests.kube.conftest import node
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def __call__(self, event: str, obj: dict, old: dict | None) -> None:
+        self.events.append((event, obj["metadata"]["name"]))
+
+
+async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def informer(kube: FakeKube, api: KubeApi) -> AsyncIterator[tuple[Informer, Recorder, Metrics]]:
+    metrics = Metrics()
+    inf = Informer(api, NODES, clock=LoopClock(), metrics=metrics, backoff_initial=0.05, backoff_max=0.2)
+    recorder = Recorder()
+    inf.add_handler(recorder)
+    task = asyncio.create_task(inf.run())
+    yield inf, recorder, metrics
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_list_then_watch_delivers_events_in_order(kube: FakeKube, informer) -> None:
+    inf, rec, _ = informer
+    kube.add_object("nodes", node("n1", "i-1"))
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    kube.add_object("nodes", node("n2", "i-2"))
+    await until(lambda: ("ADDED", "n2") in rec.events)
+    assert rec.events == [("ADDED", "n1"), ("ADDED", "n2")]
+    assert set(inf.store) == {"n1", "n2"}
+    assert inf.resource_version == kube.resource_version
+
+
+async def test_expired_version_relists_and_reports_what_vanished_meanwhile(
+    kube: FakeKube, api: KubeApi, informer
+) -> None:
+    inf, rec, metrics = informer
+    for name in ("n1", "n2"):
+        kube.add_object("nodes", node(name, f"i-{name}"))
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    kube.faults.append(Fault(verb="watch", plural="nodes", status=503, times=10_000))
+    await kube.drop_watches()  # the watch is down while n1 goes and n3 comes, and history is lost
+    await api.client.delete(NODES.resource(), "n1")
+    kube.add_object("nodes", node("n3", "i-3"))
+    kube.compact()
+    kube.faults.clear()
+    await until(lambda: ("DELETED", "n1") in rec.events and ("ADDED", "n3") in rec.events)
+    assert set(inf.store) == {"n2", "n3"}
+    assert (
+        metrics.sample("eni_ipam_informer_watch_restarts_total", {"resource": "nodes", "reason": "expired"})
+        == 1
+    )
+    assert metrics.sample("eni_ipam_informer_relists_total", {"resource": "nodes"}) == 2
+
+
+async def test_throttled_watch_waits_for_retry_after_then_resumes(kube: FakeKube, informer) -> None:
+    inf, rec, metrics = informer
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    kube.faults.append(Fault(verb="watch", plural="nodes", status=429, retry_after=1))
+    await kube.drop_watches()
+    kube.add_object("nodes", node("n1", "i-1"))
+    await until(lambda: ("ADDED", "n1") in rec.events)
+    assert (
+        metrics.sample("eni_ipam_informer_watch_restarts_total", {"resource": "nodes", "reason": "throttled"})
+        == 1
+    )
+    assert metrics.sample("eni_ipam_informer_relists_total", {"resource": "nodes"}) == 1
+
+
+async def test_dropped_stream_resumes_from_the_last_version_without_relisting(
+    kube: FakeKube, informer
+) -> None:
+    inf, rec, metrics = informer
+    kube.add_object("nodes", node("n1", "i-1"))
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    for n in range(3):
+        await kube.drop_watches()
+        kube.add_object("nodes", node(f"m{n}", f"i-m{n}"))
+        await until(lambda n=n: ("ADDED", f"m{n}") in rec.events)
+    assert [e for e in rec.events if e[0] == "ADDED"] == [
+        ("ADDED", "n1"),
+        ("ADDED", "m0"),
+        ("ADDED", "m1"),
+        ("ADDED", "m2"),
+    ]
+    assert metrics.sample("eni_ipam_informer_relists_total", {"resource": "nodes"}) == 1
+    watches = [r for r in kube.requests if r.verb == "watch"]
+    assert all(r.params.get("resourceVersion") for r in watches)
+
+
+async def test_a_failing_handler_does_not_stop_the_others(kube: FakeKube, api: KubeApi) -> None:
+    inf = Informer(api, NODES, clock=LoopClock(), metrics=Metrics())
+
+    def broken(event: str, obj: dict, old: dict | None) -> None:
+        raise RuntimeError("bug")
+
+    rec = Recorder()
+    inf.add_handler(broken)
+    inf.add_handler(rec)
+    kube.add_object("nodes", node("n1", "i-1"))
+    task = asyncio.create_task(inf.run())
+    await until(lambda: rec.events == [("ADDED", "n1")])
+    task.cancel()
+
+
+async def test_selector_transitions_reach_the_store(kube: FakeKube, api: KubeApi) -> None:
+    inf = Informer(api, NODES, clock=LoopClock(), metrics=Metrics(), labels={"pool": "yes"})
+    rec = Recorder()
+    inf.add_handler(rec)
+    kube.add_object("nodes", node("n1", "i-1", pool="yes"))
+    kube.add_object("nodes", node("n2", "i-2", pool="no"))
+    task = asyncio.create_task(inf.run())
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    assert set(inf.store) == {"n1"}
+    await api.client.patch(
+        NODES.resource(), "n1", {"metadata": {"labels": {"pool": "no"}}}, patch_type=PatchType.MERGE
+    )
+    await until(lambda: ("DELETED", "n1") in rec.events)
+    assert inf.store == {}
+    task.cancel()

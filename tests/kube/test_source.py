@@ -1,0 +1,253 @@
+"""ENIPools from Nodes, pools filled and their status written, deletion through the finalizer,
+status conflicts and pending pods — the real manager on the in-memory cloud, against the fake API
+server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from lightkube.types import PatchType
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.config import Settings
+from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
+from eni_ipam.kube.resources import FINALIZER
+from eni_ipam.kube.settings import KubeSettings
+from eni_ipam.kube.source import KubeNodeSource
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube, Fault
+from providers.sim.cloud import SimCloud
+from providers.sim.provider import SimProvider
+from tests.kube.conftest import node
+
+
+class Cluster:
+    def __init__(self, kube: FakeKube, api: KubeApi, **kube_settings: Any) -> None:
+        self.kube, self.api = kube, api
+        self.clock = LoopClock()
+        self.metrics = Metrics()
+        self.cloud = SimCloud(self.clock)
+        self.cloud.add_vpc("vpc-1", "10.0.0.0/16")
+        self.cloud.add_subnet("s-1", vpc="vpc-1", zone="us-east-1a", cidr="10.0.0.0/22")
+        self.cloud.add_security_group("sg-1", vpc="vpc-1")
+        self.source = KubeNodeSource(
+            api,
+            settings=KubeSettings(**kube_settings),
+            node_defaults={"pre_allocate": 4},
+            clock=self.clock,
+            metrics=self.metrics,
+        )
+        self.source.writer.batch_window = 0.01
+        self.manager = NodeManager(
+            provider=SimProvider(self.cloud, clock=self.clock, metrics=self.metrics),
+            settings=Settings(resync_interval=3600),
+            metrics=self.metrics,
+            clock=self.clock,
+            status_sink=self.source.writer,
+            rng=random.Random(1),
+        )
+
+    def add_node(self, name: str, **labels: str) -> None:
+        self.cloud.add_instance(f"i-{name}", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+        self.kube.add_object("nodes", node(name, f"i-{name}", **labels))
+
+    def pool(self, name: str) -> dict | None:
+        return self.kube.get_object("enipools", name)
+
+    def available(self, name: str) -> int:
+        pool = self.pool(name) or {}
+        return int(((pool.get("status") or {}).get("stats") or {}).get("available", -1))
+
+
+async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def leading(cluster: Cluster) -> AsyncIterator[None]:
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(cluster.source.run()), tg.create_task(cluster.source.lead(cluster.manager))]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+@pytest.fixture
+def cluster(kube: FakeKube, api: KubeApi) -> Cluster:
+    return Cluster(kube, api)
+
+
+async def test_node_gets_a_pool_that_is_filled_and_reported(cluster: Cluster) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        pool = cluster.pool("n1")
+        assert pool is not None
+        assert pool["spec"] == {
+            "instanceID": "i-n1",
+            "instanceType": "m5.large",
+            "zone": "us-east-1a",
+            "preAllocate": 4,
+            "deleteOnTermination": True,  # the CRD's default
+        }
+        assert pool["metadata"]["finalizers"] == [FINALIZER]
+        status = pool["status"]
+        assert len(status["pool"]) == 4 and status["stats"]["needed"] == 0
+        assert {c["type"]: c["status"] for c in status["conditions"]} == {
+            "Ready": "True",
+            "AtCapacity": "False",
+        }
+        assert status["interfaces"][0]["deviceIndex"] == 0
+        assert status["observedGeneration"] == pool["metadata"]["generation"]
+        # the pool is the cloud's: every address reported is on the instance's interface
+        instance = await cluster.manager.provider.describe_instance(instance_id="i-n1")
+        assert instance is not None
+        cloud_addresses = {a for i in instance.interfaces for a in i.addresses}
+        assert set(status["pool"]) == cloud_addresses
+
+
+async def test_own_status_writes_do_not_trigger_passes(cluster: Cluster) -> None:
+    upserts: list[str] = []
+    upsert = cluster.manager.upsert
+
+    def counting(resource: Any) -> None:
+        upserts.append(resource.spec.name)
+        upsert(resource)
+
+    cluster.manager.upsert = counting  # type: ignore[method-assign]
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        await asyncio.sleep(0.3)
+        writes = [r for r in cluster.kube.requests if r.verb == "patch" and r.subresource == "status"]
+        assert len(writes) >= 1
+        assert upserts == ["n1"]  # the pool's creation; none for the status it got since
+
+
+async def test_agent_reported_usage_grows_the_pool(cluster: Cluster, api: KubeApi) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        used = sorted(cluster.pool("n1")["status"]["pool"])[:3]
+        await api.client.patch(
+            ENIPOOLS.resource().Status, "n1", {"status": {"used": used}}, patch_type=PatchType.MERGE
+        )
+        await until(lambda: cluster.available("n1") == 7)
+        assert cluster.pool("n1")["status"]["used"] == used  # the agent's field survives our writes
+        assert cluster.pool("n1")["status"]["stats"]["used"] == 3
+
+
+async def test_status_conflict_is_reread_and_retried(cluster: Cluster) -> None:
+    cluster.kube.faults.append(
+        Fault(verb="patch", plural="enipools", subresource="status", status=409, times=1)
+    )
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+    sample = cluster.metrics.sample
+    assert sample("eni_ipam_status_writes_total", {"outcome": "conflict"}) == 1
+    assert sample("eni_ipam_status_writes_total", {"outcome": "ok"}) >= 1
+    gets = [r for r in cluster.kube.requests if r.verb == "get" and r.plural == "enipools"]
+    assert len(gets) == 1
+
+
+async def test_deleted_node_leaves_the_manager_before_its_pool_is_released(
+    cluster: Cluster, api: KubeApi
+) -> None:
+    cluster.add_node("n1")
+    cluster.add_node("n2")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4 and cluster.available("n2") == 4)
+        await api.client.delete(NODES.resource(), "n1")  # the garbage collector deletes its pool
+        await until(lambda: cluster.pool("n1") is None)
+        assert "n1" not in cluster.manager.nodes and "n2" in cluster.manager.nodes
+        assert cluster.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) is None
+        finalizer_patch = [
+            r
+            for r in cluster.kube.requests
+            if r.verb == "patch" and r.plural == "enipools" and r.name == "n1"
+        ]
+        assert finalizer_patch and finalizer_patch[-1].subresource is None
+
+
+async def test_node_without_provider_id_gets_its_pool_once_initialised(
+    cluster: Cluster, api: KubeApi
+) -> None:
+    cluster.cloud.add_instance("i-late", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+    cluster.kube.add_object("nodes", {"metadata": {"name": "late"}, "spec": {}})
+    async with leading(cluster):
+        await asyncio.sleep(0.3)
+        assert cluster.pool("late") is None
+        await api.client.patch(
+            NODES.resource(),
+            "late",
+            {"spec": {"providerID": "aws:///us-east-1a/i-late"}},
+            patch_type=PatchType.MERGE,
+        )
+        await until(lambda: cluster.available("late") == 4)
+
+
+async def test_node_selector_limits_which_nodes_get_pools(kube: FakeKube, api: KubeApi) -> None:
+    cluster = Cluster(kube, api, node_selector={"eni-ipam": "on"})
+    cluster.add_node("yes", **{"eni-ipam": "on"})
+    cluster.add_node("no")
+    async with leading(cluster):
+        await until(lambda: cluster.available("yes") == 4)
+        assert cluster.pool("no") is None
+
+
+async def test_people_edits_to_the_spec_are_kept_and_acted_on(cluster: Cluster, api: KubeApi) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        await api.patch(ENIPOOLS, "n1", {"spec": {"preAllocate": 10}})
+        await until(lambda: cluster.available("n1") == 10)
+        assert cluster.pool("n1")["spec"]["preAllocate"] == 10
+
+
+async def test_invalid_pool_is_refused_by_the_schema_and_changes_nothing(
+    cluster: Cluster, api: KubeApi
+) -> None:
+    from eni_ipam import errors
+
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        with pytest.raises(errors.KubeInvalid, match=r"spec\.maxAboveWatermark"):
+            await api.patch(ENIPOOLS, "n1", {"spec": {"maxAboveWatermark": -5}})
+        assert cluster.pool("n1")["spec"].get("maxAboveWatermark") is None
+
+
+async def test_pending_pods_on_a_node_surge_its_allocation(cluster: Cluster, api: KubeApi) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        for n in range(12):
+            cluster.kube.add_object(
+                "pods", {"metadata": {"name": f"p{n}", "namespace": "default"}, "spec": {"nodeName": "n1"}}
+            )
+        cluster.kube.add_object(
+            "pods",
+            {
+                "metadata": {"name": "host", "namespace": "default"},
+                "spec": {"nodeName": "n1", "hostNetwork": True},
+            },
+        )
+        await until(lambda: cluster.source.pending_pods["n1"] == 12)
+        used = sorted(cluster.pool("n1")["status"]["pool"])[:4]  # the pool is used up: a deficit appears
+        await api.client.patch(
+            ENIPOOLS.resource().Status, "n1", {"status": {"used": used}}, patch_type=PatchType.MERGE
+        )
+        await until(lambda: cluster.available("n1") >= 4 + 12)
+        await api.client.delete(PODS.resource(), "p0", namespace="default")
+        await until(lambda: cluster.source.pending_pods["n1"] == 11)
