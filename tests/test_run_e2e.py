@@ -1,0 +1,114 @@
+"""End to end: ``eni-ipam run`` as a subprocess, against the fake API server and the in-memory cloud.
+
+Nodes appear → ENIPools are created → pools filled on the cloud → status written; SIGTERM →
+mutations drain, the Lease is released, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eni_ipam.testing.fake_kube import FakeKube
+from tests.kube.conftest import CRD, node
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def config(kubeconfig: Path) -> dict:
+    return {
+        "provider": "sim",
+        "node_source": "kubernetes",
+        "log_level": "info",
+        "shutdown_timeout": "5s",
+        "server": {"host": "127.0.0.1", "port": 0},
+        "sim": {
+            "cloud": {
+                "vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}],
+                "subnets": [{"id": "s-1", "vpc": "vpc-1", "zone": "us-east-1a", "cidr": "10.0.0.0/22"}],
+                "security_groups": [{"id": "sg-1", "vpc": "vpc-1"}],
+                "instances": [
+                    {"id": f"i-{n}", "type": "m5.large", "subnet": "s-1", "security_groups": ["sg-1"]}
+                    for n in range(3)
+                ],
+            }
+        },
+        "kubernetes": {
+            "kubeconfig": str(kubeconfig),
+            "lease_namespace": "kube-system",
+            "identity": "e2e-replica",
+            "lease_duration": "3s",
+            "renew_deadline": "2s",
+            "retry_period": "0.5s",
+        },
+        "node_defaults": {"pre_allocate": 6},
+    }
+
+
+async def until(check, limit: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+def available(kube: FakeKube, name: str) -> int:
+    pool = kube.get_object("enipools", name) or {}
+    return int(((pool.get("status") or {}).get("stats") or {}).get("available", -1))
+
+
+async def test_run_fills_pools_of_new_nodes_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    async with FakeKube() as kube:
+        kube.register_crd(yaml.safe_load(CRD.read_text()))
+        kubeconfig = tmp_path / "kubeconfig"
+        kube.write_kubeconfig(kubeconfig)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config(kubeconfig)))
+        kube.add_object("nodes", node("n0", "i-0"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "eni_ipam.cli",
+            "run",
+            "--config",
+            str(path),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await until(lambda: available(kube, "n0") == 6)
+            for n in (1, 2):
+                kube.add_object("nodes", node(f"n{n}", f"i-{n}"))
+            await until(lambda: available(kube, "n1") == 6 and available(kube, "n2") == 6)
+            lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
+            assert lease is not None and lease["spec"]["holderIdentity"] == "e2e-replica"
+            pool = kube.get_object("enipools", "n1")
+            assert pool is not None and pool["spec"]["instanceID"] == "i-1"
+            assert {c["type"]: c["status"] for c in pool["status"]["conditions"]}["Ready"] == "True"
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 15)
+        log = stderr.decode()
+        assert process.returncode == 0, log[-3000:]
+        assert "mutations_drained" in log and "lease_released" in log and "service_stopped" in log
+        lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
+        assert lease is not None and lease["spec"]["holderIdentity"] == ""
+
+
+async def test_run_refuses_an_invalid_configuration_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: sim\nsim: {cloud: {}}\nsettings: {parallel_workers: 0}\n")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "eni_ipam.cli", "run", "--config", str(path), stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert "settings.parallel_workers" in stderr.decode()
