@@ -74,27 +74,40 @@ _BY_CODE: dict[int, type[errors.KubeError]] = {
 }
 
 
+def _retry_after(response: Any) -> float | None:
+    raw = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return float(raw) if raw else None
+    except ValueError:  # an HTTP date: rare from the API server; the caller's backoff applies
+        return None
+
+
+def _error_class(code: int) -> type[errors.KubeError]:
+    return _BY_CODE.get(code, errors.KubeUnavailable if code >= 500 else errors.KubeError)
+
+
 def translate(exc: BaseException) -> errors.KubeError | None:
-    """The project's error for a lightkube/httpx exception (None for anything else)."""
+    """The project's error for a lightkube/httpx exception (None for anything else).
+
+    lightkube raises ApiError (with the server's Status) for most failures, but a watch refused
+    before its stream starts (a 429 while the server's storage initialises) surfaces as a plain
+    HTTPStatusError; both carry Retry-After in the response headers.
+    """
     if isinstance(exc, ApiError):
         status = exc.status
         code = int(status.code or 0)
-        retry_after = None
-        response = getattr(exc, "response", None)
-        if response is not None and response.headers.get("Retry-After"):
-            try:
-                retry_after = float(response.headers["Retry-After"])
-            except ValueError:
-                retry_after = None
+        retry_after = _retry_after(getattr(exc, "response", None))
         details = status.details
         if retry_after is None and details is not None and details.retryAfterSeconds:
             retry_after = float(details.retryAfterSeconds)
-        cls = _BY_CODE.get(code, errors.KubeUnavailable if code >= 500 else errors.KubeError)
-        return cls(status.message or "", code=code, reason=status.reason or "", retry_after=retry_after)
+        return _error_class(code)(
+            status.message or "", code=code, reason=status.reason or "", retry_after=retry_after
+        )
     if isinstance(exc, httpx2.HTTPStatusError):
         code = exc.response.status_code
-        cls = _BY_CODE.get(code, errors.KubeUnavailable if code >= 500 else errors.KubeError)
-        return cls(str(exc), code=code, reason=exc.response.reason_phrase)
+        return _error_class(code)(
+            str(exc), code=code, reason=exc.response.reason_phrase, retry_after=_retry_after(exc.response)
+        )
     if isinstance(exc, httpx2.HTTPError | OSError):
         return errors.KubeUnavailable(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     return None

@@ -82,9 +82,12 @@ async def test_throttled_watch_waits_for_retry_after_then_resumes(kube: FakeKube
     await asyncio.wait_for(inf.synced.wait(), 5)
     await until(lambda: any(r.verb == "watch" for r in kube.requests))
     kube.faults.append(Fault(verb="watch", plural="nodes", status=429, retry_after=1))
+    loop = asyncio.get_running_loop()
+    dropped = loop.time()
     await kube.drop_watches()
     kube.add_object("nodes", node("n1", "i-1"))
     await until(lambda: ("ADDED", "n1") in rec.events)
+    assert loop.time() - dropped >= 1.0  # Retry-After, not the 50 ms backoff
     assert (
         metrics.sample("eni_ipam_informer_watch_restarts_total", {"resource": "nodes", "reason": "throttled"})
         == 1

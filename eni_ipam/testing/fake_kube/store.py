@@ -1,0 +1,400 @@
+"""The fake API server's storage: objects, one global resourceVersion, and a bounded event log.
+
+Invariants:
+
+* One counter, ``rv``, for every resource type. Every committed write bumps it by one and appends
+  exactly one :class:`Event`, so the log holds the contiguous versions ``floor+1 .. rv`` and a watch
+  from version N is served by slicing at ``N - floor``. Versions at or below ``floor`` are forgotten
+  (the log keeps ``history`` events; :meth:`Store.compact` forgets all of them), and a watch or a list
+  continuation from there gets 410 ``Expired``.
+* Stored objects are never modified in place: a write builds a new dict. Events and list snapshots
+  can therefore share objects with the store without copying; callers outside the package get copies.
+* A write that changes nothing is a no-op, as on the real server: no new version, no event.
+* A write either commits fully or raises :class:`StatusError` having changed nothing. All methods are
+  synchronous, so no request can observe a half-applied write.
+
+Deletion follows the real server and garbage collector: an object with finalizers only gets a
+``deletionTimestamp`` (MODIFIED) and is removed (DELETED) by the write that empties its finalizers;
+removing an object deletes its dependents (``ownerReferences`` naming its uid) unless another owner
+still exists, in which case only the dangling reference is dropped. The collector runs synchronously
+after the owner's DELETED event (the real one is asynchronous, so real clients must not rely on timing).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import copy
+import dataclasses
+import datetime
+import itertools
+import json
+import random
+import re
+import uuid
+from collections.abc import Callable
+from typing import Final
+
+from eni_ipam.testing.fake_kube.patch import APPLY, apply_patch
+from eni_ipam.testing.fake_kube.resources import JSON, ResourceType, StatusError
+from eni_ipam.testing.fake_kube.schema import check_custom_resource
+from eni_ipam.testing.fake_kube.selectors import Filter
+
+Key = tuple[str, str]  # (namespace or "", name)
+
+_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Metadata the server owns; writes cannot change it (resourceVersion is checked, then bumped).
+_SERVER_METADATA: Final = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+_NAMESPACE_MISMATCH: Final = (
+    "the namespace of the provided object does not match the namespace sent on the request"
+)
+_SNAPSHOTS_KEPT: Final = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One committed change. ``obj`` is the object as of ``rv`` (for DELETED: its last state, at ``rv``)."""
+
+    rv: int
+    type: str  # ADDED, MODIFIED or DELETED
+    resource: str
+    obj: JSON
+    prev: JSON | None  # the object before the change; None for ADDED
+
+
+def _meta(obj: JSON) -> JSON:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise StatusError(400, "metadata must be an object")
+    return meta
+
+
+def _key(obj: JSON) -> Key:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _spec_part(obj: JSON, rtype: ResourceType) -> JSON:
+    """What ``generation`` tracks: everything but metadata (and status, when it is a subresource)."""
+    skip = {"metadata", "apiVersion", "kind"} | ({"status"} if rtype.status_subresource else set())
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+class Store:
+    def __init__(self, history: int) -> None:
+        if history < 0:
+            raise ValueError("history must be >= 0")
+        self.history = history
+        self.rv = 0
+        self.floor = 0
+        self._objects: dict[str, dict[Key, JSON]] = collections.defaultdict(dict)
+        self._log: collections.deque[Event] = collections.deque()
+        self._listeners: set[Callable[[], None]] = set()
+        self._snapshots: collections.OrderedDict[int, list[JSON]] = collections.OrderedDict()
+        self._snapshot_ids = itertools.count(1)
+        self._rng = random.Random(0)  # generateName suffixes: deterministic per server
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> JSON:
+        obj = self._objects[rtype.resource].get((namespace or "", name))
+        if obj is None:
+            raise rtype.not_found(name)
+        return obj
+
+    def find(self, resource: str, namespace: str | None, name: str) -> JSON | None:
+        return self._objects[resource].get((namespace or "", name))
+
+    def objects_of(self, resource: str) -> list[JSON]:
+        """Objects of one resource, in storage order (namespace, then name)."""
+        return [obj for _, obj in sorted(self._objects[resource].items())]
+
+    def list_page(
+        self, rtype: ResourceType, where: Filter, limit: int | None, token: str | None
+    ) -> tuple[list[JSON], int, str | None]:
+        """One page of a list: ``(items, resourceVersion, continue token or None)``.
+
+        The first page takes a snapshot; continuations read that snapshot, so pages are consistent
+        with each other however the objects change in between (as an etcd read at a fixed revision).
+        """
+        if token:
+            snapshot_id, rv, offset = self._decode_token(token)
+            items = self._snapshots.get(snapshot_id)
+            if rv < self.floor or items is None:
+                raise StatusError(
+                    410,
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter.",
+                    reason="Expired",
+                )
+        else:
+            snapshot_id, rv, offset = 0, self.rv, 0
+            items = [obj for obj in self.objects_of(rtype.resource) if where.matches(obj)]
+        if not limit or offset + limit >= len(items):
+            return items[offset:], rv, None
+        if not snapshot_id:
+            snapshot_id = next(self._snapshot_ids)
+            self._snapshots[snapshot_id] = items
+            while len(self._snapshots) > _SNAPSHOTS_KEPT:
+                self._snapshots.popitem(last=False)
+        raw = json.dumps([snapshot_id, rv, offset + limit]).encode()
+        return items[offset : offset + limit], rv, base64.urlsafe_b64encode(raw).decode()
+
+    @staticmethod
+    def _decode_token(token: str) -> tuple[int, int, int]:
+        try:
+            snapshot_id, rv, offset = json.loads(base64.urlsafe_b64decode(token.encode()))
+            return int(snapshot_id), int(rv), int(offset)
+        except (ValueError, TypeError) as e:
+            raise StatusError(400, f"continue key is not valid: {e}") from None
+
+    def events_after(self, rv: int) -> list[Event] | None:
+        """Events with a version above ``rv``, oldest first; None if some of them are forgotten."""
+        if rv < self.floor:
+            return None
+        return list(itertools.islice(self._log, rv - self.floor, None))
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every commit; returns the unsubscribe function."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
+
+    def compact(self) -> None:
+        self._log.clear()
+        self.floor = self.rv
+        self._snapshots.clear()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def create(self, rtype: ResourceType, namespace: str | None, body: object) -> JSON:
+        obj = self._envelope(rtype, body)
+        meta = _meta(obj)
+        if namespace is not None and meta.get("namespace") not in (None, "", namespace):
+            raise StatusError(400, _NAMESPACE_MISMATCH)
+        namespace = (namespace or meta.get("namespace") or "default") if rtype.namespaced else None
+        if meta.get("resourceVersion"):
+            raise StatusError(500, "resourceVersion should not be set on objects to be created")
+        name = meta.get("name") or ""
+        if not name:
+            generate = meta.get("generateName")
+            if not generate:
+                message = "metadata.name: Required value: name or generateName is required"
+                raise rtype.invalid("", [("metadata.name", message)])
+            for _ in range(16):  # retry suffix collisions (the real server returns AlreadyExists)
+                name = generate + "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                if (namespace or "", name) not in self._objects[rtype.resource]:
+                    break
+        self._check_name(rtype, name)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field, None)
+        meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        if rtype.namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if rtype.initial_status is not None:
+            obj.pop("status", None)
+            if rtype.initial_status:
+                obj["status"] = copy.deepcopy(dict(rtype.initial_status))
+        self._validate(rtype, obj)
+        if _key(obj) in self._objects[rtype.resource]:
+            raise rtype.already_exists(name)
+        return self._commit(rtype.resource, "ADDED", obj, None)
+
+    def update(
+        self, rtype: ResourceType, namespace: str | None, name: str, body: object, subresource: str | None
+    ) -> JSON:
+        current = self.get(rtype, namespace, name)
+        candidate = self._envelope(rtype, body)
+        meta = _meta(candidate)
+        if meta.get("name", name) != name:
+            message = (
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
+            raise StatusError(400, message)
+        if meta.get("namespace") not in (None, "", namespace):
+            raise StatusError(400, _NAMESPACE_MISMATCH)
+        rv = meta.get("resourceVersion")
+        if not rv and not rtype.unconditional_update:
+            message = "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+            raise rtype.invalid(name, [("metadata.resourceVersion", message)])
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise rtype.conflict(name)
+        return self._replace(rtype, current, candidate, subresource)
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        raw: bytes,
+        subresource: str | None,
+    ) -> tuple[JSON, bool]:
+        """Apply a PATCH; returns ``(object, created)`` (an apply of a missing object creates it)."""
+        current = self.find(rtype.resource, namespace, name)
+        if current is None:
+            if content_type != APPLY or subresource is not None:
+                raise rtype.not_found(name)
+            applied = apply_patch(content_type, raw, {})
+            _meta(applied).setdefault("name", name)
+            if applied["metadata"]["name"] != name:
+                raise StatusError(400, "the name of the object does not match the name on the URL")
+            return self.create(rtype, namespace, applied), True
+        patched = apply_patch(content_type, raw, current)
+        rv = _meta(patched).get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise rtype.conflict(name)
+        return self._replace(rtype, current, patched, subresource), False
+
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: JSON) -> JSON:
+        """Delete (or start deleting) an object; ``options`` is a DeleteOptions body merged with the query."""
+        current = self.get(rtype, namespace, name)
+        preconditions = options.get("preconditions") or {}
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted, actual = preconditions.get(field), current["metadata"].get(field)
+            if wanted and wanted != actual:
+                message = f"Precondition failed: {label} in precondition: {wanted}, "
+                message += f"{label} in object meta: {actual}"
+                raise StatusError(409, message, reason="Conflict")
+        if options.get("propagationPolicy") == "Orphan":
+            self._release_dependents(current["metadata"]["uid"], orphan=True)
+        return self._delete(rtype.resource, current)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _envelope(rtype: ResourceType, body: object) -> JSON:
+        if not isinstance(body, dict):
+            raise StatusError(400, "the request body must be a JSON object")
+        for field, expected in (("apiVersion", rtype.api_version), ("kind", rtype.kind)):
+            if body.get(field) not in (None, "", expected):
+                given = body[field]
+                message = (
+                    f"the {field} in the data ({given}) does not match the expected {field} ({expected})"
+                )
+                raise StatusError(400, message)
+        envelope: JSON = {"apiVersion": rtype.api_version, "kind": rtype.kind, "metadata": {}}
+        return envelope | copy.deepcopy({k: v for k, v in body.items() if k not in ("apiVersion", "kind")})
+
+    @staticmethod
+    def _check_name(rtype: ResourceType, name: str) -> None:
+        if len(name) > 253 or not _NAME_RE.match(name):
+            message = (
+                f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                "lower case alphanumeric characters, '-' or '.', and must start and end with an "
+                "alphanumeric character"
+            )
+            raise rtype.invalid(name, [("metadata.name", message)])
+
+    @staticmethod
+    def _validate(rtype: ResourceType, obj: JSON) -> None:
+        if rtype.schema is not None:
+            causes = check_custom_resource(obj, rtype.schema)
+            if causes:
+                raise rtype.invalid(obj["metadata"].get("name", ""), causes)
+
+    def _replace(self, rtype: ResourceType, current: JSON, candidate: JSON, subresource: str | None) -> JSON:
+        """Commit ``candidate`` over ``current`` under the status-subresource and metadata rules."""
+        if subresource == "status":
+            new = copy.deepcopy(current)
+            source = candidate
+        else:
+            new = copy.deepcopy(candidate)
+            source = current if rtype.status_subresource else candidate
+        new.pop("status", None)
+        if "status" in source:
+            new["status"] = copy.deepcopy(source["status"])
+        meta, old_meta = _meta(new), current["metadata"]
+        for field in (*_SERVER_METADATA, "resourceVersion"):
+            meta.pop(field, None)
+            if field in old_meta:
+                meta[field] = old_meta[field]
+        if old_meta.get("deletionTimestamp"):
+            added = [f for f in meta.get("finalizers") or () if f not in (old_meta.get("finalizers") or ())]
+            if added:
+                message = (
+                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being "
+                    f"deleted, found new finalizers {added}"
+                )
+                raise rtype.invalid(meta["name"], [("metadata.finalizers", message)])
+        self._validate(rtype, new)
+        if _spec_part(new, rtype) != _spec_part(current, rtype):
+            meta["generation"] = int(old_meta.get("generation", 0)) + 1
+        if new == current:
+            return current  # a no-op write: no new resourceVersion, no event
+        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(rtype.resource, current)
+        return self._commit(rtype.resource, "MODIFIED", new, current)
+
+    def _delete(self, resource: str, obj: JSON) -> JSON:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return obj  # already being deleted: waiting for its finalizers
+        if not meta.get("finalizers"):
+            return self._remove(resource, obj)
+        marked = copy.deepcopy(obj)
+        marked["metadata"].update(
+            deletionTimestamp=_now(),
+            deletionGracePeriodSeconds=0,
+            generation=int(meta.get("generation", 0)) + 1,
+        )
+        return self._commit(resource, "MODIFIED", marked, obj)
+
+    def _remove(self, resource: str, obj: JSON) -> JSON:
+        deleted = self._commit(resource, "DELETED", None, obj)
+        self._release_dependents(obj["metadata"]["uid"], orphan=False)
+        return deleted
+
+    def _release_dependents(self, owner_uid: str, *, orphan: bool) -> None:
+        """Garbage-collect (or, when orphaning, detach) the objects that ``owner_uid`` owns."""
+        for resource, objects in list(self._objects.items()):
+            for key, obj in list(objects.items()):
+                if objects.get(key) is not obj:
+                    continue  # changed or removed by a cascade earlier in this loop
+                refs = obj["metadata"].get("ownerReferences") or []
+                if not any(ref.get("uid") == owner_uid for ref in refs):
+                    continue
+                live = self._live_uids()
+                kept = [
+                    ref for ref in refs if ref.get("uid") != owner_uid and (orphan or ref.get("uid") in live)
+                ]
+                if orphan or kept:
+                    detached = copy.deepcopy(obj)
+                    detached["metadata"]["ownerReferences"] = kept
+                    if not kept:
+                        del detached["metadata"]["ownerReferences"]
+                    self._commit(resource, "MODIFIED", detached, obj)
+                else:
+                    self._delete(resource, obj)
+
+    def _live_uids(self) -> set[str]:
+        return {obj["metadata"]["uid"] for objects in self._objects.values() for obj in objects.values()}
+
+    def _commit(self, resource: str, kind: str, new: JSON | None, prev: JSON | None) -> JSON:
+        self.rv += 1
+        if new is None:
+            assert prev is not None
+            obj = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(self.rv)}}
+            del self._objects[resource][_key(prev)]
+        else:
+            new["metadata"]["resourceVersion"] = str(self.rv)
+            self._objects[resource][_key(new)] = obj = new
+        self._log.append(Event(self.rv, kind, resource, obj, prev))
+        while len(self._log) > self.history:
+            self.floor = self._log.popleft().rv
+        for listener in list(self._listeners):
+            listener()
+        return obj
