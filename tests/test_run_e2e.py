@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from eni_ipam.kube.permissions import PERMISSIONS
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.kube.conftest import CRD, node
 
@@ -101,6 +102,13 @@ async def test_run_fills_pools_of_new_nodes_and_exits_cleanly_on_sigterm(tmp_pat
         assert "mutations_drained" in log and "lease_released" in log and "service_stopped" in log
         lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
         assert lease is not None and lease["spec"]["holderIdentity"] == ""
+        # Everything the service asked of the API server is granted by the RBAC in deploy/.
+        used = {
+            (r.group, f"{r.plural}/{r.subresource}" if r.subresource else r.plural, r.verb)
+            for r in kube.requests
+        }
+        assert used <= PERMISSIONS, used - PERMISSIONS
+        assert ("eni-ipam.io", "enipools/status", "patch") in used
 
 
 async def test_run_refuses_an_invalid_configuration_naming_the_field(tmp_path: Path) -> None:
