@@ -162,7 +162,9 @@ class NodeManager:
         self._subnet_view = None
         self.security_groups = dict(snapshot.security_groups)
         self.limits.update(snapshot.limits)
-        self.metrics.set_subnets({s.id: (s.zone, s.available) for s in snapshot.subnets.values()})
+        self.metrics.set_subnets(
+            {s.id: (s.zone, s.available) for s in snapshot.subnets.values()}, replace=True
+        )
         for node in self.nodes.values():
             instance = snapshot.instances.get(node.resource.spec.instance_id)
             if instance is not None:

@@ -211,10 +211,19 @@ class Metrics:
         for category, value in counts.items():
             self.nodes.labels(category=category).set(value)
 
-    def set_subnets(self, subnets: Mapping[str, tuple[str, int]]) -> None:
-        """``subnets``: subnet id → (zone, free addresses)."""
+    def set_subnets(self, subnets: Mapping[str, tuple[str, int]], *, replace: bool = False) -> None:
+        """``subnets``: subnet id → (zone, free addresses). ``replace``: this is every subnet there
+        is (a full resync), so series of subnets no longer listed are dropped, not left stale."""
+        if replace:
+            self.available_ips_per_subnet.clear()
         for subnet, (zone, free) in subnets.items():
             self.available_ips_per_subnet.labels(subnet=subnet, zone=zone).set(free)
+
+    def clear_pool_state(self) -> None:
+        """Drop the gauges that describe pools (this replica stopped reconciling: a standby must not
+        export its last leader term's numbers next to the new leader's)."""
+        for gauge in (self.ips, self.node_ips, self.nodes, self.available_ips_per_subnet):
+            gauge.clear()
 
     # -- reading back (simulator expectations, demo, tests) -------------------------------------
 

@@ -217,6 +217,7 @@ async def _run_elected(
         finally:
             fence.close("not leading")
             state.manager = None
+            metrics.clear_pool_state()
 
     def on_lost() -> None:
         fence.close("the leader lease was lost")
