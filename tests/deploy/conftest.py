@@ -1,0 +1,57 @@
+"""Shared paths and renders of the Helm chart (rendered once per session; the renders are read-only)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eni_ipam.testing.helm import render_chart
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "deploy" / "helm" / "eni-ipam"
+RELEASE = "eni-ipam"
+NAMESPACE = "kube-system"
+ALL_FEATURES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+
+
+def render(overrides: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    return render_chart(CHART, overrides, **kwargs)
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def values() -> dict[str, Any]:
+    """values.yaml, parsed (a fresh copy)."""
+    return copy.deepcopy(_VALUES)
+
+
+@functools.cache
+def _cached(features: bool) -> list[dict[str, Any]]:
+    return render(ALL_FEATURES if features else None)
+
+
+@pytest.fixture
+def default_docs() -> list[dict[str, Any]]:
+    return copy.deepcopy(_cached(False))
+
+
+@pytest.fixture
+def full_docs() -> list[dict[str, Any]]:
+    return copy.deepcopy(_cached(True))
+
+
+@pytest.fixture(params=["default", "all-features"])
+def any_docs(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return copy.deepcopy(_cached(request.param == "all-features"))

@@ -1,0 +1,101 @@
+"""The chart's ``config`` block is the run configuration: every setting is there, commented, with the
+code's defaults, and what the ConfigMap carries loads with ``eni-ipam run``'s own loader."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+
+from eni_ipam.config import Settings
+from eni_ipam.kube.settings import KubeSettings
+from eni_ipam.model import NodeSpec
+from providers.aws.settings import AwsSettings
+from tests.deploy.conftest import ALL_FEATURES, CHART, REPO_ROOT, one, render, values
+
+SECTIONS = {
+    "settings": Settings,
+    "aws": AwsSettings,
+    "kubernetes": KubeSettings,
+}
+TOP_KEYS = {"provider", "node_source", "log_level", "shutdown_timeout", "server", *SECTIONS, "node_defaults"}
+
+
+def field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_setting_of_a_section_is_in_values(section):
+    assert set(values()["config"][section]) == field_names(SECTIONS[section])
+
+
+def test_node_defaults_are_every_node_spec_field():
+    assert set(values()["config"]["node_defaults"]) == field_names(NodeSpec) - {"name", "instance_id"}
+
+
+def test_config_has_every_top_level_key():
+    assert set(values()["config"]) == TOP_KEYS
+    assert values()["config"]["server"] == {"host": "0.0.0.0", "port": 9090}
+
+
+def test_every_config_key_is_commented():
+    """Each key of a section is preceded by its own comment line in values.yaml."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    config = values()["config"]
+    for section in [*SECTIONS, "node_defaults"]:
+        start = lines.index(f"  {section}:")
+        for key in config[section]:
+            n = next(i for i in range(start, len(lines)) if re.match(rf"^    {key}:", lines[i]))
+            assert lines[n - 1].lstrip().startswith("#"), f"config.{section}.{key} has no comment"
+    for key in TOP_KEYS:
+        n = lines.index(next(line for line in lines if re.match(rf"^  {key}:", line)))
+        assert lines[n - 1].lstrip().startswith("#"), f"config.{key} has no comment"
+
+
+def _load(docs):
+    from eni_ipam.runconfig import load_config_mapping
+
+    return load_config_mapping(yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"]))
+
+
+@pytest.mark.parametrize("overrides", [None, ALL_FEATURES], ids=["default", "all-features"])
+def test_the_configmap_loads_with_the_run_configuration_loader(overrides):
+    loaded = _load(render(overrides))
+    assert loaded.provider == "aws" and loaded.node_source == "kubernetes"
+    assert loaded.shutdown_timeout == 20.0 and loaded.server_port == 9090
+
+
+def test_the_defaults_in_values_are_the_code_defaults():
+    loaded = _load(render())
+    assert loaded.settings == Settings()
+    assert loaded.kubernetes == KubeSettings()
+    assert loaded.provider_settings == dataclasses.replace(AwsSettings(), region="us-east-1")
+    spec = NodeSpec(name="n", instance_id="i", **loaded.node_defaults)
+    # pre_allocate 0 in a spec means "the default, 8"; values.yaml spells the 8 out
+    assert spec == NodeSpec(name="n", instance_id="i", pre_allocate=8)
+
+
+def test_a_bad_value_in_config_is_refused_by_the_loader():
+    from eni_ipam.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"settings\.rate_limit_share"):
+        _load(render({"config": {"settings": {"rate_limit_share": 2}}}))
+
+
+def test_the_docs_set_only_values_that_exist():
+    """Every ``--set a.b=…`` in docs/deploy.md names a key of values.yaml."""
+    text = (REPO_ROOT / "docs" / "deploy.md").read_text()
+    paths = re.findall(r"--set(?:-string)? ([A-Za-z0-9_.\\/-]+?)=", text)
+    assert paths
+    for path in paths:
+        node = values()
+        keys = re.split(r"(?<!\\)\.", path)
+        for key in keys[:-1]:
+            assert isinstance(node, dict) and key in node, f"docs/deploy.md: --set {path}: no {key!r}"
+            node = node[key]
+        assert isinstance(node, dict), path
+        if node:  # an open map (annotations, labels) takes any key
+            assert keys[-1].replace("\\", "") in node, f"docs/deploy.md: --set {path}"

@@ -1,0 +1,102 @@
+"""The Dockerfile, read as text (no Docker engine here): multi-stage, a non-root runtime without build
+tools, and an entry point that is the project's console script running the chart's configuration."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+from eni_ipam import __version__
+from tests.deploy.conftest import CHART, REPO_ROOT, values
+
+BUILD_TOOLS = re.compile(
+    r"\b(build-essential|gcc|g\+\+|clang|make|cmake|python3?-dev|libc6?-dev|cargo|rustc)\b"
+)
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    joined = re.sub(
+        r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    )
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in joined.splitlines()
+        if line.strip()
+    ]
+
+
+def stages(text: str) -> list[list[tuple[str, str]]]:
+    out: list[list[tuple[str, str]]] = []
+    for instruction in instructions(text):
+        if instruction[0] == "FROM":
+            out.append([])
+        if out:
+            out[-1].append(instruction)
+    return out
+
+
+DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
+FINAL = stages(DOCKERFILE)[-1]
+
+
+def final(name: str) -> list[str]:
+    return [args for instruction, args in FINAL if instruction == name]
+
+
+def test_multi_stage_build_on_python_slim():
+    froms = [args for instruction, args in instructions(DOCKERFILE) if instruction == "FROM"]
+    assert len(froms) >= 2
+    base = dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE, re.M))
+    resolved = [re.sub(r"\$\{(\w+)\}", lambda m: base[m.group(1)], f.split()[0]) for f in froms]
+    assert resolved[0] == resolved[-1] == "python:3.12-slim"
+    assert any(args.startswith("--from=") for args in final("COPY")), "the final stage takes nothing built"
+
+
+def test_final_stage_runs_as_a_numeric_non_root_user():
+    (user,) = final("USER")
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0
+    assert int(uid) == values()["securityContext"]["runAsUser"]
+
+
+def test_final_stage_has_no_build_tools():
+    for args in final("RUN"):
+        assert not BUILD_TOOLS.search(args), args
+        assert "apt-get install" not in args and "apk add" not in args, args
+
+
+def test_entrypoint_is_the_console_script_running_the_chart_configuration():
+    (entrypoint,) = final("ENTRYPOINT")
+    (cmd,) = final("CMD")
+    assert json.loads(entrypoint) == ["eni-ipam"]
+    assert "eni-ipam" in PYPROJECT["project"]["scripts"]
+    assert json.loads(cmd) == ["run", "--config", "/etc/eni-ipam/config.yaml"]
+    assert final("EXPOSE") == [str(values()["config"]["server"]["port"])]
+
+
+def test_environment_and_labels():
+    env = " ".join(final("ENV"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in env and "PYTHONUNBUFFERED=1" in env
+    labels = " ".join(final("LABEL"))
+    for key in ("title", "description", "version", "licenses"):
+        assert f"org.opencontainers.image.{key}=" in labels
+
+
+def test_one_version_everywhere():
+    chart = (CHART / "Chart.yaml").read_text()
+    (dockerfile_version,) = re.findall(r"^ARG VERSION=(\S+)$", DOCKERFILE, re.M)
+    assert PYPROJECT["project"]["version"] == __version__ == dockerfile_version
+    assert f'appVersion: "{__version__}"' in chart
+
+
+def test_dockerignore_keeps_the_build_context_small_but_complete():
+    ignored = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", ".git", ".pytest_cache", ".mypy_cache", "**/__pycache__"} <= ignored
+    copied = {args.split()[0] for instruction, args in instructions(DOCKERFILE) if instruction == "COPY"}
+    copied |= {a for i, args in instructions(DOCKERFILE) if i == "COPY" for a in args.split()[1:-1]}
+    for path in copied - {"--from=builder", "/opt/venv"}:
+        assert path.rstrip("/") not in ignored, f"{path} is copied but excluded by .dockerignore"
+        assert (REPO_ROOT / path).exists(), path

@@ -1,0 +1,358 @@
+"""The Helm chart, rendered: object shape, labels and selectors, the pod's security, RBAC against the
+permissions the code uses, and the generated plain manifests in deploy/kubernetes/."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from eni_ipam.config import parse_duration
+from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
+from eni_ipam.testing.helm import TemplateError
+from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, REPO_ROOT, one, render, values
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = pod_spec(docs)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+
+
+def config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
+
+
+# -- every object ---------------------------------------------------------------------------------
+
+
+def test_the_default_render_has_the_expected_objects(default_docs, full_docs):
+    kinds = ["PodDisruptionBudget", "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding"]
+    kinds += ["Role", "RoleBinding", "Service", "Deployment"]
+    assert [d["kind"] for d in default_docs] == kinds  # Helm's install order
+    assert [d["kind"] for d in full_docs] == [*kinds, "PrometheusRule", "ServiceMonitor"]
+
+
+def test_every_document_is_a_named_object_in_the_right_scope(any_docs):
+    for doc in any_docs:
+        assert doc.get("apiVersion") and doc.get("kind"), doc
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63 and DNS1123_SUBDOMAIN.match(name), (doc["kind"], name)
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], doc["kind"]
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
+    assert DNS1035_LABEL.match(one(any_docs, "Service")["metadata"]["name"])
+
+
+def test_labels_are_consistent(any_docs):
+    expected = {
+        "app.kubernetes.io/name": CHART_META["name"],
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/version": CHART_META["appVersion"],
+        "app.kubernetes.io/managed-by": "Helm",
+    }
+    for doc in [*any_docs, one(any_docs, "Deployment")["spec"]["template"]]:
+        labels = doc["metadata"]["labels"]
+        assert {k: labels.get(k) for k in expected} == expected, doc.get("kind", "pod template")
+        for key, value in labels.items():
+            assert isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.match(value), (key, value)
+
+
+def test_selectors_match_the_pods(full_docs):
+    pods = pod_labels(full_docs)
+    deployment = one(full_docs, "Deployment")
+    selectors = {
+        "Deployment": deployment["spec"]["selector"]["matchLabels"],
+        "Service": one(full_docs, "Service")["spec"]["selector"],
+        "PodDisruptionBudget": one(full_docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+    }
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    for n, term in enumerate(affinity["preferredDuringSchedulingIgnoredDuringExecution"]):
+        selectors[f"anti-affinity {n}"] = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    for owner, selector in selectors.items():
+        assert selector and selector.items() <= pods.items(), owner
+    assert set(selectors["Deployment"]) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+    monitor = one(full_docs, "ServiceMonitor")["spec"]
+    assert (
+        monitor["selector"]["matchLabels"].items() <= one(full_docs, "Service")["metadata"]["labels"].items()
+    )
+    assert monitor["namespaceSelector"]["matchNames"] == [NAMESPACE]
+
+
+# -- the Deployment ------------------------------------------------------------------------------
+
+
+def test_service_and_probes_use_the_named_container_port(full_docs):
+    ports = {p["name"]: p for p in container(full_docs)["ports"]}
+    assert ports["http"]["containerPort"] == config(full_docs)["server"]["port"] == 9090
+    service = one(full_docs, "Service")["spec"]
+    assert service["type"] == "ClusterIP"
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["ports"]] == [("http", 9090, "http")]
+    probes = {kind: container(full_docs)[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
+    assert probes == {
+        "livenessProbe": {"path": "/healthz", "port": "http"},
+        "readinessProbe": {"path": "/readyz", "port": "http"},
+    }
+    assert [e["port"] for e in one(full_docs, "ServiceMonitor")["spec"]["endpoints"]] == ["http"]
+
+
+def test_the_server_port_setting_moves_container_port_and_keeps_probes_on_it():
+    docs = render({"config": {"server": {"port": 8443}}})
+    assert container(docs)["ports"][0]["containerPort"] == 8443
+    assert config(docs)["server"]["port"] == 8443
+    assert container(docs)["readinessProbe"]["httpGet"]["port"] == "http"
+
+
+def test_pod_security(default_docs):
+    pod, ctr = pod_spec(default_docs), container(default_docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (65532, 65532)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = ctr["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532 and sc["runAsGroup"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not sc.get("privileged")
+    assert pod["hostNetwork"] is False
+    assert not pod.get("hostPID") and not pod.get("hostIPC")
+    mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_deployment_runs_leader_and_standby(default_docs):
+    deployment = one(default_docs, "Deployment")["spec"]
+    assert deployment["replicas"] == 2
+    assert deployment["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pod = pod_spec(default_docs)
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    terms = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    pdb = one(default_docs, "PodDisruptionBudget")["spec"]
+    assert pdb["minAvailable"] == 1
+
+
+def test_the_container_runs_the_mounted_configuration(default_docs):
+    ctr, pod = container(default_docs), pod_spec(default_docs)
+    assert ctr["command"] + ctr["args"] == ["eni-ipam", "run", "--config", "/etc/eni-ipam/config.yaml"]
+    assert ctr["image"] == f"eni-ipam:{CHART_META['appVersion']}"
+    mount = next(m for m in ctr["volumeMounts"] if m["mountPath"] == "/etc/eni-ipam")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert mount["readOnly"] is True
+    assert volume["configMap"]["name"] == one(default_docs, "ConfigMap")["metadata"]["name"]
+    assert "config.yaml" in one(default_docs, "ConfigMap")["data"]
+    env = {e["name"]: e for e in ctr["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert ctr["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert pod["serviceAccountName"] == one(default_docs, "ServiceAccount")["metadata"]["name"]
+
+
+def test_grace_period_outlasts_the_shutdown_timeout(default_docs):
+    grace = pod_spec(default_docs)["terminationGracePeriodSeconds"]
+    assert grace == 45
+    assert grace > parse_duration(config(default_docs)["shutdown_timeout"], "shutdown_timeout") + 10
+
+
+def test_config_checksum_follows_the_configmap(default_docs):
+    checksum = one(default_docs, "Deployment")["spec"]["template"]["metadata"]["annotations"][
+        "checksum/config"
+    ]
+    text = one(default_docs, "ConfigMap")["data"]["config.yaml"]
+    assert checksum == hashlib.sha256(text.removesuffix("\n").encode()).hexdigest()
+    changed = render({"config": {"settings": {"gc_interval": "10m"}}})
+    assert (
+        one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        != checksum
+    )
+
+
+def test_values_reach_the_pod():
+    docs = render(
+        {
+            "env": [{"name": "ENI_IPAM_LOG_LEVEL", "value": "debug"}],
+            "podAnnotations": {"example.com/a": "1"},
+            "podLabels": {"team": "net"},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "image": {"repository": "registry.example/eni-ipam", "digest": "sha256:" + "a" * 64},
+            "hostNetwork": True,
+            "priorityClassName": "",
+            "nodeSelector": {"pool": "system"},
+            "tolerations": [],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+        }
+    )
+    pod, ctr = pod_spec(docs), container(docs)
+    meta = one(docs, "Deployment")["spec"]["template"]["metadata"]
+    assert [e["name"] for e in ctr["env"]] == ["POD_NAME", "POD_NAMESPACE", "ENI_IPAM_LOG_LEVEL"]
+    assert meta["annotations"]["example.com/a"] == "1" and "checksum/config" in meta["annotations"]
+    assert meta["labels"]["team"] == "net"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert ctr["image"] == "registry.example/eni-ipam@sha256:" + "a" * 64
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "priorityClassName" not in pod and "tolerations" not in pod
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "pool": "system"}  # maps merge, as in Helm
+    assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+
+
+def test_names_and_service_account_overrides():
+    docs = render({"fullnameOverride": "ipam", "serviceAccount": {"create": False, "name": "existing"}})
+    assert {d["metadata"]["name"] for d in docs} == {"ipam"}
+    assert pod_spec(docs)["serviceAccountName"] == "existing"
+    assert all(d["kind"] != "ServiceAccount" for d in docs)
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "existing", "namespace": NAMESPACE}]
+    other = render(release_name="prod")
+    assert one(other, "Deployment")["metadata"]["name"] == "prod-eni-ipam"
+    assert one(other, "Deployment")["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "prod"
+    with pytest.raises(TemplateError, match=r"serviceAccount\.name"):
+        render({"serviceAccount": {"create": False}})
+
+
+def test_irsa_annotation_on_the_service_account():
+    assert "annotations" not in one(render(), "ServiceAccount")["metadata"]
+    arn = "arn:aws:iam::111122223333:role/eni-ipam"
+    docs = render({"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": arn}}})
+    assert one(docs, "ServiceAccount")["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": arn}
+    assert f"#   eks.amazonaws.com/role-arn: {arn}" in (CHART / "values.yaml").read_text()
+
+
+def test_optional_objects_can_be_turned_off():
+    docs = render({"podDisruptionBudget": {"enabled": False}, "rbac": {"create": False}})
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"ServiceAccount", "ConfigMap", "Service", "Deployment"}
+
+
+def test_an_aws_configuration_needs_a_region():
+    with pytest.raises(TemplateError, match=r"config\.aws\.region is required"):
+        render({"config": {"aws": {"region": ""}}})
+
+
+def test_extra_labels_of_monitoring_objects():
+    docs = render(
+        {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}, "interval": "15s"},
+            "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+        }
+    )
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    assert one(docs, "PrometheusRule")["metadata"]["labels"]["release"] == "prom"
+
+
+# -- RBAC ----------------------------------------------------------------------------------------
+
+
+def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
+    for rule in role["rules"]:
+        assert "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), rule
+                    out.add((group, resource, verb))
+    return out
+
+
+def test_cluster_role_grants_exactly_the_cluster_permissions(default_docs):
+    assert grants(one(default_docs, "ClusterRole")) == set(CLUSTER_PERMISSIONS)
+
+
+def test_role_grants_exactly_the_namespaced_permissions(default_docs):
+    role = one(default_docs, "Role")
+    assert grants(role) == set(NAMESPACED_PERMISSIONS)
+    lease = config(default_docs)["kubernetes"]["lease_name"]
+    for rule in role["rules"]:
+        if "resourceNames" in rule:  # create cannot be limited by name: Kubernetes ignores it
+            assert rule["resourceNames"] == [lease] and "create" not in rule["verbs"]
+
+
+def test_bindings_give_the_roles_to_the_service_account(default_docs):
+    account = one(default_docs, "ServiceAccount")["metadata"]
+    subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = one(default_docs, binding_kind)
+        assert binding["subjects"] == [subject]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": one(default_docs, role_kind)["metadata"]["name"],
+        }
+    assert (
+        one(default_docs, "RoleBinding")["metadata"]["namespace"]
+        == one(default_docs, "Role")["metadata"]["namespace"]
+    )
+
+
+def test_the_role_follows_the_lease():
+    docs = render({"config": {"kubernetes": {"lease_namespace": "leases", "lease_name": "ipam-leader"}}})
+    for kind in ("Role", "RoleBinding"):
+        assert one(docs, kind)["metadata"]["namespace"] == "leases"
+    assert [r.get("resourceNames") for r in one(docs, "Role")["rules"]] == [None, ["ipam-leader"]]
+
+
+# -- generated plain manifests -------------------------------------------------------------------
+
+
+def _render_script() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "render_manifests", REPO_ROOT / "scripts" / "render_manifests.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_manifests_are_up_to_date():
+    script = _render_script()
+    output = REPO_ROOT / "deploy" / "kubernetes"
+    for name, text in script.generate().items():
+        path = output / name
+        assert path.exists() and path.read_text() == text, (
+            f"deploy/kubernetes/{name} is stale: run python scripts/render_manifests.py"
+        )
+    assert sorted(p.name for p in output.iterdir()) == sorted(script.generate())
+
+
+def test_generated_manifests_are_the_default_render(default_docs):
+    text = (REPO_ROOT / "deploy" / "kubernetes" / "eni-ipam.yaml").read_text()
+    assert [d for d in yaml.safe_load_all(text) if d] == default_docs
+    crd = yaml.safe_load((REPO_ROOT / "deploy" / "kubernetes" / "crd.yaml").read_text())
+    assert crd == yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())
+
+
+def test_chart_metadata():
+    assert CHART_META["apiVersion"] == "v2"
+    assert CHART_META["name"] == "eni-ipam"
+    assert isinstance(CHART_META["appVersion"], str) and isinstance(CHART_META["version"], str)
+    assert values()["image"]["tag"] == ""  # the image follows appVersion
