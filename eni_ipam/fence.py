@@ -21,6 +21,7 @@ from eni_ipam.provider import Provider
 class Fence:
     def __init__(self, *, is_open: bool = False) -> None:
         self._open = is_open
+        self._sealed = False
         self._reason = "mutations have not been allowed yet"
         self.in_flight = 0
         self._idle = asyncio.Event()
@@ -31,7 +32,13 @@ class Fence:
         return self._open
 
     def open(self) -> None:
-        self._open = True
+        """Allow mutations again, unless the fence was sealed (the process is stopping)."""
+        self._open = not self._sealed
+
+    def seal(self, reason: str) -> None:
+        """Close for good: a later :meth:`open` (a new leadership term won during shutdown) is ignored."""
+        self._sealed = True
+        self.close(reason)
 
     def close(self, reason: str) -> None:
         """Refuse every mutating call from now on (calls in flight finish)."""

@@ -343,6 +343,8 @@ class NodeManager:
     # -- status and totals ----------------------------------------------------------------------
 
     def publish(self, node: Node) -> None:
+        if node.deleted:
+            return  # a pass that outlived its node: its pool's record is gone (or going)
         self.status_sink.publish(node.name, node.status())
 
     def _update_totals(self, *, force: bool = False) -> None:

@@ -122,7 +122,7 @@ async def serve(config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str,
 
 
 async def _drain(fence: Fence, limit: float) -> None:
-    fence.close("shutting down")
+    fence.seal("shutting down")
     in_flight = fence.in_flight
     if await fence.drain(limit):
         log.info("mutations_drained", in_flight=in_flight)
@@ -218,6 +218,7 @@ async def _run_elected(
             fence.close("not leading")
             state.manager = None
             metrics.clear_pool_state()
+            source.writer.reset()  # nothing of this term is written in the next one
 
     def on_lost() -> None:
         fence.close("the leader lease was lost")

@@ -85,6 +85,7 @@ class Informer:
         """Keep the store current until cancelled."""
         relist = True
         while True:
+            listing = relist
             try:
                 if relist:
                     await self._relist()
@@ -94,7 +95,9 @@ class Informer:
             except errors.KubeGone:
                 self._restart("expired")
                 relist = True
-                continue
+                if not listing:
+                    continue  # the watch's version expired: list again at once
+                delay = self.backoff.next_delay()  # the list's own continue token expired
             except errors.KubeThrottled as exc:
                 self._restart("throttled")
                 delay = exc.retry_after if exc.retry_after is not None else self.backoff.next_delay()
@@ -142,7 +145,7 @@ class Informer:
             fields=self.fields,
             server_timeout=self.watch_timeout,
         )
-        async with asyncio.timeout(loop.time() + grace) as deadline:
+        async with asyncio.timeout(grace) as deadline:
             async for event_type, obj in events:
                 deadline.reschedule(loop.time() + grace)
                 self.backoff.reset()

@@ -37,6 +37,8 @@ from eni_ipam.metrics import Metrics
 
 log = structlog.get_logger("eni_ipam.kube.lease")
 
+RELEASE_TIMEOUT = 5.0
+"""Seconds the release at shutdown may take: the pod's grace period must cover it."""
 JITTER = 1.2
 """client-go's JitterFactor: candidates spread their attempts over [retry, retry × 2.2)."""
 
@@ -162,7 +164,6 @@ class LeaderElector:
     async def _renew_until_lost(self) -> None:
         """Renew every ``retry_period``; return when no renewal succeeded within ``renew_deadline``
         or another holder was seen."""
-        loop = asyncio.get_running_loop()
         while True:
             await self.clock.sleep(self.retry_period)
             deadline = self.clock.monotonic() + self.renew_deadline
@@ -172,7 +173,7 @@ class LeaderElector:
                     log.warning("leader_lost", identity=self.identity, reason="renew deadline passed")
                     return
                 try:
-                    async with asyncio.timeout(loop.time() + remaining):
+                    async with asyncio.timeout(remaining):
                         renewed = await self._try_acquire_or_renew()
                 except TimeoutError:
                     renewed = False
@@ -205,8 +206,14 @@ class LeaderElector:
         current = LeaseRecord.from_spec(lease.get("spec"))
         if self.observed != current:
             self._observe(current, lease)
+        # The version of what was just read, even when only metadata changed (a label): an update
+        # based on an older one would be refused for ever.
+        self._version = str(lease.get("metadata", {}).get("resourceVersion", ""))
         mine = current.holder == self.identity
-        if current.holder and not mine and self._observed_at + self.lease_duration > self.clock.monotonic():
+        # Expiry by the holder's own duration, as written in the record (client-go): during a
+        # rollout that shortens it, the old leader keeps its longer term until it renews.
+        duration = current.lease_duration or self.lease_duration
+        if current.holder and not mine and self._observed_at + duration > self.clock.monotonic():
             return False  # held by another, and its lease has not run out as seen from here
         record = LeaseRecord(
             holder=self.identity,
@@ -229,10 +236,11 @@ class LeaderElector:
         now = micro_time(self.clock.now_utc())
         record = LeaseRecord("", 1, now, now, self.observed.transitions)
         try:
-            await self.api.replace(LEASES, self._body(record, version=self._version))
+            async with asyncio.timeout(RELEASE_TIMEOUT):
+                await self.api.replace(LEASES, self._body(record, version=self._version))
             log.info("lease_released", identity=self.identity)
-        except errors.KubeError as exc:
-            log.warning("lease_release_failed", error=str(exc))
+        except (errors.KubeError, TimeoutError) as exc:  # the lease then expires on its own
+            log.warning("lease_release_failed", error=str(exc) or type(exc).__name__)
 
     # -- helpers -------------------------------------------------------------------------------------
 

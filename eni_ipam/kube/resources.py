@@ -272,7 +272,16 @@ def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetim
         before = old.get(key)
         if key in ("pool", "release"):
             before = before or {}
-            diff = {k: v for k, v in value.items() if before.get(k) != v}
+            diff = {}
+            for k, v in value.items():
+                was = before.get(k)
+                if was == v:
+                    continue
+                if isinstance(v, dict) and isinstance(
+                    was, dict
+                ):  # merge patch merges entries: null what went
+                    v = {**dict.fromkeys(set(was) - set(v)), **v}
+                diff[k] = v
             diff.update({k: None for k in before if k not in value})
             if diff:
                 patch[key] = diff

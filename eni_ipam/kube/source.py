@@ -8,12 +8,14 @@ While leading (:meth:`KubeNodeSource.lead`):
 * every Node with a provider id gets an ENIPool (spec from ``node_defaults``, owned by the Node,
   carrying the :data:`~eni_ipam.kube.resources.FINALIZER`); only the Node-derived fields
   (instance, type, zone) are kept up to date — people's edits to the rest of the spec stay;
-* every ENIPool is handed to the manager (``upsert``) when what the manager sees changes — the
-  spec, the addresses the agent reports used, its handshake answers, or the node's pending pods —
-  and never for the controller's own status writes (that would loop);
+* the ENIPool of every selected Node is handed to the manager (``upsert``) when what the manager
+  sees changes — the spec, the addresses the agent reports used, its handshake answers, or the
+  node's pending pods — and never for the controller's own status writes (that would loop); a
+  Node that goes or stops being selected leaves the manager at once, and a pool of an earlier Node
+  of the same name (another uid) is left to the garbage collector;
 * an ENIPool being deleted (its Node went, and the garbage collector deletes what the Node owned)
-  leaves the manager first; its finalizer is removed only once no pass of that node is running,
-  so no address is handed out after the pool's record is gone.
+  leaves the manager first; its finalizer is removed only once no pass of that node is running
+  (waiting at most ``PASS_WAIT``), so no address is handed out after the pool's record is gone.
 
 Handlers only queue work; one loop does the writes, in order, retrying failures with backoff.
 """
@@ -45,6 +47,7 @@ from eni_ipam.kube.status import StatusWriter
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeResource
+from eni_ipam.node import Node
 
 log = structlog.get_logger("eni_ipam.kube.source")
 
@@ -87,6 +90,7 @@ class KubeNodeSource:
         self.pending_pods: collections.Counter[str] = collections.Counter()
         self._pod_nodes: dict[str, str] = {}
         self._delivered: dict[str, NodeResource] = {}
+        self._leaving: dict[str, Node] = {}  # left the manager; their pool's finalizer waits for their pass
         self._invalid: dict[str, str] = {}
         self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
         self._wake = asyncio.Event()
@@ -119,13 +123,24 @@ class KubeNodeSource:
         finally:
             self.manager = None
             self._delivered.clear()
+            self._leaving.clear()
             self._todo.clear()
 
     # -- informer handlers (synchronous; they only record and queue) --------------------------------
 
     def _on_node(self, event: str, obj: Obj, old: Obj | None) -> None:
-        if event != "DELETED" and self.manager is not None:
-            self._queue(obj["metadata"]["name"], "ensure")
+        if self.manager is None:
+            return
+        name = obj["metadata"]["name"]
+        if event == "DELETED":
+            # Gone, or no longer selected: stop maintaining it now (its pool, if the Node is really
+            # gone, follows through the garbage collector and the finalizer).
+            self._forget(name)
+            return
+        self._queue(name, "ensure")
+        pool = self.pools.store.get(name)
+        if pool is not None and not being_deleted(pool):
+            self._deliver(name, pool)  # newly selected, or re-selected
 
     def _on_pool(self, event: str, obj: Obj, old: Obj | None) -> None:
         manager = self.manager
@@ -161,6 +176,9 @@ class KubeNodeSource:
 
     def _deliver(self, name: str, obj: Obj) -> None:
         assert self.manager is not None
+        node = self.nodes.store.get(name)
+        if node is None or not _owned_by(obj, node):
+            return  # only the pools of selected Nodes are maintained (a stale pool waits for the GC)
         try:
             resource = resource_from_pool(obj, pending_pods=self.pending_pods.get(name, 0))
         except errors.ConfigError as exc:
@@ -178,8 +196,9 @@ class KubeNodeSource:
     def _forget(self, name: str) -> None:
         self._delivered.pop(name, None)
         self.writer.forget(name)
-        if self.manager is not None:
-            self.manager.delete(name)
+        node = self.manager.delete(name) if self.manager is not None else None
+        if node is not None:
+            self._leaving[name] = node
 
     def _queue(self, name: str, action: str) -> None:
         if self._todo.get(name) != "finalize":  # a finalize is never downgraded
@@ -228,8 +247,8 @@ class KubeNodeSource:
                 return  # created meanwhile; its event follows
             log.info("pool_created", pool=name, instance=created["spec"]["instanceID"])
             return
-        if being_deleted(pool):
-            return
+        if being_deleted(pool) or not _owned_by(pool, node):
+            return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
         patch = node_fields_patch(pool, node)
         if patch is not None:
             await self.api.patch(ENIPOOLS, name, patch)
@@ -237,12 +256,15 @@ class KubeNodeSource:
 
     async def _finalize(self, name: str) -> None:
         node = self.manager.delete(name) if self.manager is not None else None
+        node = node or self._leaving.pop(name, None)
         self._delivered.pop(name, None)
-        self.writer.forget(name)
         waited = 0.0
         while node is not None and node.running and waited < PASS_WAIT:
             await self.clock.sleep(0.05)  # a pass in flight finishes before the record may go
             waited += 0.05
+        if node is not None and node.running:
+            log.warning("pool_released_during_pass", pool=name, waited=waited)
+        self.writer.forget(name)
         pool = self.pools.store.get(name)
         for _ in range(3):
             if pool is None:
@@ -266,3 +288,11 @@ class KubeNodeSource:
                 return
             log.info("pool_released", pool=name)
             return
+
+
+def _owned_by(pool: Obj, node: Obj) -> bool:
+    """Whether ``pool`` belongs to this incarnation of ``node`` (a Node re-created under the same
+    name has a new uid). Pools without a Node owner (made by hand) belong to the Node of their name."""
+    uid = node["metadata"].get("uid")
+    owners = [o for o in pool["metadata"].get("ownerReferences") or () if o.get("kind") == "Node"]
+    return not owners or not uid or any(o.get("uid") == uid for o in owners)

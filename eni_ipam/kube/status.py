@@ -9,17 +9,20 @@ Each write is a JSON merge patch of the controller's own status fields, conditio
 resourceVersion it was computed from. On 409 the object is re-read and the patch recomputed
 (the agent may have written ``used`` meanwhile; those fields are never in our patch), up to
 ``MAX_ATTEMPTS`` times; then the status is queued again for the next batch. A write that would
-change nothing is not sent. A pool that is gone (404) is dropped.
+change nothing is not sent. A pool that is gone (404) is dropped; a write the server refuses
+(422, 403) is logged and dropped; other failures are retried with the next batch, after a backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 import structlog
 
 from eni_ipam import errors
+from eni_ipam.backoff import Backoff
 from eni_ipam.clock import Clock
 from eni_ipam.kube.api import ENIPOOLS, KubeApi, Obj
 from eni_ipam.kube.resources import status_patch
@@ -70,11 +73,19 @@ class StatusWriter:
         self.pending: dict[str, NodeStatus] = {}
         self._written: dict[str, Obj] = {}
         self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()  # one batch at a time (the shutdown flush races the loop's)
+        self._failed_batch = False
+        self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
 
     # StatusSink
     def publish(self, name: str, status: NodeStatus) -> None:
         self.pending[name] = status
         self._wake.set()
+
+    def reset(self) -> None:
+        """Drop everything queued and cached (leadership ended: the next term starts clean)."""
+        self.pending.clear()
+        self._written.clear()
 
     def forget(self, name: str) -> None:
         """The pool is gone: drop what was queued for it."""
@@ -82,21 +93,27 @@ class StatusWriter:
         self._written.pop(name, None)
 
     async def run(self) -> None:
-        """Write batches until cancelled."""
+        """Write batches until cancelled; after a batch with failures, back off before the next."""
         while True:
             await self._wake.wait()
             self._wake.clear()
             await self.clock.sleep(self.batch_window)
-            await self.flush()
+            if await self.flush():
+                self.backoff.reset()
+            else:
+                await self.clock.sleep(self.backoff.next_delay())
 
-    async def flush(self) -> None:
-        """Write everything queued now."""
-        batch, self.pending = self.pending, {}
-        for name, status in batch.items():
-            if name in self.pending:
-                continue  # a newer status arrived while this batch ran; it goes in the next one
-            await self.limiter.acquire(OPERATION)
-            await self._write(name, status)
+    async def flush(self) -> bool:
+        """Write everything queued now; False when some write failed (it is queued again)."""
+        async with self._lock:
+            self._failed_batch = False
+            batch, self.pending = self.pending, {}
+            for name, status in batch.items():
+                if name in self.pending:
+                    continue  # a newer status arrived while this batch ran; it goes in the next one
+                await self.limiter.acquire(OPERATION)
+                await self._write(name, status)
+            return not self._failed_batch
 
     async def _write(self, name: str, status: NodeStatus) -> None:
         current = _newer(self._written.get(name), self.lookup(name))
@@ -121,6 +138,11 @@ class StatusWriter:
             except errors.KubeNotFound:
                 self.forget(name)
                 return
+            except (errors.KubeInvalid, errors.KubeForbidden) as exc:
+                # Retrying the same write cannot help (an old CRD schema, missing RBAC): say so, drop it.
+                self.metrics.status_writes.labels(outcome="failed").inc()
+                log.error("status_write_refused", node=name, error=str(exc))
+                return
             except errors.KubeError as exc:
                 self._failed(name, status, exc)
                 return
@@ -132,4 +154,5 @@ class StatusWriter:
         self.metrics.status_writes.labels(outcome="failed").inc()
         log.warning("status_write_failed", node=name, error=str(exc) if exc else "conflicts persisted")
         self.pending.setdefault(name, status)  # try again with the next batch (unless newer is queued)
+        self._failed_batch = True
         self._wake.set()

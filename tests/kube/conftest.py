@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
 import lightkube
 import pytest
 import yaml
@@ -26,7 +27,10 @@ async def kube() -> AsyncIterator[FakeKube]:
 
 
 def make_api(kube: FakeKube, metrics: Metrics | None = None) -> KubeApi:
-    client = lightkube.AsyncClient(lightkube.KubeConfig.from_dict(kube.kubeconfig()))
+    # The production client's 30 s per read (client_from_kubeconfig) is longer than any lease
+    # deadline: the elector, not the HTTP client, must bound a hanging renewal.
+    config = lightkube.KubeConfig.from_dict(kube.kubeconfig())
+    client = lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
     return KubeApi(client, metrics=metrics or Metrics())
 
 

@@ -147,3 +147,29 @@ async def test_selector_transitions_reach_the_store(kube: FakeKube, api: KubeApi
     await until(lambda: ("DELETED", "n1") in rec.events)
     assert inf.store == {}
     task.cancel()
+
+
+@pytest.mark.looptime(start=1_000_000.0)
+async def test_a_silent_watch_is_restarted_after_the_server_timeout_and_a_grace(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    metrics = Metrics()
+    inf = Informer(api, NODES, clock=LoopClock(), metrics=metrics, watch_timeout=5.0, backoff_initial=0.05)
+    rec = Recorder()
+    inf.add_handler(rec)
+    task = asyncio.create_task(inf.run())
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    # The next watch request is accepted by nobody: no answer, no error, for a very long time.
+    kube.faults.append(Fault(verb="watch", plural="nodes", status=None, delay=100_000.0))
+    loop = asyncio.get_running_loop()
+    silent = loop.time()
+    await kube.drop_watches()
+    kube.add_object("nodes", node("n1", "i-1"))
+    await until(lambda: ("ADDED", "n1") in rec.events, limit=200)
+    assert 5.0 + 60.0 <= loop.time() - silent <= 5.0 + 60.0 + 1.0
+    assert (
+        metrics.sample("eni_ipam_informer_watch_restarts_total", {"resource": "nodes", "reason": "dropped"})
+        >= 2
+    )
+    task.cancel()

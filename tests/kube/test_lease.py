@@ -14,7 +14,8 @@ from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api
 
-pytestmark = pytest.mark.looptime
+# A virtual clock far from zero, like a machine's uptime: relative and absolute times must not mix.
+pytestmark = pytest.mark.looptime(start=1_000_000.0)
 
 DURATION, DEADLINE, RETRY = 15.0, 10.0, 2.0
 
@@ -157,3 +158,58 @@ async def test_leader_seeing_another_holder_stops_at_once(kube: FakeKube) -> Non
     await asyncio.sleep(RETRY + 0.5)
     assert a.lost and not a.working
     await a.stop()
+
+
+async def test_leader_whose_renewal_hangs_stops_within_the_renew_deadline(kube: FakeKube) -> None:
+    a = Replica(kube, "a")
+    a.start()
+    await asyncio.sleep(1)
+    b = Replica(kube, "b")
+    b.start()
+    await asyncio.sleep(3)
+    loop = asyncio.get_running_loop()
+    # a's next renewal (and only a's: b reads and waits) hangs far longer than any deadline
+    kube.faults.append(Fault(verb="get", plural="leases", status=None, delay=1_000.0, times=1))
+    hung = loop.time()
+    await asyncio.sleep(DURATION + 2 * RETRY * 2.2 + 1)
+    assert a.lost and a.lost[0] - hung <= RETRY + DEADLINE + 0.1
+    assert not b.started or b.started[0] > a.lost[0]  # never two leaders at once
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_metadata_change_on_the_lease_does_not_lock_the_leader_out(kube: FakeKube) -> None:
+    from lightkube.types import PatchType
+
+    from eni_ipam.kube.api import LEASES
+
+    a = Replica(kube, "a")
+    a.start()
+    await asyncio.sleep(1)
+    api = make_api(kube)
+    await api.client.patch(
+        LEASES.resource(),
+        "eni-ipam",
+        {"metadata": {"labels": {"team": "net"}}},
+        namespace="kube-system",
+        patch_type=PatchType.MERGE,
+    )
+    await api.close()
+    await asyncio.sleep(DEADLINE + 3 * RETRY)
+    assert a.lost == [] and a.elector.leading and len(a.started) == 1
+    await a.stop()
+
+
+async def test_expiry_follows_the_holders_recorded_duration(kube: FakeKube) -> None:
+    a = Replica(kube, "a", release=False)
+    a.elector.lease_duration = 60.0  # an older leader with a longer term (a rollout shortens it)
+    a.start()
+    await asyncio.sleep(1)
+    await a.stop()  # dies without releasing
+    b = Replica(kube, "b")
+    b.start()
+    await asyncio.sleep(DURATION + 2 * RETRY * 2.2)
+    assert not b.elector.leading  # 15 s of its own would be too soon: a's record says 60
+    await asyncio.sleep(60)
+    assert b.elector.leading
+    await b.stop()

@@ -196,3 +196,36 @@ def test_release_marks_are_written_with_their_handshake_states() -> None:
     obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
     patch = status_patch(_status(["10.0.0.5"], release={"10.0.0.5": ReleaseState.MARKED}), obj, now=NOW)
     assert patch is not None and patch["status"]["release"] == {"10.0.0.5": "marked-for-release"}
+
+
+def test_an_address_leaving_its_prefix_loses_the_prefix_field() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    in_prefix = NodeStatus(
+        pool=(PoolEntry(address="10.0.0.16", interface_id="eni-1", subnet_id="s-1", prefix="10.0.0.16/28"),)
+    )
+    obj = _apply(obj, status_patch(in_prefix, obj, now=NOW))
+    plain = NodeStatus(pool=(PoolEntry(address="10.0.0.16", interface_id="eni-1", subnet_id="s-1"),))
+    patch = status_patch(plain, obj, now=NOW)
+    assert patch is not None and patch["status"]["pool"] == {
+        "10.0.0.16": {"interface": "eni-1", "subnet": "s-1", "prefix": None}
+    }
+    obj = _apply_deep(obj, patch)
+    assert obj["status"]["pool"]["10.0.0.16"] == {"interface": "eni-1", "subnet": "s-1"}
+    assert status_patch(plain, obj, now=NOW) is None  # converged: nothing more to write
+
+
+def _apply_deep(obj: dict, patch: dict) -> dict:
+    """RFC 7386 merge patch of the status, recursively (what the API server does)."""
+
+    def merge(target: object, change: object) -> object:
+        if not isinstance(change, dict):
+            return change
+        out = dict(target) if isinstance(target, dict) else {}
+        for key, value in change.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = merge(out.get(key), value)
+        return out
+
+    return {**obj, "status": merge(obj.get("status") or {}, patch["status"])}

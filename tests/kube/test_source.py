@@ -152,11 +152,11 @@ async def test_status_conflict_is_reread_and_retried(cluster: Cluster) -> None:
         Fault(verb="patch", plural="enipools", subresource="status", status=409, times=1)
     )
     cluster.add_node("n1")
+    sample = cluster.metrics.sample
     async with leading(cluster):
         await until(lambda: cluster.available("n1") == 4)
-    sample = cluster.metrics.sample
+        await until(lambda: (sample("eni_ipam_status_writes_total", {"outcome": "ok"}) or 0) >= 1)
     assert sample("eni_ipam_status_writes_total", {"outcome": "conflict"}) == 1
-    assert sample("eni_ipam_status_writes_total", {"outcome": "ok"}) >= 1
     gets = [r for r in cluster.kube.requests if r.verb == "get" and r.plural == "enipools"]
     assert len(gets) == 1
 
@@ -166,18 +166,60 @@ async def test_deleted_node_leaves_the_manager_before_its_pool_is_released(
 ) -> None:
     cluster.add_node("n1")
     cluster.add_node("n2")
+    removed_at: list[int] = []
+    delete = cluster.manager.delete
+
+    def recording(name: str):  # type: ignore[no-untyped-def]
+        if name in cluster.manager.nodes:
+            removed_at.append(len(cluster.kube.requests))
+        return delete(name)
+
+    cluster.manager.delete = recording  # type: ignore[method-assign]
     async with leading(cluster):
         await until(lambda: cluster.available("n1") == 4 and cluster.available("n2") == 4)
         await api.client.delete(NODES.resource(), "n1")  # the garbage collector deletes its pool
         await until(lambda: cluster.pool("n1") is None)
         assert "n1" not in cluster.manager.nodes and "n2" in cluster.manager.nodes
         assert cluster.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) is None
-        finalizer_patch = [
-            r
-            for r in cluster.kube.requests
-            if r.verb == "patch" and r.plural == "enipools" and r.name == "n1"
+        requests = cluster.kube.requests
+        finalizer = [
+            n
+            for n, r in enumerate(requests)
+            if r.verb == "patch" and r.name == "n1" and r.subresource is None
         ]
-        assert finalizer_patch and finalizer_patch[-1].subresource is None
+        assert len(removed_at) == 1 and len(finalizer) == 1
+        assert removed_at[0] <= finalizer[0]  # out of the manager before the finalizer went
+
+
+async def test_a_node_recreated_under_its_name_gets_a_new_pool(cluster: Cluster, api: KubeApi) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        old_uid = cluster.pool("n1")["metadata"]["uid"]
+        # the old Node goes and a new instance joins under the same name before anyone notices
+        cluster.kube.faults.append(Fault(verb="patch", plural="enipools", status=503, times=2))
+        await api.client.delete(NODES.resource(), "n1")
+        cluster.cloud.add_instance("i-n1b", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+        cluster.kube.add_object("nodes", node("n1", "i-n1b"))
+        await until(lambda: (cluster.pool("n1") or {}).get("metadata", {}).get("uid") not in (None, old_uid))
+        await until(lambda: cluster.available("n1") == 4)
+        assert cluster.pool("n1")["spec"]["instanceID"] == "i-n1b"
+        assert cluster.manager.nodes["n1"].resource.spec.instance_id == "i-n1b"
+
+
+async def test_a_node_that_stops_being_selected_leaves_the_manager(kube: FakeKube, api: KubeApi) -> None:
+    cluster = Cluster(kube, api, node_selector={"eni-ipam": "on"})
+    cluster.add_node("n1", **{"eni-ipam": "on"})
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        await api.client.patch(
+            NODES.resource(), "n1", {"metadata": {"labels": {"eni-ipam": "off"}}}, patch_type=PatchType.MERGE
+        )
+        await until(lambda: "n1" not in cluster.manager.nodes)
+        await api.client.patch(
+            NODES.resource(), "n1", {"metadata": {"labels": {"eni-ipam": "on"}}}, patch_type=PatchType.MERGE
+        )
+        await until(lambda: "n1" in cluster.manager.nodes)
 
 
 async def test_node_without_provider_id_gets_its_pool_once_initialised(

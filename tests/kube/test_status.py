@@ -13,7 +13,7 @@ from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeStats, NodeStatus, PoolEntry
 from eni_ipam.testing.fake_kube import FakeKube
 
-pytestmark = pytest.mark.looptime
+pytestmark = pytest.mark.looptime(start=1_000_000.0)
 
 
 def status(addresses: int) -> NodeStatus:
@@ -68,7 +68,9 @@ async def test_writes_spend_the_status_bucket(kube: FakeKube, api: KubeApi) -> N
     task.cancel()
 
 
-async def test_gone_pool_is_dropped_and_failures_are_retried(kube: FakeKube, api: KubeApi) -> None:
+async def test_gone_pool_is_dropped_and_failures_are_retried_after_a_backoff(
+    kube: FakeKube, api: KubeApi
+) -> None:
     from eni_ipam.testing.fake_kube import Fault
 
     pools = await make_pools(api, ["n1"])
@@ -78,9 +80,26 @@ async def test_gone_pool_is_dropped_and_failures_are_retried(kube: FakeKube, api
     kube.faults.append(Fault(verb="patch", plural="enipools", subresource="status", status=500, times=2))
     writer.publish("n1", status(3))
     writer.publish("gone", status(1))
-    await asyncio.sleep(3)
+    await asyncio.sleep(0.5)
+    assert len(status_writes(kube)) == 1  # the second attempt waits for the backoff, not the next batch
+    await asyncio.sleep(5)
     assert len(kube.get_object("enipools", "n1")["status"]["pool"]) == 3
     assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "failed"}) == 2
     assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "ok"}) == 1
     assert writer.pending == {}
+    task.cancel()
+
+
+async def test_a_write_the_server_refuses_is_dropped_not_retried(kube: FakeKube, api: KubeApi) -> None:
+    from eni_ipam.testing.fake_kube import Fault
+
+    pools = await make_pools(api, ["n1"])
+    metrics = Metrics()
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=metrics, batch_window=0.1)
+    task = asyncio.create_task(writer.run())
+    kube.faults.append(Fault(verb="patch", plural="enipools", subresource="status", status=422, times=1))
+    writer.publish("n1", status(3))
+    await asyncio.sleep(10)
+    assert status_writes(kube) == ["n1"] and writer.pending == {}
+    assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "failed"}) == 1
     task.cancel()

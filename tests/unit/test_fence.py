@@ -70,3 +70,12 @@ async def test_drain_gives_up_after_its_limit() -> None:
     with pytest.raises(asyncio.CancelledError):
         await call
     assert fence.in_flight == 0
+
+
+def test_a_sealed_fence_stays_closed_when_a_new_term_opens_it() -> None:
+    fence = Fence(is_open=True)
+    fence.seal("shutting down")
+    fence.open()  # a leadership term won during shutdown must not mutate
+    assert not fence.is_open
+    with pytest.raises(errors.Fenced, match="shutting down"):
+        fence.enter()
