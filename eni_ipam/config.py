@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from eni_ipam.errors import ConfigError
@@ -109,6 +109,25 @@ def parse_tags(field: str, raw: Any) -> Tags:
     return frozen_tags(raw)
 
 
+def section_items(data: Any, path: str, known: Collection[str]) -> list[tuple[str, str, Any]]:
+    """``(key, field, raw value)`` for every entry of a settings section (``field`` = ``path.key``).
+
+    Raises:
+        ConfigError: the section is not a mapping, or a key is unknown.
+    """
+    if data is None:
+        return []
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
+    items = []
+    for key, raw in data.items():
+        field = f"{path}.{key}"
+        if key not in known:
+            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(known))})")
+        items.append((key, field, raw))
+    return items
+
+
 def _check(field: str, value: Any, kind: type, raw: Any) -> Any:
     if kind is bool:
         return parse_bool(field, raw)
@@ -129,16 +148,9 @@ def settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "settin
     Raises:
         ConfigError: unknown key or invalid value; ``field`` is ``path.key``.
     """
-    if data is None:
-        return Settings()
-    if not isinstance(data, Mapping):
-        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(Settings)}
     values: dict[str, Any] = {}
-    for key, raw in data.items():
-        field = f"{path}.{key}"
-        if key not in fields:
-            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(fields))})")
+    for key, field, raw in section_items(data, path, fields):
         default = fields[key].default
         if isinstance(default, float):
             values[key] = (

@@ -28,7 +28,7 @@ import structlog
 
 from eni_ipam.clock import Clock, LoopClock
 from eni_ipam.fence import Fence, FencedProvider
-from eni_ipam.manager import NodeManager
+from eni_ipam.manager import NodeManager, StatusSink
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeResource
 from eni_ipam.runconfig import RunConfig, provider_plugin
@@ -73,184 +73,161 @@ class ServiceState:
         return True, self.role
 
 
-def _identity(configured: str, environ: Mapping[str, str]) -> str:
-    return configured or environ.get("POD_NAME") or socket.gethostname()
-
-
 async def serve(config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str] | None = None) -> int:
     """Run until ``stop`` is set; 0 after a clean shutdown."""
-    environ = os.environ if environ is None else environ
-    clock = LoopClock()
-    metrics = Metrics()
-    state = ServiceState()
-    plugin = provider_plugin(config.provider)
-    runner = await start_server(
-        make_app(metrics, state.readiness), host=config.server_host, port=config.server_port
-    )
-    log.info(
-        "service_started",
-        provider=config.provider,
-        node_source=config.node_source,
-        endpoint=f"{config.server_host}:{config.server_port}",
-    )
-    try:
-        async with plugin.open_provider(
-            config.provider_settings,
-            clock=clock,
-            metrics=metrics,
-            rate_limit_share=config.settings.rate_limit_share,
-        ) as provider:
-            fence = Fence()
-            fenced = FencedProvider(provider, fence)
-            if config.node_source == "memory":
-                await _run_alone(config, fenced, fence, stop=stop, clock=clock, metrics=metrics, state=state)
-            else:
-                await _run_elected(
-                    config,
-                    fenced,
-                    fence,
-                    stop=stop,
-                    clock=clock,
-                    metrics=metrics,
-                    state=state,
-                    environ=environ,
-                )
-    finally:
-        await runner.cleanup()
-    log.info("service_stopped")
-    return 0
+    return await Service(config, stop=stop, environ=os.environ if environ is None else environ).serve()
 
 
-async def _drain(fence: Fence, limit: float) -> None:
-    fence.seal("shutting down")
-    in_flight = fence.in_flight
-    if await fence.drain(limit):
-        log.info("mutations_drained", in_flight=in_flight)
-    else:
-        log.warning("mutations_cancelled", in_flight=fence.in_flight, timeout=limit)
+class Service:
+    """One run of the service: its clock, metrics, readiness and mutation fence."""
 
+    def __init__(self, config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.stop = stop
+        self.environ = environ
+        self.clock: Clock = LoopClock()
+        self.metrics = Metrics()
+        self.state = ServiceState()
+        self.fence = Fence()
 
-async def _track_ready(state: ServiceState, metrics: Metrics, clock: Clock) -> None:
-    while True:
-        manager = state.manager
-        metrics.ready.set(1 if manager is not None and manager.ready and state.role != "standby" else 0)
-        await clock.sleep(1.0)
-
-
-async def _run_alone(
-    config: RunConfig,
-    provider: FencedProvider,
-    fence: Fence,
-    *,
-    stop: asyncio.Event,
-    clock: Clock,
-    metrics: Metrics,
-    state: ServiceState,
-) -> None:
-    store = MemoryStore()
-    for node in config.nodes:
-        store.put(NodeResource(spec=node.spec, used=node.used))
-    manager = NodeManager(
-        provider=provider, settings=config.settings, metrics=metrics, clock=clock, status_sink=store
-    )
-    store.attach(manager)
-    state.role, state.manager = "single", manager
-    metrics.leader.set(1)
-    fence.open()
-    async with asyncio.TaskGroup() as tg:
-        reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
-        readiness = tg.create_task(_track_ready(state, metrics, clock), name="eni-ipam-ready")
-        await stop.wait()
-        await _drain(fence, config.shutdown_timeout)
-        reconciler.cancel()
-        readiness.cancel()
-    metrics.leader.set(0)
-    metrics.ready.set(0)
-
-
-async def _run_elected(
-    config: RunConfig,
-    provider: FencedProvider,
-    fence: Fence,
-    *,
-    stop: asyncio.Event,
-    clock: Clock,
-    metrics: Metrics,
-    state: ServiceState,
-    environ: Mapping[str, str],
-) -> None:
-    from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
-    from eni_ipam.kube.lease import LeaderElector
-    from eni_ipam.kube.source import KubeNodeSource
-
-    ks = config.kubernetes
-    api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
-    source = KubeNodeSource(
-        api, settings=ks, node_defaults=config.node_defaults, clock=clock, metrics=metrics
-    )
-    elector = LeaderElector(
-        api,
-        name=ks.lease_name,
-        namespace=ks.lease_namespace or environ.get("POD_NAMESPACE") or "kube-system",
-        identity=_identity(ks.identity, environ),
-        clock=clock,
-        metrics=metrics,
-        lease_duration=ks.lease_duration,
-        renew_deadline=ks.renew_deadline,
-        retry_period=ks.retry_period,
-    )
-    state.role, state.caches_synced = "candidate", False
-    metrics.leader.set(0)
-
-    async def lead() -> None:
-        manager = NodeManager(
-            provider=provider,
-            settings=config.settings,
-            metrics=metrics,
-            clock=clock,
-            status_sink=source.writer,
+    async def serve(self) -> int:
+        config = self.config
+        plugin = provider_plugin(config.provider)
+        runner = await start_server(
+            make_app(self.metrics, self.state.readiness), host=config.server_host, port=config.server_port
         )
-        state.role, state.manager = "leader", manager
-        fence.open()
+        log.info(
+            "service_started",
+            provider=config.provider,
+            node_source=config.node_source,
+            endpoint=f"{config.server_host}:{config.server_port}",
+        )
         try:
-            await source.lead(manager)
+            async with plugin.open_provider(
+                config.provider_settings,
+                clock=self.clock,
+                metrics=self.metrics,
+                rate_limit_share=config.settings.rate_limit_share,
+            ) as provider:
+                fenced = FencedProvider(provider, self.fence)
+                if config.node_source == "memory":
+                    await self._run_alone(fenced)
+                else:
+                    await self._run_elected(fenced)
         finally:
-            fence.close("not leading")
-            state.manager = None
-            metrics.clear_pool_state()
-            source.writer.reset()  # nothing of this term is written in the next one
+            await runner.cleanup()
+            self.metrics.leader.set(0)
+            self.metrics.ready.set(0)
+        log.info("service_stopped")
+        return 0
 
-    def on_lost() -> None:
-        fence.close("the leader lease was lost")
-        state.role = "candidate"
+    def _manager(self, provider: FencedProvider, sink: StatusSink) -> NodeManager:
+        return NodeManager(
+            provider=provider,
+            settings=self.config.settings,
+            metrics=self.metrics,
+            clock=self.clock,
+            status_sink=sink,
+        )
 
-    async def watch_role() -> None:
+    async def _drain(self) -> None:
+        """Stop new mutations for good; give those in flight ``shutdown_timeout`` to finish."""
+        limit = self.config.shutdown_timeout
+        self.fence.seal("shutting down")
+        in_flight = self.fence.in_flight
+        if await self.fence.drain(limit):
+            log.info("mutations_drained", in_flight=in_flight)
+        else:
+            log.warning("mutations_cancelled", in_flight=self.fence.in_flight, timeout=limit)
+
+    async def _track_ready(self) -> None:
         while True:
-            state.caches_synced = source.synced
-            if state.role != "leader" and elector.leader and elector.leader != elector.identity:
-                state.role, state.leader = "standby", elector.leader
-            await clock.sleep(0.5)
+            manager = self.state.manager
+            ready = manager is not None and manager.ready and self.state.role != "standby"
+            self.metrics.ready.set(1 if ready else 0)
+            await self.clock.sleep(1.0)
 
-    try:
+    async def _run_alone(self, provider: FencedProvider) -> None:
+        store = MemoryStore()
+        for node in self.config.nodes:
+            store.put(NodeResource(spec=node.spec, used=node.used))
+        manager = self._manager(provider, store)
+        store.attach(manager)
+        self.state.role, self.state.manager = "single", manager
+        self.metrics.leader.set(1)
+        self.fence.open()
         async with asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(source.run(), name="eni-ipam-informers"),
-                tg.create_task(watch_role(), name="eni-ipam-role"),
-                tg.create_task(_track_ready(state, metrics, clock), name="eni-ipam-ready"),
-            ]
-            election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
-            await stop.wait()
-            await _drain(fence, config.shutdown_timeout)
-            if elector.leading:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(STATUS_FLUSH_TIMEOUT):
-                        await source.writer.flush()
-            election.cancel()  # releases the lease if held
-            with contextlib.suppress(asyncio.CancelledError):
-                await election
-            for task in tasks:
-                task.cancel()
-    finally:
-        await api.close()
-        metrics.leader.set(0)
-        metrics.ready.set(0)
+            reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
+            readiness = tg.create_task(self._track_ready(), name="eni-ipam-ready")
+            await self.stop.wait()
+            await self._drain()
+            reconciler.cancel()
+            readiness.cancel()
+
+    async def _run_elected(self, provider: FencedProvider) -> None:
+        from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
+        from eni_ipam.kube.lease import LeaderElector
+        from eni_ipam.kube.source import KubeNodeSource
+
+        ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
+        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+        source = KubeNodeSource(
+            api, settings=ks, node_defaults=self.config.node_defaults, clock=self.clock, metrics=metrics
+        )
+        elector = LeaderElector(
+            api,
+            name=ks.lease_name,
+            namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
+            identity=ks.identity or self.environ.get("POD_NAME") or socket.gethostname(),
+            clock=self.clock,
+            metrics=metrics,
+            lease_duration=ks.lease_duration,
+            renew_deadline=ks.renew_deadline,
+            retry_period=ks.retry_period,
+        )
+        state.role, state.caches_synced = "candidate", False
+
+        async def lead() -> None:
+            manager = self._manager(provider, source.writer)
+            state.role, state.manager = "leader", manager
+            fence.open()
+            try:
+                await source.lead(manager)
+            finally:
+                fence.close("not leading")
+                state.manager = None
+                metrics.clear_pool_state()
+                source.writer.reset()  # nothing of this term is written in the next one
+
+        def on_lost() -> None:
+            fence.close("the leader lease was lost")
+            state.role = "candidate"
+
+        async def watch_role() -> None:
+            while True:
+                state.caches_synced = source.synced
+                if state.role != "leader" and elector.leader and elector.leader != elector.identity:
+                    state.role, state.leader = "standby", elector.leader
+                await self.clock.sleep(0.5)
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(source.run(), name="eni-ipam-informers"),
+                    tg.create_task(watch_role(), name="eni-ipam-role"),
+                    tg.create_task(self._track_ready(), name="eni-ipam-ready"),
+                ]
+                election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
+                await self.stop.wait()
+                await self._drain()
+                if elector.leading:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(STATUS_FLUSH_TIMEOUT):
+                            await source.writer.flush()
+                election.cancel()  # releases the lease if held
+                with contextlib.suppress(asyncio.CancelledError):
+                    await election
+                for task in tasks:
+                    task.cancel()
+        finally:
+            await api.close()

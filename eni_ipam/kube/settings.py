@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from eni_ipam.config import parse_duration, parse_int, parse_tags
+from eni_ipam.config import parse_duration, parse_int, parse_tags, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags
 
@@ -66,16 +66,9 @@ def kube_settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "k
     Raises:
         ConfigError: unknown key or invalid value; ``field`` is ``path.key``.
     """
-    if data is None:
-        return KubeSettings()
-    if not isinstance(data, Mapping):
-        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
     known = {f.name for f in dataclasses.fields(KubeSettings)}
     values: dict[str, Any] = {}
-    for key, raw in data.items():
-        field = f"{path}.{key}"
-        if key not in known:
-            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(known))})")
+    for key, field, raw in section_items(data, path, known):
         if key in _DURATIONS:
             values[key] = parse_duration(raw, field)
         elif key in _STRINGS:

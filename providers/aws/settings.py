@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_tags
+from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_tags, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
@@ -96,17 +96,10 @@ def aws_settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "aw
     Raises:
         ConfigError: unknown key or invalid value; ``field`` is ``path.key`` (or deeper).
     """
-    if data is None:
-        return AwsSettings()
-    if not isinstance(data, Mapping):
-        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
     fields = {f.name for f in dataclasses.fields(AwsSettings)}
-    values: dict[str, Any] = {}
-    for key, raw in data.items():
-        field = f"{path}.{key}"
-        if key not in fields:
-            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(fields))})")
-        values[key] = _PARSERS[key](field, raw)
+    values: dict[str, Any] = {
+        key: _PARSERS[key](field, raw) for key, field, raw in section_items(data, path, fields)
+    }
     return AwsSettings(**values)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
@@ -13,21 +12,7 @@ from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
-from eni_ipam.testing.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube, RequestRecord
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube(history=100) as kube:
-        kube.register_crd(ENIPOOL_CRD_DEFAULT)
-        yield kube
-
-
-@pytest.fixture
-async def client(kube: FakeKube) -> AsyncIterator[AsyncClient]:
-    client = AsyncClient(KubeConfig.from_dict(kube.kubeconfig()))
-    yield client
-    await client.close()
+from eni_ipam.testing.fake_kube import FakeKube, RequestRecord
 
 
 def raw_client(kube: FakeKube, *, auth: bool = True) -> httpx2.AsyncClient:

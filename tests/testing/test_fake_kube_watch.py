@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 import httpx2
@@ -19,20 +19,6 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 
 from eni_ipam.testing.fake_kube import FakeKube, Fault
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube(history=100) as kube:
-        yield kube
-
-
-@pytest.fixture
-async def client(kube: FakeKube) -> AsyncIterator[AsyncClient]:
-    client = AsyncClient(KubeConfig.from_dict(kube.kubeconfig()))
-    yield client
-    await client.close()
-
 
 Seen = tuple[str, str | None, str | None]
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -19,7 +18,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from eni_ipam.testing.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube, Fault
+from eni_ipam.testing.fake_kube import FakeKube, Fault
 
 ENIPool = create_global_resource("eni-ipam.io", "v1alpha1", "ENIPool", "enipools")
 
@@ -62,19 +61,9 @@ STRICT_CRD: dict[str, Any] = {
 Pool = create_global_resource("strict.example.io", "v1", "Pool", "pools")
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube(history=100) as kube:
-        kube.register_crd(ENIPOOL_CRD_DEFAULT)
-        kube.register_crd(STRICT_CRD)
-        yield kube
-
-
-@pytest.fixture
-async def client(kube: FakeKube) -> AsyncIterator[AsyncClient]:
-    client = AsyncClient(KubeConfig.from_dict(kube.kubeconfig()))
-    yield client
-    await client.close()
+@pytest.fixture(autouse=True)
+def _strict_crd(kube: FakeKube) -> None:
+    kube.register_crd(STRICT_CRD)
 
 
 async def events_since(client: AsyncClient, res: Any, since: str, count: int) -> list[tuple[str, str, str]]:
