@@ -10,6 +10,14 @@ chains the original as ``__cause__``. The tree::
     ├── LimitsUnknown             the instance type's limits are unknown; the node is left alone
     ├── NotImplementedYet         a documented part that is not built yet
     ├── Fenced                    mutations are stopped (shutting down, or the lease was lost)
+    ├── AllocatorError            the node-local allocator refused (``address``, ``pool``)
+    │   ├── FamilyDisabled        the address family (ipv4/ipv6) is not enabled
+    │   ├── UnknownPool           no pool of that name
+    │   ├── NotInPool             the address is not in the pool (or is excluded, or held for release)
+    │   ├── AlreadyAllocated      the address has an owner already
+    │   ├── NotAllocated          release of an address nobody holds
+    │   ├── PoolExhausted         no free address left in the pool for that family
+    │   └── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
     ├── KubeError                 the Kubernetes API said no (``code``, ``reason``)
     │   ├── KubeNotFound          404
     │   ├── KubeConflict          409: stale resourceVersion (re-read and retry), or AlreadyExists
@@ -77,6 +85,43 @@ class NotImplementedYet(EniIpamError, NotImplementedError):
 class Fenced(EniIpamError):
     """A mutation was refused because mutations are stopped: the process is shutting down, or
     this replica lost (or never held) the leader lease."""
+
+
+class AllocatorError(EniIpamError):
+    """The node-local allocator refused a request. ``address`` and ``pool`` say which, when known."""
+
+    def __init__(self, message: str, *, address: str = "", pool: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.pool = pool
+
+
+class FamilyDisabled(AllocatorError):
+    """The address family is not enabled on this node (the seed's ErrIPv4Disabled / ErrIPv6Disabled)."""
+
+
+class UnknownPool(AllocatorError):
+    """No pool of that name exists on this node."""
+
+
+class NotInPool(AllocatorError):
+    """The address is not available in the pool: not a member, excluded, or held for release."""
+
+
+class AlreadyAllocated(AllocatorError):
+    """The address is allocated to an owner already."""
+
+
+class NotAllocated(AllocatorError):
+    """The address is not allocated, so it cannot be released."""
+
+
+class PoolExhausted(AllocatorError):
+    """No free address of the requested family is left in the pool."""
+
+
+class ExpirationMismatch(AllocatorError):
+    """The UUID does not name the address's running expiration timer."""
 
 
 class KubeError(EniIpamError):

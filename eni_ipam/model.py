@@ -267,6 +267,9 @@ class NodeStatus:
     stats: NodeStats = NodeStats()
     release: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
     interfaces: tuple[Interface, ...] = ()
+    subnets: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """CIDR of every subnet a pool address lives in, by subnet id (the node side derives each
+    address's prefix length and gateway from it)."""
     message: str = ""
     """Why the node is not progressing, when it is not (unknown limits, at capacity, …)."""
 

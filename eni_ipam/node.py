@@ -169,11 +169,13 @@ class Node:
                         PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id, prefix=prefix)
                         for a in expand_prefix(prefix)
                     )
+        known = self.manager.subnets
         return NodeStatus(
             pool=tuple(pool),
             stats=self.stats,
             release=dict(self.release_status),
             interfaces=interfaces,
+            subnets={e.subnet_id: known[e.subnet_id].cidr for e in pool if e.subnet_id in known},
             message=self.message or self.blocked,
         )
 

@@ -3,8 +3,8 @@
 An ENIPool is named after its Node. Its spec mirrors :class:`~eni_ipam.model.NodeSpec` in
 camelCase; its status has two writers that never touch each other's fields:
 
-* the controller: ``pool``, ``release``, ``interfaces``, ``stats``, ``message``, ``conditions``,
-  ``observedGeneration`` — written by :func:`status_patch` as a JSON merge patch;
+* the controller: ``pool``, ``subnets``, ``release``, ``interfaces``, ``stats``, ``message``,
+  ``conditions``, ``observedGeneration`` — written by :func:`status_patch` as a JSON merge patch;
 * the node agent: ``used`` and ``releaseAnswers`` — read by :func:`resource_from_pool`.
 
 The CRD (deploy/helm/eni-ipam/crds/) rejects bad values; this module still validates what it reads,
@@ -241,6 +241,7 @@ def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
             for e in status.pool
         },
         "release": {address: str(state) for address, state in status.release.items()},
+        "subnets": {subnet: {"cidr": cidr} for subnet, cidr in status.subnets.items()},
         "interfaces": [_interface(i) for i in status.interfaces],
         "stats": {
             "available": s.available,
@@ -270,7 +271,7 @@ def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetim
     patch: dict[str, Any] = {}
     for key, value in desired.items():
         before = old.get(key)
-        if key in ("pool", "release"):
+        if key in ("pool", "release", "subnets"):
             before = before or {}
             diff = {}
             for k, v in value.items():

@@ -103,6 +103,7 @@ async def test_node_gets_a_pool_that_is_filled_and_reported(cluster: Cluster) ->
         assert pool["metadata"]["finalizers"] == [FINALIZER]
         status = pool["status"]
         assert len(status["pool"]) == 4 and status["stats"]["needed"] == 0
+        assert status["subnets"] == {"s-1": {"cidr": "10.0.0.0/22"}}  # what the node side needs for prefixes
         assert {c["type"]: c["status"] for c in status["conditions"]} == {
             "Ready": "True",
             "AtCapacity": "False",
