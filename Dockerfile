@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The eni-ipam controller image: `docker build -t eni-ipam:0.1.0 .` (docs/deploy.md).
+# The eni-ipam image, controller and node agent: `docker build -t eni-ipam:0.1.0 .` (docs/deploy.md).
 ARG PYTHON_IMAGE=python:3.12-slim
 
 # -- builder: the project and its dependencies in a virtual environment ---------------------------
@@ -33,6 +33,13 @@ RUN groupadd --system --gid 65532 eni-ipam \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin eni-ipam
 COPY --from=builder /opt/venv /opt/venv
+# The CNI plugin, for the node agent's init container to copy to the host (deploy/helm: agent.installCNI):
+# eni_ipam/agent/cni.py alone, standard library only, as a zipapp that the host's python3 (>= 3.11) runs.
+RUN mkdir -p /tmp/eni-ipam-cni /opt/eni-ipam \
+    && cp "$(python -c 'import eni_ipam.agent.cni as m; print(m.__file__)')" /tmp/eni-ipam-cni/__main__.py \
+    && python -m zipapp /tmp/eni-ipam-cni -p "/usr/bin/env python3" -o /opt/eni-ipam/eni-ipam-cni \
+    && chmod 755 /opt/eni-ipam/eni-ipam-cni \
+    && rm -rf /tmp/eni-ipam-cni
 USER 65532:65532
 EXPOSE 9090
 ENTRYPOINT ["eni-ipam"]

@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument("--check", action="store_true", help="validate the configuration and exit")
 
+    agent = sub.add_parser("agent", help="run the node agent (allocator, CNI API, libnetwork driver)")
+    agent.add_argument("--node", default=None, help="this node's name (default: $NODE_NAME)")
+    agent.add_argument("--config", default=None, help="agent configuration YAML (docs/node.md)")
+
     sim = sub.add_parser("simulate", help="run a scenario file on the in-memory cloud, on virtual time")
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
@@ -59,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _simulate(args)
     if args.command == "run":
         return _run(args)
+    if args.command == "agent":
+        return _agent(args)
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
     if args.cloud == "moto":
         from providers.aws.demo import run_moto_demo
@@ -95,6 +101,39 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (ConfigError, NotImplementedYet) as exc:  # found when opening: a bad kubeconfig, an unknown type
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from eni_ipam.agent.config import load_agent_config
+    from eni_ipam.errors import ConfigError
+    from eni_ipam.service import stop_on_signals
+
+    node = args.node or os.environ.get("NODE_NAME", "")
+    try:
+        if not node:
+            raise ConfigError("--node", "required (or set NODE_NAME)")
+        config = load_agent_config(args.config)
+    except ConfigError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    configure(level=args.log_level or config.log_level)
+
+    async def main() -> int:
+        from eni_ipam.agent.daemon import Agent
+
+        await Agent(config, node=node).run(stop_on_signals())
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -110,7 +110,8 @@ def parse_tags(field: str, raw: Any) -> Tags:
 
 
 def section_items(data: Any, path: str, known: Collection[str]) -> list[tuple[str, str, Any]]:
-    """``(key, field, raw value)`` for every entry of a settings section (``field`` = ``path.key``).
+    """``(key, field, raw value)`` for every entry of a settings section (``field`` = ``path.key``,
+    or ``key`` for the top of a file, ``path`` empty).
 
     Raises:
         ConfigError: the section is not a mapping, or a key is unknown.
@@ -118,10 +119,10 @@ def section_items(data: Any, path: str, known: Collection[str]) -> list[tuple[st
     if data is None:
         return []
     if not isinstance(data, Mapping):
-        raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
+        raise ConfigError(path or "config", f"expected a mapping, got {type(data).__name__}")
     items = []
     for key, raw in data.items():
-        field = f"{path}.{key}"
+        field = f"{path}.{key}" if path else str(key)
         if key not in known:
             raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(known))})")
         items.append((key, field, raw))

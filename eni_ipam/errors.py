@@ -17,7 +17,8 @@ chains the original as ``__cause__``. The tree::
     │   ├── AlreadyAllocated      the address has an owner already
     │   ├── NotAllocated          release of an address nobody holds
     │   ├── PoolExhausted         no free address left in the pool for that family
-    │   └── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
+    │   ├── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
+    │   └── CorruptState          the allocator's state file is unreadable or invalid (``path``)
     ├── KubeError                 the Kubernetes API said no (``code``, ``reason``)
     │   ├── KubeNotFound          404
     │   ├── KubeConflict          409: stale resourceVersion (re-read and retry), or AlreadyExists
@@ -122,6 +123,15 @@ class PoolExhausted(AllocatorError):
 
 class ExpirationMismatch(AllocatorError):
     """The UUID does not name the address's running expiration timer."""
+
+
+class CorruptState(AllocatorError):
+    """The allocator's state file cannot be trusted: unreadable, not JSON, another format version,
+    a checksum mismatch, or an invalid entry. ``path`` names the file."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class KubeError(EniIpamError):

@@ -62,6 +62,10 @@ LEASES = Kind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
 ENIPOOLS = Kind(
     permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
 )
+IPADDRESSCLAIMS = Kind(
+    permissions.CLAIMS_GROUP, "v1beta1", "IPAddressClaim", "ipaddressclaims", namespaced=True
+)
+IPADDRESSES = Kind(permissions.CLAIMS_GROUP, "v1beta1", "IPAddress", "ipaddresses", namespaced=True)
 
 _BY_CODE: dict[int, type[errors.KubeError]] = {
     401: errors.KubeForbidden,
@@ -133,10 +137,18 @@ def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
 class KubeApi:
     """The requests eni-ipam makes, on plain-dict objects, with one error tree and metrics."""
 
-    def __init__(self, client: lightkube.AsyncClient, *, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        client: lightkube.AsyncClient,
+        *,
+        metrics: Metrics,
+        allowed: frozenset[tuple[str, str, str]] = permissions.PERMISSIONS,
+    ) -> None:
+        """``allowed``: the permissions of this process (the controller's, or the agent's)."""
         # Typed as Any: lightkube's overloads are keyed on its resource classes, built at run time here.
         self.client: Any = client
         self.metrics = metrics
+        self.allowed = allowed
 
     async def close(self) -> None:
         await self.client.close()
@@ -243,6 +255,10 @@ class KubeApi:
             ),
         )
 
+    async def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> None:
+        resource = kind.resource()
+        await self._call("delete", kind, "", lambda: self.client.delete(resource, name, namespace=namespace))
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -256,7 +272,7 @@ class KubeApi:
 
     def _permit(self, kind: Kind, subresource: str, verb: str) -> None:
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
-        if (kind.group, resource, verb) not in permissions.PERMISSIONS:
+        if (kind.group, resource, verb) not in self.allowed:
             raise errors.KubeForbidden(
                 f"{verb} {resource} is not among the permissions eni-ipam declares (kube/permissions.py)",
                 code=403,

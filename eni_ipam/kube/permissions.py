@@ -45,3 +45,29 @@ NAMESPACED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
 """(API group, resource, verb) granted in the controller's namespace by the Role."""
 
 PERMISSIONS = CLUSTER_PERMISSIONS | NAMESPACED_PERMISSIONS
+"""Everything the controller (``eni-ipam run``) may do."""
+
+CLAIMS_GROUP = "ipam.cluster.x-k8s.io"
+"""Cluster API's IPAM group: IPAddressClaim and IPAddress."""
+
+AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # Its own node's pool (watched by name): the addresses to hand out and the handshake marks.
+        (GROUP, PLURAL, "list"),
+        (GROUP, PLURAL, "watch"),
+        # Its own status fields: the addresses in use and the handshake answers.
+        (GROUP, f"{PLURAL}/status", "get"),
+        (GROUP, f"{PLURAL}/status", "patch"),
+        # Address claims served from the node's pool.
+        (CLAIMS_GROUP, "ipaddressclaims", "list"),
+        (CLAIMS_GROUP, "ipaddressclaims", "watch"),
+        (CLAIMS_GROUP, "ipaddressclaims", "patch"),
+        (CLAIMS_GROUP, "ipaddressclaims/status", "patch"),
+        (CLAIMS_GROUP, "ipaddresses", "list"),
+        (CLAIMS_GROUP, "ipaddresses", "watch"),
+        (CLAIMS_GROUP, "ipaddresses", "create"),
+        (CLAIMS_GROUP, "ipaddresses", "patch"),
+        (CLAIMS_GROUP, "ipaddresses", "delete"),
+    }
+)
+"""(API group, resource, verb) the node agent's ClusterRole grants."""

@@ -14,8 +14,9 @@ because a cluster may run without the CRD's schema (or an older one), and names 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from eni_ipam.errors import ConfigError
@@ -311,3 +312,47 @@ def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetim
         return None
     version = current.get("metadata", {}).get("resourceVersion")
     return {"metadata": {"resourceVersion": version}, "status": patch}
+
+
+# -- the node agent's side ------------------------------------------------------------------------
+
+
+def pool_members(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """``(address, cidr, interface, subnet)`` for every pool address of an ENIPool whose subnet's
+    CIDR is known (the agent derives prefix length and gateway from it), in the status's order."""
+    status = obj.get("status") or {}
+    cidrs = {sid: (entry or {}).get("cidr", "") for sid, entry in (status.get("subnets") or {}).items()}
+    out = []
+    for address, entry in (status.get("pool") or {}).items():
+        subnet = (entry or {}).get("subnet", "")
+        if cidrs.get(subnet):
+            out.append((address, cidrs[subnet], (entry or {}).get("interface", ""), subnet))
+    return out
+
+
+def agent_status_patch(
+    obj: Mapping[str, Any], *, used: Collection[str], answers: Mapping[str, ReleaseState]
+) -> Obj | None:
+    """The merge patch of the agent's own status fields (``used``, ``releaseAnswers``) taking
+    ``obj`` to what the agent knows, conditional on its resourceVersion; None when nothing changes."""
+    status = obj.get("status") or {}
+    patch: dict[str, Any] = {}
+    wanted_used = sorted(used, key=_address_order)
+    if sorted(status.get("used") or (), key=_address_order) != wanted_used:
+        patch["used"] = wanted_used
+    before = status.get("releaseAnswers") or {}
+    diff: dict[str, Any] = {a: str(s) for a, s in answers.items() if before.get(a) != str(s)}
+    diff.update({a: None for a in before if a not in answers})
+    if diff:
+        patch["releaseAnswers"] = diff
+    if not patch:
+        return None
+    return {"metadata": {"resourceVersion": obj.get("metadata", {}).get("resourceVersion")}, "status": patch}
+
+
+def _address_order(address: str) -> tuple[int, int]:
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return (9, 0)
+    return (parsed.version, int(parsed))

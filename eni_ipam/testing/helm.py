@@ -18,8 +18,9 @@ import decimal
 import hashlib
 import json
 import math
+import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -406,6 +407,13 @@ def _fail(message: str) -> Any:
     raise TemplateError(message)
 
 
+def _dir(path: str) -> str:
+    """Go's ``path.Dir``: everything up to the last slash, cleaned (``.`` when there is no slash)."""
+    head = _typed(path, str, "dir")[: path.rfind("/") + 1]
+    cleaned = posixpath.normpath(head) if head else "."
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned  # Go keeps one slash
+
+
 def _to_yaml(value: Any) -> str:
     text = yaml.safe_dump(_plain(value), default_flow_style=False, sort_keys=True, width=1 << 30)
     return text.removesuffix("\n...\n").removesuffix("\n")
@@ -435,6 +443,7 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "trimSuffix": lambda suffix, s: _typed(s, str, "trimSuffix").removesuffix(suffix),
     "replace": lambda old, new, s: _typed(s, str, "replace").replace(old, new),
     "contains": lambda part, s: _typed(part, str, "contains") in _typed(s, str, "contains"),
+    "dir": _dir,
     "b64enc": lambda s: base64.b64encode(_text(s).encode()).decode(),
     "sha256sum": lambda s: hashlib.sha256(_typed(s, str, "sha256sum").encode()).hexdigest(),
 }
@@ -638,8 +647,20 @@ def render_manifests(
     values_overrides: Mapping[str, Any] | None = None,
     release_name: str = "eni-ipam",
     namespace: str = "kube-system",
+    show_only: Collection[str] = (),
 ) -> str:
-    """The stream ``helm template`` prints: each document under ``# Source:``, in install order."""
+    """The stream ``helm template`` prints: each document under ``# Source:``, in install order.
+
+    ``show_only``: template paths (``templates/x.yaml``), as ``helm template --show-only``: only their
+    documents, and an error for one that renders none.
+    """
     texts = render_chart_text(chart_dir, values_overrides, release_name, namespace)
     name = yaml.load((Path(chart_dir) / "Chart.yaml").read_text(), Loader=_LOADER)["name"]
-    return "".join(f"---\n# Source: {name}/{path}\n{text}\n" for path, text, _ in _documents(texts))
+    docs = _documents(texts)
+    if show_only:
+        rendered = {path for path, _, _ in docs}
+        for wanted in show_only:
+            if wanted not in rendered:
+                raise TemplateError(f"could not find template {wanted} in chart")
+        docs = [doc for doc in docs if doc[0] in show_only]
+    return "".join(f"---\n# Source: {name}/{path}\n{text}\n" for path, text, _ in docs)

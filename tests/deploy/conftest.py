@@ -17,6 +17,8 @@ CHART = REPO_ROOT / "deploy" / "helm" / "eni-ipam"
 RELEASE = "eni-ipam"
 NAMESPACE = "kube-system"
 ALL_FEATURES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+AGENT = {"agent": {"enabled": True}}
+_RENDERS: dict[str, dict[str, Any] | None] = {"default": None, "all-features": ALL_FEATURES, "agent": AGENT}
 
 
 def render(overrides: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
@@ -38,20 +40,26 @@ def values() -> dict[str, Any]:
 
 
 @functools.cache
-def _cached(features: bool) -> list[dict[str, Any]]:
-    return render(ALL_FEATURES if features else None)
+def _cached(name: str) -> list[dict[str, Any]]:
+    return render(_RENDERS[name])
 
 
 @pytest.fixture
 def default_docs() -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached(False))
+    return copy.deepcopy(_cached("default"))
 
 
 @pytest.fixture
 def full_docs() -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached(True))
+    return copy.deepcopy(_cached("all-features"))
 
 
 @pytest.fixture(params=["default", "all-features"])
 def any_docs(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached(request.param == "all-features"))
+    return copy.deepcopy(_cached(request.param))
+
+
+@pytest.fixture
+def agent_docs() -> list[dict[str, Any]]:
+    """The chart with the node agent enabled (every other value at its default)."""
+    return copy.deepcopy(_cached("agent"))

@@ -97,6 +97,10 @@ CASES = [
     ('{{ required "needed" .Values.a.b }}', "x"),
     ('{{ "hi" | b64enc }}', base64.b64encode(b"hi").decode()),
     ('{{ "hi" | sha256sum }}', hashlib.sha256(b"hi").hexdigest()),
+    # dir is Go's path.Dir: up to the last slash, cleaned
+    ('{{ "/run/eni-ipam/agent.sock" | dir }}', "/run/eni-ipam"),
+    ('{{ dir "/x" }} {{ dir "/a/b/" }} {{ dir "agent.sock" }} {{ dir "" }}', "/ /a/b . ."),
+    ('{{ dir "//a//b" }} {{ dir "/a/../b/./c" }} {{ dir "a/b" }} {{ dir "../x" }}', "/a /b a .."),
 ]
 HELPERS = '{{- define "h" -}}[{{ .b }}]{{- end -}}\n{{- define "root" -}}{{ $.b }}{{- end -}}'
 
@@ -139,6 +143,7 @@ ERRORS = [
     ("{{ range .Values.a.b }}{{ end }}", "range can't iterate"),
     ("{{ with .Values.a }}{{ else if .b }}{{ end }}", "'else if' is not supported"),
     ("{{ .Values.a.b 1 }}", "non-function"),
+    ("{{ dir .Values.a.n }}", "dir: expected str, got float64"),
 ]
 
 
@@ -170,3 +175,24 @@ def test_documents_in_install_order_without_notes_and_empty_ones(tmp_path):
     first = "---\n# Source: demo/templates/b-sa.yaml\napiVersion: v1\nkind: ServiceAccount\n"
     assert stream.startswith(first + "---\n# Source: demo/templates/a-deploy.yaml\n")
     assert stream.count("---\n# Source:") == 3 and stream.endswith("name: w}\n")
+
+
+def test_show_only_keeps_the_named_templates_and_refuses_one_that_renders_nothing(tmp_path):
+    root = chart(
+        tmp_path,
+        {
+            "a.yaml": "kind: ConfigMap\nmetadata: {name: a}",
+            "b.yaml": "kind: ServiceAccount\nmetadata: {name: b}\n---\nkind: Secret\nmetadata: {name: c}",
+            "off.yaml": "{{ if false }}\nkind: Secret\n{{ end }}",
+        },
+    )
+    stream = render_manifests(root, show_only=["templates/b.yaml"])
+    assert stream == (
+        "---\n# Source: demo/templates/b.yaml\nkind: ServiceAccount\nmetadata: {name: b}\n"
+        "---\n# Source: demo/templates/b.yaml\nkind: Secret\nmetadata: {name: c}\n"
+    )
+    assert render_manifests(root, show_only=["templates/a.yaml", "templates/b.yaml"]).count("# Source:") == 3
+    assert render_manifests(root, show_only=()) == render_manifests(root)
+    for missing in ("templates/off.yaml", "templates/nope.yaml"):
+        with pytest.raises(TemplateError, match=f"could not find template {missing} in chart"):
+            render_manifests(root, show_only=[missing])

@@ -229,3 +229,44 @@ def _apply_deep(obj: dict, patch: dict) -> dict:
         return out
 
     return {**obj, "status": merge(obj.get("status") or {}, patch["status"])}
+
+
+def test_pool_members_carry_their_subnets_cidr_and_skip_unknown_subnets() -> None:
+    from eni_ipam.kube.resources import pool_members
+
+    obj = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "pool": {
+                "10.0.0.5": {"interface": "eni-1", "subnet": "s-1"},
+                "10.0.9.5": {"interface": "eni-2", "subnet": "s-unknown"},
+            },
+            "subnets": {"s-1": {"cidr": "10.0.0.0/22"}},
+        },
+    }
+    assert pool_members(obj) == [("10.0.0.5", "10.0.0.0/22", "eni-1", "s-1")]
+
+
+def test_agent_status_patch_writes_only_the_agents_fields_and_their_changes() -> None:
+    from eni_ipam.kube.resources import agent_status_patch
+
+    obj = {
+        "metadata": {"name": "n1", "resourceVersion": "9"},
+        "status": {"used": ["10.0.0.10", "10.0.0.9"], "releaseAnswers": {"10.0.0.7": "ready-for-release"}},
+    }
+    assert (
+        agent_status_patch(obj, used={"10.0.0.9", "10.0.0.10"}, answers={"10.0.0.7": ReleaseState.READY})
+        is None
+    )
+    patch = agent_status_patch(obj, used={"10.0.0.9"}, answers={"10.0.0.8": ReleaseState.DO_NOT_RELEASE})
+    assert patch == {
+        "metadata": {"resourceVersion": "9"},
+        "status": {"used": ["10.0.0.9"], "releaseAnswers": {"10.0.0.8": "do-not-release", "10.0.0.7": None}},
+    }
+    # addresses are ordered numerically, not as strings
+    assert agent_status_patch({"metadata": {}}, used={"10.0.0.10", "10.0.0.9"}, answers={})["status"][
+        "used"
+    ] == [
+        "10.0.0.9",
+        "10.0.0.10",
+    ]

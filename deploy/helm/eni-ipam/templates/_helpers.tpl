@@ -64,3 +64,46 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- toYaml .Values.config -}}
 {{- end -}}
+
+{{/* The node agent's objects: the release's full name followed by -agent, at most 63 characters. */}}
+{{- define "eni-ipam.agentFullname" -}}
+{{- printf "%s-agent" (include "eni-ipam.fullname" . | trunc 57 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* Labels the DaemonSet selects the agent's pods by: never change them (selectors are immutable). The
+name is the agent's own, so the controller's Deployment, Service and PodDisruptionBudget, which select
+the chart's name, never count an agent pod. */}}
+{{- define "eni-ipam.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-agent" (include "eni-ipam.name" . | trunc 57 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "eni-ipam.agentLabels" -}}
+helm.sh/chart: {{ include "eni-ipam.chart" . }}
+{{ include "eni-ipam.agentSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: node-agent
+app.kubernetes.io/part-of: eni-ipam
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* The agent's configuration file: the agent ConfigMap's config.yaml, and its pods' checksum/config. */}}
+{{- define "eni-ipam.agentConfig" -}}
+{{- toYaml .Values.agent.config -}}
+{{- end -}}
+
+{{/* The agent's containers run as root (it creates a socket in a host directory, for the container
+runtime to use, and reads the runtime's root-owned CNI cache) but with no capability at all: the files
+it touches are root's own, which needs none. */}}
+{{- define "eni-ipam.agentSecurityContext" -}}
+runAsUser: 0
+runAsGroup: 0
+runAsNonRoot: false
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}

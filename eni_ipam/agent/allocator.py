@@ -1,0 +1,503 @@
+"""The node-local allocator: hands the addresses of a node's named pools to owners.
+
+The default pool follows the node's ENIPool status; other pools come from configuration. An owner is any
+non-empty string: a container id + ifname, ``claim:<ns>/<name>``, a libnetwork endpoint.
+
+Invariants:
+
+* An address has at most one owner, across all pools: allocations are keyed by address.
+* An excluded address (in its pool), and an address held by the release handshake (marked for release,
+  answered ready, or released — in any pool), is never handed out. An owner keeps what it already holds.
+* Handing out is deterministic: the lowest free address first, in numeric order; serially, the first free
+  address after the last one the pool handed out for that family, wrapping.
+* With a state file, no allocation changes before :meth:`Allocator.restore`, and every change is saved
+  before the call returns; if the save fails, the change is undone and the call fails, so the file never
+  lags behind what was handed out. (An expiry whose save fails stays applied and is logged: the file then
+  holds a stale allocation, never a missing one, until the next save.)
+* An expiration timer belongs to one allocation: releasing stops it, a timer releases only the allocation
+  it was started for (matched by UUID), and a restored allocation gets its timer back, with its full timeout.
+* Exclusions, holds and the serial cursor are not persisted: they come from configuration and the node's
+  ENIPool status, which the daemon applies (``set_pool``, ``exclude``, ``answer_release``) before serving.
+* Not thread-safe: calls and timer callbacks run on one event loop.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import functools
+import ipaddress
+import math
+import uuid as uuid_module
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.clock import Clock, Handle
+from eni_ipam.model import ReleaseState
+
+from .state import RestoreReport, StateFile, recover
+from .types import DEFAULT_POOL, Allocation, Family, PoolAddress
+
+__all__ = ["Allocator", "RestoreReport"]
+
+log = structlog.get_logger("eni_ipam.agent.allocator")
+
+_LABEL = {Family.IPV4: "IPv4", Family.IPV6: "IPv6"}
+
+
+def _canonical(address: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
+
+
+def _key(address: str) -> tuple[int, int]:
+    parsed = ipaddress.ip_address(address)
+    return parsed.version, int(parsed)
+
+
+def _parse(address: str, pool: str, error: type[errors.AllocatorError] = errors.NotInPool) -> str:
+    canonical = _canonical(address)
+    if canonical is None:
+        raise error(f"{address!r} is not an IP address", address=address, pool=pool)
+    return canonical
+
+
+def _check(owner: str, timeout: float = 0.0) -> None:
+    if not owner:
+        raise errors.AllocatorError("an allocation needs a non-empty owner")
+    if not (math.isfinite(timeout) and timeout >= 0):
+        raise errors.AllocatorError(f"invalid expiration timeout {timeout!r}")
+
+
+@dataclasses.dataclass(slots=True)
+class _Timer:
+    uuid: str
+    timeout: float
+    handle: Handle | None = None  # None until scheduled, after the change that started it was saved
+
+
+class _Pool:
+    __slots__ = ("members", "order")
+
+    def __init__(self, members: dict[str, PoolAddress]) -> None:
+        self.members = members
+        self.order = {f: sorted((a for a in members if Family.of(a) is f), key=_key) for f in Family}
+
+    def discard(self, address: str) -> bool:
+        if self.members.pop(address, None) is None:
+            return False
+        self.order[Family.of(address)].remove(address)
+        return True
+
+
+class Allocator:
+    """The node's allocator over named pools of :class:`PoolAddress` (see the module's invariants)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        ipv4: bool = True,
+        ipv6: bool = False,
+        state: StateFile | None = None,
+        uuids: Callable[[], str] = lambda: str(uuid_module.uuid4()),
+    ) -> None:
+        self._clock = clock
+        self._enabled = {Family.IPV4: ipv4, Family.IPV6: ipv6}
+        self._state = state
+        self._uuids = uuids
+        self._pools: dict[str, _Pool] = {}
+        self._allocations: dict[str, Allocation] = {}
+        self._timers: dict[str, _Timer] = {}
+        self._cursors: dict[tuple[str, Family], str] = {}  # (pool, family) -> last address handed out
+        self._excluded: dict[str, dict[str, str]] = {}  # pool -> address -> who excluded it
+        self._held: dict[str, set[str]] = {}  # pool -> addresses named by the release handshake
+        self._restored = state is None
+        self._depth = 0
+
+    # -- pools -------------------------------------------------------------------------------------
+
+    def set_pool(self, name: str, addresses: Iterable[PoolAddress]) -> None:
+        """Replace the pool's membership (creating the pool). Allocations of leaving addresses are kept."""
+        members: dict[str, PoolAddress] = {}
+        for member in addresses:
+            canonical = _parse(member.address, name, errors.AllocatorError)
+            members[canonical] = dataclasses.replace(member, address=canonical)
+        old = self._pools.get(name)
+        before = set(old.members) if old is not None else set()
+        self._pools[name] = _Pool(members)
+        added, removed = sorted(members.keys() - before, key=_key), sorted(before - members.keys(), key=_key)
+        if old is None or added or removed:
+            log.info("pool_updated", pool=name, members=len(members), added=len(added), removed=len(removed))
+        for address in (a for a in removed if a in self._allocations):
+            log.info("allocated_address_left_pool", pool=name, address=address)
+
+    def remove_pool(self, name: str) -> None:
+        """Forget the pool; its allocations are kept until released."""
+        self._pool(name)
+        del self._pools[name]
+        self._cursors = {k: v for k, v in self._cursors.items() if k[0] != name}
+        log.info("pool_removed", pool=name, kept=len(self.allocations(pool=name)))
+
+    def pools(self) -> list[str]:
+        return sorted(self._pools)
+
+    def pool_addresses(self, name: str) -> list[PoolAddress]:
+        """The pool's members in address order (IPv4 first)."""
+        pool = self._pool(name)
+        return [pool.members[a] for f in Family for a in pool.order[f]]
+
+    def exclude(self, address: str, owner: str, pool: str = DEFAULT_POOL) -> None:
+        """Never hand ``address`` out from ``pool`` (idempotent; it need not be a member yet)."""
+        canonical = _parse(address, pool)
+        excluded = self._excluded.setdefault(pool, {})
+        if excluded.get(canonical) != owner:
+            log.info("address_excluded", address=canonical, owner=owner, pool=pool)
+        excluded[canonical] = owner
+        if (current := self._allocations.get(canonical)) is not None and current.owner != owner:
+            log.warning("excluded_address_allocated", address=canonical, owner=current.owner, pool=pool)
+
+    def capacity(self, pool: str = DEFAULT_POOL) -> int:
+        """The pool's members of enabled families that are not excluded (allocated ones included)."""
+        excluded = self._excluded.get(pool, {})
+        return sum(1 for a in self._pool(pool).members if self._enabled[Family.of(a)] and a not in excluded)
+
+    # -- allocation --------------------------------------------------------------------------------
+
+    def allocate(self, address: str, owner: str, pool: str = DEFAULT_POOL) -> Allocation:
+        """Allocate ``address``; the same owner asking again (same pool) gets its existing allocation."""
+        _check(owner)
+        canonical = _parse(address, pool)
+        if not self._enabled[family := Family.of(canonical)]:
+            raise errors.FamilyDisabled(f"{_LABEL[family]} allocation disabled", address=canonical, pool=pool)
+        self._pool(pool)
+        if (existing := self._allocations.get(canonical)) is not None:
+            if existing.owner == owner and existing.pool == pool:
+                return existing
+            why = f"{canonical} is allocated to {existing.owner} (pool {existing.pool})"
+            raise errors.AlreadyAllocated(why, address=canonical, pool=pool)
+        if refusal := self._refusal(canonical, pool):
+            why = f"{canonical} is not available in pool {pool}: {refusal}"
+            raise errors.NotInPool(why, address=canonical, pool=pool)
+        with self._change():
+            allocation = self._allocations[canonical] = self._allocation(canonical, owner, pool)
+        log.debug("address_allocated", address=canonical, owner=owner, pool=pool)
+        return allocation
+
+    def allocate_next(
+        self, owner: str, pool: str = DEFAULT_POOL, family: Family | None = None, *, serial: bool = False
+    ) -> tuple[Allocation | None, Allocation | None]:
+        """The next free address of each requested family (None: every enabled one), ``(ipv4, ipv6)``.
+
+        All or nothing: when one family has no free address, nothing is allocated (PoolExhausted).
+        """
+        _check(owner)
+        with self._change():
+            result = self._allocate_next(owner, pool, family, serial)
+        for allocation in filter(None, result):
+            log.debug("address_allocated", address=allocation.address, owner=owner, pool=pool, serial=serial)
+        return result
+
+    def allocate_next_with_expiration(
+        self, owner: str, pool: str, family: Family | None, timeout: float
+    ) -> tuple[Allocation | None, Allocation | None]:
+        """As :meth:`allocate_next`, each allocation with an expiration timer (its UUID in the allocation)."""
+        _check(owner, timeout)
+        with self._change():
+            v4, v6 = (
+                self._start_timer(a, timeout) if a else None for a in self._allocate_next(owner, pool, family)
+            )
+        for allocation in filter(None, (v4, v6)):
+            log.debug(
+                "address_allocated", address=allocation.address, owner=owner, pool=pool, expires=timeout
+            )
+        return v4, v6
+
+    def start_expiration_timer(self, address: str, pool: str, timeout: float) -> str:
+        """Release the allocation after ``timeout`` s unless stopped (replaces a running timer); the UUID."""
+        _check("-", timeout)
+        allocation = self._owned(address, pool)
+        with self._change():
+            uuid = self._start_timer(allocation, timeout).expiration_uuid
+        log.debug("expiration_timer_started", address=allocation.address, pool=pool, uuid=uuid)
+        return uuid
+
+    def stop_expiration_timer(self, address: str, pool: str, uuid: str) -> None:
+        allocation = self._owned(address, pool)
+        if not uuid or allocation.expiration_uuid != uuid:
+            why = f"{allocation.address}: no expiration timer {uuid!r}"
+            raise errors.ExpirationMismatch(why, address=allocation.address, pool=pool)
+        with self._change():
+            del self._timers[allocation.address]
+            self._allocations[allocation.address] = dataclasses.replace(allocation, expiration_uuid="")
+        log.debug("expiration_timer_stopped", address=allocation.address, pool=pool, uuid=uuid)
+
+    def release(self, address: str, pool: str = DEFAULT_POOL) -> Allocation:
+        """Release the allocation (and stop its timer); the allocation as it was."""
+        allocation = self._owned(address, pool)
+        with self._change():
+            self._drop(allocation.address)
+        log.debug("address_released", address=allocation.address, owner=allocation.owner, pool=pool)
+        return allocation
+
+    def release_owner(self, owner: str) -> list[Allocation]:
+        """Release every allocation of ``owner``; the released allocations, [] if there were none."""
+        if mine := self.allocations(owner=owner):
+            with self._change():
+                for allocation in mine:
+                    self._drop(allocation.address)
+            log.debug("owner_released", owner=owner, addresses=[a.address for a in mine])
+        return mine
+
+    def allocations(self, *, owner: str | None = None, pool: str | None = None) -> list[Allocation]:
+        """Allocations in address order (IPv4 first), optionally of one owner and/or one pool."""
+        chosen = (
+            a for a in self._allocations.values() if owner in (None, a.owner) and pool in (None, a.pool)
+        )
+        return sorted(chosen, key=lambda a: _key(a.address))
+
+    def used(self) -> set[str]:
+        """Every allocated address, in any pool."""
+        return set(self._allocations)
+
+    # -- the release handshake ---------------------------------------------------------------------
+
+    def answer_release(
+        self, marks: Mapping[str, ReleaseState], pool: str = DEFAULT_POOL
+    ) -> dict[str, ReleaseState]:
+        """Answer the reconciler's marks for ``pool`` (its whole current set) and hold what they name.
+
+        MARKED → DO_NOT_RELEASE if allocated, else READY; RELEASED → dropped from the pool, no answer.
+        Every address in ``marks`` is held (never handed out, from any pool) until a later call for this
+        pool no longer names it. Returns the answers to publish, keyed as in ``marks`` — none before
+        :meth:`restore` ran, when what is allocated is not known yet (call again after restoring).
+        """
+        members = self._pools.get(pool)
+        held: set[str] = set()
+        answers: dict[str, ReleaseState] = {}
+        for address, state in marks.items():
+            if (canonical := _canonical(address)) is None:
+                log.warning("release_mark_invalid", address=address, pool=pool)
+                continue
+            held.add(canonical)
+            current = self._allocations.get(canonical)
+            if state == ReleaseState.MARKED:
+                answers[address] = ReleaseState.DO_NOT_RELEASE if current else ReleaseState.READY
+            elif state == ReleaseState.RELEASED:
+                if members is not None and members.discard(canonical):
+                    log.info("released_address_dropped", address=canonical, pool=pool)
+                if current is not None:
+                    log.warning(
+                        "released_address_allocated", address=canonical, owner=current.owner, pool=pool
+                    )
+        previous = self._held.pop(pool, set())
+        if held:
+            self._held[pool] = held
+        if held != previous:
+            added, freed = sorted(held - previous, key=_key), sorted(previous - held, key=_key)
+            log.info("release_holds_changed", pool=pool, held=len(held), added=added, freed=freed)
+        if not self._restored:
+            log.info("release_answers_deferred", pool=pool, marks=len(marks), reason="not restored yet")
+            return {}
+        log.debug("release_answered", pool=pool, answers=len(answers))
+        return answers
+
+    # -- inspection --------------------------------------------------------------------------------
+
+    def dump(self) -> tuple[dict[str, str], dict[str, str], str]:
+        """``({IPv4 address: owner}, {IPv6 address: owner}, status line)``, in address order."""
+        by_family: dict[Family, dict[str, str]] = {f: {} for f in Family}
+        for allocation in self.allocations():
+            by_family[allocation.family][allocation.address] = allocation.owner
+        return by_family[Family.IPV4], by_family[Family.IPV6], self._status_line()
+
+    def debug_status(self) -> str:
+        """The status line, then one line per pool, allocation and exclusion."""
+        lines = [self._status_line()]
+        for name, pool in sorted(self._pools.items()):
+            held = ", ".join(sorted((a for a in pool.members if self._is_held(a)), key=_key)) or "none"
+            allocated = len(self.allocations(pool=name))
+            lines.append(f"pool {name}: {len(pool.members)} members, {allocated} allocated, held: {held}")
+        for a in self.allocations():
+            timer = self._timers.get(a.address)
+            expiry = f" (expires after {timer.timeout:g}s, uuid {timer.uuid})" if timer else ""
+            lines.append(f"  {a.address} pool {a.pool} owner {a.owner}{expiry}")
+        for name, excluded in sorted(self._excluded.items()):
+            lines += [f"  excluded {a} pool {name} by {owner}" for a, owner in sorted(excluded.items())]
+        return "\n".join(lines)
+
+    def _status_line(self) -> str:
+        parts = [
+            f"{_LABEL[f]} {sum(1 for a in self._allocations if Family.of(a) is f)}/"
+            f"{sum(len(p.order[f]) for p in self._pools.values())} allocated"
+            if self._enabled[f]
+            else f"{_LABEL[f]} disabled"
+            for f in Family
+        ]
+        held = len(set().union(*self._held.values()))
+        return f"{', '.join(parts)}; pools: {', '.join(self.pools()) or 'none'}; {held} held for release"
+
+    # -- restore -----------------------------------------------------------------------------------
+
+    def restore(self, *, runtime: Mapping[str, str] | None = None) -> RestoreReport:
+        """Load the state file, or — when it is corrupt (then moved aside) or missing — rebuild from
+        ``runtime`` (address → owner: what the container runtime says is in use), kept where the address
+        is a pool member. Call once, after ``set_pool`` of the default pool, before any allocation."""
+        if self._allocations:
+            raise errors.AllocatorError("restore() must run before any allocation")
+        report, timeouts = recover(self._state, runtime or {}, self._place)
+        self._restored = True
+        try:
+            with self._change():
+                for allocation in (*report.restored, *report.rebuilt):
+                    self._allocations[allocation.address] = allocation
+                    if uuid := allocation.expiration_uuid:
+                        self._timers[allocation.address] = _Timer(uuid, timeouts[allocation.address])
+        except BaseException:
+            self._restored = False
+            raise
+        not_in_pool = tuple(a for a in report.restored if not self._is_member(a.address, a.pool))
+        for allocation in not_in_pool:
+            log.warning("restored_address_not_in_pool", address=allocation.address, pool=allocation.pool)
+        report = dataclasses.replace(report, not_in_pool=not_in_pool)
+        counts = {k: len(getattr(report, k)) for k in ("restored", "rebuilt", "dropped", "not_in_pool")}
+        event = log.warning if report.corrupt or report.dropped or not_in_pool else log.info
+        event("state_restored", **counts, corrupt=report.corrupt, missing=report.missing)
+        return report
+
+    def _place(self, address: str, owner: str) -> Allocation | None:
+        """The allocation ``owner`` would have of ``address`` in the first pool holding it (default first)."""
+        if (canonical := _canonical(address)) is None:
+            return None
+        pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
+        pool = next((p for p in pools if canonical in self._pools[p].members), None)
+        return self._allocation(canonical, owner, pool) if pool is not None else None
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _change(self, *, undo_on_save_error: bool = True) -> Iterator[None]:
+        """One change of the allocations: undone if the body raises; saved; then timers (re)scheduled."""
+        if self._depth:
+            yield
+            return
+        if not self._restored:
+            raise errors.AllocatorError("the allocator has a state file: restore() must run first")
+        before = dict(self._allocations), dict(self._timers), dict(self._cursors)
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._allocations, self._timers, self._cursors = before
+            raise
+        finally:
+            self._depth -= 1
+        if self._state is not None:
+            try:
+                self._state.save(self._allocations.values(), {a: t.timeout for a, t in self._timers.items()})
+            except OSError as exc:
+                log.error(
+                    "state_save_failed", path=str(self._state.path), error=str(exc), undone=undo_on_save_error
+                )
+                if undo_on_save_error:
+                    self._allocations, self._timers, self._cursors = before
+                    raise errors.AllocatorError(f"state file not written, change undone: {exc}") from exc
+        for address, timer in before[1].items():
+            if self._timers.get(address) is not timer and timer.handle is not None:
+                timer.handle.cancel()
+        for address, timer in self._timers.items():
+            if timer.handle is None:
+                expire = functools.partial(self._expire, address, timer.uuid)
+                timer.handle = self._clock.call_later(timer.timeout, expire)
+
+    def _expire(self, address: str, uuid: str) -> None:
+        timer = self._timers.get(address)
+        if timer is None or timer.uuid != uuid:
+            return  # stopped, replaced or released meanwhile
+        allocation = self._allocations[address]
+        with self._change(undo_on_save_error=False):
+            self._drop(address)
+        log.info(
+            "allocation_expired", address=address, owner=allocation.owner, pool=allocation.pool, uuid=uuid
+        )
+
+    def _allocate_next(
+        self, owner: str, pool: str, family: Family | None, serial: bool = False
+    ) -> tuple[Allocation | None, Allocation | None]:
+        if family is None:
+            families = [f for f in Family if self._enabled[f]]
+        elif self._enabled[family := Family(family)]:
+            families = [family]
+        else:
+            raise errors.FamilyDisabled(f"{_LABEL[family]} allocation disabled", pool=pool)
+        if not families:
+            raise errors.FamilyDisabled("no address family is enabled", pool=pool)
+        members = self._pool(pool)
+        result: dict[Family, Allocation] = {}
+        for f in families:
+            order = members.order[f]
+            cursor = self._cursors.get((pool, f)) if serial else None
+            start = bisect.bisect_right(order, _key(cursor), key=_key) if cursor else 0
+            address = next((a for a in order[start:] + order[:start] if not self._refusal(a, pool)), None)
+            if address is None:
+                raise errors.PoolExhausted(f"no free {_LABEL[f]} address in pool {pool}", pool=pool)
+            result[f] = self._allocations[address] = self._allocation(address, owner, pool)
+            self._cursors[(pool, f)] = address
+        return result.get(Family.IPV4), result.get(Family.IPV6)
+
+    def _is_member(self, address: str, pool: str) -> bool:
+        return pool in self._pools and address in self._pools[pool].members
+
+    def _is_held(self, address: str) -> bool:
+        return any(address in held for held in self._held.values())
+
+    def _refusal(self, address: str, pool: str) -> str:
+        """Why ``address`` cannot be handed out from ``pool`` now; empty if it can."""
+        if not self._is_member(address, pool):
+            return "not a member of the pool"
+        if (excluded_by := self._excluded.get(pool, {}).get(address)) is not None:
+            return f"excluded by {excluded_by}"
+        if self._is_held(address):
+            return "held for release"
+        return "allocated" if address in self._allocations else ""
+
+    def _allocation(self, address: str, owner: str, pool: str) -> Allocation:
+        m = self._pools[pool].members[address]
+        return Allocation(
+            address=address,
+            pool=pool,
+            owner=owner,
+            prefix_length=m.prefix_length,
+            gateway=m.gateway,
+            interface_id=m.interface_id,
+            subnet_id=m.subnet_id,
+        )
+
+    def _start_timer(self, allocation: Allocation, timeout: float) -> Allocation:
+        self._timers[allocation.address] = _Timer(uuid := self._uuids(), timeout)
+        started = self._allocations[allocation.address] = dataclasses.replace(
+            allocation, expiration_uuid=uuid
+        )
+        return started
+
+    def _drop(self, address: str) -> None:
+        del self._allocations[address]
+        self._timers.pop(address, None)
+
+    def _owned(self, address: str, pool: str) -> Allocation:
+        allocation = self._allocations.get(_canonical(address) or "")
+        if allocation is None or allocation.pool != pool:
+            raise errors.NotAllocated(
+                f"{address} is not allocated in pool {pool}", address=address, pool=pool
+            )
+        return allocation
+
+    def _pool(self, name: str) -> _Pool:
+        if (pool := self._pools.get(name)) is None:
+            raise errors.UnknownPool(f"no pool {name!r}", pool=name)
+        return pool

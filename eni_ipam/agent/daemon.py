@@ -1,0 +1,251 @@
+"""``eni-ipam agent --node NAME``: the node side's daemon.
+
+It keeps the node's allocator in step with the node's pool and tells the controller what it needs:
+
+* **Pool**: with ``node_source: kubernetes`` the default pool follows the node's ENIPool (watched by
+  name): the addresses in ``status.pool``, each with the prefix length and gateway of its subnet
+  (``status.subnets``). With ``memory`` it is the configured ``pools.default``. Named static pools
+  come from the configuration either way.
+* **Restore before serving**: the state file is loaded (or rebuilt from libcni's result cache when
+  it is corrupt) only once the pool is known, and the socket opens only after that — so no address
+  held by a running container is handed out again after a restart.
+* **Report**: every ``report_interval``, the addresses in use (``status.used``) and the release
+  handshake answers (``status.releaseAnswers``) are written when they changed — the agent's own
+  status fields, as a conditional merge patch (409: re-read, and the next report retries).
+* **Serve** on the unix socket: the CNI plugin's API and the libnetwork remote IPAM driver; on TCP:
+  ``/metrics``, ``/healthz``, ``/readyz`` (ready once restored and, with Kubernetes, synced).
+* **Claims**: Cluster API IPAddressClaims naming this node's ENIPool are served from its pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from eni_ipam import errors
+from eni_ipam.agent import api, libnetwork
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.config import AgentConfig
+from eni_ipam.agent.runtime import cni_cache_view
+from eni_ipam.agent.state import StateFile
+from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
+from eni_ipam.clock import Clock, LoopClock
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import ReleaseState
+from eni_ipam.server import make_app, start_server
+
+log = structlog.get_logger("eni_ipam.agent.daemon")
+
+
+def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress]:
+    """PoolAddress entries from ``(address, cidr, interface, subnet)``: the gateway of a cloud subnet
+    is its base address + 1 (VPC and VNet routers alike)."""
+    out = []
+    for address, cidr, interface, subnet in members:
+        network = ipaddress.ip_network(cidr, strict=False)
+        out.append(
+            PoolAddress(
+                address=address,
+                prefix_length=network.prefixlen,
+                gateway=str(network.network_address + 1),
+                interface_id=interface,
+                subnet_id=subnet,
+            )
+        )
+    return out
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        node: str,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        kube: Any = None,
+    ) -> None:
+        """``kube``: a KubeApi to use instead of one made from the configuration (tests)."""
+        self.config = config
+        self.node = node
+        self.clock = clock or LoopClock()
+        self.metrics = metrics or Metrics()
+        self.state_dir = Path(config.state_dir)
+        self.allocator = Allocator(
+            clock=self.clock,
+            ipv4=config.ipv4,
+            ipv6=config.ipv6,
+            state=StateFile(self.state_dir / "allocations.json"),
+        )
+        for pool in config.pools:
+            self.allocator.set_pool(pool.name, pool.addresses)
+        self.driver = libnetwork.LibnetworkDriver(
+            self.allocator, state_path=self.state_dir / "libnetwork.json"
+        )
+        self.kube = kube
+        self.endpoint: web.AppRunner | None = None
+        """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
+        self.restored = False
+        self.pool_seen = asyncio.Event()
+        self._pool: dict[str, Any] | None = None
+        self._answers: dict[str, ReleaseState] = {}
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.restored:
+            return False, "allocations not restored yet (waiting for the node's pool)"
+        return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"
+
+    def socket_app(self) -> web.Application:
+        app = web.Application()
+        api.add_routes(app, self.allocator)
+        libnetwork.add_routes(app, self.driver)
+        return app
+
+    # -- the pool -------------------------------------------------------------------------------
+
+    def on_pool(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The node's ENIPool changed: follow its addresses and answer its release marks."""
+        from eni_ipam.kube.resources import pool_members
+
+        if event == "DELETED":
+            self._pool = None
+            self.allocator.set_pool(DEFAULT_POOL, [])  # allocations stay with their owners
+            log.warning("pool_deleted", node=self.node)
+            return
+        self._pool = obj
+        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(pool_members(obj)))
+        marks = {
+            address: ReleaseState(state)
+            for address, state in ((obj.get("status") or {}).get("release") or {}).items()
+            if state in (ReleaseState.MARKED, ReleaseState.RELEASED)
+        }
+        self._answers = self.allocator.answer_release(marks)
+        self.pool_seen.set()
+
+    def _restore(self) -> None:
+        report = self.allocator.restore(runtime=cni_cache_view(self.config.cni_cache_dir))
+        self.driver.adopt_orphans()  # libnetwork pools whose registry was lost: back from their allocations
+        self.restored = True
+        log.info("allocations_restored", node=self.node, report=str(report))
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def _used(self) -> set[str]:
+        return {a.address for a in self.allocator.allocations(pool=DEFAULT_POOL)}
+
+    async def report_once(self) -> bool:
+        """Write the agent's status fields if they changed; True when nothing is left to write."""
+        from eni_ipam.kube.api import ENIPOOLS
+        from eni_ipam.kube.resources import agent_status_patch
+
+        if self.kube is None or self._pool is None:
+            return True
+        patch = agent_status_patch(self._pool, used=self._used(), answers=self._answers)
+        if patch is None:
+            return True
+        try:
+            self._pool = await self.kube.patch(ENIPOOLS, self.node, patch, status=True)
+        except errors.KubeConflict:
+            self._pool = await self.kube.get(ENIPOOLS, self.node, status=True)
+            return False
+        except errors.KubeNotFound:
+            return True
+        log.debug("status_reported", node=self.node, used=len(self._used()), answers=len(self._answers))
+        return True
+
+    async def _report(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.report_interval)
+            try:
+                await self.report_once()
+            except errors.KubeError as exc:
+                log.warning("status_report_failed", node=self.node, error=str(exc))
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the pool, restore, serve, report — until ``stop`` is set."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        socket = Path(self.config.socket)
+        socket.parent.mkdir(parents=True, exist_ok=True)
+        endpoint = self.endpoint = await start_server(
+            make_app(self.metrics, self.readiness), host=self.config.server_host, port=self.config.server_port
+        )
+        own_kube = self.kube is None and self.config.node_source == "kubernetes"
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = []
+                if self.config.node_source == "kubernetes":
+                    tasks += self._start_kubernetes(tg)
+                    waiting = tg.create_task(self.pool_seen.wait())
+                    stopping = tg.create_task(stop.wait())
+                    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    waiting.cancel()
+                    stopping.cancel()
+                    if stop.is_set():
+                        for task in tasks:
+                            task.cancel()
+                        return
+                self._restore()
+                _remove_stale(socket)
+                runner = web.AppRunner(self.socket_app(), access_log=None)
+                await runner.setup()
+                await web.UnixSite(runner, str(socket)).start()
+                os.chmod(socket, 0o660)
+                log.info("agent_serving", node=self.node, socket=str(socket))
+                try:
+                    await stop.wait()
+                finally:
+                    await runner.cleanup()
+                    with contextlib.suppress(errors.KubeError):
+                        await self.report_once()  # the last word on what is in use
+                    for task in tasks:
+                        task.cancel()
+        finally:
+            await endpoint.cleanup()
+            if own_kube and self.kube is not None:
+                await self.kube.close()
+        log.info("agent_stopped", node=self.node)
+
+    def _start_kubernetes(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        from eni_ipam.kube.api import ENIPOOLS, KubeApi, client_from_kubeconfig
+        from eni_ipam.kube.informer import Informer
+        from eni_ipam.kube.permissions import AGENT_PERMISSIONS
+
+        if self.kube is None:
+            self.kube = KubeApi(
+                client_from_kubeconfig(self.config.kubeconfig),
+                metrics=self.metrics,
+                allowed=AGENT_PERMISSIONS,
+            )
+        pools = Informer(
+            self.kube, ENIPOOLS, clock=self.clock, metrics=self.metrics, fields={"metadata.name": self.node}
+        )
+        pools.add_handler(self.on_pool)
+        tasks = [
+            tg.create_task(pools.run(), name="eni-ipam-agent-pool"),
+            tg.create_task(self._report(), name="eni-ipam-agent-report"),
+        ]
+        if self.config.claims:
+            from eni_ipam.agent.claims import ClaimReconciler
+
+            claims = ClaimReconciler(
+                self.kube, self.allocator, node=self.node, clock=self.clock, metrics=self.metrics
+            )
+            tasks.append(tg.create_task(claims.run(), name="eni-ipam-agent-claims"))
+        return tasks
+
+
+def _remove_stale(socket: Path) -> None:
+    """A previous run's socket file: nobody listens on it any more, and binding needs the name."""
+    with contextlib.suppress(FileNotFoundError):
+        socket.unlink()

@@ -1,0 +1,58 @@
+"""Tests of the node side. :class:`FakeClock` drives the allocator's expiration timers by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import heapq
+import itertools
+from collections.abc import Callable
+
+
+@dataclasses.dataclass(eq=False)
+class FakeHandle:
+    callback: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeClock:
+    """A clock that moves only when told (:meth:`advance`), firing due callbacks in time order."""
+
+    def __init__(self, start: float = 10_000.0) -> None:
+        self.now = start
+        self._queue: list[tuple[float, int, FakeHandle]] = []
+        self._seq = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeHandle:
+        handle = FakeHandle(callback)
+        heapq.heappush(self._queue, (self.now + max(delay, 0.0), next(self._seq), handle))
+        return handle
+
+    def now_utc(self) -> datetime.datetime:
+        return datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(seconds=self.now)
+
+    def advance(self, seconds: float) -> None:
+        until = self.now + seconds
+        while self._queue and self._queue[0][0] <= until:
+            when, _, handle = heapq.heappop(self._queue)
+            self.now = when
+            if not handle.cancelled:
+                handle.callback()
+        self.now = until
+
+    def pending(self) -> int:
+        """Callbacks still due (not cancelled)."""
+        return sum(1 for _, _, handle in self._queue if not handle.cancelled)
+
+    def kill(self) -> None:
+        """Drop every pending callback: what a process that dies takes with it."""
+        self._queue.clear()

@@ -1,0 +1,72 @@
+"""The agent's configuration: defaults, static pools, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eni_ipam.agent.config import agent_config_from_mapping, load_agent_config
+from eni_ipam.errors import ConfigError
+
+
+def test_defaults_follow_the_nodes_enipool() -> None:
+    config = load_agent_config(None)
+    assert config.node_source == "kubernetes" and config.socket == "/run/eni-ipam/agent.sock"
+    assert config.ipv4 and not config.ipv6 and config.pools == ()
+
+
+def test_static_pool_from_ranges_skips_the_gateway() -> None:
+    config = agent_config_from_mapping(
+        {
+            "node_source": "memory",
+            "pools": {"default": {"cidr": "10.99.0.0/24", "ranges": ["10.99.0.1-10.99.0.4", "10.99.0.9"]}},
+        }
+    )
+    (pool,) = config.pools
+    assert pool.gateway == "10.99.0.1"
+    assert [a.address for a in pool.addresses] == ["10.99.0.2", "10.99.0.3", "10.99.0.4", "10.99.0.9"]
+    assert {(a.prefix_length, a.gateway) for a in pool.addresses} == {(24, "10.99.0.1")}
+
+
+def test_ipv6_pool_with_a_gateway() -> None:
+    config = agent_config_from_mapping(
+        {
+            "ipv6": True,
+            "pools": {"v6": {"cidr": "fd00::/120", "gateway": "fd00::fe", "ranges": ["fd00::10-fd00::12"]}},
+        }
+    )
+    assert [a.address for a in config.pools[0].addresses] == ["fd00::10", "fd00::11", "fd00::12"]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"node_source": "etcd"}, "node_source"),
+        ({"colour": 1}, "colour"),
+        ({"ipv4": False}, "ipv4"),
+        ({"node_source": "memory"}, "pools.default"),
+        ({"pools": {"default": {"cidr": "10.0.0.0/24"}}}, "pools.default"),
+        ({"pools": {"p": {}}}, "pools.p.cidr"),
+        ({"pools": {"p": {"cidr": "10.0.0.1/24"}}}, "pools.p.cidr"),
+        ({"pools": {"p": {"cidr": "10.0.0.0/24", "gateway": "10.0.1.1"}}}, "pools.p.gateway"),
+        ({"pools": {"p": {"cidr": "10.0.0.0/24", "ranges": ["10.0.0.9-10.0.0.3"]}}}, "pools.p.ranges[0]"),
+        ({"pools": {"p": {"cidr": "10.0.0.0/24", "ranges": ["10.0.1.9"]}}}, "pools.p.ranges[0]"),
+        ({"pools": {"p": {"cidr": "10.0.0.0/8"}}}, "pools.p.ranges"),
+        ({"server": {"port": "x"}}, "server.port"),
+        ({"report_interval": 0}, "report_interval"),
+    ],
+)
+def test_bad_values_name_their_field(data: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        agent_config_from_mapping(data)
+    assert info.value.field == field
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_agent_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "agent.yaml"
+    bad.write_text("pools: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_agent_config(bad)

@@ -1,0 +1,398 @@
+"""The allocator's state file: atomic durable writes, strict reads, survival of restarts, corruption."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from eni_ipam import errors
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.state import StateFile
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+from eni_ipam.model import ReleaseState
+from tests.agent import FakeClock
+from tests.agent.test_allocator import members
+
+V4 = Allocation(address="10.0.0.5", pool=DEFAULT_POOL, owner="c1", prefix_length=24, gateway="10.0.0.1")
+V6 = Allocation(
+    address="2001:db8::5",
+    pool="static",
+    owner="claim:ns/a",
+    prefix_length=64,
+    gateway="2001:db8::1",
+    interface_id="eni-2",
+    subnet_id="subnet-2",
+    expiration_uuid="uuid-7",
+)
+MARKED = ReleaseState.MARKED
+POOL = ("10.0.0.5", "10.0.0.6", "10.0.0.7", "2001:db8::5", "2001:db8::6")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "allocations.json"
+
+
+def start(path: Path, clock: FakeClock, *, runtime: Mapping[str, str] | None = None) -> Allocator:
+    """A freshly started allocator on ``path``: pool set, then restored (as the daemon does)."""
+    numbers = iter(range(1, 1000))
+    state = StateFile(path)
+    allocator = Allocator(clock=clock, ipv6=True, state=state, uuids=lambda: f"uuid-{next(numbers)}")
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    allocator.restore(runtime=runtime)
+    return allocator
+
+
+# -- the file ------------------------------------------------------------------------------------
+
+
+def test_saved_allocations_load_back_with_their_timers(path: Path) -> None:
+    state = StateFile(path)
+    state.save([V6, V4], {"2001:db8::5": 30.0})
+    assert state.load() == [V4, V6]
+    assert state.read().timeouts == {"2001:db8::5": 30.0}
+    document = json.loads(path.read_text())
+    assert document["version"] == 1
+    assert document["checksum"] == checksum(document["allocations"])
+
+
+def test_a_missing_file_is_an_empty_state(path: Path) -> None:
+    assert StateFile(path).load() == []
+
+
+def test_saving_a_timer_without_its_timeout_is_refused(path: Path) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        StateFile(path).save([V6])
+    assert not path.exists()
+
+
+def test_save_fsyncs_the_file_and_its_directory_and_leaves_no_temporary(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    StateFile(path).save([V4])
+    assert synced == ["file", "dir"]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_a_failed_write_leaves_the_previous_file_and_no_temporary(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = StateFile(path)
+    state.save([V4])
+    before = path.read_bytes()
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError):
+        state.save([])
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def checksum(entries: object) -> str:
+    """The documented checksum: SHA-256 of the canonical JSON of the allocations."""
+    return (
+        "sha256:"
+        + hashlib.sha256(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    )
+
+
+def rewrite(path: Path, change: Callable[[dict], None], *, fix_checksum: bool = True) -> None:
+    """Apply ``change`` to the saved document, recomputing its checksum unless told not to."""
+    document = json.loads(path.read_text())
+    change(document)
+    if fix_checksum:
+        document["checksum"] = checksum(document["allocations"])
+    path.write_text(json.dumps(document))
+
+
+def entry(**changes: object) -> Callable[[dict], None]:
+    return lambda document: document["allocations"][0].update(changes)
+
+
+CORRUPTIONS: dict[str, Callable[[Path], None]] = {
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "empty": lambda p: p.write_bytes(b""),
+    "garbage": lambda p: p.write_bytes(b"\x00\xff garbage \x17"),
+    "not an object": lambda p: p.write_text("[]"),
+    "checksum mismatch": lambda p: rewrite(p, entry(owner="c9"), fix_checksum=False),
+    "wrong version": lambda p: rewrite(p, lambda d: d.update(version=2)),
+    "no allocation list": lambda p: rewrite(p, lambda d: d.update(allocations={})),
+    "bad address": lambda p: rewrite(p, entry(address="10.0.0.256")),
+    "non-canonical address": lambda p: rewrite(p, entry(address="2001:DB8::5")),
+    "missing owner": lambda p: rewrite(p, entry(owner="")),
+    "bad prefix length": lambda p: rewrite(p, entry(prefix_length=33)),
+    "string field not a string": lambda p: rewrite(p, entry(gateway=7)),
+    "timer without timeout": lambda p: rewrite(p, entry(expiration_uuid="u")),
+    "timeout without timer": lambda p: rewrite(p, entry(expiration_timeout=5)),
+    "negative timeout": lambda p: rewrite(p, entry(expiration_uuid="u", expiration_timeout=-1)),
+    "listed twice": lambda p: rewrite(p, lambda d: d["allocations"].append(d["allocations"][0])),
+}
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_load_refuses_a_corrupt_file(path: Path, corrupt: Callable[[Path], None]) -> None:
+    StateFile(path).save([V4])
+    corrupt(path)
+    with pytest.raises(errors.CorruptState) as caught:
+        StateFile(path).load()
+    assert caught.value.path == str(path)
+    assert isinstance(caught.value, errors.AllocatorError)
+
+
+def test_an_unreadable_file_is_corrupt(path: Path) -> None:
+    path.mkdir()  # reading a directory fails with an OSError other than "not found"
+    with pytest.raises(errors.CorruptState, match="unreadable"):
+        StateFile(path).load()
+
+
+# -- the allocator on its file -------------------------------------------------------------------
+
+
+def test_every_change_is_saved_before_the_call_returns(path: Path) -> None:
+    clock = FakeClock()
+    allocator = start(path, clock)
+    steps: list[Callable[[], object]] = [
+        lambda: allocator.allocate("10.0.0.6", "c1"),
+        lambda: allocator.allocate_next("c2"),
+        lambda: allocator.allocate_next_with_expiration("c3", DEFAULT_POOL, Family.IPV4, 30),
+        lambda: allocator.stop_expiration_timer("10.0.0.7", DEFAULT_POOL, "uuid-1"),
+        lambda: allocator.start_expiration_timer("10.0.0.6", DEFAULT_POOL, 10),
+        lambda: allocator.release("10.0.0.5"),
+        lambda: allocator.release_owner("c2"),
+        lambda: clock.advance(10),
+    ]
+    for step in steps:
+        step()
+        assert StateFile(path).load() == allocator.allocations()
+
+
+def test_allocations_survive_a_restart_between_operations(path: Path) -> None:
+    clock = FakeClock()
+    first = start(path, clock)
+    first.allocate("10.0.0.6", "c1")
+    first.allocate_next("c2")
+    first.release("10.0.0.6")
+    before = first.allocations()
+    clock.kill()  # the process dies: its timers with it
+    second = start(path, clock)
+    assert second.allocations() == before
+    v4, _ = second.allocate_next("c3", family=Family.IPV4)
+    assert v4 is not None and v4.address == "10.0.0.6"  # never one of the restored addresses
+    third = start(path, clock)
+    assert third.allocations() == second.allocations()
+
+
+def test_a_restored_allocation_gets_its_timer_back_with_its_full_timeout(path: Path) -> None:
+    clock = FakeClock()
+    first = start(path, clock)
+    (kept, _), (lapsed, _) = (
+        first.allocate_next_with_expiration(owner, DEFAULT_POOL, Family.IPV4, 30) for owner in ("c1", "c2")
+    )
+    assert kept is not None and lapsed is not None
+    clock.advance(20)
+    clock.kill()
+    second = start(path, clock)
+    second.stop_expiration_timer(kept.address, DEFAULT_POOL, kept.expiration_uuid)  # the caller's UUID works
+    clock.advance(29)
+    assert second.used() == {kept.address, lapsed.address}
+    clock.advance(1)
+    assert second.used() == {kept.address}
+    assert StateFile(path).load() == second.allocations()
+
+
+class FailingState(StateFile):
+    """Fails to save while ``failing`` is set."""
+
+    failing = False
+
+    def save(self, allocations: Iterable[Allocation], timeouts: Mapping[str, float] | None = None) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        super().save(allocations, timeouts)
+
+
+def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
+    clock = FakeClock()
+    state = FailingState(path)
+    allocator = Allocator(clock=clock, state=state)
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    allocator.restore()
+    kept = allocator.allocate("10.0.0.7", "c1")
+    state.failing = True
+    with capture_logs() as logs, pytest.raises(errors.AllocatorError, match="not written"):
+        allocator.allocate_next_with_expiration("c2", DEFAULT_POOL, None, 5)
+    assert any(e["event"] == "state_save_failed" and e["log_level"] == "error" for e in logs)
+    with pytest.raises(errors.AllocatorError):
+        allocator.release("10.0.0.7")
+    assert allocator.allocations() == [kept]
+    assert clock.pending() == 0  # no timer was started for the undone allocation
+    state.failing = False
+    v4, _ = allocator.allocate_next("c2")
+    assert v4 is not None and v4.address == "10.0.0.5"  # the undone allocation did not move the cursor either
+
+
+def test_an_expiry_whose_save_fails_still_frees_the_address(path: Path) -> None:
+    clock = FakeClock()
+    state = FailingState(path)
+    allocator = Allocator(clock=clock, state=state)
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    allocator.restore()
+    allocator.allocate_next_with_expiration("c1", DEFAULT_POOL, None, 5)
+    state.failing = True
+    clock.advance(5)
+    assert allocator.used() == set()
+    assert [a.address for a in StateFile(path).load()] == ["10.0.0.5"]  # stale, never missing
+    state.failing = False
+    allocator.allocate("10.0.0.6", "c2")
+    assert [a.address for a in StateFile(path).load()] == ["10.0.0.6"]
+
+
+def test_no_release_answers_are_given_before_restore_but_marks_already_hold(path: Path) -> None:
+    StateFile(path).save([V4])
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    assert allocator.answer_release({"10.0.0.5": MARKED, "10.0.0.6": MARKED}) == {}  # 10.0.0.5 is in use
+    allocator.restore()
+    v4, _ = allocator.allocate_next("c2")
+    assert v4 is not None and v4.address == "10.0.0.7"
+    answers = allocator.answer_release({"10.0.0.5": MARKED, "10.0.0.6": MARKED})
+    assert answers == {"10.0.0.5": ReleaseState.DO_NOT_RELEASE, "10.0.0.6": ReleaseState.READY}
+
+
+def test_changes_before_restore_are_refused_so_the_file_is_never_overwritten(path: Path) -> None:
+    StateFile(path).save([V4])
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    with pytest.raises(errors.AllocatorError, match="restore"):
+        allocator.allocate_next("c2")
+    assert StateFile(path).load() == [V4]
+    allocator.restore()
+    with pytest.raises(errors.AllocatorError, match="before any allocation"):
+        allocator.restore()
+
+
+# -- restore ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_a_corrupt_file_is_moved_aside_reported_and_rebuilt_from_the_runtime(
+    path: Path, corrupt: Callable[[Path], None]
+) -> None:
+    StateFile(path).save([V4])
+    corrupt(path)
+    damaged = path.read_bytes()
+    runtime = {"10.0.0.6": "c1", "2001:DB8::6": "c2", "10.9.9.9": "elsewhere", "bogus": "c3"}
+    with capture_logs() as logs:
+        allocator = start(path, FakeClock(), runtime=runtime)
+    report_events = [e for e in logs if e["event"] == "state_corrupt"]
+    assert report_events and report_events[0]["log_level"] == "error"
+    moved = path.with_name("allocations.json.corrupt-1")
+    assert moved.read_bytes() == damaged
+    assert allocator.dump()[:2] == ({"10.0.0.6": "c1"}, {"2001:db8::6": "c2"})
+    assert StateFile(path).load() == allocator.allocations()  # a valid file again
+
+
+def test_the_restore_report_says_what_was_rebuilt_and_dropped(path: Path) -> None:
+    path.write_text("{")
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore(runtime={"10.0.0.6": "c1", "10.9.9.9": "elsewhere", "10.0.0.7": ""})
+    assert "not JSON" in report.corrupt
+    assert report.moved_to == str(path.with_name("allocations.json.corrupt-1"))
+    assert [(a.address, a.owner) for a in report.rebuilt] == [("10.0.0.6", "c1")]
+    assert report.dropped == {"10.9.9.9": "elsewhere", "10.0.0.7": ""}
+    assert report.restored == () and not report.missing
+
+
+def test_each_corrupt_file_gets_its_own_name(path: Path) -> None:
+    for _ in range(2):
+        path.write_text("garbage")
+        start(path, FakeClock())
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "allocations.json",
+        "allocations.json.corrupt-1",
+        "allocations.json.corrupt-2",
+    ]
+
+
+def test_a_corrupt_file_without_a_runtime_view_is_still_reported(path: Path) -> None:
+    path.write_text("garbage")
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore()
+    assert report.corrupt and report.moved_to and report.rebuilt == ()
+    assert allocator.used() == set()
+
+
+def test_a_corrupt_file_that_cannot_be_moved_aside_stops_the_restore(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path.write_text("garbage")
+
+    def refuse(self: StateFile) -> Path:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(StateFile, "move_aside", refuse)
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    with pytest.raises(errors.CorruptState, match="moving it aside failed"):
+        allocator.restore(runtime={"10.0.0.6": "c1"})
+    assert path.read_text() == "garbage"
+    with pytest.raises(errors.AllocatorError, match="restore"):
+        allocator.allocate_next("c2")
+
+
+def test_a_missing_file_is_rebuilt_from_the_runtime(path: Path) -> None:
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore(runtime={"10.0.0.6": "c1"})
+    assert report.missing and not report.corrupt
+    assert allocator.dump()[0] == {"10.0.0.6": "c1"}
+    assert StateFile(path).load() == allocator.allocations()
+
+
+def test_a_valid_file_wins_over_the_runtime_view(path: Path) -> None:
+    StateFile(path).save([V4])
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore(runtime={"10.0.0.6": "c1"})
+    assert report.restored == (V4,) and report.rebuilt == ()
+    assert allocator.allocations() == [V4]
+
+
+def test_restored_allocations_outside_the_pool_are_kept_and_never_handed_to_another(path: Path) -> None:
+    StateFile(path).save([V4, V6], {V6.address: 60})
+    allocator = Allocator(clock=FakeClock(), ipv6=True, state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members("10.0.0.6"))  # 10.0.0.5 not (yet) listed; no "static" pool
+    report = allocator.restore()
+    assert report.not_in_pool == (V4, V6)
+    allocator.set_pool(DEFAULT_POOL, members("10.0.0.5", "10.0.0.6"))
+    v4, _ = allocator.allocate_next("c2", family=Family.IPV4)
+    assert v4 is not None and v4.address == "10.0.0.6"
+    with pytest.raises(errors.AlreadyAllocated):
+        allocator.allocate("10.0.0.5", "c3")
+    assert allocator.release("2001:db8::5", "static") == V6
+
+
+def test_an_allocator_without_a_state_file_restores_from_the_runtime_only() -> None:
+    allocator = Allocator(clock=FakeClock())
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore(runtime={"10.0.0.6": "c1"})
+    assert report.missing and [a.address for a in report.rebuilt] == ["10.0.0.6"]

@@ -1,0 +1,265 @@
+"""The agent's JSON API for the CNI plugin, against the real Allocator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from eni_ipam.agent import api, cni
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.types import PoolAddress
+from eni_ipam.clock import LoopClock
+
+V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
+V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]
+
+
+def make_allocator(*, ipv6: bool = False, pool: list[PoolAddress] | None = None) -> Allocator:
+    allocator = Allocator(clock=LoopClock(), ipv4=True, ipv6=ipv6)
+    allocator.set_pool("default", pool if pool is not None else V4 + (V6 if ipv6 else []))
+    return allocator
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Allocator], Any]]:
+    clients: list[TestClient[web.Request, web.Application]] = []
+
+    async def start(allocator: Allocator) -> TestClient[web.Request, web.Application]:
+        app = web.Application()
+        api.add_routes(app, allocator)
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        await client.close()
+
+
+async def post(client: TestClient[web.Request, web.Application], path: str, body: Any) -> tuple[int, Any]:
+    response = await client.post(path, json=body)
+    return response.status, await response.json()
+
+
+def ident(container: str = "c1", ifname: str = "eth0", **extra: Any) -> dict[str, Any]:
+    return {"containerID": container, "ifname": ifname, **extra}
+
+
+async def test_add_hands_out_the_lowest_pool_address_with_its_prefix_and_gateway(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(netns="/var/run/netns/x"))
+    assert status == 200
+    assert body["owner"] == "cni:c1:eth0"
+    assert body["existing"] is False
+    assert body["ips"] == [
+        {
+            "address": "10.99.0.10",
+            "prefixLength": 24,
+            "gateway": "10.99.0.1",
+            "family": "ipv4",
+            "pool": "default",
+            "interfaceID": "",
+            "subnetID": "",
+        }
+    ]
+    assert [(a.address, a.owner) for a in allocator.allocations()] == [("10.99.0.10", "cni:c1:eth0")]
+
+
+async def test_add_again_for_the_same_container_and_ifname_returns_the_same_address(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    _, first = await post(client, "/v1/cni/add", ident())
+    status, again = await post(client, "/v1/cni/add", ident())
+    _, other_if = await post(client, "/v1/cni/add", ident(ifname="net1"))
+    assert status == 200
+    assert again["ips"] == first["ips"] and again["existing"] is True
+    assert other_if["ips"][0]["address"] == "10.99.0.11"
+    assert len(allocator.allocations()) == 2
+
+
+async def test_del_releases_the_containers_addresses_and_unknown_del_succeeds(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    status, body = await post(client, "/v1/cni/del", ident())
+    assert status == 200
+    assert [ip["address"] for ip in body["released"]] == ["10.99.0.10"]
+    assert allocator.allocations() == []
+    status, body = await post(client, "/v1/cni/del", ident())
+    assert (status, body["released"]) == (200, [])
+    status, body = await post(client, "/v1/cni/del", ident(container="never-added"))
+    assert (status, body["released"]) == (200, [])
+
+
+async def test_dual_family_add_hands_out_one_address_of_each_family_ipv4_first(serve: Any) -> None:
+    allocator = make_allocator(ipv6=True)
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(family="dual"))
+    assert status == 200
+    assert [(ip["address"], ip["family"], ip["prefixLength"]) for ip in body["ips"]] == [
+        ("10.99.0.10", "ipv4", 24),
+        ("fd00:99::10", "ipv6", 64),
+    ]
+    status, only6 = await post(client, "/v1/cni/add", ident(container="c2", family="ipv6"))
+    assert [ip["address"] for ip in only6["ips"]] == ["fd00:99::11"]
+    status, _ = await post(client, "/v1/cni/check", ident(ips=["10.99.0.10", "FD00:99:0:0::10"]))
+    assert status == 200  # addresses compare in canonical form
+
+
+async def test_add_completes_a_missing_family_and_keeps_the_held_one(serve: Any) -> None:
+    allocator = make_allocator(ipv6=True)
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident(family="ipv4"))
+    status, body = await post(client, "/v1/cni/add", ident(family="dual"))
+    assert status == 200 and body["existing"] is False
+    assert [ip["address"] for ip in body["ips"]] == ["10.99.0.10", "fd00:99::10"]
+
+
+async def test_check_succeeds_while_the_container_holds_the_listed_addresses(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    status, body = await post(client, "/v1/cni/check", ident(ips=["10.99.0.10"]))
+    assert status == 200 and [ip["address"] for ip in body["ips"]] == ["10.99.0.10"]
+    status, _ = await post(client, "/v1/cni/check", ident())
+    assert status == 200
+
+
+@pytest.mark.parametrize(
+    ("ips", "status", "code"),
+    [
+        (["10.99.0.12"], 409, "address_mismatch"),  # the container's address is not in the previous result
+        (["10.99.0.10", "10.99.0.11"], 409, "address_mismatch"),  # a listed address belongs to someone else
+    ],
+)
+async def test_check_fails_when_the_previous_result_disagrees_with_the_allocator(
+    serve: Any, ips: list[str], status: int, code: str
+) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    await post(client, "/v1/cni/add", ident(container="c2"))
+    got, body = await post(client, "/v1/cni/check", ident(ips=ips))
+    assert (got, body["error"]["code"], body["error"]["field"]) == (status, code, "ips")
+
+
+async def test_check_of_a_container_holding_nothing_is_not_allocated(serve: Any) -> None:
+    client = await serve(make_allocator())
+    status, body = await post(client, "/v1/cni/check", ident(ips=["10.99.0.10"]))
+    assert (status, body["error"]["code"]) == (404, "not_allocated")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/cni/add", {"ifname": "eth0"}, "containerID"),
+        ("/v1/cni/add", {"containerID": "", "ifname": "eth0"}, "containerID"),
+        ("/v1/cni/add", {"containerID": "-bad", "ifname": "eth0"}, "containerID"),
+        ("/v1/cni/add", {"containerID": 7, "ifname": "eth0"}, "containerID"),
+        ("/v1/cni/add", {"containerID": "c1"}, "ifname"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "a/b"}, "ifname"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "x" * 16}, "ifname"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "eth0", "pool": ""}, "pool"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "eth0", "pool": 3}, "pool"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "eth0", "family": "ipv5"}, "family"),
+        ("/v1/cni/add", {"containerID": "c1", "ifname": "eth0", "netns": 1}, "netns"),
+        ("/v1/cni/add", ["not", "an", "object"], ""),
+        ("/v1/cni/del", {"containerID": "c1"}, "ifname"),
+        ("/v1/cni/check", {"containerID": "c1", "ifname": "eth0", "ips": "10.99.0.10"}, "ips"),
+        ("/v1/cni/check", {"containerID": "c1", "ifname": "eth0", "ips": ["nope"]}, "ips[0]"),
+    ],
+)
+async def test_bad_requests_are_400_naming_the_field_and_change_nothing(
+    serve: Any, path: str, body: Any, field: str
+) -> None:
+    allocator = make_allocator()
+    allocator.allocate("10.99.0.15", "cni:c1:eth0")
+    before = allocator.allocations()
+    client = await serve(allocator)
+    status, answer = await post(client, path, body)
+    assert status == 400
+    assert answer["error"]["code"] == "bad_request"
+    assert answer["error"]["field"] == field
+    assert field in answer["error"]["msg"]
+    assert allocator.allocations() == before
+
+
+async def test_a_body_that_is_not_json_is_400(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    response = await client.post(
+        "/v1/cni/add", data=b"{containerID", headers={"Content-Type": "application/json"}
+    )
+    body = await response.json()
+    assert response.status == 400 and body["error"]["code"] == "bad_request"
+    assert "not valid JSON" in body["error"]["msg"]
+    assert allocator.allocations() == []
+
+
+async def test_an_exhausted_pool_is_503_pool_exhausted(serve: Any) -> None:
+    allocator = make_allocator(pool=V4[:1])
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    status, body = await post(client, "/v1/cni/add", ident(container="c2"))
+    assert (status, body["error"]["code"]) == (503, "pool_exhausted")
+    assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
+
+
+async def test_an_unknown_pool_is_404_naming_the_pool_field(serve: Any) -> None:
+    client = await serve(make_allocator())
+    status, body = await post(client, "/v1/cni/add", ident(pool="gold"))
+    assert (status, body["error"]["code"], body["error"]["field"]) == (404, "unknown_pool", "pool")
+
+
+async def test_a_disabled_family_is_409_and_dual_on_a_single_family_node_leaves_nothing_allocated(
+    serve: Any,
+) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(family="ipv6"))
+    assert (status, body["error"]["code"]) == (409, "family_disabled")
+    status, body = await post(client, "/v1/cni/add", ident(family="dual"))
+    assert (status, body["error"]["code"]) == (409, "family_disabled")
+    assert "IPv6" in body["error"]["msg"]
+    assert allocator.allocations() == []
+
+
+async def test_add_to_another_pool_while_holding_addresses_is_an_owner_conflict(serve: Any) -> None:
+    allocator = make_allocator()
+    allocator.set_pool("gold", [PoolAddress(address="10.98.0.5", prefix_length=24, gateway="10.98.0.1")])
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    status, body = await post(client, "/v1/cni/add", ident(pool="gold"))
+    assert (status, body["error"]["code"], body["error"]["field"]) == (409, "owner_conflict", "pool")
+    assert [a.pool for a in allocator.allocations()] == ["default"]
+
+
+async def test_status_dumps_owners_pools_and_allocations(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident())
+    response = await client.get("/v1/status")
+    body = await response.json()
+    assert response.status == 200
+    assert body["ipv4"] == {"10.99.0.10": "cni:c1:eth0"}
+    assert body["ipv6"] == {}
+    assert body["pools"]["default"]["capacity"] == 11
+    assert body["pools"]["default"]["addresses"][0] == "10.99.0.10"
+    assert body["allocations"][0]["owner"] == "cni:c1:eth0"
+    assert isinstance(body["status"], str) and body["status"]
+
+
+def test_every_error_code_of_the_api_has_a_cni_code_in_the_plugin() -> None:
+    assert api.ERROR_CODES - {"bad_request"} <= set(cni.AGENT_ERROR_CODES)
+    assert cni.AGENT_ERROR_CODES["pool_exhausted"] == cni.TRY_AGAIN_LATER
+    assert all(
+        code >= 100
+        for name, code in cni.AGENT_ERROR_CODES.items()
+        if name not in ("pool_exhausted", "not_allocated")
+    )

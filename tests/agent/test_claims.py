@@ -1,0 +1,158 @@
+"""Cluster API address claims served from a node's pool: finalizers, owner references, pausing,
+and deletion order — against the fake API server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.claims import PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
+from eni_ipam.agent.types import PoolAddress
+from eni_ipam.clock import LoopClock
+from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi
+from eni_ipam.kube.permissions import AGENT_PERMISSIONS
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube
+from tests.kube.conftest import make_api
+
+pytestmark = pytest.mark.timeout(30)
+NS = "capi"
+
+
+async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+def claim(name: str, *, node: str = "n1", **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {"poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": node}},
+    }
+
+
+class Served:
+    def __init__(self, kube: FakeKube, addresses: int) -> None:
+        self.kube = kube
+        self.allocator = Allocator(clock=LoopClock())
+        self.allocator.set_pool(
+            "default",
+            [
+                PoolAddress(address=f"10.0.0.{10 + n}", prefix_length=24, gateway="10.0.0.1")
+                for n in range(addresses)
+            ],
+        )
+        self.api: KubeApi = make_api(kube)
+        self.api.allowed = AGENT_PERMISSIONS
+        self.reconciler = ClaimReconciler(
+            self.api, self.allocator, node="n1", clock=LoopClock(), metrics=Metrics()
+        )
+
+    def claim(self, name: str) -> dict[str, Any] | None:
+        return self.kube.get_object("ipaddressclaims", name, namespace=NS)
+
+    def address(self, name: str) -> dict[str, Any] | None:
+        return self.kube.get_object("ipaddresses", name, namespace=NS)
+
+
+@pytest.fixture
+async def served(kube: FakeKube) -> AsyncIterator[Served]:
+    s = Served(kube, addresses=2)
+    task = asyncio.create_task(s.reconciler.run())
+    yield s
+    task.cancel()
+    await s.api.close()
+
+
+@pytest.fixture
+async def people(kube: FakeKube) -> AsyncIterator[KubeApi]:
+    """Someone with every right (kubectl): creates and deletes claims and addresses."""
+    api = make_api(kube)
+    api.allowed = (
+        api.allowed
+        | AGENT_PERMISSIONS
+        | {
+            ("ipam.cluster.x-k8s.io", "ipaddressclaims", "create"),
+            ("ipam.cluster.x-k8s.io", "ipaddressclaims", "delete"),
+        }
+    )
+    yield api
+    await api.close()
+
+
+async def test_claim_gets_an_address_protected_and_owned_by_it(served: Served, people: KubeApi) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await until(lambda: served.address("c1") is not None and (served.claim("c1") or {}).get("status"))
+    address = served.address("c1")
+    assert address["spec"]["address"] == "10.0.0.10"
+    assert (address["spec"]["prefix"], address["spec"]["gateway"]) == (24, "10.0.0.1")
+    assert address["spec"]["claimRef"] == {"name": "c1"}
+    assert address["metadata"]["finalizers"] == [PROTECT_FINALIZER]
+    (owner,) = address["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("IPAddressClaim", "c1", True)
+    assert owner["uid"] == served.claim("c1")["metadata"]["uid"]
+    c1 = served.claim("c1")
+    assert RELEASE_FINALIZER in c1["metadata"]["finalizers"]
+    assert c1["status"]["addressRef"] == {"name": "c1"}
+    assert c1["status"]["conditions"][0]["status"] == "True"
+    assert [(a.address, a.owner) for a in served.allocator.allocations()] == [("10.0.0.10", "claim:capi/c1")]
+
+
+async def test_an_address_cannot_go_while_its_claim_exists(served: Served, people: KubeApi) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await until(lambda: served.address("c1") is not None)
+    await people.delete(IPADDRESSES, "c1", namespace=NS)
+    await asyncio.sleep(0.3)
+    kept = served.address("c1")
+    assert kept is not None and kept["metadata"].get("deletionTimestamp")
+    assert served.allocator.used() == {"10.0.0.10"}
+
+
+async def test_deleting_the_claim_releases_the_address_before_the_claim_goes(
+    served: Served, people: KubeApi
+) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await until(lambda: served.address("c1") is not None)
+    await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
+    await until(lambda: served.claim("c1") is None)
+    assert served.address("c1") is None
+    assert served.allocator.used() == set()
+    # the order: the address was released (protect finalizer removed, address deleted), then the claim
+    writes = [
+        (r.verb, r.plural) for r in served.kube.requests if r.verb in ("patch", "delete") and r.name == "c1"
+    ]
+    assert writes.index(("delete", "ipaddresses")) < len(writes) - 1
+    assert writes[-1] == ("patch", "ipaddressclaims")
+
+
+async def test_paused_claims_and_other_nodes_claims_are_left_alone(served: Served, people: KubeApi) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("paused", **{"cluster.x-k8s.io/paused": ""}))
+    await people.create(IPADDRESSCLAIMS, claim("elsewhere", node="n2"))
+    await people.create(IPADDRESSCLAIMS, claim("mine"))
+    await until(lambda: served.address("mine") is not None)
+    await asyncio.sleep(0.2)
+    assert served.address("paused") is None and served.address("elsewhere") is None
+    assert not served.claim("paused")["metadata"].get("finalizers")
+    assert served.allocator.used() == {"10.0.0.10"}
+
+
+@pytest.mark.looptime(start=1_000_000.0)
+async def test_exhausted_pool_says_so_and_the_claim_is_served_once_an_address_frees(
+    served: Served, people: KubeApi
+) -> None:
+    for name in ("c1", "c2", "c3"):
+        await people.create(IPADDRESSCLAIMS, claim(name))
+    await until(lambda: ((served.claim("c3") or {}).get("status") or {}).get("conditions"))
+    (condition,) = served.claim("c3")["status"]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "PoolExhausted")
+    assert served.address("c3") is None
+    await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
+    await until(lambda: served.address("c3") is not None, limit=30)  # at the next retry
+    assert served.address("c3")["spec"]["address"] == "10.0.0.10"

@@ -1,0 +1,389 @@
+"""The ``eni-ipam-cni`` plugin, run as a process with the CNI environment and stdin, against the agent API
+served on a unix socket by the test's event loop (real Allocator)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from eni_ipam.agent import api, cni
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.types import PoolAddress
+from eni_ipam.clock import LoopClock
+
+V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
+V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]
+
+
+class Plugin:
+    """Runs the plugin like a runtime does; ``socket`` is where the agent listens."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def conf(self, version: str = "1.0.0", **ipam: Any) -> dict[str, Any]:
+        return {
+            "cniVersion": version,
+            "name": "podnet",
+            "type": "bridge",
+            "ipam": {"type": "eni-ipam-cni", "socket": self.socket, **ipam},
+        }
+
+    async def __call__(
+        self,
+        command: str,
+        conf: Any = None,
+        *,
+        container: str = "c1",
+        ifname: str = "eth0",
+        netns: str = "/var/run/netns/test",
+        env: Mapping[str, str | None] | None = None,
+        stdin: bytes | None = None,
+    ) -> tuple[int, Any, str]:
+        environ = {
+            "PATH": os.environ.get("PATH", ""),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container,
+            "CNI_IFNAME": ifname,
+            "CNI_NETNS": netns,
+            "CNI_PATH": "/usr/lib/cni",
+        }
+        for key, value in (env or {}).items():
+            if value is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = value
+        data = stdin if stdin is not None else json.dumps(self.conf() if conf is None else conf).encode()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "eni_ipam.agent.cni",
+            env=environ,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(data), 20)
+        assert proc.returncode is not None
+        return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
+
+
+@contextlib.asynccontextmanager
+async def unix_server(app: web.Application) -> AsyncIterator[str]:
+    with tempfile.TemporaryDirectory(prefix="eni-cni-") as directory:
+        path = str(Path(directory) / "agent.sock")
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.UnixSite(runner, path).start()
+            yield path
+        finally:
+            await runner.cleanup()
+
+
+def make_allocator(*, ipv6: bool = False, pool: list[PoolAddress] | None = None) -> Allocator:
+    allocator = Allocator(clock=LoopClock(), ipv4=True, ipv6=ipv6)
+    allocator.set_pool("default", pool if pool is not None else V4 + (V6 if ipv6 else []))
+    return allocator
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[Callable[..., Awaitable[tuple[Allocator, Plugin]]]]:
+    """Start an agent (its API on a unix socket) over a fresh Allocator; the plugin runner for it."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(**kwargs: Any) -> tuple[Allocator, Plugin]:
+            allocator = make_allocator(**kwargs)
+            app = web.Application()
+            api.add_routes(app, allocator)
+            return allocator, Plugin(await stack.enter_async_context(unix_server(app)))
+
+        yield start
+
+
+def expect_error(rc: int, out: Any, err: str, code: int, *, names: str = "", version: str = "1.0.0") -> None:
+    assert rc != 0
+    assert out["code"] == code, out
+    assert out["cniVersion"] == version
+    assert isinstance(out["msg"], str) and out["msg"]
+    assert names in out["msg"] + out.get("details", "")
+    assert f"error {code}" in err  # one log line on stderr
+
+
+async def test_version_lists_the_supported_spec_versions() -> None:
+    rc, out, err = await Plugin("/nonexistent")("VERSION", stdin=b'{"cniVersion": "1.0.0"}')
+    assert (rc, out, err) == (0, {"cniVersion": "1.0.0", "supportedVersions": ["0.4.0", "1.0.0"]}, "")
+
+
+async def test_add_prints_a_1_0_0_result_with_the_address_gateway_and_default_route(agent: Any) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD")
+    assert (rc, err) == (0, "")
+    assert out == {
+        "cniVersion": "1.0.0",
+        "ips": [{"address": "10.99.0.10/24", "gateway": "10.99.0.1"}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.99.0.1"}],
+        "dns": {},
+    }
+    assert [(a.address, a.owner) for a in allocator.allocations()] == [("10.99.0.10", "cni:c1:eth0")]
+
+
+async def test_add_with_0_4_0_labels_each_ip_with_its_version(agent: Any) -> None:
+    _, plugin = await agent(ipv6=True)
+    rc, out, _ = await plugin("ADD", plugin.conf("0.4.0", family="dual"))
+    assert rc == 0 and out["cniVersion"] == "0.4.0"
+    assert out["ips"] == [
+        {"version": "4", "address": "10.99.0.10/24", "gateway": "10.99.0.1"},
+        {"version": "6", "address": "fd00:99::10/64", "gateway": "fd00:99::1"},
+    ]
+    assert out["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.99.0.1"}, {"dst": "::/0", "gw": "fd00:99::1"}]
+
+
+async def test_add_twice_for_the_same_container_returns_the_same_result(agent: Any) -> None:
+    allocator, plugin = await agent()
+    first = await plugin("ADD")
+    again = await plugin("ADD")
+    assert first == again and first[0] == 0
+    assert len(allocator.allocations()) == 1
+
+
+async def test_extra_routes_follow_the_default_route_and_default_route_false_drops_it(agent: Any) -> None:
+    _, plugin = await agent()
+    extra = [{"dst": "10.0.0.0/8"}, {"dst": "192.168.0.0/16", "gw": "10.99.0.2"}]
+    rc, out, _ = await plugin("ADD", plugin.conf(routes=extra))
+    assert rc == 0 and out["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.99.0.1"}, *extra]
+    rc, out, _ = await plugin("ADD", plugin.conf(routes=extra, defaultRoute=False), container="c2")
+    assert rc == 0 and out["routes"] == extra
+
+
+async def test_del_releases_the_address_and_repeating_it_or_omitting_netns_succeeds(agent: Any) -> None:
+    allocator, plugin = await agent()
+    await plugin("ADD")
+    rc, out, err = await plugin("DEL")
+    assert (rc, out, err) == (0, None, "")
+    assert allocator.allocations() == []
+    assert (await plugin("DEL"))[:2] == (0, None)
+    assert (await plugin("DEL", env={"CNI_NETNS": None}, container="never-added"))[:2] == (0, None)
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "0.4.0"])
+async def test_check_with_the_previous_result_succeeds_silently(agent: Any, version: str) -> None:
+    _, plugin = await agent()
+    _, result, _ = await plugin("ADD", plugin.conf(version))
+    rc, out, err = await plugin("CHECK", {**plugin.conf(version), "prevResult": result})
+    assert (rc, out, err) == (0, None, "")
+
+
+async def test_check_after_del_reports_the_container_unknown(agent: Any) -> None:
+    _, plugin = await agent()
+    _, result, _ = await plugin("ADD")
+    await plugin("DEL")
+    rc, out, err = await plugin("CHECK", {**plugin.conf(), "prevResult": result})
+    expect_error(rc, out, err, cni.UNKNOWN_CONTAINER, names="cni:c1:eth0")
+
+
+async def test_check_with_a_previous_result_naming_another_address_is_an_address_mismatch(agent: Any) -> None:
+    _, plugin = await agent()
+    await plugin("ADD")
+    prev = {"cniVersion": "1.0.0", "ips": [{"address": "10.99.0.19/24"}]}
+    rc, out, err = await plugin("CHECK", {**plugin.conf(), "prevResult": prev})
+    expect_error(rc, out, err, cni.ADDRESS_MISMATCH, names="10.99.0.10")
+
+
+async def test_an_exhausted_pool_asks_the_runtime_to_try_again_later(agent: Any) -> None:
+    allocator, plugin = await agent(pool=V4[:1])
+    await plugin("ADD")
+    rc, out, err = await plugin("ADD", container="c2")
+    expect_error(rc, out, err, cni.TRY_AGAIN_LATER, names="pool_exhausted")
+    assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
+
+
+@pytest.mark.parametrize(
+    ("ipam", "code", "names"),
+    [
+        ({"pool": "gold"}, cni.UNKNOWN_POOL, "gold"),
+        ({"family": "ipv6"}, cni.FAMILY_DISABLED, "IPv6"),
+        ({"family": "dual"}, cni.FAMILY_DISABLED, "IPv6"),
+    ],
+)
+async def test_allocator_refusals_are_plugin_specific_codes(
+    agent: Any, ipam: dict[str, Any], code: int, names: str
+) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", plugin.conf("0.4.0", **ipam))
+    expect_error(rc, out, err, code, names=names, version="0.4.0")
+    assert allocator.allocations() == []
+
+
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+async def test_an_unreachable_agent_is_try_again_later_for_every_command(command: str) -> None:
+    plugin = Plugin("/nonexistent/agent.sock")
+    conf = {**plugin.conf(), "prevResult": {"ips": [{"address": "10.99.0.10/24"}]}}
+    rc, out, err = await plugin(command, conf)
+    expect_error(rc, out, err, cni.TRY_AGAIN_LATER, names="/nonexistent/agent.sock")
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"CNI_COMMAND": None}, "CNI_COMMAND"),
+        ({"CNI_COMMAND": "UPDATE"}, "CNI_COMMAND"),
+        ({"CNI_CONTAINERID": None}, "CNI_CONTAINERID"),
+        ({"CNI_CONTAINERID": "_starts-badly"}, "CNI_CONTAINERID"),
+        ({"CNI_IFNAME": None}, "CNI_IFNAME"),
+        ({"CNI_IFNAME": "an-interface-name-too-long"}, "CNI_IFNAME"),
+        ({"CNI_IFNAME": "eth 0"}, "CNI_IFNAME"),
+        ({"CNI_NETNS": None}, "CNI_NETNS"),
+    ],
+)
+async def test_a_bad_environment_is_code_4_naming_the_variable(
+    agent: Any, env: dict[str, str | None], names: str
+) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", env=env)
+    expect_error(rc, out, err, cni.INVALID_ENV, names=names)
+    assert allocator.allocations() == []
+
+
+def _without_ipam(conf: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in conf.items() if k != "ipam"}
+
+
+@pytest.mark.parametrize(
+    ("command", "mutate", "code", "names"),
+    [
+        ("ADD", lambda c: [c], cni.DECODE_FAILURE, "JSON object"),
+        (
+            "ADD",
+            lambda c: {k: v for k, v in c.items() if k != "cniVersion"},
+            cni.INVALID_CONFIG,
+            "cniVersion",
+        ),
+        ("ADD", lambda c: {**c, "cniVersion": "0.3.1"}, cni.INCOMPATIBLE_VERSION, "0.3.1"),
+        ("ADD", _without_ipam, cni.INVALID_CONFIG, "ipam"),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "sockett": "/x"}},
+            cni.UNSUPPORTED_FIELD,
+            "ipam.sockett",
+        ),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "socket": "agent.sock"}},
+            cni.INVALID_CONFIG,
+            "ipam.socket",
+        ),
+        ("ADD", lambda c: {**c, "ipam": {**c["ipam"], "pool": ""}}, cni.INVALID_CONFIG, "ipam.pool"),
+        ("ADD", lambda c: {**c, "ipam": {**c["ipam"], "family": "both"}}, cni.INVALID_CONFIG, "ipam.family"),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "defaultRoute": "no"}},
+            cni.INVALID_CONFIG,
+            "defaultRoute",
+        ),
+        ("ADD", lambda c: {**c, "ipam": {**c["ipam"], "routes": {}}}, cni.INVALID_CONFIG, "ipam.routes"),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "routes": [{"dst": "0.0.0.0/0"}, {"dst": "x"}]}},
+            cni.INVALID_CONFIG,
+            "ipam.routes[1].dst",
+        ),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "routes": [{"dst": "10.0.0.0/8", "gw": "y"}]}},
+            cni.INVALID_CONFIG,
+            "ipam.routes[0].gw",
+        ),
+        (
+            "ADD",
+            lambda c: {**c, "ipam": {**c["ipam"], "routes": [{"dst": "10.0.0.0/8", "via": "y"}]}},
+            cni.UNSUPPORTED_FIELD,
+            "ipam.routes[0].via",
+        ),
+        ("CHECK", lambda c: c, cni.INVALID_CONFIG, "prevResult"),
+        (
+            "CHECK",
+            lambda c: {**c, "prevResult": {"ips": [{"address": "10.99.0.10"}, {"address": "nope"}]}},
+            cni.INVALID_CONFIG,
+            "prevResult.ips[1].address",
+        ),
+    ],
+)
+async def test_a_bad_configuration_is_reported_with_the_spec_code_naming_the_field(
+    agent: Any, command: str, mutate: Callable[[dict[str, Any]], Any], code: int, names: str
+) -> None:
+    allocator, plugin = await agent()
+    allocator.allocate("10.99.0.10", "cni:c1:eth0")
+    rc, out, err = await plugin(command, mutate(plugin.conf()))
+    expect_error(rc, out, err, code, names=names)
+    assert [a.address for a in allocator.allocations()] == ["10.99.0.10"]
+
+
+async def test_stdin_that_is_not_json_is_code_6(agent: Any) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", stdin=b'{"cniVersion": ')
+    expect_error(rc, out, err, cni.DECODE_FAILURE, names="not valid JSON")
+    assert allocator.allocations() == []
+
+
+async def test_stdin_that_is_not_utf8_is_code_6(agent: Any) -> None:
+    _, plugin = await agent()
+    rc, out, err = await plugin("ADD", stdin=b'{"cniVersion": "1.0.0", "name": "\xff"}')
+    expect_error(rc, out, err, cni.DECODE_FAILURE, names="UTF-8")
+
+
+async def test_errors_after_the_version_is_known_are_written_in_that_version(agent: Any) -> None:
+    _, plugin = await agent()
+    rc, out, err = await plugin("ADD", plugin.conf("0.4.0", family="ipv5"))
+    expect_error(rc, out, err, cni.INVALID_CONFIG, names="ipam.family", version="0.4.0")
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "code", "names"),
+    [
+        (
+            400,
+            {"error": {"code": "bad_request", "msg": "containerID: nope", "field": "containerID"}},
+            4,
+            "nope",
+        ),
+        (400, {"error": {"code": "bad_request", "msg": "pool: nope", "field": "pool"}}, 7, "pool"),
+        (503, {"error": {"code": "starting", "msg": "not ready yet", "field": ""}}, 11, "not ready yet"),
+        (409, {"error": {"code": "something_new", "msg": "refused", "field": ""}}, 100, "refused"),
+        (500, ["no", "error", "object"], 100, "HTTP 500"),
+        (200, {"ips": []}, 100, "without addresses"),
+        (200, {"ips": [{"address": "10.99.0.10"}]}, 100, "malformed"),
+    ],
+)
+async def test_unexpected_agent_answers_map_to_cni_codes(
+    status: int, answer: Any, code: int, names: str
+) -> None:
+    async def reply(_: web.Request) -> web.Response:
+        return web.json_response(answer, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/cni/add", reply)
+    async with unix_server(app) as path:
+        rc, out, err = await Plugin(path)("ADD")
+    expect_error(rc, out, err, code, names=names)
+
+
+async def test_an_agent_answer_that_is_not_json_is_code_100() -> None:
+    async def reply(_: web.Request) -> web.Response:
+        return web.Response(text="<html>oops</html>")
+
+    app = web.Application()
+    app.router.add_post("/v1/cni/del", reply)
+    async with unix_server(app) as path:
+        rc, out, err = await Plugin(path)("DEL")
+    expect_error(rc, out, err, cni.AGENT_ERROR, names="oops")

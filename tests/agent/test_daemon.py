@@ -1,0 +1,149 @@
+"""The agent daemon against the fake API server: it follows its node's ENIPool, restores before it
+serves, reports the addresses in use and answers the release handshake."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from eni_ipam.agent.config import agent_config_from_mapping
+from eni_ipam.agent.daemon import Agent
+from eni_ipam.kube.api import ENIPOOLS, KubeApi
+from eni_ipam.kube.permissions import AGENT_PERMISSIONS
+from eni_ipam.metrics import Metrics
+from eni_ipam.testing.fake_kube import FakeKube
+from tests.agent.conftest import enipool_status
+from tests.kube.conftest import make_api
+
+pytestmark = pytest.mark.timeout(30)
+POOL = [f"10.0.0.{n}" for n in range(10, 16)]
+
+
+async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+def status(kube: FakeKube) -> dict[str, Any]:
+    return (kube.get_object("enipools", "n1") or {}).get("status") or {}
+
+
+async def set_pool(controller: KubeApi, addresses: list[str], **kwargs: Any) -> None:
+    await controller.patch(ENIPOOLS, "n1", {"status": enipool_status(addresses, **kwargs)}, status=True)
+
+
+@contextlib.asynccontextmanager
+async def running_agent(kube: FakeKube, tmp_path: Path) -> AsyncIterator[Agent]:
+    config = agent_config_from_mapping(
+        {
+            "socket": str(tmp_path / "run" / "agent.sock"),
+            "state_dir": str(tmp_path / "state"),
+            "cni_cache_dir": str(tmp_path / "cni-cache"),
+            "server": {"host": "127.0.0.1", "port": 0},
+            "report_interval": "50ms",
+            "claims": False,
+        }
+    )
+    metrics = Metrics()
+    api = make_api(kube, metrics)
+    api.allowed = AGENT_PERMISSIONS
+    agent = Agent(config, node="n1", kube=api, metrics=metrics)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        yield agent
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await api.close()
+
+
+@pytest.fixture
+async def controller(kube: FakeKube) -> AsyncIterator[KubeApi]:
+    api = make_api(kube)
+    await api.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
+    yield api
+    await api.close()
+
+
+async def test_agent_serves_only_once_its_pool_exists_and_allocations_are_restored(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    controller = make_api(kube)
+    async with running_agent(kube, tmp_path) as agent:
+        await asyncio.sleep(0.3)
+        assert not agent.restored and not (tmp_path / "run" / "agent.sock").exists()
+        await controller.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
+        await set_pool(controller, POOL)
+        await until(lambda: agent.restored and (tmp_path / "run" / "agent.sock").exists())
+        await until(lambda: len(agent.allocator.pool_addresses("default")) == len(POOL))
+        assert [a.address for a in agent.allocator.pool_addresses("default")] == POOL
+        member = agent.allocator.pool_addresses("default")[0]
+        assert (member.prefix_length, member.gateway, member.subnet_id) == (24, "10.0.0.1", "s-1")
+    await controller.close()
+
+
+async def test_addresses_in_use_are_reported_and_survive_a_restart(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    await set_pool(controller, POOL)
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored)
+        v4, _ = agent.allocator.allocate_next("cni:c1:eth0")
+        assert v4 is not None and v4.address == "10.0.0.10"
+        await until(lambda: status(kube).get("used") == ["10.0.0.10"])
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored)
+        assert [(a.address, a.owner) for a in agent.allocator.allocations()] == [("10.0.0.10", "cni:c1:eth0")]
+        again, _ = agent.allocator.allocate_next("cni:c2:eth0")
+        assert again is not None and again.address == "10.0.0.11"
+
+
+async def test_release_marks_are_answered_by_use(kube: FakeKube, controller: KubeApi, tmp_path: Path) -> None:
+    await set_pool(controller, POOL)
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored)
+        agent.allocator.allocate("10.0.0.14", "cni:c1:eth0")
+        await set_pool(
+            controller, POOL, release={"10.0.0.15": "marked-for-release", "10.0.0.14": "marked-for-release"}
+        )
+        await until(
+            lambda: (
+                status(kube).get("releaseAnswers")
+                == {"10.0.0.15": "ready-for-release", "10.0.0.14": "do-not-release"}
+            )
+        )
+        # a held address is never handed out while its mark stands
+        taken = [agent.allocator.allocate_next(f"cni:c{n}:eth0")[0] for n in range(2, 6)]
+        assert "10.0.0.15" not in {a.address for a in taken if a}
+        await set_pool(controller, [a for a in POOL if a != "10.0.0.15"], release={"10.0.0.15": "released"})
+        await until(lambda: status(kube).get("releaseAnswers") == {"10.0.0.14": "do-not-release"})
+
+
+async def test_health_and_readiness_endpoints(kube: FakeKube, tmp_path: Path) -> None:
+    controller = make_api(kube)
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.endpoint is not None)
+        port = await _port(agent)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert r.status == 200
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
+                assert r.status == 503 and "waiting for the node's pool" in await r.text()
+            await controller.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
+            await until(lambda: agent.restored)
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
+                assert r.status == 200 and "node n1" in await r.text()
+    await controller.close()
+
+
+async def _port(agent: Agent) -> int:
+    assert agent.endpoint is not None
+    return int(agent.endpoint.addresses[0][1])

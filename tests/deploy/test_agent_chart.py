@@ -1,0 +1,492 @@
+"""The node agent in the Helm chart (``agent.enabled``): a DaemonSet running ``eni-ipam agent`` with
+the configuration file of eni_ipam/agent/config.py, the host directories that file names, RBAC equal to
+AGENT_PERMISSIONS, the CNI plugin's install, and deploy/kubernetes/agent.yaml."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import posixpath
+import re
+import subprocess
+import sys
+import zipapp
+from typing import Any
+
+import pytest
+import yaml
+
+from eni_ipam.agent.config import AgentConfig, agent_config_from_mapping, load_agent_config
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube.permissions import AGENT_PERMISSIONS
+from eni_ipam.testing.helm import render_chart_text
+from tests.deploy.conftest import AGENT, CHART, NAMESPACE, RELEASE, REPO_ROOT, one, render, values
+
+AGENT_NAME = f"{RELEASE}-agent"
+CONFIG_PATH = "/etc/eni-ipam-agent/config.yaml"
+PLUGIN_IN_IMAGE = "/opt/eni-ipam/eni-ipam-cni"
+AGENT_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+NESTED_KEYS = {
+    "server": {"host": "server_host", "port": "server_port"},
+    "kubernetes": {"kubeconfig": "kubeconfig"},
+}
+"""Sections of the agent's file format → their keys → the AgentConfig field each one sets."""
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def agent(overrides: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    """The chart rendered with the agent enabled and ``overrides`` under ``agent``."""
+    return render({"agent": {"enabled": True, **(overrides or {})}}, **kwargs)
+
+
+def is_agents(doc: dict[str, Any]) -> bool:
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "node-agent"
+
+
+def agent_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if is_agents(d)]
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = pod_spec(docs)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def init_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (init,) = pod_spec(docs)["initContainers"]
+    return init
+
+
+def config_text(docs: list[dict[str, Any]]) -> str:
+    return one(agent_objects(docs), "ConfigMap")["data"]["config.yaml"]
+
+
+def host_paths(docs: list[dict[str, Any]], ctr: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """mountPath → (host path, read-only) for each hostPath volume ``ctr`` mounts."""
+    volumes = {v["name"]: v for v in pod_spec(docs)["volumes"]}
+    return {
+        m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], m.get("readOnly", False))
+        for m in ctr["volumeMounts"]
+        if "hostPath" in volumes[m["name"]]
+    }
+
+
+def render_notes(overrides: dict[str, Any] | None) -> str:
+    return render_chart_text(CHART, overrides)["templates/NOTES.txt"]
+
+
+def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames, no URLs
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), rule
+                    out.add((group, resource, verb))
+    return out
+
+
+def file_format_keys() -> set[str]:
+    """The top-level keys of the agent's configuration file, from AgentConfig's fields."""
+    fields = {f.name for f in dataclasses.fields(AgentConfig)}
+    nested = {field for keys in NESTED_KEYS.values() for field in keys.values()}
+    assert nested <= fields
+    return (fields - nested) | set(NESTED_KEYS)
+
+
+# -- on and off ----------------------------------------------------------------------------------
+
+
+def test_the_agent_is_off_by_default(default_docs, full_docs):
+    assert values()["agent"]["enabled"] is False
+    for docs in (default_docs, full_docs):
+        assert not agent_objects(docs)
+        assert not any(AGENT_NAME in d["metadata"]["name"] for d in docs)
+        assert "DaemonSet" not in {d["kind"] for d in docs}
+    notes = render_notes(None)
+    assert "node agent" not in notes and "eni-ipam-cni" not in notes
+
+
+def test_enabled_it_adds_exactly_the_agent_objects_and_leaves_the_rest(agent_docs, default_docs):
+    objects = agent_objects(agent_docs)
+    assert [d["kind"] for d in objects] == AGENT_KINDS  # Helm's install order
+    assert {d["metadata"]["name"] for d in objects} == {AGENT_NAME}
+    assert [d for d in agent_docs if not is_agents(d)] == default_docs
+    assert "DaemonSet" in render_notes(AGENT) and "python3 >= 3.11" in render_notes(AGENT)
+
+
+def test_names_scopes_and_labels(agent_docs):
+    for doc in agent_objects(agent_docs):
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63 and DNS1123_SUBDOMAIN.match(name), (doc["kind"], name)
+        if doc["kind"].startswith("ClusterRole"):
+            assert "namespace" not in doc["metadata"]
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACE
+    ds = one(agent_docs, "DaemonSet")
+    for labels in (ds["metadata"]["labels"], ds["spec"]["template"]["metadata"]["labels"]):
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/part-of"] == "eni-ipam"
+        for key, value in labels.items():
+            assert isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.match(value), (key, value)
+
+
+def test_the_daemonset_selects_its_pods_and_the_controllers_selectors_do_not(agent_docs):
+    docs = agent_docs
+    pods = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    selector = one(docs, "DaemonSet")["spec"]["selector"]["matchLabels"]
+    assert selector and selector.items() <= pods.items()
+    assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+    deployment = one(docs, "Deployment")
+    controller = {
+        "Deployment": deployment["spec"]["selector"]["matchLabels"],
+        "Service": one(docs, "Service")["spec"]["selector"],
+        "PodDisruptionBudget": one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+    }
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    for n, term in enumerate(affinity["preferredDuringSchedulingIgnoredDuringExecution"]):
+        controller[f"anti-affinity {n}"] = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    for owner, other in controller.items():
+        assert not other.items() <= pods.items(), f"the controller's {owner} selects agent pods"
+    assert not selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_names_follow_the_release_and_stay_dns_labels():
+    renamed = agent_objects(render({**AGENT, "fullnameOverride": "ipam"}))
+    assert {d["metadata"]["name"] for d in renamed} == {"ipam-agent"}
+    docs = agent(release_name="r" * 60)
+    names = {d["metadata"]["name"] for d in agent_objects(docs)}
+    assert len(names) == 1 and len(names.pop()) <= 63
+    controller = one(docs, "Deployment")["metadata"]["name"]
+    assert one(docs, "DaemonSet")["metadata"]["name"] != controller
+
+
+# -- RBAC ----------------------------------------------------------------------------------------
+
+
+def test_the_cluster_role_grants_exactly_the_agent_permissions(agent_docs):
+    assert grants(one(agent_objects(agent_docs), "ClusterRole")) == set(AGENT_PERMISSIONS)
+
+
+def test_the_binding_gives_the_role_to_the_agents_service_account(agent_docs):
+    objects = agent_objects(agent_docs)
+    account = one(objects, "ServiceAccount")["metadata"]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": one(objects, "ClusterRole")["metadata"]["name"],
+    }
+    pod = pod_spec(agent_docs)
+    assert pod["serviceAccountName"] == account["name"] == AGENT_NAME
+    assert pod["automountServiceAccountToken"] is True
+    controller_account = one([d for d in agent_docs if not is_agents(d)], "ServiceAccount")["metadata"][
+        "name"
+    ]
+    assert account["name"] != controller_account
+
+
+def test_rbac_create_false_leaves_the_roles_to_the_operator():
+    kinds = [d["kind"] for d in agent_objects(render({**AGENT, "rbac": {"create": False}}))]
+    assert kinds == ["ServiceAccount", "ConfigMap", "DaemonSet"]
+
+
+# -- the configuration file ----------------------------------------------------------------------
+
+
+def test_the_configmap_loads_with_the_agent_loader_and_is_the_code_defaults(agent_docs, tmp_path):
+    text = config_text(agent_docs)
+    assert agent_config_from_mapping(yaml.safe_load(text)) == AgentConfig()
+    (tmp_path / "config.yaml").write_text(text)
+    assert load_agent_config(tmp_path / "config.yaml") == AgentConfig()
+
+
+def test_the_config_keys_in_values_are_the_file_formats_keys():
+    config = values()["agent"]["config"]
+    assert set(config) == file_format_keys()
+    for section, keys in NESTED_KEYS.items():
+        assert set(config[section]) == set(keys)
+    assert config["pools"] == {}
+    # each key is one the loader takes, and sets the field it is meant to
+    for key in config:
+        agent_config_from_mapping({key: config[key]})
+    for section, keys in NESTED_KEYS.items():
+        for key, field in keys.items():
+            given = 4242 if key == "port" else f"/{key}"
+            assert getattr(agent_config_from_mapping({section: {key: given}}), field) == given
+    with pytest.raises(ConfigError):
+        agent_config_from_mapping({"not_a_key": 1})
+
+
+def comment_above(lines: list[str], n: int) -> str:
+    """The comment lines right above line ``n``, joined."""
+    above: list[str] = []
+    while n > 0 and lines[n - 1].lstrip().startswith("#"):
+        n -= 1
+        above.insert(0, lines[n].lstrip("# "))
+    return " ".join(above)
+
+
+def test_every_agent_config_key_is_commented_with_its_default():
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    start = lines.index("agent:")
+    config = values()["agent"]["config"]
+    keys = [f"    {key}:" for key in config] + [f"      {key}:" for key in config["kubernetes"]]
+    for key in keys:
+        n = next(i for i in range(start, len(lines)) if lines[i].startswith(key))
+        comment = comment_above(lines, n)
+        assert "default" in comment.lower(), f"agent.config: {key.strip()} has no comment giving its default"
+
+
+def test_a_bad_agent_config_is_refused_by_the_loader():
+    text = config_text(agent({"config": {"report_interval": "soon"}}))
+    with pytest.raises(ConfigError, match="report_interval"):
+        agent_config_from_mapping(yaml.safe_load(text))
+
+
+def test_the_config_checksum_follows_the_configmap(agent_docs):
+    def checksum(docs: list[dict[str, Any]]) -> str:
+        return one(docs, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    text = config_text(agent_docs)
+    assert checksum(agent_docs) == hashlib.sha256(text.removesuffix("\n").encode()).hexdigest()
+    assert checksum(agent({"config": {"log_level": "debug"}})) != checksum(agent_docs)
+
+
+# -- the pod -------------------------------------------------------------------------------------
+
+
+def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
+    ctr, pod = container(agent_docs), pod_spec(agent_docs)
+    assert ctr["command"] + ctr["args"] == ["eni-ipam", "agent", "--config", CONFIG_PATH]
+    assert "--node" not in ctr["args"]  # NODE_NAME names the node
+    mount = next(m for m in ctr["volumeMounts"] if m["mountPath"] == posixpath.dirname(CONFIG_PATH))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert mount["readOnly"] is True
+    assert volume["configMap"]["name"] == one(agent_objects(agent_docs), "ConfigMap")["metadata"]["name"]
+    assert ctr["image"] == one(agent_docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_node_name_comes_from_the_downward_api_and_extra_env_follows(agent_docs):
+    env = container(agent_docs)["env"]
+    assert env == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    docs = agent({"extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    assert [e["name"] for e in container(docs)["env"]] == ["NODE_NAME", "TZ"]
+
+
+def test_volumes_follow_the_configured_paths(agent_docs):
+    config = AgentConfig()
+    mounts = host_paths(agent_docs, container(agent_docs))
+    socket_dir = posixpath.dirname(config.socket)
+    assert mounts == {
+        socket_dir: (socket_dir, False),
+        config.state_dir: (config.state_dir, False),
+        config.cni_cache_dir: (config.cni_cache_dir, True),
+    }
+    assert (socket_dir, config.state_dir, config.cni_cache_dir) == (
+        "/run/eni-ipam",
+        "/var/lib/eni-ipam",
+        "/var/lib/cni/results",
+    )
+    types = {
+        v["hostPath"]["path"]: v["hostPath"]["type"]
+        for v in pod_spec(agent_docs)["volumes"]
+        if "hostPath" in v
+    }
+    assert types == dict.fromkeys(
+        [socket_dir, config.state_dir, config.cni_cache_dir, "/opt/cni/bin"], "DirectoryOrCreate"
+    )
+
+
+def test_changed_paths_move_the_volumes():
+    paths = {
+        "socket": "/var/run/ipam/api.sock",
+        "state_dir": "/data/ipam",
+        "cni_cache_dir": "/var/lib/cni/cache",
+    }
+    docs = agent({"config": paths})
+    assert host_paths(docs, container(docs)) == {
+        "/var/run/ipam": ("/var/run/ipam", False),
+        "/data/ipam": ("/data/ipam", False),
+        "/var/lib/cni/cache": ("/var/lib/cni/cache", True),
+    }
+    # the socket inside the state directory: one volume, not two mounts at one path
+    docs = agent({"config": {"socket": "/var/lib/eni-ipam/agent.sock"}})
+    mounts = [m["mountPath"] for m in container(docs)["volumeMounts"]]
+    assert len(mounts) == len(set(mounts)) and "/var/lib/eni-ipam" in mounts
+    assert len([v for v in pod_spec(docs)["volumes"] if "hostPath" in v]) == 3
+
+
+def test_probes_use_the_named_port_of_the_configured_server(agent_docs):
+    ctr = container(agent_docs)
+    assert ctr["ports"] == [
+        {"name": "agent-http", "containerPort": AgentConfig().server_port, "protocol": "TCP"}
+    ]
+    assert AgentConfig().server_port == 9091
+    probes = {kind: ctr[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
+    assert probes == {
+        "livenessProbe": {"path": "/healthz", "port": "agent-http"},
+        "readinessProbe": {"path": "/readyz", "port": "agent-http"},
+    }
+    moved = container(agent({"config": {"server": {"port": 9191}}}))
+    assert (
+        moved["ports"][0]["containerPort"] == 9191
+        and moved["livenessProbe"]["httpGet"]["port"] == "agent-http"
+    )
+
+
+def test_host_network_scheduling_and_updates(agent_docs):
+    pod = pod_spec(agent_docs)
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert one(agent_docs, "DaemonSet")["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+    assert container(agent_docs)["resources"] == values()["agent"]["resources"]
+    docs = agent({"hostNetwork": False, "priorityClassName": "", "tolerations": [], "nodeSelector": None})
+    pod = pod_spec(docs)
+    assert pod["hostNetwork"] is False
+    assert not {"dnsPolicy", "priorityClassName", "tolerations", "nodeSelector"} & set(pod)
+
+
+def test_security_root_without_capabilities(agent_docs):
+    pod = pod_spec(agent_docs)
+    assert not pod.get("hostPID") and not pod.get("hostIPC")
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for ctr in (container(agent_docs), init_container(agent_docs)):
+        sc = ctr["securityContext"]
+        assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False  # the image's user is 65532
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["privileged"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+# -- the CNI plugin ------------------------------------------------------------------------------
+
+
+def test_the_init_container_copies_the_plugin_to_the_cni_bin_dir(agent_docs):
+    init = init_container(agent_docs)
+    assert init["image"] == container(agent_docs)["image"]
+    assert init["command"] == ["sh", "-c"]
+    (script,) = init["args"]
+    assert script.startswith(f"cp {PLUGIN_IN_IMAGE} /opt/cni/bin/") and script.endswith(
+        " /opt/cni/bin/eni-ipam-cni"
+    )
+    assert host_paths(agent_docs, init) == {"/opt/cni/bin": ("/opt/cni/bin", False)}
+    assert "/opt/cni/bin" not in host_paths(agent_docs, container(agent_docs))
+
+
+def test_the_install_script_replaces_the_plugin_on_the_host(tmp_path):
+    bin_dir = tmp_path / "host" / "cni-bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "eni-ipam-cni").write_text("old")
+    plugin = tmp_path / "image-plugin"
+    plugin.write_text("#!/bin/sh\necho new\n")
+    plugin.chmod(0o755)
+    (script,) = init_container(agent({"cniBinDir": str(bin_dir)}))["args"]
+    subprocess.run(["sh", "-c", script.replace(PLUGIN_IN_IMAGE, str(plugin))], check=True)
+    installed = bin_dir / "eni-ipam-cni"
+    assert installed.read_text() == plugin.read_text() and os.access(installed, os.X_OK)
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["eni-ipam-cni"]
+
+
+def test_install_cni_false_installs_nothing():
+    pod = pod_spec(agent({"installCNI": False}))
+    assert "initContainers" not in pod
+    assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == [
+        "/run/eni-ipam",
+        "/var/lib/eni-ipam",
+        "/var/lib/cni/results",
+    ]
+
+
+def test_the_image_builds_the_plugin_the_init_container_copies():
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    final = dockerfile[dockerfile.rindex("\nFROM ") :]
+    runs = [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", final, re.M)]
+    (build,) = [run for run in runs if "zipapp" in run]
+    assert "eni_ipam.agent.cni" in build and "__main__.py" in build
+    assert f'-p "/usr/bin/env python3" -o {PLUGIN_IN_IMAGE}' in build
+    assert f"chmod 755 {PLUGIN_IN_IMAGE}" in build
+    assert final.index("zipapp") < final.index("\nUSER ")  # written while still root
+
+
+def test_the_plugin_is_standard_library_only_and_runs_as_a_zipapp(tmp_path):
+    source = REPO_ROOT / "eni_ipam" / "agent" / "cni.py"
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import would not survive the zipapp"
+            imported.add((node.module or "").split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__main__.py").write_bytes(source.read_bytes())
+    target = tmp_path / "eni-ipam-cni"
+    zipapp.create_archive(tmp_path / "src", target, interpreter=sys.executable)
+    out = subprocess.run(
+        [sys.executable, str(target)],
+        env={"CNI_COMMAND": "VERSION", "PATH": os.environ.get("PATH", "")},
+        input="",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "1.0.0" in json.loads(out.stdout)["supportedVersions"]
+
+
+# -- generated manifests and docs ----------------------------------------------------------------
+
+
+def _render_script() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "render_manifests", REPO_ROOT / "scripts" / "render_manifests.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_deploy_kubernetes_agent_yaml_is_up_to_date(agent_docs):
+    path = REPO_ROOT / "deploy" / "kubernetes" / "agent.yaml"
+    text = path.read_text()
+    assert text == _render_script().generate()["agent.yaml"], (
+        "deploy/kubernetes/agent.yaml is stale: run python scripts/render_manifests.py"
+    )
+    assert text.startswith("# Generated by scripts/render_manifests.py")
+    assert [d for d in yaml.safe_load_all(text) if d] == agent_objects(agent_docs)
+
+
+def test_the_docs_set_only_values_that_exist():
+    text = (REPO_ROOT / "docs" / "node.md").read_text()
+    assert "python3" in text and "3.11" in text
+    paths = re.findall(r"--set(?:-string)? ([A-Za-z0-9_.\\/-]+?)=", text)
+    assert any(p == "agent.enabled" for p in paths)
+    for path in paths:
+        node: Any = values()
+        keys = re.split(r"(?<!\\)\.", path)
+        for key in keys[:-1]:
+            assert isinstance(node, dict) and key in node, f"docs/node.md: --set {path}: no {key!r}"
+            node = node[key]
+        assert isinstance(node, dict) and (not node or keys[-1].replace("\\", "") in node), path
