@@ -30,7 +30,7 @@ import functools
 import ipaddress
 import math
 import uuid as uuid_module
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import structlog
 
@@ -268,7 +268,11 @@ class Allocator:
     # -- the release handshake ---------------------------------------------------------------------
 
     def answer_release(
-        self, marks: Mapping[str, ReleaseState], pool: str = DEFAULT_POOL
+        self,
+        marks: Mapping[str, ReleaseState],
+        pool: str = DEFAULT_POOL,
+        *,
+        published: Collection[str] = (),
     ) -> dict[str, ReleaseState]:
         """Answer the reconciler's marks for ``pool`` (its whole current set) and hold what they name.
 
@@ -276,6 +280,10 @@ class Allocator:
         Every address in ``marks`` is held (never handed out, from any pool) until a later call for this
         pool no longer names it. Returns the answers to publish, keyed as in ``marks`` — none before
         :meth:`restore` ran, when what is allocated is not known yet (call again after restoring).
+
+        ``published``: addresses whose ``ready-for-release`` answer is still visible to the reconciler.
+        They stay held even when their mark is withdrawn, until the answer is gone too — otherwise the
+        reconciler could re-mark, read the stale answer, and release an address just handed out.
         """
         members = self._pools.get(pool)
         held: set[str] = set()
@@ -295,6 +303,9 @@ class Allocator:
                     log.warning(
                         "released_address_allocated", address=canonical, owner=current.owner, pool=pool
                     )
+        for address in published:
+            if (canonical := _canonical(address)) is not None and marks.get(address) != ReleaseState.RELEASED:
+                held.add(canonical)
         previous = self._held.pop(pool, set())
         if held:
             self._held[pool] = held
@@ -361,7 +372,9 @@ class Allocator:
         except BaseException:
             self._restored = False
             raise
-        not_in_pool = tuple(a for a in report.restored if not self._is_member(a.address, a.pool))
+        not_in_pool = tuple(
+            a for a in (*report.restored, *report.rebuilt) if not self._is_member(a.address, a.pool)
+        )
         for allocation in not_in_pool:
             log.warning("restored_address_not_in_pool", address=allocation.address, pool=allocation.pool)
         report = dataclasses.replace(report, not_in_pool=not_in_pool)
@@ -371,12 +384,18 @@ class Allocator:
         return report
 
     def _place(self, address: str, owner: str) -> Allocation | None:
-        """The allocation ``owner`` would have of ``address`` in the first pool holding it (default first)."""
+        """The allocation ``owner`` would have of ``address`` in the first pool holding it (default first).
+
+        An address no pool holds (yet: the node's pool may still be filling in) is kept in the default
+        pool all the same — a running container holds it, so it must never be handed to another."""
         if (canonical := _canonical(address)) is None:
             return None
         pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
         pool = next((p for p in pools if canonical in self._pools[p].members), None)
-        return self._allocation(canonical, owner, pool) if pool is not None else None
+        if pool is not None:
+            return self._allocation(canonical, owner, pool)
+        host = 32 if Family.of(canonical) is Family.IPV4 else 128
+        return Allocation(address=canonical, pool=DEFAULT_POOL, owner=owner, prefix_length=host, gateway="")
 
     # -- internals ---------------------------------------------------------------------------------
 

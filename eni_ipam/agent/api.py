@@ -219,9 +219,12 @@ def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> 
             )
         mine = {a.address for a in held}
         owners = {a.address: a.owner for a in allocator.allocations() if a.address in listed - mine}
-        if owners:
-            taken = ", ".join(f"{address} (held by {other})" for address, other in sorted(owners.items()))
-            raise ApiError(409, "address_mismatch", f"the previous result lists {taken}", "ips")
+        foreign = sorted(
+            f"{address} (held by {owners[address]})" if address in owners else f"{address} (held by nobody)"
+            for address in listed - mine
+        )
+        if foreign:  # every listed address must still be the container's own
+            raise ApiError(409, "address_mismatch", f"the previous result lists {', '.join(foreign)}", "ips")
     return held
 
 

@@ -134,8 +134,18 @@ class ClaimReconciler:
         pool = (meta.get("annotations") or {}).get(POOL_ANNOTATION, DEFAULT_POOL)
         owner = claim_owner(namespace, name)
         mine = self.allocator.allocations(owner=owner)
+        published = self.addresses.store.get(f"{namespace}/{name}")
         try:
-            allocation = mine[0] if mine else self._allocate(owner, pool)
+            if mine:
+                allocation = mine[0]
+            elif published is not None:
+                # The IPAddress says which address the claim has: take that one back (after a lost
+                # state file), never a second one while the first is still advertised.
+                advertised = (published.get("spec") or {}).get("address", "")
+                allocation = self.allocator.allocate(advertised, owner, pool)
+                log.warning("claim_address_retaken", claim=f"{namespace}/{name}", address=advertised)
+            else:
+                allocation = self._allocate(owner, pool)
         except errors.AllocatorError as exc:
             await self._condition(claim, ready=False, reason=type(exc).__name__, message=str(exc))
             raise
@@ -193,7 +203,8 @@ class ClaimReconciler:
         namespace, name = meta.get("namespace", ""), meta["name"]
         if RELEASE_FINALIZER not in (meta.get("finalizers") or ()):
             return
-        released = self.allocator.release_owner(claim_owner(namespace, name))
+        # The IPAddress goes first, then the allocation: an address is never free while an
+        # IPAddress still advertises it.
         address = self.addresses.store.get(f"{namespace}/{name}")
         if address is not None:
             if PROTECT_FINALIZER in (address["metadata"].get("finalizers") or ()):
@@ -201,6 +212,7 @@ class ClaimReconciler:
             if not address["metadata"].get("deletionTimestamp"):
                 with contextlib.suppress(errors.KubeNotFound):
                     await self.api.delete(IPADDRESSES, name, namespace=namespace)
+        released = self.allocator.release_owner(claim_owner(namespace, name))
         await self._finalizers(IPADDRESSCLAIMS, claim, remove=RELEASE_FINALIZER)
         log.info("claim_released", claim=f"{namespace}/{name}", addresses=[a.address for a in released])
 
@@ -238,7 +250,8 @@ class ClaimReconciler:
             "message": message,
             "lastTransitionTime": old.get("lastTransitionTime", now) if old.get("status") == text else now,
         }
-        patch: dict[str, Any] = {"status": {"conditions": [condition]}}
+        others = [c for c in status.get("conditions") or () if c.get("type") != "Ready"]
+        patch: dict[str, Any] = {"status": {"conditions": [*others, condition]}}
         if ref:
             patch["status"]["addressRef"] = {"name": ref}
         with contextlib.suppress(errors.KubeNotFound):

@@ -53,6 +53,8 @@ class AgentConfig:
     """Serve Cluster API IPAddressClaims whose poolRef names this node's ENIPool."""
     log_level: str = "info"
     pools: tuple[StaticPool, ...] = ()
+    exclude: tuple[str, ...] = ()
+    """Addresses of the default pool never handed out (reserved for something that does not ask)."""
 
 
 _KEYS = {f.name for f in dataclasses.fields(AgentConfig)} - {"server_host", "server_port", "kubeconfig"}
@@ -104,6 +106,16 @@ def agent_config_from_mapping(data: Any) -> AgentConfig:
                 if not isinstance(value, str):
                     raise ConfigError(sub_field, f"expected a path, got {value!r}")
                 values["kubeconfig"] = value
+        elif key == "exclude":
+            if not isinstance(raw, list):
+                raise ConfigError(field, f"expected a list of addresses, got {raw!r}")
+            out = []
+            for n, item in enumerate(raw):
+                try:
+                    out.append(str(ipaddress.ip_address(str(item))))
+                except ValueError:
+                    raise ConfigError(f"{field}[{n}]", f"expected an address, got {item!r}") from None
+            values[key] = tuple(out)
         elif key == "pools":
             if not isinstance(raw, Mapping):
                 raise ConfigError(field, f"expected a mapping of pool names, got {type(raw).__name__}")

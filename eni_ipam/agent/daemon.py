@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 from aiohttp import web
@@ -86,6 +87,8 @@ class Agent:
         )
         for pool in config.pools:
             self.allocator.set_pool(pool.name, pool.addresses)
+        for address in config.exclude:
+            self.allocator.exclude(address, "config", DEFAULT_POOL)
         self.driver = libnetwork.LibnetworkDriver(
             self.allocator, state_path=self.state_dir / "libnetwork.json"
         )
@@ -95,6 +98,7 @@ class Agent:
         self.restored = False
         self.pool_seen = asyncio.Event()
         self._pool: dict[str, Any] | None = None
+        self._marks: dict[str, ReleaseState] = {}
         self._answers: dict[str, ReleaseState] = {}
 
     # -- readiness ------------------------------------------------------------------------------
@@ -123,19 +127,27 @@ class Agent:
             return
         self._pool = obj
         self.allocator.set_pool(DEFAULT_POOL, pool_addresses(pool_members(obj)))
-        marks = {
+        self._marks = {
             address: ReleaseState(state)
             for address, state in ((obj.get("status") or {}).get("release") or {}).items()
             if state in (ReleaseState.MARKED, ReleaseState.RELEASED)
         }
-        self._answers = self.allocator.answer_release(marks)
+        if self.restored:  # before the restore the allocator cannot know what is in use
+            self._answer()
         self.pool_seen.set()
 
     def _restore(self) -> None:
         report = self.allocator.restore(runtime=cni_cache_view(self.config.cni_cache_dir))
         self.driver.adopt_orphans()  # libnetwork pools whose registry was lost: back from their allocations
         self.restored = True
+        self._answer()
         log.info("allocations_restored", node=self.node, report=str(report))
+
+    def _answer(self) -> None:
+        """Answer the current marks; a ready-for-release answer still published keeps its address held."""
+        published = ((self._pool or {}).get("status") or {}).get("releaseAnswers") or {}
+        ready = [a for a, s in published.items() if s == ReleaseState.READY]
+        self._answers = self.allocator.answer_release(self._marks, published=ready)
 
     # -- reporting ------------------------------------------------------------------------------
 
@@ -147,8 +159,10 @@ class Agent:
         from eni_ipam.kube.api import ENIPOOLS
         from eni_ipam.kube.resources import agent_status_patch
 
-        if self.kube is None or self._pool is None:
+        if self.kube is None or self._pool is None or not self.restored:
             return True
+        # Answers follow allocations too (an address marked while free, then taken, is do-not-release).
+        self._answer()
         patch = agent_status_patch(self._pool, used=self._used(), answers=self._answers)
         if patch is None:
             return True
@@ -175,6 +189,7 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the pool, restore, serve, report — until ``stop`` is set."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock(self.state_dir)  # one agent per state directory: two allocators would hand out twice
         socket = Path(self.config.socket)
         socket.parent.mkdir(parents=True, exist_ok=True)
         endpoint = self.endpoint = await start_server(
@@ -196,6 +211,13 @@ class Agent:
                             task.cancel()
                         return
                 self._restore()
+                if self.config.claims and self.kube is not None:  # only once allocations are restored
+                    from eni_ipam.agent.claims import ClaimReconciler
+
+                    claims = ClaimReconciler(
+                        self.kube, self.allocator, node=self.node, clock=self.clock, metrics=self.metrics
+                    )
+                    tasks.append(tg.create_task(claims.run(), name="eni-ipam-agent-claims"))
                 _remove_stale(socket)
                 runner = web.AppRunner(self.socket_app(), access_log=None)
                 await runner.setup()
@@ -214,6 +236,7 @@ class Agent:
             await endpoint.cleanup()
             if own_kube and self.kube is not None:
                 await self.kube.close()
+            lock.close()
         log.info("agent_stopped", node=self.node)
 
     def _start_kubernetes(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
@@ -235,13 +258,6 @@ class Agent:
             tg.create_task(pools.run(), name="eni-ipam-agent-pool"),
             tg.create_task(self._report(), name="eni-ipam-agent-report"),
         ]
-        if self.config.claims:
-            from eni_ipam.agent.claims import ClaimReconciler
-
-            claims = ClaimReconciler(
-                self.kube, self.allocator, node=self.node, clock=self.clock, metrics=self.metrics
-            )
-            tasks.append(tg.create_task(claims.run(), name="eni-ipam-agent-claims"))
         return tasks
 
 
@@ -249,3 +265,18 @@ def _remove_stale(socket: Path) -> None:
     """A previous run's socket file: nobody listens on it any more, and binding needs the name."""
     with contextlib.suppress(FileNotFoundError):
         socket.unlink()
+
+
+def _lock(state_dir: Path) -> IO[bytes]:
+    """Hold an exclusive lock on ``state_dir`` for this process's life (released when closed).
+
+    Raises:
+        ConfigError: another agent holds it.
+    """
+    handle = (state_dir / ".lock").open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise errors.ConfigError("state_dir", f"another agent is running on {state_dir}") from None
+    return handle

@@ -136,6 +136,7 @@ async def test_check_succeeds_while_the_container_holds_the_listed_addresses(ser
     [
         (["10.99.0.12"], 409, "address_mismatch"),  # the container's address is not in the previous result
         (["10.99.0.10", "10.99.0.11"], 409, "address_mismatch"),  # a listed address belongs to someone else
+        (["10.99.0.10", "10.99.0.15"], 409, "address_mismatch"),  # a listed address is held by nobody
     ],
 )
 async def test_check_fails_when_the_previous_result_disagrees_with_the_allocator(

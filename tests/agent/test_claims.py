@@ -156,3 +156,33 @@ async def test_exhausted_pool_says_so_and_the_claim_is_served_once_an_address_fr
     await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
     await until(lambda: served.address("c3") is not None, limit=30)  # at the next retry
     assert served.address("c3")["spec"]["address"] == "10.0.0.10"
+
+
+async def test_a_claim_whose_allocation_was_lost_takes_back_its_advertised_address(
+    served: Served, people: KubeApi
+) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await people.create(IPADDRESSCLAIMS, claim("c2"))
+    await until(lambda: served.address("c1") is not None and served.address("c2") is not None)
+    served.allocator.release_owner("claim:capi/c2")  # as after a lost state file
+    await people.patch(IPADDRESSCLAIMS, "c2", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
+    await until(lambda: served.allocator.allocations(owner="claim:capi/c2") != [])
+    assert [a.address for a in served.allocator.allocations(owner="claim:capi/c2")] == ["10.0.0.11"]
+
+
+async def test_a_claim_never_gets_a_second_address_while_its_first_is_advertised(
+    served: Served, people: KubeApi
+) -> None:
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await until(lambda: served.address("c1") is not None)
+    served.allocator.release_owner("claim:capi/c1")  # lost, and meanwhile a pod took the address
+    served.allocator.allocate("10.0.0.10", "cni:pod:eth0")
+    await people.patch(IPADDRESSCLAIMS, "c1", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
+    await until(
+        lambda: any(
+            c["reason"] == "AlreadyAllocated"
+            for c in (served.claim("c1").get("status") or {}).get("conditions", ())
+        )
+    )
+    assert served.allocator.allocations(owner="claim:capi/c1") == []
+    assert served.address("c1")["spec"]["address"] == "10.0.0.10"

@@ -147,3 +147,44 @@ async def test_health_and_readiness_endpoints(kube: FakeKube, tmp_path: Path) ->
 async def _port(agent: Agent) -> int:
     assert agent.endpoint is not None
     return int(agent.endpoint.addresses[0][1])
+
+
+async def test_a_mark_written_while_the_agent_was_down_is_answered_after_the_restore(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    await set_pool(controller, POOL, release={"10.0.0.13": "marked-for-release"})
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: status(kube).get("releaseAnswers") == {"10.0.0.13": "ready-for-release"})
+        taken = {agent.allocator.allocate_next(f"cni:c{n}:eth0")[0].address for n in range(5)}  # type: ignore[union-attr]
+        assert "10.0.0.13" not in taken
+
+
+async def test_a_second_agent_on_the_same_state_directory_is_refused(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    from eni_ipam.errors import ConfigError
+
+    await set_pool(controller, POOL)
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored)
+        with pytest.raises(ConfigError, match="another agent is running"):
+            async with running_agent(kube, tmp_path):
+                pass
+
+
+async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
+    config = agent_config_from_mapping(
+        {
+            "node_source": "memory",
+            "socket": str(tmp_path / "agent.sock"),
+            "state_dir": str(tmp_path / "state"),
+            "server": {"host": "127.0.0.1", "port": 0},
+            "pools": {"default": {"cidr": "10.99.0.0/29"}},
+            "exclude": ["10.99.0.2", "10.99.0.4"],
+        }
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(config, node="n1")
+    agent.allocator.restore()
+    handed = [agent.allocator.allocate_next(f"o{n}")[0] for n in range(3)]
+    assert [a.address for a in handed if a] == ["10.99.0.3", "10.99.0.5", "10.99.0.6"]
