@@ -231,13 +231,20 @@ class LeaderElector:
         return True
 
     async def _release(self) -> None:
+        """Give the lease up (empty holder, 1 s), read fresh first: a renewal cancelled in flight may
+        have landed without this process seeing its new resourceVersion."""
         if not self.observed or self.observed.holder != self.identity:
             return
-        now = micro_time(self.clock.now_utc())
-        record = LeaseRecord("", 1, now, now, self.observed.transitions)
         try:
             async with asyncio.timeout(RELEASE_TIMEOUT):
-                await self.api.replace(LEASES, self._body(record, version=self._version))
+                lease = await self.api.get(LEASES, self.name, namespace=self.namespace)
+                current = LeaseRecord.from_spec(lease.get("spec"))
+                if current.holder != self.identity:
+                    return  # someone else holds it already: nothing of ours to release
+                now = micro_time(self.clock.now_utc())
+                record = LeaseRecord("", 1, now, now, current.transitions)
+                version = str(lease.get("metadata", {}).get("resourceVersion", ""))
+                await self.api.replace(LEASES, self._body(record, version=version))
             log.info("lease_released", identity=self.identity)
         except (errors.KubeError, TimeoutError) as exc:  # the lease then expires on its own
             log.warning("lease_release_failed", error=str(exc) or type(exc).__name__)

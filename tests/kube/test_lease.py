@@ -213,3 +213,25 @@ async def test_expiry_follows_the_holders_recorded_duration(kube: FakeKube) -> N
     await asyncio.sleep(60)
     assert b.elector.leading
     await b.stop()
+
+
+async def test_release_succeeds_after_an_unseen_write_moved_the_leases_version(kube: FakeKube) -> None:
+    from lightkube.types import PatchType
+
+    from eni_ipam.kube.api import LEASES
+
+    a = Replica(kube, "a")
+    a.start()
+    await asyncio.sleep(1)
+    api = make_api(kube)
+    # like a renewal cancelled after the server applied it: the version moved without a seeing it
+    await api.client.patch(
+        LEASES.resource(),
+        "eni-ipam",
+        {"metadata": {"labels": {"x": "y"}}},
+        namespace="kube-system",
+        patch_type=PatchType.MERGE,
+    )
+    await api.close()
+    await a.stop()
+    assert holder(kube) == ""
