@@ -6,10 +6,13 @@ non-empty string: a container id + ifname, ``claim:<ns>/<name>``, a libnetwork e
 Invariants:
 
 * An address has at most one owner, across all pools: allocations are keyed by address.
-* An excluded address (in its pool), and an address held by the release handshake (marked for release,
-  answered ready, or released — in any pool), is never handed out. An owner keeps what it already holds.
+* An excluded address (in its pool), and an address held by the release handshake (named by the
+  reconciler's current marks, or with a ready-for-release answer still published — in any pool), is never
+  handed out. An owner keeps what it already holds.
 * Handing out is deterministic: the lowest free address first, in numeric order; serially, the first free
   address after the last one the pool handed out for that family, wrapping.
+* Restoring never gives away an address a container holds: restored allocations, and the runtime's
+  addresses rebuilt after a corrupt or missing file, are kept even where no pool lists the address (yet).
 * With a state file, no allocation changes before :meth:`Allocator.restore`, and every change is saved
   before the call returns; if the save fails, the change is undone and the call fails, so the file never
   lags behind what was handed out. (An expiry whose save fails stays applied and is logged: the file then
@@ -48,6 +51,7 @@ log = structlog.get_logger("eni_ipam.agent.allocator")
 _LABEL = {Family.IPV4: "IPv4", Family.IPV6: "IPv6"}
 
 
+@functools.lru_cache(maxsize=16384)
 def _canonical(address: str) -> str | None:
     try:
         return str(ipaddress.ip_address(address))
@@ -55,9 +59,15 @@ def _canonical(address: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=16384)
 def _key(address: str) -> tuple[int, int]:
+    """Numeric order, IPv4 first (memoized: pool addresses are a bounded set, sorted often)."""
     parsed = ipaddress.ip_address(address)
     return parsed.version, int(parsed)
+
+
+def _family(address: str) -> Family:
+    return Family.IPV4 if _key(address)[0] == 4 else Family.IPV6
 
 
 def _parse(address: str, pool: str, error: type[errors.AllocatorError] = errors.NotInPool) -> str:
@@ -67,8 +77,8 @@ def _parse(address: str, pool: str, error: type[errors.AllocatorError] = errors.
     return canonical
 
 
-def _check(owner: str, timeout: float = 0.0) -> None:
-    if not owner:
+def _check(owner: str | None = None, timeout: float = 0.0) -> None:
+    if owner is not None and not owner:
         raise errors.AllocatorError("an allocation needs a non-empty owner")
     if not (math.isfinite(timeout) and timeout >= 0):
         raise errors.AllocatorError(f"invalid expiration timeout {timeout!r}")
@@ -86,12 +96,12 @@ class _Pool:
 
     def __init__(self, members: dict[str, PoolAddress]) -> None:
         self.members = members
-        self.order = {f: sorted((a for a in members if Family.of(a) is f), key=_key) for f in Family}
+        self.order = {f: sorted((a for a in members if _family(a) is f), key=_key) for f in Family}
 
     def discard(self, address: str) -> bool:
         if self.members.pop(address, None) is None:
             return False
-        self.order[Family.of(address)].remove(address)
+        self.order[_family(address)].remove(address)
         return True
 
 
@@ -165,7 +175,7 @@ class Allocator:
     def capacity(self, pool: str = DEFAULT_POOL) -> int:
         """The pool's members of enabled families that are not excluded (allocated ones included)."""
         excluded = self._excluded.get(pool, {})
-        return sum(1 for a in self._pool(pool).members if self._enabled[Family.of(a)] and a not in excluded)
+        return sum(1 for a in self._pool(pool).members if self._enabled[_family(a)] and a not in excluded)
 
     # -- allocation --------------------------------------------------------------------------------
 
@@ -173,7 +183,7 @@ class Allocator:
         """Allocate ``address``; the same owner asking again (same pool) gets its existing allocation."""
         _check(owner)
         canonical = _parse(address, pool)
-        if not self._enabled[family := Family.of(canonical)]:
+        if not self._enabled[family := _family(canonical)]:
             raise errors.FamilyDisabled(f"{_LABEL[family]} allocation disabled", address=canonical, pool=pool)
         self._pool(pool)
         if (existing := self._allocations.get(canonical)) is not None:
@@ -220,7 +230,7 @@ class Allocator:
 
     def start_expiration_timer(self, address: str, pool: str, timeout: float) -> str:
         """Release the allocation after ``timeout`` s unless stopped (replaces a running timer); the UUID."""
-        _check("-", timeout)
+        _check(timeout=timeout)
         allocation = self._owned(address, pool)
         with self._change():
             uuid = self._start_timer(allocation, timeout).expiration_uuid
@@ -344,7 +354,7 @@ class Allocator:
 
     def _status_line(self) -> str:
         parts = [
-            f"{_LABEL[f]} {sum(1 for a in self._allocations if Family.of(a) is f)}/"
+            f"{_LABEL[f]} {sum(1 for a in self._allocations if _family(a) is f)}/"
             f"{sum(len(p.order[f]) for p in self._pools.values())} allocated"
             if self._enabled[f]
             else f"{_LABEL[f]} disabled"
@@ -357,8 +367,9 @@ class Allocator:
 
     def restore(self, *, runtime: Mapping[str, str] | None = None) -> RestoreReport:
         """Load the state file, or — when it is corrupt (then moved aside) or missing — rebuild from
-        ``runtime`` (address → owner: what the container runtime says is in use), kept where the address
-        is a pool member. Call once, after ``set_pool`` of the default pool, before any allocation."""
+        ``runtime`` (address → owner: what the container runtime says is in use), each address in the first
+        pool listing it, else in the default pool (reported in ``not_in_pool``). Call once, after
+        ``set_pool`` of the default pool, before any allocation."""
         if self._allocations:
             raise errors.AllocatorError("restore() must run before any allocation")
         report, timeouts = recover(self._state, runtime or {}, self._place)
@@ -394,7 +405,7 @@ class Allocator:
         pool = next((p for p in pools if canonical in self._pools[p].members), None)
         if pool is not None:
             return self._allocation(canonical, owner, pool)
-        host = 32 if Family.of(canonical) is Family.IPV4 else 128
+        host = 32 if _family(canonical) is Family.IPV4 else 128
         return Allocation(address=canonical, pool=DEFAULT_POOL, owner=owner, prefix_length=host, gateway="")
 
     # -- internals ---------------------------------------------------------------------------------

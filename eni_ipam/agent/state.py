@@ -15,7 +15,7 @@ Invariants:
   an invalid entry, an address listed twice) raises :class:`~eni_ipam.errors.CorruptState`.
 * :func:`recover` (behind ``Allocator.restore``) never resets silently: a corrupt file is logged, moved
   aside (``<name>.corrupt-<n>``) and reported, and the allocations are rebuilt from the runtime's view of
-  the addresses in use, kept where the address is a pool member.
+  the addresses in use.
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ class RestoreReport:
     rebuilt: tuple[Allocation, ...] = ()
     """Taken from the runtime's view, because the state file was corrupt or missing."""
     dropped: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Runtime entries (address → owner) not kept: not a member of any pool, not an address, a duplicate."""
+    """Runtime entries (address → owner) not kept: not an address, no owner, or a duplicate."""
     not_in_pool: tuple[Allocation, ...] = ()
-    """Restored allocations whose address is not (yet) a member of their pool: kept, never handed out."""
+    """Restored or rebuilt allocations whose address is not (yet) a member of their pool: kept, never
+    handed to another owner."""
     corrupt: str = ""
     """Why the state file was refused; empty when it was valid or missing."""
     moved_to: str = ""
@@ -223,7 +224,7 @@ def recover(
 ) -> tuple[RestoreReport, dict[str, float]]:
     """Read ``state``; when it is corrupt (then logged and moved aside) or missing, rebuild from ``runtime``.
 
-    ``place(address, owner)`` gives the allocation for a pool member (None when no pool has it). Returns
+    ``place(address, owner)`` gives the allocation to rebuild (None: drop the entry). Returns
     the report (``not_in_pool`` is left to the caller) and the timeouts of the restored timers.
     """
     snapshot, corrupt, moved_to, missing = Snapshot([], {}), "", "", state is None

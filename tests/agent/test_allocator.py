@@ -472,6 +472,10 @@ def test_an_invalid_timeout_is_refused_before_anything_is_allocated(timeout: flo
     with pytest.raises(errors.AllocatorError, match="timeout"):
         allocator.allocate_next_with_expiration("c1", DEFAULT_POOL, None, timeout)
     assert allocator.used() == set()
+    allocator.allocate("10.0.0.5", "c1")
+    with pytest.raises(errors.AllocatorError, match="timeout"):
+        allocator.start_expiration_timer("10.0.0.5", DEFAULT_POOL, timeout)
+    assert allocator.allocations()[0].expiration_uuid == ""
 
 
 @pytest.mark.looptime

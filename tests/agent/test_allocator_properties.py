@@ -8,6 +8,7 @@ and that the handshake answers DO_NOT_RELEASE exactly for the marked addresses t
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import shutil
@@ -41,6 +42,7 @@ families = st.sampled_from([None, Family.IPV4, Family.IPV6])
 timeouts = st.sampled_from([1.0, 5.0, 30.0])
 
 
+@functools.cache
 def key(address: str) -> tuple[int, int]:
     parsed = ipaddress.ip_address(address)
     return parsed.version, int(parsed)
@@ -59,6 +61,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.owners: dict[str, tuple[str, str]] = {}  # address -> (owner, pool)
         self.excluded: dict[str, set[str]] = {}  # pool -> addresses
         self.marks: dict[str, dict[str, ReleaseState]] = {}  # pool -> the marks last answered
+        self.published: dict[str, set[str]] = {}  # pool -> ready-for-release answers still published
         self.timers: dict[str, tuple[str, float, float]] = {}  # address -> (uuid, deadline, timeout)
         self.cursors: dict[tuple[str, Family], str] = {}
         self.allocator = self.start()
@@ -77,14 +80,14 @@ class AllocatorMachine(RuleBasedStateMachine):
             for address in excluded:
                 allocator.exclude(address, "operator", pool)
         for pool, marks in self.marks.items():
-            allocator.answer_release(marks, pool)
+            allocator.answer_release(marks, pool, published=self.published[pool])
         allocator.restore()
         return allocator
 
     # -- the model's predictions -------------------------------------------------------------------
 
     def held(self) -> set[str]:
-        return {address for marks in self.marks.values() for address in marks}
+        return {a for marks in self.marks.values() for a in marks} | set().union(*self.published.values())
 
     def free(self, address: str, pool: str) -> bool:
         return (
@@ -95,9 +98,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         )
 
     def next_free(self, pool: str, family: Family, serial: bool) -> str | None:
-        free = sorted(
-            (a for a in self.members[pool] if Family.of(a) is family and self.free(a, pool)), key=key
-        )
+        version = 4 if family is Family.IPV4 else 6
+        free = sorted((a for a in self.members[pool] if key(a)[0] == version and self.free(a, pool)), key=key)
         cursor = self.cursors.get((pool, family)) if serial else None
         if cursor is not None:
             free = [a for a in free if key(a) > key(cursor)] + [a for a in free if key(a) <= key(cursor)]
@@ -195,6 +197,12 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.allocator.release(address, pool).owner == existing[0]
         self.drop(address)
 
+    @precondition(lambda self: self.owners)
+    @rule(data=st.data())
+    def release_an_allocated_address(self, data: st.DataObject) -> None:
+        address = data.draw(st.sampled_from(sorted(self.owners, key=key)))
+        self.release(address, self.owners[address][1])
+
     @rule(owner=owners)
     def release_owner(self, owner: str) -> None:
         mine = {a for a, (o, _) in self.owners.items() if o == owner}
@@ -222,13 +230,18 @@ class AllocatorMachine(RuleBasedStateMachine):
         del self.members[pool]
         self.cursors = {k: v for k, v in self.cursors.items() if k[0] != pool}
 
-    @rule(pool=pools, marks=st.dictionaries(addresses, st.sampled_from([MARKED, RELEASED]), max_size=4))
-    def answer_release(self, pool: str, marks: dict[str, ReleaseState]) -> None:
-        self.handshake(pool, dict(marks))
+    @rule(
+        pool=pools,
+        marks=st.dictionaries(addresses, st.sampled_from([MARKED, RELEASED]), max_size=4),
+        published=st.sets(addresses, max_size=2),
+    )
+    def answer_release(self, pool: str, marks: dict[str, ReleaseState], published: set[str]) -> None:
+        self.handshake(pool, dict(marks), published)
 
-    def handshake(self, pool: str, marks: dict[str, ReleaseState]) -> None:
-        answers = self.allocator.answer_release(marks, pool)
-        self.marks[pool] = marks
+    def handshake(self, pool: str, marks: dict[str, ReleaseState], published: set[str]) -> None:
+        """Answer ``marks``; ``published``: earlier ready-for-release answers the reconciler still sees."""
+        answers = self.allocator.answer_release(marks, pool, published=published)
+        self.marks[pool], self.published[pool] = marks, published
         for address, state in marks.items():
             if state == RELEASED and pool in self.members:
                 self.members[pool].discard(address)
@@ -318,10 +331,10 @@ class AllocatorMachine(RuleBasedStateMachine):
     def answers_say_do_not_release_exactly_for_allocated_marked_addresses(self) -> None:
         # The daemon answers again on every status event: the same marks, against the current allocations.
         for pool, marks in list(self.marks.items()):
-            self.handshake(pool, marks)
+            self.handshake(pool, marks, self.published[pool])
 
 
 AllocatorMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=80, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestAllocatorProperties = AllocatorMachine.TestCase
