@@ -31,6 +31,18 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def pod_spec(docs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
+    """The pod template's spec of the one workload of ``kind``."""
+    return one(docs, kind)["spec"]["template"]["spec"]
+
+
+def container(docs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
+    """The one container of the workload of ``kind``."""
+    containers = pod_spec(docs, kind)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
 _VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 
 

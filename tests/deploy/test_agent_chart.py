@@ -25,6 +25,8 @@ from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.helm import render_chart_text
 from tests.deploy.conftest import AGENT, CHART, NAMESPACE, RELEASE, REPO_ROOT, one, render, values
+from tests.deploy.conftest import container as shared_container
+from tests.deploy.conftest import pod_spec as shared_pod_spec
 
 AGENT_NAME = f"{RELEASE}-agent"
 CONFIG_PATH = "/etc/eni-ipam-agent/config.yaml"
@@ -53,13 +55,11 @@ def agent_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return shared_pod_spec(docs, "DaemonSet")
 
 
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = pod_spec(docs)["containers"]
-    assert len(containers) == 1
-    return containers[0]
+    return shared_container(docs, "DaemonSet")
 
 
 def init_container(docs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,23 +14,23 @@ import yaml
 from eni_ipam.config import parse_duration
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
 from eni_ipam.testing.helm import TemplateError
-from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, REPO_ROOT, one, render, values
+from tests.deploy.conftest import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    REPO_ROOT,
+    container,
+    one,
+    pod_spec,
+    render,
+    values,
+)
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
-
-
-def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "Deployment")["spec"]["template"]["spec"]
-
-
-def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = pod_spec(docs)["containers"]
-    assert len(containers) == 1
-    return containers[0]
 
 
 def pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:

@@ -6,9 +6,10 @@ import asyncio
 import random
 
 import pytest
+from lightkube.types import PatchType
 
 from eni_ipam.clock import LoopClock
-from eni_ipam.kube.api import KubeApi
+from eni_ipam.kube.api import LEASES, KubeApi
 from eni_ipam.kube.lease import LeaderElector
 from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
@@ -64,6 +65,19 @@ class Replica:
         with pytest.raises(asyncio.CancelledError):
             await self.task
         await self.api.close()
+
+
+async def label_lease(kube: FakeKube) -> None:
+    """Someone changes only the Lease's metadata (kubectl label): its version moves, its record not."""
+    api = make_api(kube)
+    await api.client.patch(
+        LEASES.resource(),
+        "eni-ipam",
+        {"metadata": {"labels": {"team": "net"}}},
+        namespace="kube-system",
+        patch_type=PatchType.MERGE,
+    )
+    await api.close()
 
 
 def holder(kube: FakeKube) -> str:
@@ -179,22 +193,10 @@ async def test_leader_whose_renewal_hangs_stops_within_the_renew_deadline(kube: 
 
 
 async def test_a_metadata_change_on_the_lease_does_not_lock_the_leader_out(kube: FakeKube) -> None:
-    from lightkube.types import PatchType
-
-    from eni_ipam.kube.api import LEASES
-
     a = Replica(kube, "a")
     a.start()
     await asyncio.sleep(1)
-    api = make_api(kube)
-    await api.client.patch(
-        LEASES.resource(),
-        "eni-ipam",
-        {"metadata": {"labels": {"team": "net"}}},
-        namespace="kube-system",
-        patch_type=PatchType.MERGE,
-    )
-    await api.close()
+    await label_lease(kube)
     await asyncio.sleep(DEADLINE + 3 * RETRY)
     assert a.lost == [] and a.elector.leading and len(a.started) == 1
     await a.stop()
@@ -216,22 +218,10 @@ async def test_expiry_follows_the_holders_recorded_duration(kube: FakeKube) -> N
 
 
 async def test_release_succeeds_after_an_unseen_write_moved_the_leases_version(kube: FakeKube) -> None:
-    from lightkube.types import PatchType
-
-    from eni_ipam.kube.api import LEASES
-
     a = Replica(kube, "a")
     a.start()
     await asyncio.sleep(1)
-    api = make_api(kube)
     # like a renewal cancelled after the server applied it: the version moved without a seeing it
-    await api.client.patch(
-        LEASES.resource(),
-        "eni-ipam",
-        {"metadata": {"labels": {"x": "y"}}},
-        namespace="kube-system",
-        patch_type=PatchType.MERGE,
-    )
-    await api.close()
+    await label_lease(kube)
     await a.stop()
     assert holder(kube) == ""
