@@ -165,8 +165,6 @@ async def test_leader_seeing_another_holder_stops_at_once(kube: FakeKube) -> Non
     lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
     api = make_api(kube)
     lease["spec"]["holderIdentity"] = "intruder"
-    from eni_ipam.kube.api import LEASES
-
     await api.replace(LEASES, lease)
     await api.close()
     await asyncio.sleep(RETRY + 0.5)
