@@ -151,6 +151,35 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        # -- the node agent -------------------------------------------------------------------------
+        self.agent_pool_addresses = Gauge(
+            "agent_pool_addresses",
+            "Addresses a node agent's pool may hand out, by node and pool",
+            ["node", "pool"],
+            namespace=ns,
+            registry=r,
+        )
+        self.agent_allocations = Gauge(
+            "agent_allocations",
+            "Addresses a node agent has handed out, by node and pool",
+            ["node", "pool"],
+            namespace=ns,
+            registry=r,
+        )
+        self.agent_release_answers = Gauge(
+            "agent_release_answers",
+            "A node agent's answers in the release handshake, by answer",
+            ["node", "answer"],
+            namespace=ns,
+            registry=r,
+        )
+        self.agent_status_reports = Counter(
+            "agent_status_reports",
+            "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed)",
+            ["outcome"],
+            namespace=ns,
+            registry=r,
+        )
         self.informer_watch_restarts = Counter(
             "informer_watch_restarts",
             "Watches restarted, by resource and reason (expired, throttled, dropped, error)",

@@ -151,6 +151,16 @@ class Agent:
 
     # -- reporting ------------------------------------------------------------------------------
 
+    def _observe(self) -> None:
+        """Refresh the agent's gauges (pools, allocations, handshake answers)."""
+        m, node = self.metrics, self.node
+        for pool in self.allocator.pools():
+            m.agent_pool_addresses.labels(node=node, pool=pool).set(len(self.allocator.pool_addresses(pool)))
+            m.agent_allocations.labels(node=node, pool=pool).set(len(self.allocator.allocations(pool=pool)))
+        for answer in (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE):
+            count = sum(1 for a in self._answers.values() if a == answer)
+            m.agent_release_answers.labels(node=node, answer=str(answer)).set(count)
+
     def _used(self) -> set[str]:
         return {a.address for a in self.allocator.allocations(pool=DEFAULT_POOL)}
 
@@ -159,6 +169,8 @@ class Agent:
         from eni_ipam.kube.api import ENIPOOLS
         from eni_ipam.kube.resources import agent_status_patch
 
+        if self.restored:
+            self._observe()
         if self.kube is None or self._pool is None or not self.restored:
             return True
         # Answers follow allocations too (an address marked while free, then taken, is do-not-release).
@@ -169,10 +181,15 @@ class Agent:
         try:
             self._pool = await self.kube.patch(ENIPOOLS, self.node, patch, status=True)
         except errors.KubeConflict:
+            self.metrics.agent_status_reports.labels(outcome="conflict").inc()
             self._pool = await self.kube.get(ENIPOOLS, self.node, status=True)
             return False
         except errors.KubeNotFound:
             return True
+        except errors.KubeError:
+            self.metrics.agent_status_reports.labels(outcome="failed").inc()
+            raise
+        self.metrics.agent_status_reports.labels(outcome="ok").inc()
         log.debug("status_reported", node=self.node, used=len(self._used()), answers=len(self._answers))
         return True
 
@@ -211,6 +228,8 @@ class Agent:
                             task.cancel()
                         return
                 self._restore()
+                if self.config.node_source == "memory":
+                    tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
                 if self.config.claims and self.kube is not None:  # only once allocations are restored
                     from eni_ipam.agent.claims import ClaimReconciler
 

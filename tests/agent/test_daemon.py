@@ -99,6 +99,10 @@ async def test_addresses_in_use_are_reported_and_survive_a_restart(
         v4, _ = agent.allocator.allocate_next("cni:c1:eth0")
         assert v4 is not None and v4.address == "10.0.0.10"
         await until(lambda: status(kube).get("used") == ["10.0.0.10"])
+        sample = agent.metrics.sample
+        await until(lambda: sample("eni_ipam_agent_allocations", {"node": "n1", "pool": "default"}) == 1)
+        assert sample("eni_ipam_agent_pool_addresses", {"node": "n1", "pool": "default"}) == len(POOL)
+        assert (sample("eni_ipam_agent_status_reports_total", {"outcome": "ok"}) or 0) >= 1
     async with running_agent(kube, tmp_path) as agent:
         await until(lambda: agent.restored)
         assert [(a.address, a.owner) for a in agent.allocator.allocations()] == [("10.0.0.10", "cni:c1:eth0")]
