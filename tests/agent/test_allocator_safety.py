@@ -1,4 +1,4 @@
-"""Two safety rules found the hard way: a rebuilt allocation outside the pool stays its container's,
+"""Two safety rules of the allocator: a rebuilt allocation outside the pool stays its container's,
 and a withdrawn mark keeps its address held while a ready-for-release answer is still published."""
 
 from __future__ import annotations
