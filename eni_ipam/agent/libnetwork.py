@@ -79,11 +79,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import ipaddress
 import json
-import os
-import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -92,6 +89,7 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
+from eni_ipam.agent.files import checksum, move_aside, write_atomically
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
 from eni_ipam.errors import (
     AlreadyAllocated,
@@ -543,14 +541,10 @@ class LibnetworkDriver:
         if self._path is None:
             return
         pools = [dataclasses.asdict(r) for _, r in sorted(self._pools.items())]
-        body = json.dumps(pools, sort_keys=True, separators=(",", ":"))
-        document = {
-            "format": REGISTRY_FORMAT,
-            "pools": pools,
-            "checksum": "sha256:" + hashlib.sha256(body.encode()).hexdigest(),
-        }
+        document = {"format": REGISTRY_FORMAT, "pools": pools, "checksum": checksum(pools)}
         try:
-            _write_atomically(self._path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self._path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
         except OSError as exc:
             log.error("libnetwork_registry_save_failed", path=str(self._path), error=str(exc))
             raise IpamRequestError(f"cannot save the pool registry {self._path}: {exc}", status=500) from exc
@@ -576,11 +570,8 @@ class LibnetworkDriver:
 
     def _quarantine(self, reason: str) -> None:
         assert self._path is not None
-        n = 1
-        while (aside := self._path.with_name(f"{self._path.name}.corrupt-{n}")).exists():
-            n += 1
         try:
-            os.replace(self._path, aside)
+            aside = move_aside(self._path)
         except OSError as exc:
             raise EniIpamError(
                 f"the libnetwork pool registry {self._path} is corrupt ({reason}) and cannot be moved "
@@ -633,8 +624,7 @@ def _parse_registry(text: str) -> list[PoolRecord]:
     pools = document.get("pools")
     if not isinstance(pools, list):
         raise ValueError("pools: expected a list")
-    body = json.dumps(pools, sort_keys=True, separators=(",", ":"))
-    if document.get("checksum") != "sha256:" + hashlib.sha256(body.encode()).hexdigest():
+    if document.get("checksum") != checksum(pools):
         raise ValueError("checksum mismatch")
     records = []
     strings = ("pool_id", "address_space", "pool", "sub_pool", "allocator_pool", "gateway")
@@ -656,26 +646,6 @@ def _parse_registry(text: str) -> list[PoolRecord]:
             )
         )
     return records
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 # -- the plugin protocol over HTTP ---------------------------------------------------------------

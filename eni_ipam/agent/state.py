@@ -21,18 +21,17 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import ipaddress
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from eni_ipam.agent.files import checksum, move_aside, write_atomically
 from eni_ipam.errors import CorruptState
 
 from .types import Allocation
@@ -100,27 +99,9 @@ class StateFile:
                     raise ValueError(f"{allocation.address}: expiration timer without a timeout")
                 entry["expiration_timeout"] = float(timeouts[allocation.address])
             entries.append(entry)
-        document = {"version": VERSION, "checksum": _checksum(entries), "allocations": entries}
+        document = {"version": VERSION, "checksum": checksum(entries), "allocations": entries}
         data = json.dumps(document, sort_keys=True, indent=1).encode() + b"\n"
-        self._write_atomically(data)
-
-    def _write_atomically(self, data: bytes) -> None:
-        directory = self.path.parent
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, data)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -148,7 +129,7 @@ class StateFile:
         entries = document.get("allocations")
         if not isinstance(entries, list):
             raise self._corrupt("no allocation list")
-        if document.get("checksum") != _checksum(entries):
+        if document.get("checksum") != checksum(entries):
             raise self._corrupt("checksum mismatch")
         allocations: list[Allocation] = []
         timeouts: dict[str, float] = {}
@@ -209,14 +190,7 @@ class StateFile:
 
     def move_aside(self) -> Path:
         """Rename the file to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
-        n = 1
-        while True:
-            target = self.path.with_name(f"{self.path.name}.corrupt-{n}")
-            if not target.exists():
-                break
-            n += 1
-        os.replace(self.path, target)
-        return target
+        return move_aside(self.path)
 
 
 def recover(
@@ -259,11 +233,6 @@ def recover(
         missing=missing,
     )
     return report, snapshot.timeouts
-
-
-def _checksum(entries: object) -> str:
-    canonical = json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
 def _sort_key(address: str) -> tuple[int, int]:

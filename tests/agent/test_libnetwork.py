@@ -480,7 +480,7 @@ async def test_a_pool_whose_registry_cannot_be_written_is_refused_and_not_kept(
     def disk_full(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(libnetwork, "_write_atomically", disk_full)
+    monkeypatch.setattr(libnetwork, "write_atomically", disk_full)
     status, err = await node.refused("IpamDriver.RequestPool", {"AddressSpace": LOCAL})
     assert status == 500 and "registry" in err and "No space left" in err
     assert node.driver.pools() == []

@@ -1,0 +1,49 @@
+"""Durable files of the node agent: written atomically and fsync'd, checksummed, moved aside when corrupt.
+
+Both the allocator's state file and the libnetwork driver's pool registry go through here, so they
+share one crash story: a reader sees the old file or the new one, never a mix; a file that fails its
+checksum is renamed to ``<name>.corrupt-<n>`` (kept for inspection) before anything replaces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temporary file in the same directory, flush, fsync, rename,
+    then fsync the directory so the rename itself survives a crash."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def move_aside(path: Path) -> Path:
+    """Rename ``path`` to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
+    n = 1
+    while (target := path.with_name(f"{path.name}.corrupt-{n}")).exists():
+        n += 1
+    os.replace(path, target)
+    return target
+
+
+def checksum(entries: object) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``entries`` (key order and spacing do not matter)."""
+    canonical = json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
