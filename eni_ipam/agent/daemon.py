@@ -7,8 +7,10 @@ It keeps the node's allocator in step with the node's pool and tells the control
   (``status.subnets``). With ``memory`` it is the configured ``pools.default``. Named static pools
   come from the configuration either way.
 * **Restore before serving**: the state file is loaded (or rebuilt from libcni's result cache when
-  it is corrupt) only once the pool is known, and the socket opens only after that — so no address
-  held by a running container is handed out again after a restart.
+  it is corrupt or missing) before the socket opens — so no address held by a running container is
+  handed out again after a restart. Restored addresses need no pool to be kept, so the agent serves
+  at once: DEL and CHECK work even while the API server is out of reach, and new ADDs get "try
+  again later" until the node's pool is known.
 * **Report**: every ``report_interval``, the addresses in use (``status.used``) and the release
   handshake answers (``status.releaseAnswers``) are written when they changed — the agent's own
   status fields, as a conditional merge patch (409: re-read, and the next report retries).
@@ -85,6 +87,10 @@ class Agent:
             ipv6=config.ipv6,
             state=StateFile(self.state_dir / "allocations.json"),
         )
+        if config.node_source == "kubernetes":
+            # Empty until the ENIPool is read: an ADD meanwhile is "pool exhausted" (try again later),
+            # not "no such pool".
+            self.allocator.set_pool(DEFAULT_POOL, [])
         for pool in config.pools:
             self.allocator.set_pool(pool.name, pool.addresses)
         for address in config.exclude:
@@ -105,7 +111,9 @@ class Agent:
 
     def readiness(self) -> tuple[bool, str]:
         if not self.restored:
-            return False, "allocations not restored yet (waiting for the node's pool)"
+            return False, "allocations not restored yet"
+        if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
+            return False, "waiting for the node's pool (ENIPool); release and check are served meanwhile"
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"
 
     def socket_app(self) -> web.Application:
@@ -215,22 +223,15 @@ class Agent:
         own_kube = self.kube is None and self.config.node_source == "kubernetes"
         try:
             async with asyncio.TaskGroup() as tg:
+                # Restore first: the state file (or its rebuild) needs no pool, and a container's DEL
+                # or CHECK must work even while the API server is out of reach.
+                self._restore()
                 tasks = []
                 if self.config.node_source == "kubernetes":
                     tasks += self._start_kubernetes(tg)
-                    waiting = tg.create_task(self.pool_seen.wait())
-                    stopping = tg.create_task(stop.wait())
-                    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    waiting.cancel()
-                    stopping.cancel()
-                    if stop.is_set():
-                        for task in tasks:
-                            task.cancel()
-                        return
-                self._restore()
-                if self.config.node_source == "memory":
+                else:
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
-                if self.config.claims and self.kube is not None:  # only once allocations are restored
+                if self.config.claims and self.kube is not None:
                     from eni_ipam.agent.claims import ClaimReconciler
 
                     claims = ClaimReconciler(

@@ -73,21 +73,41 @@ async def controller(kube: FakeKube) -> AsyncIterator[KubeApi]:
     await api.close()
 
 
-async def test_agent_serves_only_once_its_pool_exists_and_allocations_are_restored(
+async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
     kube: FakeKube, tmp_path: Path
 ) -> None:
+    from eni_ipam.errors import PoolExhausted
+
     controller = make_api(kube)
     async with running_agent(kube, tmp_path) as agent:
-        await asyncio.sleep(0.3)
-        assert not agent.restored and not (tmp_path / "run" / "agent.sock").exists()
+        await until(lambda: agent.restored and (tmp_path / "run" / "agent.sock").exists())
+        assert agent.readiness()[0] is False  # no pool yet
+        with pytest.raises(PoolExhausted):  # the CNI plugin answers "try again later"
+            agent.allocator.allocate_next("cni:early:eth0")
         await controller.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
         await set_pool(controller, POOL)
-        await until(lambda: agent.restored and (tmp_path / "run" / "agent.sock").exists())
         await until(lambda: len(agent.allocator.pool_addresses("default")) == len(POOL))
+        assert agent.readiness()[0] is True
         assert [a.address for a in agent.allocator.pool_addresses("default")] == POOL
         member = agent.allocator.pool_addresses("default")[0]
         assert (member.prefix_length, member.gateway, member.subnet_id) == (24, "10.0.0.1", "s-1")
     await controller.close()
+
+
+async def test_a_restart_without_the_api_server_still_releases_what_containers_held(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    from eni_ipam.testing.fake_kube import Fault
+
+    await set_pool(controller, POOL)
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored and len(agent.allocator.pool_addresses("default")) == len(POOL))
+        agent.allocator.allocate_next("cni:c1:eth0")
+    kube.faults.append(Fault(plural="enipools", status=503, times=1_000_000))  # the API server is down
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored and (tmp_path / "run" / "agent.sock").exists())
+        assert [a.owner for a in agent.allocator.release_owner("cni:c1:eth0")] == ["cni:c1:eth0"]
+    kube.faults.clear()
 
 
 async def test_addresses_in_use_are_reported_and_survive_a_restart(
@@ -140,9 +160,9 @@ async def test_health_and_readiness_endpoints(kube: FakeKube, tmp_path: Path) ->
             async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
                 assert r.status == 200
             async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
-                assert r.status == 503 and "waiting for the node's pool" in await r.text()
+                assert r.status == 503 and "waiting for the node's pool" in await r.text()  # served meanwhile
             await controller.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
-            await until(lambda: agent.restored)
+            await until(lambda: agent.pool_seen.is_set())
             async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
                 assert r.status == 200 and "node n1" in await r.text()
     await controller.close()
