@@ -17,7 +17,7 @@ from eni_ipam.kube.api import ENIPOOLS
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.agent.conftest import enipool_status
 from tests.agent.test_cni_netns import CNI_DIR, _ip, addresses_in, link_exists, netns, plugin_dir, run_cni
-from tests.agent.test_daemon import running_agent, status, until
+from tests.agent.test_daemon import running_agent, serving, status, until
 from tests.kube.conftest import make_api
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,7 +35,7 @@ async def test_pool_address_reaches_the_pod_namespace_and_is_reported_in_use(
     container = f"ctr-{netns}"
     try:
         async with running_agent(kube, tmp_path) as agent:
-            await until(lambda: agent.restored)
+            await until(lambda: serving(agent))
             conf = {
                 "cniVersion": "1.0.0",
                 "name": "eni-path",

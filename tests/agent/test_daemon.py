@@ -31,6 +31,11 @@ async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
             await asyncio.sleep(0.02)
 
 
+def serving(agent: Agent) -> bool:
+    """Restored and holding the node's pool (what the tests allocate from)."""
+    return agent.restored and bool(agent.allocator.pool_addresses("default"))
+
+
 def status(kube: FakeKube) -> dict[str, Any]:
     return (kube.get_object("enipools", "n1") or {}).get("status") or {}
 
@@ -115,7 +120,7 @@ async def test_addresses_in_use_are_reported_and_survive_a_restart(
 ) -> None:
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:
-        await until(lambda: agent.restored)
+        await until(lambda: serving(agent))
         v4, _ = agent.allocator.allocate_next("cni:c1:eth0")
         assert v4 is not None and v4.address == "10.0.0.10"
         await until(lambda: status(kube).get("used") == ["10.0.0.10"])
@@ -124,7 +129,7 @@ async def test_addresses_in_use_are_reported_and_survive_a_restart(
         assert sample("eni_ipam_agent_pool_addresses", {"node": "n1", "pool": "default"}) == len(POOL)
         assert (sample("eni_ipam_agent_status_reports_total", {"outcome": "ok"}) or 0) >= 1
     async with running_agent(kube, tmp_path) as agent:
-        await until(lambda: agent.restored)
+        await until(lambda: serving(agent))
         assert [(a.address, a.owner) for a in agent.allocator.allocations()] == [("10.0.0.10", "cni:c1:eth0")]
         again, _ = agent.allocator.allocate_next("cni:c2:eth0")
         assert again is not None and again.address == "10.0.0.11"
@@ -133,7 +138,7 @@ async def test_addresses_in_use_are_reported_and_survive_a_restart(
 async def test_release_marks_are_answered_by_use(kube: FakeKube, controller: KubeApi, tmp_path: Path) -> None:
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:
-        await until(lambda: agent.restored)
+        await until(lambda: serving(agent))
         agent.allocator.allocate("10.0.0.14", "cni:c1:eth0")
         await set_pool(
             controller, POOL, release={"10.0.0.15": "marked-for-release", "10.0.0.14": "marked-for-release"}
@@ -190,7 +195,7 @@ async def test_a_second_agent_on_the_same_state_directory_is_refused(
 
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:
-        await until(lambda: agent.restored)
+        await until(lambda: serving(agent))
         with pytest.raises(ConfigError, match="another agent is running"):
             async with running_agent(kube, tmp_path):
                 pass
