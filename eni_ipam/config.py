@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags, frozen_tags
@@ -107,6 +110,23 @@ def parse_tags(field: str, raw: Any) -> Tags:
     ):
         raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
     return frozen_tags(raw)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """The YAML document in ``path`` (``{}`` for an empty file).
+
+    Raises:
+        ConfigError: ``--config``: the file cannot be read or is not valid YAML.
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
+    return {} if data is None else data
 
 
 def section_items(data: Any, path: str, known: Collection[str]) -> list[tuple[str, str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 import yaml
 
 from eni_ipam.clock import Clock
-from eni_ipam.config import Settings, parse_duration, parse_int, settings_from_mapping
+from eni_ipam.config import Settings, parse_duration, parse_int, read_config_file, settings_from_mapping
 from eni_ipam.errors import ConfigError, NotImplementedYet, ScenarioError
 from eni_ipam.kube.settings import KubeSettings, kube_settings_from_mapping
 from eni_ipam.metrics import Metrics
@@ -113,19 +113,7 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
         ConfigError: unreadable file, invalid YAML, unknown key or bad value (``field`` names it).
         NotImplementedYet: a provider that is documented but not built.
     """
-    if path is None:
-        data: Any = yaml.safe_load(DEFAULT_CONFIG)
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
-        if data is None:
-            data = {}
+    data: Any = yaml.safe_load(DEFAULT_CONFIG) if path is None else read_config_file(path)
     if not isinstance(data, Mapping):
         raise ConfigError("--config", f"expected a mapping at the top, got {type(data).__name__}")
     data, sources = apply_env(data, environ or {})

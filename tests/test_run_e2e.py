@@ -19,6 +19,7 @@ from eni_ipam.testing.fake_kube import FakeKube
 from tests.deploy.conftest import one, render
 from tests.deploy.test_manifests import grants
 from tests.kube.conftest import CRD, node
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,12 +54,6 @@ def config(kubeconfig: Path) -> dict:
     }
 
 
-async def until(check, limit: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.05)
-
-
 def available(kube: FakeKube, name: str) -> int:
     pool = kube.get_object("enipools", name) or {}
     return int(((pool.get("status") or {}).get("stats") or {}).get("available", -1))
@@ -85,10 +80,10 @@ async def test_run_fills_pools_of_new_nodes_and_exits_cleanly_on_sigterm(tmp_pat
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            await until(lambda: available(kube, "n0") == 6)
+            await until(lambda: available(kube, "n0") == 6, limit=20)
             for n in (1, 2):
                 kube.add_object("nodes", node(f"n{n}", f"i-{n}"))
-            await until(lambda: available(kube, "n1") == 6 and available(kube, "n2") == 6)
+            await until(lambda: available(kube, "n1") == 6 and available(kube, "n2") == 6, limit=20)
             lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
             assert lease is not None and lease["spec"]["holderIdentity"] == "e2e-replica"
             pool = kube.get_object("enipools", "n1")

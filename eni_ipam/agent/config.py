@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.config import parse_bool, parse_duration, parse_int, section_items
+from eni_ipam.config import parse_bool, parse_duration, parse_int, read_config_file, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.runconfig import LOG_LEVELS
 
@@ -63,15 +61,7 @@ _KEYS |= {"server", "kubernetes"}
 
 def load_agent_config(path: str | Path | None) -> AgentConfig:
     """Read and validate ``path`` (defaults when None). Raises ConfigError naming the field."""
-    if path is None:
-        return agent_config_from_mapping({})
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
-    return agent_config_from_mapping(data or {})
+    return agent_config_from_mapping({} if path is None else read_config_file(path))
 
 
 def agent_config_from_mapping(data: Any) -> AgentConfig:

@@ -1,12 +1,32 @@
-"""Tests of the node side. :class:`FakeClock` drives the allocator's expiration timers by hand."""
+"""Tests of the node side. :class:`FakeClock` drives the allocator's expiration timers by hand;
+:func:`unix_server` serves an aiohttp app on a unix socket, as the agent does."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import heapq
 import itertools
-from collections.abc import Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+
+@contextlib.asynccontextmanager
+async def unix_server(app: web.Application, *, prefix: str = "eni-agent-") -> AsyncIterator[str]:
+    """Serve ``app`` on a fresh unix socket for the block; yields the socket's path."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        path = str(Path(directory) / "agent.sock")
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.UnixSite(runner, path).start()
+            yield path
+        finally:
+            await runner.cleanup()
 
 
 @dataclasses.dataclass(eq=False)

@@ -17,8 +17,9 @@ from eni_ipam.kube.api import ENIPOOLS
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.agent.conftest import enipool_status
 from tests.agent.test_cni_netns import CNI_DIR, _ip, addresses_in, link_exists, netns, plugin_dir, run_cni
-from tests.agent.test_daemon import running_agent, serving, status, until
+from tests.agent.test_daemon import running_agent, serving, status
 from tests.kube.conftest import make_api
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
 __all__ = ["netns", "plugin_dir"]  # fixtures shared with the plugins' own namespace tests

@@ -4,7 +4,7 @@ and deletion order — against the fake API server."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,15 +18,10 @@ from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.kube.conftest import make_api
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(30)
 NS = "capi"
-
-
-async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 def claim(name: str, *, node: str = "n1", **annotations: str) -> dict[str, Any]:

@@ -8,9 +8,7 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.clock import LoopClock
+from tests.agent import unix_server
 
 V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
 V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]
@@ -76,19 +75,6 @@ class Plugin:
         out, err = await asyncio.wait_for(proc.communicate(data), 20)
         assert proc.returncode is not None
         return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
-
-
-@contextlib.asynccontextmanager
-async def unix_server(app: web.Application) -> AsyncIterator[str]:
-    with tempfile.TemporaryDirectory(prefix="eni-cni-") as directory:
-        path = str(Path(directory) / "agent.sock")
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.UnixSite(runner, path).start()
-            yield path
-        finally:
-            await runner.cleanup()
 
 
 def make_allocator(*, ipv6: bool = False, pool: list[PoolAddress] | None = None) -> Allocator:

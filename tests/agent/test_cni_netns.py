@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from eni_ipam.agent import api
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.clock import LoopClock
+from tests.agent import unix_server
 
 CNI_DIR = Path("/usr/lib/cni")
 POOL = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
@@ -68,15 +68,8 @@ def plugin_dir() -> str:
 async def agent(allocator: Allocator) -> AsyncIterator[str]:
     app = web.Application()
     api.add_routes(app, allocator)
-    with tempfile.TemporaryDirectory(prefix="eni-netns-") as directory:
-        path = str(Path(directory) / "agent.sock")
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.UnixSite(runner, path).start()
-            yield path
-        finally:
-            await runner.cleanup()
+    async with unix_server(app, prefix="eni-netns-") as path:
+        yield path
 
 
 async def run_cni(

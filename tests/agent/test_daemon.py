@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,10 @@ from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.agent.conftest import enipool_status
 from tests.kube.conftest import make_api
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(30)
 POOL = [f"10.0.0.{n}" for n in range(10, 16)]
-
-
-async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 def serving(agent: Agent) -> bool:

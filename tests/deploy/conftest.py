@@ -43,6 +43,20 @@ def container(docs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str,
     return containers[0]
 
 
+def controller_selectors(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Every label selector aimed at the controller's pods, by what holds it."""
+    deployment = one(docs, "Deployment")
+    selectors = {
+        "Deployment": deployment["spec"]["selector"]["matchLabels"],
+        "Service": one(docs, "Service")["spec"]["selector"],
+        "PodDisruptionBudget": one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+    }
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    for n, term in enumerate(affinity["preferredDuringSchedulingIgnoredDuringExecution"]):
+        selectors[f"anti-affinity {n}"] = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    return selectors
+
+
 _VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 
 

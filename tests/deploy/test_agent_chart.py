@@ -24,7 +24,17 @@ from eni_ipam.agent.config import AgentConfig, agent_config_from_mapping, load_a
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.helm import render_chart_text
-from tests.deploy.conftest import AGENT, CHART, NAMESPACE, RELEASE, REPO_ROOT, one, render, values
+from tests.deploy.conftest import (
+    AGENT,
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    REPO_ROOT,
+    controller_selectors,
+    one,
+    render,
+    values,
+)
 from tests.deploy.conftest import container as shared_container
 from tests.deploy.conftest import pod_spec as shared_pod_spec
 
@@ -149,15 +159,7 @@ def test_the_daemonset_selects_its_pods_and_the_controllers_selectors_do_not(age
     assert selector and selector.items() <= pods.items()
     assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
     deployment = one(docs, "Deployment")
-    controller = {
-        "Deployment": deployment["spec"]["selector"]["matchLabels"],
-        "Service": one(docs, "Service")["spec"]["selector"],
-        "PodDisruptionBudget": one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
-    }
-    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
-    for n, term in enumerate(affinity["preferredDuringSchedulingIgnoredDuringExecution"]):
-        controller[f"anti-affinity {n}"] = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
-    for owner, other in controller.items():
+    for owner, other in controller_selectors(docs).items():
         assert not other.items() <= pods.items(), f"the controller's {owner} selects agent pods"
     assert not selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 

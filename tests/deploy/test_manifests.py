@@ -20,6 +20,7 @@ from tests.deploy.conftest import (
     RELEASE,
     REPO_ROOT,
     container,
+    controller_selectors,
     one,
     pod_spec,
     render,
@@ -79,15 +80,7 @@ def test_labels_are_consistent(any_docs):
 
 def test_selectors_match_the_pods(full_docs):
     pods = pod_labels(full_docs)
-    deployment = one(full_docs, "Deployment")
-    selectors = {
-        "Deployment": deployment["spec"]["selector"]["matchLabels"],
-        "Service": one(full_docs, "Service")["spec"]["selector"],
-        "PodDisruptionBudget": one(full_docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
-    }
-    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
-    for n, term in enumerate(affinity["preferredDuringSchedulingIgnoredDuringExecution"]):
-        selectors[f"anti-affinity {n}"] = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    selectors = controller_selectors(full_docs)
     for owner, selector in selectors.items():
         assert selector and selector.items() <= pods.items(), owner
     assert set(selectors["Deployment"]) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}

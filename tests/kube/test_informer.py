@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from lightkube.types import PatchType
@@ -14,6 +14,7 @@ from eni_ipam.kube.informer import Informer
 from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
 from tests.kube.conftest import node
+from tests.waiting import until
 
 
 class Recorder:
@@ -22,12 +23,6 @@ class Recorder:
 
     def __call__(self, event: str, obj: dict, old: dict | None) -> None:
         self.events.append((event, obj["metadata"]["name"]))
-
-
-async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from eni_ipam.testing.fake_kube import FakeKube, Fault
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 from tests.kube.conftest import node
+from tests.waiting import until
 
 
 class Cluster:
@@ -63,12 +64,6 @@ class Cluster:
     def available(self, name: str) -> int:
         pool = self.pool(name) or {}
         return int(((pool.get("status") or {}).get("stats") or {}).get("available", -1))
-
-
-async def until(check: Callable[[], bool], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

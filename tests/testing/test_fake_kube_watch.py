@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable
 from typing import Any
 
 import httpx2
@@ -19,6 +19,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 
 from eni_ipam.testing.fake_kube import FakeKube, Fault
+from tests.waiting import until
 
 Seen = tuple[str, str | None, str | None]
 
@@ -32,12 +33,6 @@ async def take(stream: AsyncIterable[tuple[str, Any]], count: int, within: float
             if len(events) == count:
                 break
     return events
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(5):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 def node(name: str, **labels: str) -> Node:
@@ -65,7 +60,7 @@ async def test_watch_without_a_version_starts_with_current_objects_then_follows(
     stream = client.watch(Node)
 
     async def change_once_watching() -> None:
-        await until(lambda: kube.open_watches == 1)
+        await until(lambda: kube.open_watches == 1, limit=5)
         await client.create(node("n3"))
 
     writer = asyncio.create_task(change_once_watching())
@@ -169,7 +164,7 @@ async def test_no_bookmarks_unless_the_watch_allows_them(kube: FakeKube, client:
     kube.bookmark_interval = 0.01
     stream = client.watch(Node)
     consumer = asyncio.create_task(take(stream, 1))
-    await until(lambda: kube.open_watches == 1)
+    await until(lambda: kube.open_watches == 1, limit=5)
     await asyncio.sleep(0.1)
     await client.create(node("n1"))
     assert await consumer == [("ADDED", "n1", "1")]
@@ -201,7 +196,7 @@ async def test_lightkube_rewatches_from_the_last_version_after_a_server_timeout(
     await client.create(node("n1"))
     stream = client.watch(Node, server_timeout=300)
     consumer = asyncio.create_task(take(stream, 2, within=600))
-    await until(lambda: kube.open_watches == 1)
+    await until(lambda: kube.open_watches == 1, limit=5)
     await asyncio.sleep(450)  # one timeout has passed: lightkube reconnected on its own
     await client.create(node("n2"))
     assert await consumer == [("ADDED", "n1", "1"), ("ADDED", "n2", "2")]
@@ -214,7 +209,7 @@ async def test_lightkube_rewatches_from_the_last_version_after_a_server_timeout(
 async def test_dropped_watch_surfaces_as_a_remote_protocol_error(kube: FakeKube, client: AsyncClient) -> None:
     await client.create(node("n1"))
     consumer = asyncio.create_task(take(client.watch(Node), 2))
-    await until(lambda: kube.open_watches == 1)
+    await until(lambda: kube.open_watches == 1, limit=5)
     await kube.drop_watches()
     assert kube.open_watches == 0
     with pytest.raises(httpx2.RemoteProtocolError, match="incomplete chunked read"):
@@ -226,10 +221,10 @@ async def test_retrying_after_a_dropped_watch_resumes_without_losing_events(
 ) -> None:
     await client.create(node("n1"))
     consumer = asyncio.create_task(take(client.watch(Node, on_error=on_error_retry), 3))
-    await until(lambda: kube.open_watches == 1)
+    await until(lambda: kube.open_watches == 1, limit=5)
     await kube.drop_watches()
     await client.create(node("n2"))  # while no watch is open
-    await until(lambda: kube.open_watches == 1)
+    await until(lambda: kube.open_watches == 1, limit=5)
     await client.create(node("n3"))
     assert await consumer == [("ADDED", "n1", "1"), ("ADDED", "n2", "2"), ("ADDED", "n3", "3")]
     assert [r.params.get("resourceVersion") for r in kube.requests if r.verb == "watch"] == [None, "1"]
@@ -249,6 +244,6 @@ async def test_watch_fault_is_a_plain_http_error_response(kube: FakeKube, client
 async def test_client_closing_a_watch_ends_it_on_the_server(kube: FakeKube, client: AsyncClient) -> None:
     await client.create(node("n1"))
     assert await take(client.watch(Node), 1) == [("ADDED", "n1", "1")]  # take() closes the stream
-    await until(lambda: kube.open_watches == 0)
+    await until(lambda: kube.open_watches == 0, limit=5)
     await client.create(node("n2"))  # no stream is left to write to
     assert kube.open_watches == 0

@@ -19,6 +19,7 @@ from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import ZONE, Network
+from tests.waiting import until
 
 
 @contextlib.asynccontextmanager
@@ -50,12 +51,6 @@ async def reconciling(
         provider.close()
 
 
-async def until(condition: object, seconds: float = 20) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.02)
-
-
 @pytest.mark.timeout(60)
 async def test_prefix_delegation_falls_back_to_addresses_when_the_subnet_has_no_free_28(
     network: Network,
@@ -70,7 +65,7 @@ async def test_prefix_delegation_falls_back_to_addresses_when_the_subnet_has_no_
     instance = network.run_instance("m5.large", subnet_id=subnet)
     spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=4, subnet_ids=(subnet,))
     async with reconciling(network, [spec], Settings(prefix_delegation=True, gc_interval=0)) as (manager, _):
-        await until(lambda: manager.nodes["n1"].stats.available >= 4)
+        await until(lambda: manager.nodes["n1"].stats.available >= 4, limit=20)
         refused = manager.metrics.sample(
             "eni_ipam_api_duration_seconds_count",
             {"operation": "AssignPrivateIpAddresses", "outcome": "InsufficientCidrBlocks"},
@@ -91,7 +86,7 @@ async def test_new_interfaces_carry_the_ownership_tags_and_delete_on_termination
     spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
     settings = Settings(cluster_name="prod", interface_tags={"team": "net"}, gc_interval=0)
     async with reconciling(network, [spec], settings) as (manager, _):
-        await until(lambda: manager.nodes["n1"].stats.available >= 8)
+        await until(lambda: manager.nodes["n1"].stats.available >= 8, limit=20)
     found = network.ec2.describe_network_interfaces(
         Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
     )["NetworkInterfaces"]
@@ -114,7 +109,7 @@ async def test_a_restarted_reconciler_adopts_what_the_first_created(network: Net
     spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
     for _ in range(2):
         async with reconciling(network, [spec], Settings(gc_interval=0)) as (manager, _):
-            await until(lambda: manager.nodes["n1"].stats.available >= 8)
+            await until(lambda: manager.nodes["n1"].stats.available >= 8, limit=20)
     found = network.ec2.describe_network_interfaces(
         Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
     )["NetworkInterfaces"]
