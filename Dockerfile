@@ -12,7 +12,7 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml README.md ./
 RUN mkdir -p eni_ipam providers \
     && touch eni_ipam/__init__.py providers/__init__.py \
-    && /opt/venv/bin/pip install . \
+    && /opt/venv/bin/pip install ".[azure]" \
     && /opt/venv/bin/pip uninstall --yes eni-ipam
 COPY eni_ipam ./eni_ipam
 COPY providers ./providers

@@ -92,11 +92,20 @@ class InstanceLimits:
     ipv6_per_interface: int = 0
     hypervisor: str = ""
     """``nitro``, ``xen`` or empty (bare metal, or limits given by hand)."""
+    hot_attach: bool = True
+    """The cloud attaches new interfaces to a running instance. Azure does not (a VM must be
+    deallocated to gain a NIC) and the generic provider has one virtual interface per node; the
+    planner then only fills the interfaces there are."""
+    addresses: bool = True
+    """Plain secondary addresses are offered. The generic provider hands out /28 blocks only, so its
+    nodes are always prefix delegated."""
+    prefixes: bool = False
+    """/28 prefixes are offered whatever the hypervisor (the generic provider's blocks)."""
 
     @property
     def supports_prefixes(self) -> bool:
-        """Prefix delegation exists on Nitro instances only."""
-        return self.hypervisor == "nitro"
+        """Prefix delegation: on EC2 on Nitro instances only; elsewhere as the provider says."""
+        return self.prefixes or self.hypervisor == "nitro"
 
     @property
     def slots_per_interface(self) -> int:

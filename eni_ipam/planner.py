@@ -58,14 +58,20 @@ def managed_interfaces(instance: Instance, spec: NodeSpec) -> list[Interface]:
 
 def is_prefix_delegated(spec: NodeSpec, instance: Instance, limits: InstanceLimits, *, enabled: bool) -> bool:
     """Prefix delegated: enabled, Nitro, not disabled by the spec, and no managed interface holds plain
-    secondary addresses (a single plain address ends it: the two modes do not mix on a node)."""
+    secondary addresses (a single plain address ends it: the two modes do not mix on a node). A
+    provider offering prefixes only (``limits.addresses`` false) is always prefix delegated."""
+    if not limits.addresses:
+        return limits.supports_prefixes
     if not (enabled and limits.supports_prefixes and not spec.disable_prefix_delegation):
         return False
     return not any(i.addresses for i in managed_interfaces(instance, spec))
 
 
 def usable_free_indexes(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[int]:
-    """Device indexes where a new interface may be attached, lowest first."""
+    """Device indexes where a new interface may be attached, lowest first (none where the cloud
+    cannot attach to a running instance)."""
+    if not limits.hot_attach:
+        return []
     taken = {i.device_index for i in instance.interfaces}
     return [d for d in range(max(spec.first_interface_index, 0), limits.adapters) if d not in taken]
 

@@ -12,6 +12,11 @@ describe) and either runs every check with :func:`check_provider`, or parametriz
 
 Every check raises ``AssertionError`` with a message saying what the provider did wrong; none
 depends on pytest. Checks mutate the cloud, so each needs an env of its own.
+
+The instance type's limits say which parts of the contract apply. Where ``limits.addresses`` is
+false (prefixes only), the address checks run in /28 prefixes. Where ``limits.hot_attach`` is false
+(Azure, generic), ``create_interface`` must refuse with ``AttachmentLimitExceeded`` and change
+nothing, and the env names an interface in the small subnet instead.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from eni_ipam import errors
-from eni_ipam.model import Instance, InstanceLimits, Interface
+from eni_ipam.model import PREFIX_SIZE, Instance, InstanceLimits, Interface
 from eni_ipam.provider import Provider
 
 UNKNOWN_INSTANCE = "i-0fffffffffffffff0"
@@ -48,6 +53,9 @@ class ContractEnv:
     """Security groups of the instance's VPC."""
     capabilities: frozenset[str] = frozenset()
     """Optional features to check: ``prefixes`` (/28 prefix delegation on this instance type)."""
+    small_interface_id: str = ""
+    """Required where ``limits.hot_attach`` is false: an attached interface in ``small_subnet_id``
+    with no secondary addresses or prefixes yet (on any instance)."""
 
 
 Check = Callable[[ContractEnv], Awaitable[None]]
@@ -126,6 +134,53 @@ async def _no_leak(env: ContractEnv, check: str, attached: int) -> None:
     )
 
 
+def _unit(env: ContractEnv) -> dict[str, bool]:
+    """Keyword arguments for assigning in the provider's unit: addresses, or /28 prefixes."""
+    return {} if env.limits.addresses else {"prefixes": True}
+
+
+def _unit_size(env: ContractEnv) -> int:
+    return 1 if env.limits.addresses else PREFIX_SIZE
+
+
+def _held(env: ContractEnv, iface: Interface) -> tuple[str, ...]:
+    """What the interface holds in the provider's unit."""
+    return iface.addresses if env.limits.addresses else iface.prefixes
+
+
+def _unassign(env: ContractEnv, interface_id: str, items: Sequence[str]) -> Awaitable[None]:
+    if env.limits.addresses:
+        return env.provider.unassign_addresses(interface_id=interface_id, addresses=items)
+    return env.provider.unassign_addresses(interface_id=interface_id, prefixes=items)
+
+
+def _within(item: str, cidr: ipaddress.IPv4Network) -> bool:
+    return ipaddress.IPv4Network(item, strict=False).subnet_of(cidr)
+
+
+async def _create_refused(env: ContractEnv, check: str) -> None:
+    """Where the cloud cannot attach to a running instance, create is refused and changes nothing."""
+    before = len((await _instance(env)).interfaces)
+    await _raises(
+        errors.AttachmentLimitExceeded,
+        _create(env, check=check, index=before),
+        "create_interface on a provider that cannot attach to a running instance",
+    )
+    await _no_leak(env, check, attached=before)
+
+
+async def _small_interface(env: ContractEnv) -> Interface:
+    assert env.small_interface_id, "small_interface_id is required where limits.hot_attach is false"
+    for instance in (await env.provider.resync()).instances.values():
+        iface = instance.interface(env.small_interface_id)
+        if iface is not None:
+            assert iface.subnet_id == env.small_subnet_id, (
+                f"small_interface_id {iface.id} is in {iface.subnet_id}, not {env.small_subnet_id}"
+            )
+            return iface
+    raise AssertionError(f"resync does not report the small interface {env.small_interface_id}")
+
+
 def _in_order(addresses: Sequence[str]) -> bool:
     keys = [int(ipaddress.IPv4Address(a.split("/", 1)[0])) for a in addresses]
     return keys == sorted(keys)
@@ -151,7 +206,9 @@ async def check_resync_shape(env: ContractEnv) -> None:
     for subnet in (env.subnet_id, env.small_subnet_id):
         assert subnet in snap.subnets, f"resync does not report subnet {subnet}"
     cidr = ipaddress.IPv4Network(snap.subnets[primary.subnet_id].cidr)
-    assert ipaddress.IPv4Address(primary.primary_ip) in cidr, f"{primary.primary_ip} is outside {cidr}"
+    # A virtual interface (the generic provider's) may have no address of its own.
+    if primary.primary_ip:
+        assert ipaddress.IPv4Address(primary.primary_ip) in cidr, f"{primary.primary_ip} is outside {cidr}"
     for group in env.security_group_ids:
         assert group in snap.security_groups, f"resync does not report security group {group}"
     assert snap.limits.get(instance.type) == env.limits, (
@@ -190,19 +247,19 @@ async def check_assign_exact_count(env: ContractEnv) -> None:
     """assign returns exactly the new addresses: distinct, ordered, in the subnet, not held before."""
     primary = await _primary(env)
     cidr = await _cidr(env, primary.subnet_id)
-    held = {primary.primary_ip, *primary.addresses}
-    first = await env.provider.assign_addresses(interface_id=primary.id, count=3)
-    second = await env.provider.assign_addresses(interface_id=primary.id, count=2)
+    held = {primary.primary_ip, *_held(env, primary)}
+    first = await env.provider.assign_addresses(interface_id=primary.id, count=3, **_unit(env))
+    second = await env.provider.assign_addresses(interface_id=primary.id, count=2, **_unit(env))
     for new, count in ((first, 3), (second, 2)):
         assert len(new) == count == len(set(new)), f"asked for {count} addresses, got {new}"
         assert _in_order(new), f"new addresses are not in address order: {new}"
         assert not held & set(new), f"assign returned addresses already held: {sorted(held & set(new))}"
-        outside = [a for a in new if ipaddress.IPv4Address(a) not in cidr]
+        outside = [a for a in new if not _within(a, cidr)]
         assert not outside, f"addresses {outside} are outside the interface's subnet {cidr}"
         held |= set(new)
-    after = await _primary(env)
-    assert set(after.addresses) == held - {primary.primary_ip}, (
-        f"the interface holds {sorted(after.addresses)}, expected {sorted(held - {primary.primary_ip})}"
+    after = set(_held(env, await _primary(env)))
+    assert after == held - {primary.primary_ip}, (
+        f"the interface holds {sorted(after)}, expected {sorted(held - {primary.primary_ip})}"
     )
 
 
@@ -212,41 +269,43 @@ async def check_assign_beyond_interface_limit(env: ContractEnv) -> None:
     too_many = env.limits.slots_per_interface - primary.slots_used + 1
     await _raises(
         errors.InterfaceLimitExceeded,
-        env.provider.assign_addresses(interface_id=primary.id, count=too_many),
+        env.provider.assign_addresses(interface_id=primary.id, count=too_many, **_unit(env)),
         f"assign {too_many} addresses on an interface with {too_many - 1} free slots",
     )
     after = await _primary(env)
-    assert after.addresses == primary.addresses, f"a failed assign changed the addresses to {after.addresses}"
+    assert (after.addresses, after.prefixes) == (primary.addresses, primary.prefixes), (
+        f"a failed assign changed the interface to {after}"
+    )
 
 
 async def check_assign_unknown_interface(env: ContractEnv) -> None:
     """assign on an interface that does not exist raises NotFound."""
-    call = env.provider.assign_addresses(interface_id=UNKNOWN_INTERFACE, count=1)
+    call = env.provider.assign_addresses(interface_id=UNKNOWN_INTERFACE, count=1, **_unit(env))
     await _raises(errors.NotFound, call, "assign on an unknown interface")
 
 
 async def check_unassign(env: ContractEnv) -> None:
     """unassign removes exactly the given addresses; an address not held fails and removes nothing."""
     primary = await _primary(env)
-    new = await env.provider.assign_addresses(interface_id=primary.id, count=4)
-    await env.provider.unassign_addresses(interface_id=primary.id, addresses=new[:2])
-    after = await _primary(env)
-    assert set(after.addresses) == set(primary.addresses) | set(new[2:]), (
-        f"after unassigning {new[:2]} the interface holds {sorted(after.addresses)}"
+    new = await env.provider.assign_addresses(interface_id=primary.id, count=4, **_unit(env))
+    await _unassign(env, primary.id, new[:2])
+    after = set(_held(env, await _primary(env)))
+    assert after == set(_held(env, primary)) | set(new[2:]), (
+        f"after unassigning {new[:2]} the interface holds {sorted(after)}"
     )
     await _raises(
         errors.ProviderError,
-        env.provider.unassign_addresses(interface_id=primary.id, addresses=[new[2], new[0]]),
+        _unassign(env, primary.id, [new[2], new[0]]),
         f"unassign of {new[0]}, which the interface no longer holds",
     )
-    final = await _primary(env)
-    assert set(final.addresses) == set(after.addresses), (
-        f"a failed unassign removed addresses: {final.addresses}"
-    )
+    final = set(_held(env, await _primary(env)))
+    assert final == after, f"a failed unassign removed addresses: {sorted(final)}"
 
 
 async def check_create_interface(env: ContractEnv) -> None:
     """create_interface attaches a tagged interface with its addresses; the same token reuses it."""
+    if not env.limits.hot_attach:
+        return await _create_refused(env, "create_interface")
     iface = await _create(env, check="create", index=1, count=2)
     assert (iface.instance_id, iface.device_index) == (env.instance_id, 1), (
         f"created interface is attached to {iface.instance_id!r} at {iface.device_index}, not at index 1"
@@ -271,6 +330,8 @@ async def check_create_interface(env: ContractEnv) -> None:
 
 async def check_create_on_occupied_index(env: ContractEnv) -> None:
     """create at an occupied device index (a stale view) attaches at the next free index instead."""
+    if not env.limits.hot_attach:
+        return await _create_refused(env, "create_on_occupied_index")
     iface = await _succeeds(_create(env, check="occupied", index=0), "create at device index 0 (taken)")
     assert (iface.instance_id, iface.device_index) == (env.instance_id, 1), (
         f"create at the taken index 0 gave {iface.instance_id!r} index {iface.device_index}, not index 1"
@@ -282,6 +343,8 @@ async def check_create_on_occupied_index(env: ContractEnv) -> None:
 
 async def check_create_past_adapter_limit(env: ContractEnv) -> None:
     """create beyond the instance's adapters raises AttachmentLimitExceeded and leaks nothing."""
+    if not env.limits.hot_attach:
+        return await _create_refused(env, "create_past_adapter_limit")
     for index in range(1, env.limits.adapters):
         await _create(env, check="adapters", index=index)
     call = _create(env, check="adapters", index=env.limits.adapters)
@@ -291,6 +354,8 @@ async def check_create_past_adapter_limit(env: ContractEnv) -> None:
 
 async def check_create_retried_after_a_rollback(env: ContractEnv) -> None:
     """A create that failed and was rolled back succeeds when retried with the same token."""
+    if not env.limits.hot_attach:
+        return await _create_refused(env, "create_retried_after_a_rollback")
     for index in range(1, env.limits.adapters):
         await _create(env, check="retry", index=index)
 
@@ -315,6 +380,8 @@ async def check_create_retried_after_a_rollback(env: ContractEnv) -> None:
 
 async def check_subnet_exhaustion(env: ContractEnv) -> None:
     """assign beyond the subnet's free addresses raises SubnetExhausted, assigning nothing."""
+    if not env.limits.hot_attach:
+        return await _exhaust_small_interface(env)
     free = (await env.provider.resync()).subnets[env.small_subnet_id].available
     assert 2 <= free < 16, f"small_subnet_id must have 2 to 15 free addresses, it has {free}"
     slots = env.limits.slots_per_interface
@@ -335,6 +402,36 @@ async def check_subnet_exhaustion(env: ContractEnv) -> None:
     assert after.addresses == before.addresses, f"a failed assign changed the addresses to {after.addresses}"
 
 
+async def _exhaust_small_interface(env: ContractEnv) -> None:
+    before = await _small_interface(env)
+    free = (await env.provider.resync()).subnets[env.small_subnet_id].available
+    units = free // _unit_size(env)
+    assert units < env.limits.slots_per_interface - before.slots_used, (
+        f"small_subnet_id has room for {units}, no fewer than the interface has: no subnet limit to hit"
+    )
+    kind: tuple[type[errors.CapacityError], ...] = (
+        (errors.SubnetExhausted,)
+        if env.limits.addresses
+        else (errors.SubnetExhausted, errors.PrefixesExhausted)
+    )
+    call = env.provider.assign_addresses(interface_id=before.id, count=units + 1, **_unit(env))
+    try:
+        await call
+    except kind:
+        pass
+    except Exception as exc:
+        raise AssertionError(
+            f"assign {units + 1} in a subnet with room for {units}: expected SubnetExhausted, "
+            f"got {type(exc).__name__}: {exc}"
+        ) from exc
+    else:
+        raise AssertionError(f"assign {units + 1} in a subnet with room for {units}: nothing was raised")
+    after = await _small_interface(env)
+    assert (after.addresses, after.prefixes) == (before.addresses, before.prefixes), (
+        f"a failed assign changed the interface to {after}"
+    )
+
+
 async def check_prefixes(env: ContractEnv) -> None:
     """(``prefixes``) assign 1 prefix returns one aligned /28 in the subnet; none left → PrefixesExhausted."""
     if "prefixes" not in env.capabilities:
@@ -348,6 +445,19 @@ async def check_prefixes(env: ContractEnv) -> None:
     assert block.prefixlen == 28 and str(block) == new[0], f"{new[0]} is not an aligned /28"
     assert block.subnet_of(cidr), f"prefix {block} is outside the interface's subnet {cidr}"
     assert new[0] in (await _primary(env)).prefixes, f"prefix {new[0]} is not on the interface afterwards"
+    if not env.limits.hot_attach:
+        small = await _small_interface(env)
+        free = (await env.provider.resync()).subnets[env.small_subnet_id].available
+        if free >= PREFIX_SIZE:  # take every whole /28 first
+            await env.provider.assign_addresses(
+                interface_id=small.id, count=free // PREFIX_SIZE, prefixes=True
+            )
+        before = await _small_interface(env)
+        call = env.provider.assign_addresses(interface_id=small.id, count=1, prefixes=True)
+        await _raises(errors.PrefixesExhausted, call, "assign a prefix in a subnet with no whole /28 left")
+        after = await _small_interface(env)
+        assert after.prefixes == before.prefixes, f"a failed prefix assign left {after}"
+        return
     small = await _create(env, check="prefixes", index=1, count=0, subnet=env.small_subnet_id)
     call = env.provider.assign_addresses(interface_id=small.id, count=1, prefixes=True)
     await _raises(errors.PrefixesExhausted, call, "assign a prefix in a subnet with under 16 free addresses")
@@ -357,6 +467,17 @@ async def check_prefixes(env: ContractEnv) -> None:
 
 async def check_delete_interface(env: ContractEnv) -> None:
     """delete_interface removes an attached interface for good; deleting it again raises NotFound."""
+    if not env.limits.hot_attach:
+        # Nothing can be created to delete: the primary is refused, an unknown interface is NotFound.
+        primary = await _primary(env)
+        call = env.provider.delete_interface(interface_id=primary.id)
+        await _raises(errors.ProviderError, call, "delete of the primary interface")
+        assert (await _instance(env)).interface(primary.id) is not None, (
+            f"{primary.id} is gone after a refusal"
+        )
+        missing = env.provider.delete_interface(interface_id=UNKNOWN_INTERFACE)
+        await _raises(errors.NotFound, missing, "delete of an unknown interface")
+        return
     iface = await _create(env, check="delete", index=1)
     await env.provider.delete_interface(interface_id=iface.id)
     assert (await _instance(env)).interface(iface.id) is None, f"{iface.id} is still attached after delete"
@@ -367,7 +488,7 @@ async def check_delete_interface(env: ContractEnv) -> None:
 
 async def check_delete_without_detach(env: ContractEnv) -> None:
     """delete_interface(detach=False) refuses an attached interface and keeps it attached."""
-    iface = await _create(env, check="keep", index=1)
+    iface = await _create(env, check="keep", index=1) if env.limits.hot_attach else await _primary(env)
     call = env.provider.delete_interface(interface_id=iface.id, detach=False)
     await _raises(errors.ProviderError, call, "delete of an attached interface with detach=False")
     assert (await _instance(env)).interface(iface.id) is not None, f"{iface.id} is gone or detached"
