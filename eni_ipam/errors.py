@@ -180,11 +180,15 @@ class ProviderError(EniIpamError):
     code is unknown to eni-ipam; ``operation`` the API operation (``AssignPrivateIpAddresses``).
     """
 
-    def __init__(self, message: str, *, code: str = "", operation: str = "") -> None:
+    def __init__(
+        self, message: str, *, code: str = "", operation: str = "", retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{operation}: {code}: {message}" if operation else f"{code}: {message}")
         self.code = code
         self.operation = operation
         self.message = message
+        self.retry_after = retry_after
+        """Seconds the cloud asked us to wait before retrying (Azure's ``Retry-After``), when it said."""
 
 
 class Throttled(ProviderError):

@@ -272,6 +272,8 @@ class NodeManager:
                 continue
             except Exception as exc:  # one node's failure, even a bug, never stops the others
                 delay = node.backoff.next_delay()
+                # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
+                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
                 node.not_before = self.clock.monotonic() + delay
                 reason = type(exc).__name__
                 self.metrics.node_failures.labels(reason=reason).inc()

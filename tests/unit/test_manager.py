@@ -22,6 +22,7 @@ class Flaky:
         self.assign_order: list[str] = []
         self.hide_from_resync: set[str] = set()
         self.unknown_types: set[str] = set()
+        self.retry_after: float | None = None
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -52,7 +53,9 @@ class Flaky:
                 owner = inst.instance_id
         self.assign_order.append(owner)
         if owner in self.fail_assign_for:
-            raise errors.TransientError("nope", code="InternalError", operation="AssignPrivateIpAddresses")
+            raise errors.TransientError(
+                "nope", code="InternalError", operation="AssignPrivateIpAddresses", retry_after=self.retry_after
+            )
         return await self._inner.assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
 
 
@@ -118,6 +121,22 @@ async def test_failing_node_backs_off_without_slowing_the_others(make_world):
         # Backoff 1, 2, 4, 8, 16, 32 s (jittered into [d/2, d]): a handful of tries in a minute, not hundreds.
         assert 5 <= attempts <= 12
         assert world.manager.nodes["bad"].backoff.failures == attempts
+
+
+async def test_failing_node_waits_at_least_what_the_cloud_asked(make_world):
+    holder = {}
+
+    def wrap(p):
+        holder["p"] = Flaky(p)
+        holder["p"].fail_assign_for = {"i-bad"}
+        holder["p"].retry_after = 30.0
+        return holder["p"]
+
+    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap) as world:
+        world.add_node("bad")
+        await asyncio.sleep(65)
+        # Without Retry-After the backoff (1, 2, 4, 8, 16, 32 s) would try about six times.
+        assert 2 <= holder["p"].assign_order.count("i-bad") <= 3
 
 
 async def test_instance_missing_from_resync_is_refetched_not_zeroed(make_world):
