@@ -142,6 +142,9 @@ class Interface:
     """Secondary IPv4 addresses (never the primary)."""
     prefixes: tuple[str, ...] = ()
     """Delegated /28 prefixes."""
+    ipv6_prefixes: tuple[str, ...] = ()
+    """IPv6 blocks delegated to the interface (the generic provider's per-node IPv6 block). Published
+    for the node side; not counted in the pool, whose sizes and watermarks are IPv4."""
     security_groups: tuple[str, ...] = ()
     tags: Mapping[str, str] = EMPTY_TAGS
     instance_id: str = ""

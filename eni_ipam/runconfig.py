@@ -31,10 +31,11 @@ from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
 from eni_ipam.provider import Provider
 from eni_ipam.scenario import spec_fields
+from eni_ipam.store.records import NodeRecords
 
 ENV_PREFIX = "ENI_IPAM_"
 PROVIDERS = ("aws", "azure", "generic", "sim")
-BUILT_PROVIDERS = ("aws", "sim")
+BUILT_PROVIDERS = ("aws", "generic", "sim")
 """Providers whose plug-in exists; the others are documented and refused with NotImplementedYet."""
 NODE_SOURCES = ("kubernetes", "memory")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -60,9 +61,10 @@ class ProviderPlugin(Protocol):
         ...
 
     def open_provider(
-        self, settings: Any, *, clock: Clock, metrics: Metrics, rate_limit_share: float
+        self, settings: Any, *, clock: Clock, metrics: Metrics, rate_limit_share: float, records: NodeRecords
     ) -> AbstractAsyncContextManager[Provider]:
-        """The provider, open for the block and closed (clients, threads) after it."""
+        """The provider, open for the block and closed (clients, threads) after it. ``records`` is
+        the node store's view of the published pools (the generic provider keeps its state there)."""
         ...
 
 

@@ -34,6 +34,7 @@ from eni_ipam.model import NodeResource
 from eni_ipam.runconfig import RunConfig, provider_plugin
 from eni_ipam.server import make_app, start_server
 from eni_ipam.store.memory import MemoryStore
+from eni_ipam.store.records import RecordsRef
 
 log = structlog.get_logger("eni_ipam.service")
 
@@ -89,6 +90,8 @@ class Service:
         self.metrics = Metrics()
         self.state = ServiceState()
         self.fence = Fence()
+        self.records = RecordsRef()
+        """The node store's records, for providers keeping their state there (set once it exists)."""
 
     async def serve(self) -> int:
         config = self.config
@@ -108,6 +111,7 @@ class Service:
                 clock=self.clock,
                 metrics=self.metrics,
                 rate_limit_share=config.settings.rate_limit_share,
+                records=self.records,
             ) as provider:
                 fenced = FencedProvider(provider, self.fence)
                 if config.node_source == "memory":
@@ -149,6 +153,7 @@ class Service:
 
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
+        self.records.target = store
         for node in self.config.nodes:
             store.put(NodeResource(spec=node.spec, used=node.used))
         manager = self._manager(provider, store)
@@ -167,13 +172,16 @@ class Service:
     async def _run_elected(self, provider: FencedProvider) -> None:
         from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
         from eni_ipam.kube.lease import LeaderElector
+        from eni_ipam.kube.settings import instance_id_source
         from eni_ipam.kube.source import KubeNodeSource
 
         ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
         api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+        ks = dataclasses.replace(ks, instance_ids=instance_id_source(ks, self.config.provider))
         source = KubeNodeSource(
             api, settings=ks, node_defaults=self.config.node_defaults, clock=self.clock, metrics=metrics
         )
+        self.records.target = source
         elector = LeaderElector(
             api,
             name=ks.lease_name,

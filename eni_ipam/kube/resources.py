@@ -22,6 +22,7 @@ from typing import Any
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import ENIPOOLS, Obj
 from eni_ipam.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState, frozen_tags
+from eni_ipam.store.records import NodeRecord
 
 FINALIZER = "eni-ipam.io/pool"
 """Holds an ENIPool until the controller stopped maintaining its node (no address is handed out,
@@ -130,7 +131,7 @@ def instance_id_from_provider_id(provider_id: str) -> str:
     """The cloud instance of a Node's ``spec.providerID``.
 
     ``aws:///us-east-1a/i-0abc`` → ``i-0abc``; ``azure:///subscriptions/…/virtualMachines/vm-1``
-    → the full resource id (Azure names VMs by it); any other scheme → the path without leading
+    → the full resource id, lowercased (Azure names VMs by it); any other scheme → the path without leading
     slashes. Empty when the provider id is missing or malformed (the cloud controller has not
     initialised the Node yet).
     """
@@ -140,16 +141,25 @@ def instance_id_from_provider_id(provider_id: str) -> str:
     path = match.group("path")
     if match.group("scheme") == "aws":
         return path.rstrip("/").rsplit("/", 1)[-1]
-    if match.group("scheme") == "azure":
-        return path if path.startswith("/") else "/" + path
+    if match.group("scheme") == "azure":  # ARM ids are case-insensitive; the provider keys them lowercased
+        return (path if path.startswith("/") else "/" + path).lower()
     return path.lstrip("/")
 
 
-def pool_for_node(node: Mapping[str, Any], defaults: Mapping[str, Any]) -> Obj | None:
+def instance_id_of(node: Mapping[str, Any], instance_ids: str = "provider-id") -> str:
+    """The instance a Node's pool names: from its provider id, or its name (``node-name``)."""
+    if instance_ids == "node-name":
+        return str(node.get("metadata", {}).get("name", ""))
+    return instance_id_from_provider_id((node.get("spec") or {}).get("providerID", ""))
+
+
+def pool_for_node(
+    node: Mapping[str, Any], defaults: Mapping[str, Any], *, instance_ids: str = "provider-id"
+) -> Obj | None:
     """The ENIPool to create for ``node`` (spec from ``defaults``, NodeSpec keyword arguments), or
-    None while the Node has no provider id. Owned by the Node, so it goes when the Node goes."""
+    None while the Node has no instance id. Owned by the Node, so it goes when the Node goes."""
     metadata = node.get("metadata", {})
-    instance_id = instance_id_from_provider_id((node.get("spec") or {}).get("providerID", ""))
+    instance_id = instance_id_of(node, instance_ids)
     if not instance_id:
         return None
     labels = metadata.get("labels") or {}
@@ -176,10 +186,12 @@ def pool_for_node(node: Mapping[str, Any], defaults: Mapping[str, Any]) -> Obj |
     }
 
 
-def node_fields_patch(pool: Mapping[str, Any], node: Mapping[str, Any]) -> Obj | None:
+def node_fields_patch(
+    pool: Mapping[str, Any], node: Mapping[str, Any], *, instance_ids: str = "provider-id"
+) -> Obj | None:
     """A merge patch bringing the pool's Node-derived fields (instance, type, zone) up to date, or
     None. People's edits to the rest of the spec are never overwritten."""
-    wanted = pool_for_node(node, {})
+    wanted = pool_for_node(node, {}, instance_ids=instance_ids)
     if wanted is None:
         return None
     current = pool.get("spec") or {}
@@ -207,6 +219,7 @@ def _interface(iface: Interface) -> dict[str, Any]:
         "securityGroups": list(iface.security_groups),
         "addresses": len(iface.addresses),
         "prefixes": list(iface.prefixes),
+        **({"ipv6Prefixes": list(iface.ipv6_prefixes)} if iface.ipv6_prefixes else {}),
     }
 
 
@@ -315,6 +328,29 @@ def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetim
 
 
 # -- the node agent's side ------------------------------------------------------------------------
+
+
+def node_record(obj: Mapping[str, Any]) -> NodeRecord | None:
+    """What a pool's status publishes of its interfaces (the generic provider's durable state), or
+    None for a pool naming no instance."""
+    spec = obj.get("spec") or {}
+    instance_id = spec.get("instanceID")
+    if not isinstance(instance_id, str) or not instance_id:
+        return None
+    prefixes: list[str] = []
+    ipv6: list[str] = []
+    for iface in (obj.get("status") or {}).get("interfaces") or []:
+        if isinstance(iface, Mapping):
+            prefixes.extend(p for p in iface.get("prefixes") or [] if isinstance(p, str))
+            ipv6.extend(p for p in iface.get("ipv6Prefixes") or [] if isinstance(p, str))
+    subnets = spec.get("subnetIDs") or []
+    return NodeRecord(
+        name=str(obj.get("metadata", {}).get("name", "")),
+        instance_id=instance_id,
+        subnet_ids=tuple(s for s in subnets if isinstance(s, str)),
+        prefixes=tuple(prefixes),
+        ipv6_prefixes=tuple(ipv6),
+    )
 
 
 def pool_members(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -44,6 +44,11 @@ class KubeSettings:
     node_selector: Tags = EMPTY_TAGS
     """Labels a Node must carry to get a pool (empty: every Node)."""
 
+    instance_ids: str = ""
+    """Where a pool's ``instanceID`` comes from: ``provider-id`` (the Node's ``spec.providerID``; a
+    Node gets its pool once the cloud controller has set it) or ``node-name`` (for clusters with no
+    cloud controller). Empty: ``node-name`` with the generic provider, ``provider-id`` otherwise."""
+
     status_qps: float = 10.0
     """Pool status writes per second (token bucket refill): status is informative, and the API
     server's priority and fairness budget is shared with the rest of the cluster."""
@@ -54,6 +59,13 @@ class KubeSettings:
     watch_timeout: float = 300.0
     """Seconds a watch request stays open before the server ends it and it is renewed; a watch
     silent for this long plus a minute is treated as dropped and restarted."""
+
+
+INSTANCE_ID_SOURCES = ("provider-id", "node-name")
+def instance_id_source(settings: KubeSettings, provider: str) -> str:
+    """``instance_ids`` resolved: generic clusters have no cloud controller to set providerID, so
+    their pools name instances by node."""
+    return settings.instance_ids or ("node-name" if provider == "generic" else "provider-id")
 
 
 _DURATIONS = {"lease_duration", "renew_deadline", "retry_period", "watch_timeout"}
@@ -77,6 +89,10 @@ def kube_settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "k
             values[key] = raw.strip()
         elif key == "node_selector":
             values[key] = parse_tags(field, raw)
+        elif key == "instance_ids":
+            if raw not in ("", *INSTANCE_ID_SOURCES):
+                raise ConfigError(field, f"expected one of {', '.join(INSTANCE_ID_SOURCES)}, got {raw!r}")
+            values[key] = raw
         elif key == "status_qps":
             if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
                 raise ConfigError(field, f"expected a positive number, got {raw!r}")

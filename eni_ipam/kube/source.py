@@ -39,6 +39,7 @@ from eni_ipam.kube.resources import (
     FINALIZER,
     being_deleted,
     node_fields_patch,
+    node_record,
     pool_for_node,
     resource_from_pool,
 )
@@ -48,6 +49,7 @@ from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeResource
 from eni_ipam.node import Node
+from eni_ipam.store.records import NodeRecord
 
 log = structlog.get_logger("eni_ipam.kube.source")
 
@@ -68,6 +70,9 @@ class KubeNodeSource:
     ) -> None:
         self.api = api
         self.settings = settings
+        self.instance_ids = settings.instance_ids or "provider-id"
+        self.term = 0
+        """Leadership terms begun (:class:`~eni_ipam.store.records.NodeRecords`)."""
         self.node_defaults = dict(node_defaults)
         self.clock = clock
         self.rng = rng or random.Random()
@@ -99,6 +104,12 @@ class KubeNodeSource:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in (self.nodes, self.pools, self.pods))
 
+    def node_records(self) -> list[NodeRecord] | None:
+        """What every ENIPool's status publishes (None until the pools have been listed)."""
+        if not self.pools.synced.is_set():
+            return None
+        return [r for r in map(node_record, self.pools.store.values()) if r is not None]
+
     async def run(self) -> None:
         """Keep the caches current until cancelled (every replica runs this)."""
         async with asyncio.TaskGroup() as tg:
@@ -110,6 +121,7 @@ class KubeNodeSource:
         ``manager`` must publish its statuses to :attr:`writer`."""
         for informer in (self.nodes, self.pools, self.pods):
             await informer.synced.wait()
+        self.term += 1  # another leader may have changed every pool since our last term
         self.manager = manager
         try:
             for obj in list(self.pools.store.values()):
@@ -237,7 +249,7 @@ class KubeNodeSource:
             return  # no Node (or not selected): the pool, if any, is people's or goes with its Node
         pool = self.pools.store.get(name)
         if pool is None:
-            body = pool_for_node(node, self.node_defaults)
+            body = pool_for_node(node, self.node_defaults, instance_ids=self.instance_ids)
             if body is None:
                 log.debug("node_without_provider_id", node=name)
                 return
@@ -249,7 +261,7 @@ class KubeNodeSource:
             return
         if being_deleted(pool) or not _owned_by(pool, node):
             return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
-        patch = node_fields_patch(pool, node)
+        patch = node_fields_patch(pool, node, instance_ids=self.instance_ids)
         if patch is not None:
             await self.api.patch(ENIPOOLS, name, patch)
             log.info("pool_updated_from_node", pool=name, fields=sorted(patch["spec"]))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from eni_ipam.model import NodeResource, NodeStatus
+from eni_ipam.store.records import NodeRecord
 
 
 class NodeSink(Protocol):
@@ -50,6 +51,25 @@ class MemoryStore:
         self.statuses.pop(name, None)
         if self._sink is not None:
             self._sink.delete(name)
+
+    # NodeRecords (one process, one term)
+    term = 0
+
+    def node_records(self) -> list[NodeRecord]:
+        records = []
+        for name, resource in self.resources.items():
+            status = self.statuses.get(name)
+            interfaces = status.interfaces if status else ()
+            records.append(
+                NodeRecord(
+                    name=name,
+                    instance_id=resource.spec.instance_id,
+                    subnet_ids=resource.spec.subnet_ids,
+                    prefixes=tuple(p for i in interfaces for p in i.prefixes),
+                    ipv6_prefixes=tuple(p for i in interfaces for p in i.ipv6_prefixes),
+                )
+            )
+        return records
 
     # StatusSink
     def publish(self, name: str, status: NodeStatus) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from eni_ipam.clock import Clock
 from eni_ipam.metrics import Metrics
 from eni_ipam.provider import Provider
+from eni_ipam.store.records import NodeRecords
 from providers.aws.settings import AwsSettings, aws_settings_from_mapping
 
 
@@ -18,7 +19,12 @@ def parse_settings(data: Any, *, path: str) -> AwsSettings:
 
 @contextlib.asynccontextmanager
 async def open_provider(
-    settings: AwsSettings, *, clock: Clock, metrics: Metrics, rate_limit_share: float
+    settings: AwsSettings,
+    *,
+    clock: Clock,
+    metrics: Metrics,
+    rate_limit_share: float,
+    records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:
     from providers.aws.provider import AwsProvider
 

@@ -18,6 +18,7 @@ from eni_ipam.metrics import Metrics
 from eni_ipam.provider import Provider
 from eni_ipam.ratelimit import EC2_BUCKETS, RateLimiter
 from eni_ipam.runconfig import parse_sim_cloud
+from eni_ipam.store.records import NodeRecords
 from providers.sim.provider import SimProvider
 
 
@@ -45,7 +46,12 @@ def parse_settings(data: Any, *, path: str) -> SimSettings:
 
 @contextlib.asynccontextmanager
 async def open_provider(
-    settings: SimSettings, *, clock: Clock, metrics: Metrics, rate_limit_share: float
+    settings: SimSettings,
+    *,
+    clock: Clock,
+    metrics: Metrics,
+    rate_limit_share: float,
+    records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:
     from eni_ipam.simulate import build_cloud
 

@@ -38,7 +38,11 @@ def node(name: str = "n1", provider_id: str = "aws:///us-east-1a/i-0abc", **labe
         ("aws:///i-0abc", "i-0abc"),
         (
             "azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/vm1",
-            "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/vm1",
+            "/subscriptions/s/resourcegroups/g/providers/microsoft.compute/virtualmachines/vm1",
+        ),
+        (
+            "azure:///subscriptions/s/resourceGroups/MC_g/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/3",
+            "/subscriptions/s/resourcegroups/mc_g/providers/microsoft.compute/virtualmachinescalesets/ss/virtualmachines/3",
         ),
         ("kind://docker/cluster/node", "docker/cluster/node"),
         ("", ""),

@@ -54,7 +54,10 @@ class Flaky:
         self.assign_order.append(owner)
         if owner in self.fail_assign_for:
             raise errors.TransientError(
-                "nope", code="InternalError", operation="AssignPrivateIpAddresses", retry_after=self.retry_after
+                "nope",
+                code="InternalError",
+                operation="AssignPrivateIpAddresses",
+                retry_after=self.retry_after,
             )
         return await self._inner.assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
 

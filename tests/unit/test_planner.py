@@ -125,6 +125,26 @@ def test_no_free_adapter_slot_is_at_capacity_not_an_error():
     assert p.actions == () and p.shortfall == 2 and p.reason == "at-capacity"
 
 
+def test_a_cloud_that_cannot_attach_to_running_instances_only_fills_existing_interfaces():
+    azure_like = InstanceLimits(adapters=4, ipv4_per_interface=15, hot_attach=False)
+    spec = NodeSpec(name="n", instance_id="i-1")
+    p = plan(spec, instance(iface(0, n=10)), [subnet("s-1")], must=12, limits=azure_like)
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),)
+    assert p.shortfall == 8 and p.reason == "at-capacity"
+    stats = node_stats(spec, instance(iface(0, n=14)), azure_like, used=14, prefix_delegation=False)
+    assert stats.at_capacity and stats.remaining_interfaces == 0
+
+
+def test_a_prefix_only_provider_is_prefix_delegated_even_with_the_setting_off():
+    blocks = InstanceLimits(
+        adapters=1, ipv4_per_interface=17, hot_attach=False, addresses=False, prefixes=True
+    )
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1")], must=20, limits=blocks
+    )
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=2, prefixes=True),)
+
+
 def test_subnet_free_addresses_bound_the_plan():
     p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1", free=3)], must=8)
     assert [a.count for a in p.actions] == [3]

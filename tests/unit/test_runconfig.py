@@ -101,10 +101,18 @@ def test_unreadable_or_invalid_files_are_config_errors(tmp_path: Path) -> None:
         load_config(bad)
 
 
-@pytest.mark.parametrize("provider", ["azure", "generic"])
+@pytest.mark.parametrize("provider", ["azure"])
 def test_providers_not_built_yet_say_so(provider: str) -> None:
     with pytest.raises(NotImplementedYet, match=f"the {provider} provider is not built yet"):
         load_config_mapping({"provider": provider})
+
+
+def test_generic_section_is_parsed_by_the_generic_plugin_and_required() -> None:
+    config = load_config_mapping({"provider": "generic", "generic": {"cluster_cidrs": ["10.244.0.0/16"]}})
+    assert [str(c) for c in config.provider_settings.cluster_cidrs] == ["10.244.0.0/16"]
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping({"provider": "generic", "generic": {"cluster_cidrs": ["10.244.0.0/33"]}})
+    assert caught.value.field == "generic.cluster_cidrs[0]"
 
 
 def test_aws_section_is_parsed_by_the_aws_plugin() -> None:

@@ -1,0 +1,410 @@
+"""The generic provider: pools carved from static cluster CIDRs, with no cloud API at all.
+
+For clusters without a cloud API (bare metal, on-premises, other clouds). It keeps the Kubernetes
+node-IPAM range allocator's semantics (:mod:`providers.generic.blocks`) and maps them onto the
+provider contract:
+
+* **Instance = node.** Every node of the node store is an instance (type :data:`INSTANCE_TYPE`)
+  with one virtual interface at device index 0 and no address of its own. Nothing can be attached,
+  so its limits say ``hot_attach=False``.
+* **Subnet = cluster CIDR.** A node's interface draws from one IPv4 cluster CIDR: the first of its
+  spec's ``subnet_ids`` with a free block, else the first CIDR with one, chosen when the node first
+  appears. ``available`` counts the CIDR's addresses in no pool.
+* **Blocks, then /28 prefixes.** The node reserves blocks of ``node_mask_ipv4`` bits (its range
+  allocator ``podCIDR``); its pool holds /28 prefixes cut from them, so the watermarks grow and
+  shrink it 16 addresses at a time (prefixes only: ``addresses=False``). A new block is reserved
+  only when the node's blocks have no free /28 left; a block other than the node's first goes back
+  to the CIDR when its last /28 is released, and every block goes back when the node leaves the
+  store. Each IPv6 cluster CIDR gives a node one block when it first appears, published on its
+  interface as ``ipv6_prefixes``.
+
+Durability: the provider's memory is only a cache of the node store's records
+(:mod:`eni_ipam.store.records`): what the pools' statuses publish. At the first resync, and again
+whenever the records' ``term`` changes (a new leadership term), everything is rebuilt from them, so
+a restart or a new leader never hands out a block a published pool holds (allocate-or-occupy).
+Between two rebuilds the cache is authoritative: it holds what was assigned but not yet published.
+
+Every call goes through :class:`~eni_ipam.api.ApiCaller` like a cloud call, for the metrics; there
+is no rate limit to respect. Calls are synchronous inside, so no two interleave.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import ipaddress
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import structlog
+
+from eni_ipam import errors
+from eni_ipam.api import ApiCaller
+from eni_ipam.clock import Clock
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import (
+    PREFIX_SIZE,
+    CloudSnapshot,
+    Instance,
+    InstanceLimits,
+    Interface,
+    Subnet,
+    address_key,
+)
+from eni_ipam.ratelimit import Bucket, RateLimiter
+from eni_ipam.store.records import NodeRecord, NodeRecords
+from providers.generic.blocks import BlockSet, Network
+from providers.generic.settings import PREFIX_MASK, GenericSettings
+
+log = structlog.get_logger("eni_ipam.generic")
+
+INSTANCE_TYPE = "generic"
+"""The type of every generic instance (limits come from the settings, not from hardware)."""
+VPC = "generic"
+INTERFACE_PREFIX = "vif-"
+"""A node's virtual interface is ``vif-<instance id>``."""
+UNLIMITED = Bucket(1e9, 1e9)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class _Node:
+    name: str
+    instance_id: str
+    cidr: int
+    """Index of the IPv4 block set the node's interface draws from."""
+    blocks: list[ipaddress.IPv4Network] = dataclasses.field(default_factory=list)
+    """Reserved IPv4 blocks; the first is kept for the node's life."""
+    prefixes: set[ipaddress.IPv4Network] = dataclasses.field(default_factory=set)
+    foreign: list[tuple[int, ipaddress.IPv4Network]] = dataclasses.field(default_factory=list)
+    """Blocks of another cluster CIDR its record held (after a configuration change): kept for the
+    node, never grown, released when it goes."""
+    ipv6: list[Network] = dataclasses.field(default_factory=list)
+
+
+class GenericProvider:
+    name = "generic"
+
+    def __init__(
+        self,
+        settings: GenericSettings,
+        *,
+        records: NodeRecords,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = settings
+        self._records = records
+        self._term: int | None = None
+        self._caller = ApiCaller(
+            limiter=RateLimiter({}, default=UNLIMITED),
+            metrics=metrics,
+            clock=clock,
+            translate=lambda exc, op: None,
+        )
+        self.limits = InstanceLimits(
+            adapters=1,
+            ipv4_per_interface=settings.slots_per_node + 1,
+            hot_attach=False,
+            addresses=False,
+            prefixes=True,
+        )
+        self.calls: collections.Counter[str] = collections.Counter()
+        """Calls by operation (the simulator's ``api_calls``)."""
+        self._reset()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        s = self.settings
+        self._v4 = [BlockSet(c, s.node_mask_ipv4) for c in s.ipv4]
+        self._v6 = [BlockSet(c, s.node_mask_ipv6) for c in s.ipv6]
+        for blocks in (*self._v4, *self._v6):
+            for excluded in s.service_cidrs:
+                blocks.occupy(excluded)
+        self._nodes: dict[str, _Node] = {}
+
+    async def _call(self, operation: str, body: Callable[[], T]) -> T:
+        async def run() -> T:
+            self.calls[operation] += 1
+            return body()
+
+        return await self._caller.call(operation, run)
+
+    def _refresh(self) -> None:
+        """Bring the node set in step with the store's records (rebuilding on a new term)."""
+        records = self._records.node_records()
+        if records is None:
+            raise errors.TransientError(
+                "the node store has not been read in full yet", code="NodeStoreNotSynced", operation="Resync"
+            )
+        if self._records.term != self._term:
+            self._reset()
+            self._term = self._records.term
+            log.info("generic_state_rebuilt", nodes=len(records), term=self._term)
+        roster: dict[str, NodeRecord] = {}
+        for record in sorted(records, key=lambda r: r.name):
+            if record.instance_id and record.instance_id not in roster:
+                roster[record.instance_id] = record
+        for instance_id in [i for i in self._nodes if i not in roster]:
+            self._forget(self._nodes.pop(instance_id))
+        # Nodes holding blocks first, so a new node never takes a block someone published.
+        new = [r for r in roster.values() if r.instance_id not in self._nodes]
+        for record in sorted(new, key=lambda r: (not (r.prefixes or r.ipv6_prefixes), r.name)):
+            self._nodes[record.instance_id] = self._adopt(record)
+
+    def _adopt(self, record: NodeRecord) -> _Node:
+        """A node first seen: occupy what its record holds, then give it its IPv6 blocks."""
+        held: list[tuple[int, ipaddress.IPv4Network]] = []
+        for text in record.prefixes:
+            prefix = ipaddress.ip_network(text, strict=False)
+            index = self._v4_index(prefix)
+            if index is None or not isinstance(prefix, ipaddress.IPv4Network):
+                log.warning("prefix_outside_cluster_cidrs", node=record.name, prefix=text)
+                continue
+            held.append((index, prefix))
+        cidr = held[0][0] if held else self._choose_cidr(record)
+        node = _Node(name=record.name, instance_id=record.instance_id, cidr=cidr)
+        for index, prefix in held:
+            blocks = self._v4[index]
+            block = prefix.supernet(new_prefix=blocks.mask)
+            mine = node.blocks if index == cidr else [b for i, b in node.foreign if i == index]
+            if block not in mine:
+                if blocks.taken(block):
+                    # Two published pools claim one block: keep it with the first (by name).
+                    log.error("block_conflict", node=record.name, block=str(block), prefix=str(prefix))
+                    continue
+                blocks.occupy(block)
+                if index == cidr:
+                    node.blocks.append(block)
+                else:
+                    node.foreign.append((index, block))
+            node.prefixes.add(prefix)
+        for text in record.ipv6_prefixes:
+            block6 = ipaddress.ip_network(text, strict=False)
+            for blocks in self._v6:
+                if blocks.contains(block6) and block6.prefixlen == blocks.mask and not blocks.taken(block6):
+                    blocks.occupy(block6)
+                    node.ipv6.append(block6)
+        for blocks in self._v6:
+            if not any(blocks.contains(b) for b in node.ipv6):
+                fresh = blocks.allocate()
+                if fresh is None:
+                    log.warning("ipv6_cidr_exhausted", node=record.name, cidr=str(blocks.cidr))
+                else:
+                    node.ipv6.append(fresh)
+        return node
+
+    def _choose_cidr(self, record: NodeRecord) -> int:
+        for index, blocks in enumerate(self._v4):
+            if str(blocks.cidr) in record.subnet_ids and blocks.free:
+                return index
+        for index, blocks in enumerate(self._v4):
+            if blocks.free and not record.subnet_ids:
+                return index
+        wanted = [i for i, b in enumerate(self._v4) if str(b.cidr) in record.subnet_ids]
+        return wanted[0] if wanted else 0
+
+    def _forget(self, node: _Node) -> None:
+        for block in node.blocks:
+            self._v4[node.cidr].release(block)
+        for index, block in node.foreign:
+            self._v4[index].release(block)
+        for block6 in node.ipv6:
+            for blocks in self._v6:
+                if blocks.contains(block6):
+                    blocks.release(block6)
+        log.info("node_blocks_released", node=node.name, blocks=len(node.blocks) + len(node.ipv6))
+
+    def _v4_index(self, network: Network) -> int | None:
+        return next((n for n, b in enumerate(self._v4) if b.contains(network)), None)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def _interface(self, node: _Node) -> Interface:
+        return Interface(
+            id=INTERFACE_PREFIX + node.instance_id,
+            device_index=0,
+            subnet_id=str(self._v4[node.cidr].cidr),
+            primary_ip="",
+            prefixes=tuple(str(p) for p in sorted(node.prefixes, key=lambda p: int(p.network_address))),
+            ipv6_prefixes=tuple(str(b) for b in node.ipv6),
+            instance_id=node.instance_id,
+            delete_on_termination=True,
+        )
+
+    def _instance(self, node: _Node) -> Instance:
+        iface = self._interface(node)
+        return Instance(
+            id=node.instance_id,
+            type=INSTANCE_TYPE,
+            vpc_id=VPC,
+            zone="",
+            subnet_id=iface.subnet_id,
+            interfaces=(iface,),
+        )
+
+    def _subnets(self) -> dict[str, Subnet]:
+        in_pools = collections.Counter[int]()
+        for node in self._nodes.values():
+            spare = len(node.blocks) * self._v4[node.cidr].block_size - PREFIX_SIZE * len(node.prefixes)
+            in_pools[node.cidr] += spare
+        return {
+            str(blocks.cidr): Subnet(
+                id=str(blocks.cidr),
+                vpc_id=VPC,
+                zone="",
+                cidr=str(blocks.cidr),
+                available=blocks.free * blocks.block_size + max(in_pools[index], 0),
+            )
+            for index, blocks in enumerate(self._v4)
+        }
+
+    def _node_of(self, interface_id: str, operation: str) -> _Node:
+        node = self._nodes.get(interface_id.removeprefix(INTERFACE_PREFIX))
+        if node is None or not interface_id.startswith(INTERFACE_PREFIX):
+            raise errors.NotFound(
+                f"no interface {interface_id}", code="InterfaceNotFound", operation=operation
+            )
+        return node
+
+    # -- Provider -------------------------------------------------------------------------------
+
+    async def resync(self) -> CloudSnapshot:
+        def body() -> CloudSnapshot:
+            self._refresh()
+            return CloudSnapshot(
+                subnets=self._subnets(),
+                security_groups={},
+                instances={i: self._instance(n) for i, n in self._nodes.items()},
+                limits={INSTANCE_TYPE: self.limits},
+            )
+
+        return await self._call("Resync", body)
+
+    async def describe_instance(self, *, instance_id: str) -> Instance | None:
+        def body() -> Instance | None:
+            self._refresh()
+            node = self._nodes.get(instance_id)
+            return None if node is None else self._instance(node)
+
+        return await self._call("DescribeNode", body)
+
+    async def instance_limits(self, *, instance_type: str) -> InstanceLimits:
+        if instance_type != INSTANCE_TYPE:
+            raise errors.LimitsUnknown(instance_type)
+        return self.limits
+
+    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+        return await self._call("AssignPrefixes", lambda: self._assign(interface_id, count, prefixes))
+
+    def _assign(self, interface_id: str, count: int, prefixes: bool) -> list[str]:
+        op = "AssignPrefixes"
+        node = self._node_of(interface_id, op)
+        if not prefixes:
+            raise errors.InvalidRequest(
+                "the generic provider hands out /28 prefixes only", code="AddressesUnsupported", operation=op
+            )
+        if count <= 0:
+            return []
+        room = self.settings.slots_per_node - len(node.prefixes)
+        if count > room:
+            raise errors.InterfaceLimitExceeded(
+                f"{node.name} holds {len(node.prefixes)} of its {self.settings.slots_per_node} prefixes; "
+                f"{count} more do not fit (max_blocks_per_node)",
+                code="NodeBlockLimitExceeded",
+                operation=op,
+            )
+        chosen = self._free_prefixes(node, count)
+        blocks = self._v4[node.cidr]
+        per_block = blocks.block_size // PREFIX_SIZE
+        new_blocks = -(-(count - len(chosen)) // per_block)
+        if new_blocks > blocks.free:
+            raise errors.PrefixesExhausted(
+                f"{blocks.cidr} has {blocks.free} free /{blocks.mask} blocks, {node.name} needs {new_blocks}",
+                code="ClusterCidrExhausted",
+                operation=op,
+            )
+        for _ in range(new_blocks):
+            block = blocks.allocate()
+            assert block is not None and isinstance(block, ipaddress.IPv4Network)  # free was checked
+            node.blocks.append(block)
+            chosen.extend(block.subnets(new_prefix=PREFIX_MASK))
+        new = sorted(chosen[:count], key=lambda p: int(p.network_address))
+        node.prefixes.update(new)
+        log.info("prefixes_assigned", node=node.name, count=count, blocks=new_blocks)
+        return [str(p) for p in new]
+
+    def _free_prefixes(self, node: _Node, limit: int) -> list[ipaddress.IPv4Network]:
+        out: list[ipaddress.IPv4Network] = []
+        for block in sorted(node.blocks, key=lambda b: int(b.network_address)):
+            for prefix in block.subnets(new_prefix=PREFIX_MASK):
+                if prefix not in node.prefixes:
+                    out.append(prefix)
+                    if len(out) == limit:
+                        return out
+        return out
+
+    async def unassign_addresses(
+        self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
+    ) -> None:
+        await self._call("UnassignPrefixes", lambda: self._unassign(interface_id, addresses, prefixes))
+
+    def _unassign(self, interface_id: str, addresses: Sequence[str], prefixes: Sequence[str]) -> None:
+        op = "UnassignPrefixes"
+        node = self._node_of(interface_id, op)
+        if addresses:
+            raise errors.InvalidRequest(
+                f"{sorted(addresses, key=address_key)[0]} is not assigned to {interface_id}",
+                code="InvalidAddress.NotAssigned",
+                operation=op,
+            )
+        gone = {ipaddress.ip_network(p, strict=False) for p in prefixes}
+        missing = sorted(str(p) for p in gone if p not in node.prefixes)
+        if missing:
+            raise errors.InvalidRequest(
+                f"{missing[0]} is not assigned to {interface_id}",
+                code="InvalidPrefix.NotAssigned",
+                operation=op,
+            )
+        node.prefixes -= gone
+        blocks = self._v4[node.cidr]
+        for block in node.blocks[1:]:
+            if not any(p.subnet_of(block) for p in node.prefixes):
+                node.blocks.remove(block)
+                blocks.release(block)
+                log.info("block_released", node=node.name, block=str(block))
+
+    async def create_interface(
+        self,
+        *,
+        instance_id: str,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        device_index: int,
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+        delete_on_termination: bool = True,
+    ) -> Interface:
+        raise errors.AttachmentLimitExceeded(
+            "a generic node has one virtual interface; its pool grows by blocks, not interfaces",
+            code="VirtualInterfaceOnly",
+            operation="CreateInterface",
+        )
+
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        def body() -> None:
+            node = self._node_of(interface_id, "DeleteInterface")
+            raise errors.InvalidRequest(
+                f"{interface_id} is {node.name}'s virtual interface; it goes when the node goes",
+                code="VirtualInterfaceOnly",
+                operation="DeleteInterface",
+            )
+
+        await self._call("DeleteInterface", body)
+
+    async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
+        return []  # virtual interfaces are never detached

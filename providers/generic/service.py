@@ -1,0 +1,38 @@
+"""The generic provider as an ``eni-ipam run`` provider (``provider: generic``, section ``generic:``).
+
+Its state lives in the node store, which the service hands over as ``records``: the ENIPools'
+statuses with ``node_source: kubernetes``, the embedded store with ``node_source: memory``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from eni_ipam.clock import Clock
+from eni_ipam.errors import ConfigError
+from eni_ipam.metrics import Metrics
+from eni_ipam.provider import Provider
+from eni_ipam.store.records import NodeRecords
+from providers.generic.settings import GenericSettings, generic_settings_from_mapping
+
+
+def parse_settings(data: Any, *, path: str) -> GenericSettings:
+    return generic_settings_from_mapping(data, path=path)
+
+
+@contextlib.asynccontextmanager
+async def open_provider(
+    settings: GenericSettings,
+    *,
+    clock: Clock,
+    metrics: Metrics,
+    rate_limit_share: float,
+    records: NodeRecords | None = None,
+) -> AsyncIterator[Provider]:
+    from providers.generic.provider import GenericProvider
+
+    if records is None:
+        raise ConfigError("provider", "the generic provider needs a node store to keep its state in")
+    yield GenericProvider(settings, records=records, clock=clock, metrics=metrics)

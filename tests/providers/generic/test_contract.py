@@ -1,0 +1,44 @@
+"""The generic provider passes the provider contract (prefix units, one virtual interface)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.metrics import Metrics
+from eni_ipam.provider import Provider
+from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
+from providers.generic.provider import GenericProvider
+from providers.generic.settings import generic_settings_from_mapping
+from tests.providers.generic.conftest import Records
+
+BIG, SMALL = "10.0.0.0/20", "10.99.0.0/26"
+
+
+def as_provider(provider: GenericProvider) -> Provider:
+    """Statically proves that GenericProvider satisfies the Provider protocol."""
+    return provider
+
+
+@pytest.mark.parametrize("mask", [28, 26])
+@pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__)
+async def test_generic_provider_passes_contract_check(check: Check, mask: int) -> None:
+    records = Records()
+    records.add("contract", subnets=(BIG,))
+    records.add("small", subnets=(SMALL,))
+    records.add("neighbour")
+    settings = generic_settings_from_mapping(
+        {"cluster_cidrs": [BIG, SMALL], "node_mask_ipv4": mask, "max_blocks_per_node": 64 >> (32 - mask - 2)}
+    )
+    provider = GenericProvider(settings, records=records, clock=LoopClock(), metrics=Metrics())
+    env = ContractEnv(
+        provider=as_provider(provider),
+        instance_id="contract",
+        limits=provider.limits,
+        subnet_id=BIG,
+        small_subnet_id=SMALL,
+        security_group_ids=(),
+        capabilities=frozenset({"prefixes"}),
+        small_interface_id="vif-small",
+    )
+    await check(env)

@@ -1,0 +1,180 @@
+"""The generic provider: blocks per node, allocate-or-occupy from the node store, terms, IPv6."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from eni_ipam import errors
+from tests.providers.generic.conftest import Records
+
+
+def nets(items):
+    return [ipaddress.ip_network(i) for i in items]
+
+
+async def assign(provider, node: str, count: int) -> list[str]:
+    return await provider.assign_addresses(interface_id=f"vif-{node}", count=count, prefixes=True)
+
+
+async def test_default_slash_24_is_one_block_per_node_handed_out_sixteen_addresses_at_a_time(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("b")
+    provider = make_provider()
+    await provider.resync()
+    assert await assign(provider, "a", 2) == ["10.244.0.0/28", "10.244.0.16/28"]
+    assert await assign(provider, "b", 1) == ["10.244.1.0/28"]
+    assert await assign(provider, "a", 14) == [f"10.244.0.{16 * n}/28" for n in range(2, 16)]
+    with pytest.raises(errors.InterfaceLimitExceeded):
+        await assign(provider, "a", 1)
+    snapshot = await provider.resync()
+    cidr = snapshot.subnets["10.244.0.0/16"]
+    assert cidr.available == 65536 - 256 - 16  # a's block is full, b's has 240 spare
+    assert snapshot.instances["a"].interfaces[0].subnet_id == "10.244.0.0/16"
+
+
+async def test_small_blocks_grow_block_by_block_and_only_extra_blocks_go_back(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("b")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/26"], node_mask_ipv4=28)
+    await provider.resync()
+    first = await assign(provider, "a", 3)
+    assert first == ["10.0.0.0/28", "10.0.0.16/28", "10.0.0.32/28"]
+    await provider.unassign_addresses(interface_id="vif-a", prefixes=first)
+    # a keeps its first block for life; the other two are free again, for b.
+    assert (await provider.resync()).subnets["10.0.0.0/26"].available == 64
+    assert sorted(await assign(provider, "b", 3)) == ["10.0.0.16/28", "10.0.0.32/28", "10.0.0.48/28"]
+    with pytest.raises(errors.PrefixesExhausted):
+        await assign(provider, "b", 1)
+    assert await assign(provider, "a", 1) == ["10.0.0.0/28"]
+
+
+async def test_service_cidr_is_never_handed_out(records: Records, make_provider) -> None:
+    for name in "abcd":
+        records.add(name)
+    provider = make_provider(cluster_cidrs=["10.0.0.0/22"], service_cidrs=["10.0.1.0/25"])
+    await provider.resync()
+    got = [(await assign(provider, name, 1))[0] for name in "abc"]
+    assert got == ["10.0.0.0/28", "10.0.2.0/28", "10.0.3.0/28"]
+    with pytest.raises(errors.PrefixesExhausted):
+        await assign(provider, "d", 1)
+
+
+async def test_a_restarted_provider_occupies_what_the_store_published(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("b")
+    before = make_provider(cluster_cidrs=["10.0.0.0/26"], node_mask_ipv4=28)
+    await before.resync()
+    held = await assign(before, "a", 3)
+    records.publish(before, "a")
+    after = make_provider(cluster_cidrs=["10.0.0.0/26"], node_mask_ipv4=28)
+    snapshot = await after.resync()
+    assert list(snapshot.instances["a"].interfaces[0].prefixes) == held
+    assert await assign(after, "b", 1) == ["10.0.0.48/28"]
+    with pytest.raises(errors.PrefixesExhausted):
+        await assign(after, "b", 1)
+
+
+async def test_assigned_but_unpublished_prefixes_survive_a_resync_in_the_same_term(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("b")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/27"], node_mask_ipv4=28)
+    await provider.resync()
+    await assign(provider, "a", 1)  # not published yet
+    await provider.resync()
+    assert await assign(provider, "b", 1) == ["10.0.0.16/28"]
+
+
+async def test_a_new_term_rebuilds_from_the_records_alone(records: Records, make_provider) -> None:
+    records.add("a")
+    records.add("b")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/27"], node_mask_ipv4=28)
+    await provider.resync()
+    await assign(provider, "a", 1)
+    # Another leader ran meanwhile and gave that block to b, which published it.
+    records.add("b", prefixes=("10.0.0.0/28",))
+    records.term += 1
+    snapshot = await provider.resync()
+    assert snapshot.instances["a"].interfaces[0].prefixes == ()
+    assert snapshot.instances["b"].interfaces[0].prefixes == ("10.0.0.0/28",)
+    assert await assign(provider, "a", 1) == ["10.0.0.16/28"]
+
+
+async def test_a_node_leaving_the_store_gives_its_blocks_back(records: Records, make_provider) -> None:
+    records.add("a")
+    records.add("b")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/24", "fd00::/120"], node_mask_ipv6=121 - 1)
+    await provider.resync()
+    await assign(provider, "a", 4)
+    with pytest.raises(errors.PrefixesExhausted):
+        await assign(provider, "b", 1)
+    del records.records["a"]
+    snapshot = await provider.resync()
+    assert "a" not in snapshot.instances
+    assert snapshot.subnets["10.0.0.0/24"].available == 256
+    assert await assign(provider, "b", 1) == ["10.0.0.0/28"]
+    assert snapshot.instances["b"].interfaces[0].ipv6_prefixes == ()  # the only /120 went to a first
+    records.add("c")
+    assert (await provider.resync()).instances["c"].interfaces[0].ipv6_prefixes == ("fd00::/120",)
+
+
+async def test_dual_stack_nodes_each_get_one_ipv6_block_kept_across_restarts(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("b")
+    data = {"cluster_cidrs": ["10.0.0.0/16", "fd00:10:244::/56"]}
+    provider = make_provider(**data)
+    snapshot = await provider.resync()
+    blocks = {n: snapshot.instances[n].interfaces[0].ipv6_prefixes for n in "ab"}
+    assert blocks == {"a": ("fd00:10:244::/64",), "b": ("fd00:10:244:1::/64",)}
+    records.publish(provider, "b")
+    records.add("c")
+    restarted = make_provider(**data)
+    snapshot = await restarted.resync()
+    assert snapshot.instances["b"].interfaces[0].ipv6_prefixes == blocks["b"]
+    assert len({snapshot.instances[n].interfaces[0].ipv6_prefixes for n in "abc"}) == 3
+
+
+async def test_two_records_claiming_one_block_leave_it_with_the_first(
+    records: Records, make_provider
+) -> None:
+    records.add("a", prefixes=("10.0.0.0/28",))
+    records.add("b", prefixes=("10.0.0.0/28", "10.0.0.16/28"))
+    provider = make_provider(cluster_cidrs=["10.0.0.0/24"])
+    snapshot = await provider.resync()
+    assert snapshot.instances["a"].interfaces[0].prefixes == ("10.0.0.0/28",)
+    assert snapshot.instances["b"].interfaces[0].prefixes == ()
+
+
+async def test_nothing_is_allocated_before_the_store_is_read(records: Records, make_provider) -> None:
+    records.synced = False
+    provider = make_provider()
+    with pytest.raises(errors.TransientError):
+        await provider.resync()
+
+
+async def test_plain_addresses_are_refused(records: Records, make_provider) -> None:
+    records.add("a")
+    provider = make_provider()
+    await provider.resync()
+    with pytest.raises(errors.InvalidRequest):
+        await provider.assign_addresses(interface_id="vif-a", count=1)
+
+
+async def test_nodes_prefer_the_cluster_cidr_their_spec_names(records: Records, make_provider) -> None:
+    records.add("a", subnets=("10.1.0.0/16",))
+    records.add("b")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/16", "10.1.0.0/16"])
+    snapshot = await provider.resync()
+    assert [snapshot.instances[n].interfaces[0].subnet_id for n in "ab"] == ["10.1.0.0/16", "10.0.0.0/16"]
+    assert await assign(provider, "a", 1) == ["10.1.0.0/28"]
