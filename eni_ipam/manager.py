@@ -151,6 +151,9 @@ class NodeManager:
         self.last_resync = started
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
         for node in self.nodes.values():
+            # A node blocked on the last view (no subnet room, at capacity) is planned again on the
+            # fresh one: room may have come back (addresses released elsewhere, a node gone).
+            node.blocked = ""
             node.recalculate()
             if node.has_work():
                 self.trigger(node)

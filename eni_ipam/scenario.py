@@ -18,6 +18,7 @@ import yaml
 from eni_ipam.config import Settings, parse_duration, settings_from_mapping
 from eni_ipam.errors import ConfigError, ScenarioError
 from eni_ipam.model import NodeSpec, frozen_tags
+from providers.generic.settings import GenericSettings, generic_settings_from_mapping
 
 NODE_SPEC_KEYS = {
     "pre_allocate": int,
@@ -47,6 +48,8 @@ NODE_EXPECT_KEYS = {
     "security_groups_by_index": dict,
     "release_ips": int,
 }
+GENERIC = "generic"
+"""Marks the (empty) cloud declaration of a generic-provider scenario."""
 STEP_KINDS = ("converge", "advance", "expect", "set", "cloud", "add_node", "remove_node")
 
 
@@ -71,6 +74,8 @@ class Scenario:
     nodes: tuple[NodeEntry, ...]
     steps: tuple[Step, ...]
     seed: int = 0
+    generic: GenericSettings | None = None
+    """Set for a generic-provider scenario (section ``generic:`` instead of ``cloud:``)."""
 
 
 # --- small typed readers -------------------------------------------------------------------------
@@ -280,9 +285,14 @@ def spec_fields(values: Mapping[str, Any], path: str) -> dict[str, Any]:
 
 def _read_node(raw: Any, path: str, cloud: Mapping[str, Any]) -> NodeEntry:
     allowed = {"name", "instance", *NODE_SPEC_KEYS, *NODE_STATE_KEYS}
-    node = _mapping(raw, path, allowed=allowed, required=("name", "instance"))
-    instance = _ref(node["instance"], f"{path}.instance", cloud["instances"], "instance")
-    spec = NodeSpec(name=_str(node["name"], f"{path}.name"), instance_id=instance, **spec_fields(node, path))
+    generic = cloud.get(GENERIC, False)
+    node = _mapping(raw, path, allowed=allowed, required=("name",) if generic else ("name", "instance"))
+    name = _str(node["name"], f"{path}.name")
+    if generic:  # a generic node is its own instance
+        instance = _str(node.get("instance", name), f"{path}.instance")
+    else:
+        instance = _ref(node["instance"], f"{path}.instance", cloud["instances"], "instance")
+    spec = NodeSpec(name=name, instance_id=instance, **spec_fields(node, path))
     return NodeEntry(
         spec=spec,
         used=_int(node.get("used", 0), f"{path}.used", minimum=0),
@@ -317,6 +327,8 @@ def _read_step(raw: Any, path: str, names: set[str], cloud: Mapping[str, Any]) -
             changes[name] = fields | spec_fields(fields, q)
         return Step(kind, changes, p)
     if kind == "cloud":
+        if cloud.get(GENERIC):
+            raise ScenarioError(p, "the generic provider has no cloud to change")
         return Step(kind, _read_cloud_change(value, p, cloud), p)
     if kind == "expect":
         return Step(kind, _read_expect(value, p, names), p)
@@ -381,12 +393,15 @@ def _read_expect(value: Any, path: str, names: set[str]) -> dict[str, Any]:
 
 def parse_scenario(data: Any) -> Scenario:
     """Validate plain data (a loaded YAML document) into a :class:`Scenario`."""
-    top = _mapping(data, "", allowed={"settings", "cloud", "nodes", "steps", "seed"}, required=("cloud",))
+    top = _mapping(data, "", allowed={"settings", "cloud", "generic", "nodes", "steps", "seed"})
+    if ("cloud" in top) == ("generic" in top):
+        raise ScenarioError("cloud", "required: exactly one of cloud (the in-memory EC2) and generic")
     try:
         settings = settings_from_mapping(top.get("settings"), path="settings")
+        generic = generic_settings_from_mapping(top["generic"]) if "generic" in top else None
     except ConfigError as exc:
         raise ScenarioError(exc.field, exc.message) from None
-    cloud = read_cloud(top["cloud"])
+    cloud = read_cloud(top["cloud"]) if generic is None else {**read_cloud({}), GENERIC: True}
     nodes: list[NodeEntry] = []
     names: set[str] = set()
     for n, raw in enumerate(_list(top.get("nodes", []), "nodes")):
@@ -398,7 +413,9 @@ def parse_scenario(data: Any) -> Scenario:
         for n, raw in enumerate(_list(top.get("steps", []), "steps"))
     )
     seed = _int(top.get("seed", 0), "seed", minimum=0)
-    return Scenario(settings=settings, cloud=cloud, nodes=tuple(nodes), steps=steps, seed=seed)
+    return Scenario(
+        settings=settings, cloud=cloud, nodes=tuple(nodes), steps=steps, seed=seed, generic=generic
+    )
 
 
 def load_scenario(path: str | Path) -> Scenario:

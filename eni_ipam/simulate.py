@@ -20,10 +20,12 @@ from eni_ipam.clock import Clock, LoopClock
 from eni_ipam.errors import ScenarioError
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
+from eni_ipam.model import Instance
 from eni_ipam.scenario import NODE_SPEC_KEYS, NodeEntry, Scenario, Step
 from eni_ipam.simloop import run_virtual
 from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
+from providers.generic.provider import GenericProvider
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -56,10 +58,17 @@ class Simulation:
         self.scenario = scenario
         self.clock = LoopClock()
         self.metrics = Metrics()
-        self.cloud = build_cloud(scenario.cloud, self.clock)
         self.store = MemoryStore()
         self.node_side = SimulatedNodeSide(self.store)
-        self.provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
+        self.provider: SimProvider | GenericProvider
+        if scenario.generic is not None:
+            self.cloud = None
+            self.provider = GenericProvider(
+                scenario.generic, records=self.store, clock=self.clock, metrics=self.metrics
+            )
+        else:
+            self.cloud = build_cloud(scenario.cloud, self.clock)
+            self.provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
         self.manager = NodeManager(
             provider=self.provider,
             settings=scenario.settings,
@@ -115,6 +124,7 @@ class Simulation:
         elif step.kind == "remove_node":
             self.store.remove(step.value)
         elif step.kind == "cloud":
+            assert self.cloud is not None  # the scenario reader refuses cloud steps without a cloud
             apply_cloud_change(self.cloud, step.value)
         elif step.kind == "expect":
             return self.check(step.value, step.path)
@@ -137,7 +147,7 @@ class Simulation:
         status = self.store.statuses.get(name)
         node = self.manager.nodes.get(name)
         stats = node.stats if node else None
-        view = self.cloud.instance_view(resource.spec.instance_id)
+        view = self._view(resource.spec.instance_id)
         interfaces = view.interfaces if view else ()
         return {
             "available": stats.available if stats else 0,
@@ -154,10 +164,20 @@ class Simulation:
             "message": status.message if status else "",
         }
 
+    def _view(self, instance_id: str) -> Instance | None:
+        if isinstance(self.provider, GenericProvider):
+            return self.provider.instance_view(instance_id)
+        assert self.cloud is not None
+        return self.cloud.instance_view(instance_id)
+
+    @property
+    def calls(self) -> Mapping[str, int]:
+        return self.provider.calls if isinstance(self.provider, GenericProvider) else self.cloud.calls  # type: ignore[union-attr]
+
     def state(self) -> dict[str, Any]:
         return {
             "nodes": {name: self.node_state(name) for name in sorted(self.store.resources)},
-            "api_calls": dict(sorted(self.cloud.calls.items())),
+            "api_calls": dict(sorted(self.calls.items())),
         }
 
     def check(self, expect: Mapping[str, Any], path: str) -> list[str]:
@@ -165,7 +185,7 @@ class Simulation:
         for key, wanted in expect.items():
             if key == "api_calls":
                 for op, count in wanted.items():
-                    got = self.cloud.calls.get(op, 0)
+                    got = self.calls.get(op, 0)
                     if got != count:
                         failures.append(f"{path}.api_calls.{op}: expected {count}, got {got}")
             elif key == "metrics":

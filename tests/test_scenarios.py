@@ -161,3 +161,30 @@ def test_cli_json_prints_one_object_per_step(tmp_path, capsys):
     assert [line["kind"] for line in lines] == ["converge", "set"]
     assert lines[0]["nodes"]["node1"]["available"] == 8
     assert lines[0]["api_calls"]["AssignPrivateIpAddresses"] == 1
+
+
+GENERIC = {"generic": {"cluster_cidrs": ["10.0.0.0/24"]}, "nodes": [{"name": "n1"}]}
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"cloud": {}}, "cloud"),
+        ({"generic": None}, "cloud"),  # neither cloud nor generic
+        ({"generic": {"cluster_cidrs": ["10.0.0.0/24"], "node_mask_ipv4": 30}}, "generic.node_mask_ipv4"),
+        ({"steps": [{"cloud": {"latency": {"Resync": 1}}}]}, "steps[0].cloud"),
+    ],
+)
+def test_a_generic_scenario_names_what_is_wrong(change, path):
+    data = {**GENERIC, **change}
+    if data.get("generic") is None:
+        data.pop("generic")
+        data.pop("cloud", None)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data)
+    assert caught.value.path == path
+
+
+def test_a_generic_node_is_its_own_instance():
+    scenario = parse_scenario(GENERIC)
+    assert scenario.nodes[0].spec.instance_id == "n1" and scenario.generic is not None

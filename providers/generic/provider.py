@@ -245,6 +245,11 @@ class GenericProvider:
             interfaces=(iface,),
         )
 
+    def instance_view(self, instance_id: str) -> Instance | None:
+        """The node as the provider holds it now, without a call (for the simulator's state)."""
+        node = self._nodes.get(instance_id)
+        return None if node is None else self._instance(node)
+
     def _subnets(self) -> dict[str, Subnet]:
         in_pools = collections.Counter[int]()
         for node in self._nodes.values():
