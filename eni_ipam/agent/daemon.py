@@ -49,10 +49,16 @@ log = structlog.get_logger("eni_ipam.agent.daemon")
 
 def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress]:
     """PoolAddress entries from ``(address, cidr, interface, subnet)``: the gateway of a cloud subnet
-    is its base address + 1 (VPC and VNet routers alike)."""
+    is its base address + 1 (VPC and VNet routers alike).
+
+    A subnet's base address and its gateway are never handed out, even when a pool lists them: a
+    cloud never does, but a /28 carved from the start of a generic cluster CIDR holds both, and the
+    gateway is what every pod routes through."""
     out = []
     for address, cidr, interface, subnet in members:
         network = ipaddress.ip_network(cidr, strict=False)
+        if ipaddress.ip_address(address) in (network.network_address, network.network_address + 1):
+            continue
         out.append(
             PoolAddress(
                 address=address,

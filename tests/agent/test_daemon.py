@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping
-from eni_ipam.agent.daemon import Agent
+from eni_ipam.agent.daemon import Agent, pool_addresses
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.metrics import Metrics
@@ -212,3 +212,12 @@ async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
     agent.allocator.restore()
     handed = [agent.allocator.allocate_next(f"o{n}")[0] for n in range(3)]
     assert [a.address for a in handed if a] == ["10.99.0.3", "10.99.0.5", "10.99.0.6"]
+
+
+def test_a_subnets_base_and_gateway_are_never_pool_addresses() -> None:
+    members = [
+        (f"10.244.0.{n}", "10.244.0.0/16", "vif-n1", "10.244.0.0/16") for n in range(4)
+    ]  # a generic node holding the cluster CIDR's first /28
+    listed = pool_addresses(members)
+    assert [m.address for m in listed] == ["10.244.0.2", "10.244.0.3"]
+    assert {(m.prefix_length, m.gateway) for m in listed} == {(16, "10.244.0.1")}
