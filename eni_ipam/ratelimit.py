@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
+from heapq import heappop
 
 from aiolimiter import AsyncLimiter
 
@@ -53,6 +54,40 @@ DEFAULT_BUCKET = Bucket(50, 5)
 """EC2's generic mutating bucket: the safe guess for an operation not in the table."""
 
 
+MIN_WAKE = 1e-6
+"""Shortest wait for tokens, in seconds (see :class:`_Bucket`)."""
+
+
+class _Bucket(AsyncLimiter):
+    """aiolimiter's leaky bucket whose wake-up always lies in the future.
+
+    aiolimiter schedules its next wake-up at ``last_check + needed / rate``. Float rounding can
+    leave ``needed`` a hair above zero, which puts that moment on "now". Real time moves on by
+    itself, so the next check succeeds. A virtual clock (the simulator's loop, looptime) only moves
+    when the loop idles, and a timer that is always due keeps it busy: the bucket never drains and
+    every waiter hangs. Waiting at least :data:`MIN_WAKE` lets the clock move.
+    This is aiolimiter 1.3's ``_wake_next`` with that one change.
+    """
+
+    def _wake_next(self, *_args: object) -> None:
+        heap, handle, self._waker_handle = self._waiters, self._waker_handle, None
+        if handle is not None:
+            handle.cancel()
+        while heap and heap[0][-1].done():
+            heappop(heap)
+        if not heap:
+            return
+        amount, _, fut = heap[0]
+        self._leak()
+        needed = amount - self.max_rate + self._level
+        if needed <= 0:
+            heappop(heap)
+            fut.set_result(None)  # its done-callback calls _wake_next for the next waiter
+            return
+        wake_at = self._last_check + max(needed / self._rate_per_sec, MIN_WAKE)
+        self._waker_handle = self._loop.call_at(wake_at, self._wake_next)
+
+
 class RateLimiter:
     """Per-operation token buckets. ``await limiter.acquire(op)`` returns the seconds it waited."""
 
@@ -77,7 +112,7 @@ class RateLimiter:
         if limiter is None:
             b = self.bucket(operation)
             # aiolimiter's leaky bucket: capacity max_rate, drained at max_rate / time_period per second.
-            limiter = self._limiters[operation] = AsyncLimiter(b.burst, b.burst / b.refill)
+            limiter = self._limiters[operation] = _Bucket(b.burst, b.burst / b.refill)
         loop = asyncio.get_running_loop()
         started = loop.time()
         await limiter.acquire()

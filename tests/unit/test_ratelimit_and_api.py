@@ -1,6 +1,7 @@
 """Per-operation token buckets on the loop's clock, and the one call wrapper."""
 
 import asyncio
+import random
 
 import pytest
 
@@ -9,6 +10,7 @@ from eni_ipam.api import ApiCaller
 from eni_ipam.clock import LoopClock
 from eni_ipam.metrics import Metrics
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
+from eni_ipam.simloop import run_virtual
 
 pytestmark = pytest.mark.looptime
 
@@ -80,3 +82,25 @@ async def test_wrapper_lets_untranslated_errors_through():
 
     with pytest.raises(KeyError):
         await caller.call("Op", bug)
+
+
+@pytest.mark.timeout(20)
+def test_buckets_drain_on_a_virtual_clock_whatever_the_rounding() -> None:
+    # Thousands of waiters arriving at odd moments late on a virtual clock: rounding used to put a
+    # bucket's wake-up on "now" for ever, and the loop never idled long enough to move its clock.
+    async def main() -> float:
+        limiter = RateLimiter(EC2_BUCKETS)
+        rng = random.Random(1)
+        await asyncio.sleep(1000.37)
+        start = asyncio.get_running_loop().time()
+
+        async def one() -> None:
+            await asyncio.sleep(rng.random() * 30)
+            await limiter.acquire("AssignPrivateIpAddresses")
+
+        await asyncio.gather(*(one() for _ in range(2000)))
+        return asyncio.get_running_loop().time() - start
+
+    elapsed = run_virtual(main())
+    bucket = EC2_BUCKETS["AssignPrivateIpAddresses"]
+    assert elapsed == pytest.approx((2000 - bucket.burst) / bucket.refill, abs=1.0)
