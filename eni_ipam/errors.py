@@ -196,7 +196,11 @@ class Throttled(ProviderError):
 
 
 class TransientError(ProviderError):
-    """A server-side or network failure that may succeed when retried."""
+    """A server-side or network failure that may succeed when retried.
+
+    A mutating call that fails this way may still have taken effect (a timeout, a lost answer;
+    code ``OutcomeUnknown`` when the provider could not settle it): callers re-read before relying
+    on their view."""
 
 
 class NotFound(ProviderError):

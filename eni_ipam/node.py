@@ -209,6 +209,11 @@ class Node:
         except (errors.NotFound, errors.InstanceNotRunning):
             self.needs_refresh = True  # the instance changed under us (stopped, terminated, replaced)
             raise
+        except errors.TransientError:
+            # A timeout or a lost answer may hide a change that landed: read the instance again
+            # before planning on a view that may lack it.
+            self.needs_refresh = True
+            raise
         finally:
             if mutated:
                 try:

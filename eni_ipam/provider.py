@@ -64,7 +64,9 @@ class Provider(Protocol):
             errors.SubnetExhausted: the subnet has fewer than ``count`` free addresses.
             errors.PrefixesExhausted: no free aligned /28 is left (``prefixes`` only).
             errors.NotFound: no such interface.
-            errors.Throttled, errors.TransientError: retry later; nothing was assigned.
+            errors.Throttled: retry later; nothing was assigned.
+            errors.TransientError: retry later. Nothing was assigned, unless the code is
+                ``OutcomeUnknown``: the change may have landed, and only a fresh read tells.
         """
         ...
 

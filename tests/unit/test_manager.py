@@ -269,3 +269,14 @@ async def test_a_bug_in_one_node_pass_does_not_stop_the_manager(make_world):
         assert (
             world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "RuntimeError"}) >= 2
         )
+
+
+async def test_an_assign_that_failed_but_landed_is_seen_before_the_next_plan(make_world):
+    async with make_world() as world:
+        world.cloud.fail_next("AssignPrivateIpAddresses", code="InternalError", applied=True)
+        world.add_node("n1")
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        # The node re-read its instance after the failure instead of assigning a second pool.
+        assert world.cloud.calls["AssignPrivateIpAddresses"] == 1
+        assert node.stats.available == 8 and node.stats.needed == 0
