@@ -25,7 +25,7 @@ import yaml
 
 from eni_ipam.clock import Clock
 from eni_ipam.config import Settings, parse_duration, parse_int, read_config_file, settings_from_mapping
-from eni_ipam.errors import ConfigError, NotImplementedYet, ScenarioError
+from eni_ipam.errors import ConfigError, ScenarioError
 from eni_ipam.kube.settings import KubeSettings, kube_settings_from_mapping
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import NodeSpec
@@ -35,8 +35,6 @@ from eni_ipam.store.records import NodeRecords
 
 ENV_PREFIX = "ENI_IPAM_"
 PROVIDERS = ("aws", "azure", "generic", "sim")
-BUILT_PROVIDERS = ("aws", "generic", "sim")
-"""Providers whose plug-in exists; the others are documented and refused with NotImplementedYet."""
 NODE_SOURCES = ("kubernetes", "memory")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _TOP_KEYS = {
@@ -69,10 +67,6 @@ class ProviderPlugin(Protocol):
 
 
 def provider_plugin(name: str) -> ProviderPlugin:
-    if name not in BUILT_PROVIDERS:
-        raise NotImplementedYet(
-            f"the {name} provider is not built yet (built: {', '.join(BUILT_PROVIDERS)}); see README.md"
-        )
     return cast(ProviderPlugin, importlib.import_module(f"providers.{name}.service"))
 
 
@@ -113,7 +107,6 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
 
     Raises:
         ConfigError: unreadable file, invalid YAML, unknown key or bad value (``field`` names it).
-        NotImplementedYet: a provider that is documented but not built.
     """
     data: Any = yaml.safe_load(DEFAULT_CONFIG) if path is None else read_config_file(path)
     if not isinstance(data, Mapping):

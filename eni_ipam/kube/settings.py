@@ -62,6 +62,8 @@ class KubeSettings:
 
 
 INSTANCE_ID_SOURCES = ("provider-id", "node-name")
+
+
 def instance_id_source(settings: KubeSettings, provider: str) -> str:
     """``instance_ids`` resolved: generic clusters have no cloud controller to set providerID, so
     their pools name instances by node."""

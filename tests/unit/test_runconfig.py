@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eni_ipam.errors import ConfigError, NotImplementedYet
+from eni_ipam.errors import ConfigError
 from eni_ipam.runconfig import DEFAULT_CONFIG, load_config, load_config_mapping
 
 SIM = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
@@ -101,10 +101,15 @@ def test_unreadable_or_invalid_files_are_config_errors(tmp_path: Path) -> None:
         load_config(bad)
 
 
-@pytest.mark.parametrize("provider", ["azure"])
-def test_providers_not_built_yet_say_so(provider: str) -> None:
-    with pytest.raises(NotImplementedYet, match=f"the {provider} provider is not built yet"):
-        load_config_mapping({"provider": provider})
+def test_azure_section_is_parsed_by_the_azure_plugin() -> None:
+    sub = "00000000-0000-0000-0000-000000000001"
+    vnet = f"/subscriptions/{sub}/resourceGroups/g/providers/Microsoft.Network/virtualNetworks/v"
+    section = {"subscription_id": sub, "resource_groups": ["g"], "vnet_id": vnet}
+    config = load_config_mapping({"provider": "azure", "azure": section})
+    assert config.provider_settings.resource_groups == ("g",)
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping({"provider": "azure", "azure": {**section, "resource_groups": []}})
+    assert caught.value.field.startswith("azure.resource_groups")
 
 
 def test_generic_section_is_parsed_by_the_generic_plugin_and_required() -> None:

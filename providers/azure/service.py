@@ -1,0 +1,49 @@
+"""Azure as an ``eni-ipam run`` provider (``provider: azure``, settings in the ``azure:`` section)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from eni_ipam.clock import Clock
+from eni_ipam.metrics import Metrics
+from eni_ipam.provider import Provider
+from eni_ipam.store.records import NodeRecords
+from providers.azure.settings import AzureSettings, azure_settings_from_mapping
+
+
+def parse_settings(data: Any, *, path: str) -> AzureSettings:
+    return azure_settings_from_mapping(data, path=path)
+
+
+@contextlib.asynccontextmanager
+async def open_provider(
+    settings: AzureSettings,
+    *,
+    clock: Clock,
+    metrics: Metrics,
+    rate_limit_share: float,
+    records: NodeRecords | None = None,
+    credential: Any = None,
+    transport: Any = None,
+) -> AsyncIterator[Provider]:
+    """The provider, open for the block; its SDK clients (and the credential it made) closed after.
+
+    ``credential`` and ``transport`` replace ``DefaultAzureCredential`` and the aiohttp transport
+    (tests: :mod:`eni_ipam.testing.fake_azure`); an injected credential stays its owner's to close.
+    """
+    from providers.azure.provider import AzureProvider
+
+    provider = AzureProvider(
+        settings,
+        clock=clock,
+        metrics=metrics,
+        rate_limit_share=rate_limit_share,
+        credential=credential,
+        transport=transport,
+    )
+    try:
+        yield provider
+    finally:
+        await provider.close()
