@@ -99,3 +99,23 @@ def test_the_docs_set_only_values_that_exist():
         assert isinstance(node, dict), path
         if node:  # an open map (annotations, labels) takes any key
             assert keys[-1].replace("\\", "") in node, f"docs/deploy.md: --set {path}"
+
+
+SUB = "00000000-0000-0000-0000-00000000abcd"
+OTHER_PROVIDERS = {
+    "azure": {
+        "subscription_id": SUB,
+        "resource_groups": ["nodes"],
+        "vnet_id": f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/virtualNetworks/v",
+    },
+    "generic": {"cluster_cidrs": ["10.244.0.0/16"]},
+}
+
+
+@pytest.mark.parametrize("provider", sorted(OTHER_PROVIDERS))
+def test_the_chart_runs_the_other_providers_as_their_docs_say(provider):
+    # docs/azure.md and docs/generic.md: set the provider, its section, and `aws: null`.
+    docs = render({"config": {"provider": provider, "aws": None, provider: OTHER_PROVIDERS[provider]}})
+    loaded = _load(docs)
+    assert loaded.provider == provider
+    assert type(loaded.provider_settings).__module__ == f"providers.{provider}.settings"
