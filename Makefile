@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest simulate clean cni-plugins
+.PHONY: run test lint typecheck pytest simulate bench clean cni-plugins
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ cni-plugins:
 
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
+
+# Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when a target of DESIGN §6 is missed.
+bench: $(STAMP)
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

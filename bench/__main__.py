@@ -1,0 +1,83 @@
+"""``make bench`` (``python -m bench``): run every benchmark and write docs/PERFORMANCE.md.
+
+Each figure is reported next to a reference measured in the same run: the lower bound of API calls,
+the bound EC2's buckets allow, the reference operator's algorithm, the 1,000-node run for growth.
+``--quick`` runs small sizes (a smoke run; the test suite uses it) and prints instead of writing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import structlog
+
+from bench import api_efficiency, convergence, cpu_memory, latency
+from bench.report import Results, machine, render
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
+
+FULL: dict[str, tuple[int, ...]] = {
+    "api": (100, 1000),
+    "convergence": (1000, 5000),
+    "cpu": (1000, 10_000),
+    "latency": (1000, 300),
+}
+QUICK: dict[str, tuple[int, ...]] = {
+    "api": (30,),
+    "convergence": (100,),
+    "cpu": (200, 1000),
+    "latency": (100, 30),
+}
+
+
+def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
+    def step(name: str) -> None:
+        if progress:
+            print(f"bench: {name}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    step("API efficiency")
+    phases, steady = api_efficiency.measure(sizes["api"])
+    step("convergence under EC2's buckets, and the reference operator")
+    converged = convergence.measure(sizes["convergence"])
+    step("CPU and memory")
+    cpus = [cpu_memory.cpu(n) for n in sizes["cpu"]]
+    memories = [cpu_memory.memory(n) for n in sizes["cpu"]]
+    step("event to IPs")
+    nodes, events = sizes["latency"]
+    lat = latency.measure(nodes, events)
+    return Results(
+        machine=machine(),
+        phases=phases,
+        steady=steady,
+        convergence=converged,
+        cpu=cpus,
+        memory=memories,
+        latency=lat,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes; print, do not write the report")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"report path (default {OUT})")
+    args = parser.parse_args(argv)
+    # The reconciler logs every call at info; a benchmark of thousands of nodes wants warnings only.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    results = run(QUICK if args.quick else FULL)
+    text = render(results)
+    if args.quick:
+        print(text)
+    else:
+        args.out.write_text(text)
+        print(f"bench: wrote {args.out}", file=sys.stderr)
+    return 0 if results.all_met() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

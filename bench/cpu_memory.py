@@ -1,0 +1,216 @@
+"""Benchmark 3 — CPU and memory of a full pass over a large cluster (DESIGN §6).
+
+A cloud view of ``nodes`` instances with four interfaces each (m5.2xlarge-like limits: 4 adapters, 15
+addresses each), about half the pool in use and every node short of its watermark, is held by a real
+:class:`~eni_ipam.manager.NodeManager`. Timed on one core, best of a few runs:
+
+* **resync pass**: the manager applies a full snapshot and recomputes every node's statistics (what
+  each periodic resync costs);
+* **planning pass**: the planner plans every node's allocation (what maintaining every node at once
+  costs in the reconciler, cloud calls aside).
+
+Memory: the resident set of a fresh process holding that state, against the same process before
+building it (the interpreter and imports), measured in a child so runs do not pollute each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import json
+import logging
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import structlog
+
+from eni_ipam.clock import LoopClock
+from eni_ipam.config import Settings
+from eni_ipam.manager import NodeManager
+from eni_ipam.metrics import Metrics
+from eni_ipam.model import (
+    CloudSnapshot,
+    Instance,
+    InstanceLimits,
+    Interface,
+    NodeResource,
+    NodeSpec,
+    NodeStatus,
+    SecurityGroup,
+    Subnet,
+)
+from eni_ipam.planner import node_stats, plan_allocation
+
+LIMITS = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
+TYPE = "m5.2xlarge"
+INTERFACES = 4
+SECONDARIES = 10
+SUBNETS = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Cpu:
+    nodes: int
+    resync_seconds: float
+    plan_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    nodes: int
+    baseline_mb: float
+    rss_mb: float
+
+    @property
+    def state_mb(self) -> float:
+        return self.rss_mb - self.baseline_mb
+
+
+def snapshot(nodes: int) -> CloudSnapshot:
+    subnets = {
+        f"subnet-{k}": Subnet(
+            id=f"subnet-{k}", vpc_id="vpc", zone="z", cidr=f"10.{k}.0.0/16", available=60_000
+        )
+        for k in range(SUBNETS)
+    }
+    instances = {}
+    for n in range(nodes):
+        subnet = f"subnet-{n % SUBNETS}"
+        base = f"10.{n % SUBNETS}.{(n // SUBNETS) % 256}"
+        interfaces = tuple(
+            Interface(
+                id=f"eni-{n:06d}-{d}",
+                device_index=d,
+                subnet_id=subnet,
+                primary_ip=f"{base}.{d * 40}",
+                addresses=tuple(f"{base}.{d * 40 + k + 1}" for k in range(SECONDARIES)),
+                security_groups=("sg-1",),
+                instance_id=f"i-{n:06d}",
+            )
+            for d in range(INTERFACES)
+        )
+        instances[f"i-{n:06d}"] = Instance(
+            id=f"i-{n:06d}", type=TYPE, vpc_id="vpc", zone="z", subnet_id=subnet, interfaces=interfaces
+        )
+    return CloudSnapshot(
+        subnets=subnets,
+        security_groups={"sg-1": SecurityGroup(id="sg-1", vpc_id="vpc")},
+        instances=instances,
+        limits={TYPE: LIMITS},
+    )
+
+
+class _Sink:
+    def publish(self, name: str, status: NodeStatus) -> None:
+        pass
+
+
+class _Provider:
+    name = "bench"
+
+    def __init__(self, snap: CloudSnapshot) -> None:
+        self.snap = snap
+
+    async def resync(self) -> CloudSnapshot:
+        return self.snap
+
+
+def resources(nodes: int) -> list[NodeResource]:
+    # Each node uses 21 of its 40 addresses and wants 25 spare: 6 short, so every node plans.
+    return [
+        NodeResource(spec=NodeSpec(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", pre_allocate=25), used=21)
+        for n in range(nodes)
+    ]
+
+
+def build(nodes: int) -> tuple[NodeManager, CloudSnapshot]:
+    snap = snapshot(nodes)
+    manager = NodeManager(
+        provider=_Provider(snap),  # type: ignore[arg-type]
+        settings=Settings(),
+        metrics=Metrics(),
+        clock=LoopClock(),
+        status_sink=_Sink(),
+    )
+    for r in resources(nodes):
+        manager.upsert(r)
+    return manager, snap
+
+
+def _best(runs: int, fn: Callable[[], None]) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        gc.collect()
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def cpu(nodes: int, runs: int = 3) -> Cpu:
+    async def main() -> Cpu:
+        manager, snap = build(nodes)
+
+        def resync() -> None:  # manager.resync() minus the provider call, which is the cloud's time
+            manager._apply(snap, 0.0)
+            for node in manager.nodes.values():
+                node.recalculate()
+
+        def plan() -> None:
+            view = manager.subnet_view()
+            for node in manager.nodes.values():
+                assert node.instance is not None
+                spec = node.resource.spec
+                stats = node_stats(
+                    spec, node.instance, LIMITS, used=node.resource.used, prefix_delegation=False
+                )
+                plan_allocation(spec, node.instance, LIMITS, view, manager.security_groups, must=stats.needed)
+
+        resync()
+        return Cpu(nodes=nodes, resync_seconds=_best(runs, resync), plan_seconds=_best(runs, plan))
+
+    return asyncio.run(main())
+
+
+def _rss_mb() -> float:
+    """Resident set size now (Linux ``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def memory(nodes: int) -> Memory:
+    """Measured in a fresh interpreter (``python -m bench.cpu_memory --memory N``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.cpu_memory", "--memory", str(nodes)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    data = json.loads(out.strip().splitlines()[-1])  # the last line: logs may precede it
+    return Memory(nodes=nodes, baseline_mb=data["baseline_mb"], rss_mb=data["rss_mb"])
+
+
+def _child(nodes: int) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    gc.collect()
+    baseline = _rss_mb()
+
+    async def hold() -> float:
+        manager, snap = build(nodes)
+        manager._apply(snap, 0.0)
+        for node in manager.nodes.values():
+            node.recalculate()
+        gc.collect()
+        return _rss_mb()
+
+    rss = asyncio.run(hold())
+    print(json.dumps({"baseline_mb": baseline, "rss_mb": rss}))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--memory"]:
+    _child(int(sys.argv[2]))

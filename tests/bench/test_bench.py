@@ -1,0 +1,38 @@
+"""The benchmarks run (small sizes) and their yardsticks are right; `make bench` runs them in full."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.__main__ import QUICK, run
+from bench.cluster import lower_bound, lower_bound_by_operation
+from bench.convergence import bucket_bound
+from bench.report import render
+from eni_ipam.ratelimit import EC2_BUCKETS
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_lower_bound_counts_one_call_per_filled_interface_and_three_per_new_one() -> None:
+    before = {"eni-1": (2, 0), "eni-2": (5, 0), "eni-3": (0, 1)}
+    after = {"eni-1": (4, 0), "eni-2": (5, 0), "eni-3": (0, 2), "eni-4": (6, 0)}
+    assert lower_bound(before, after) == 2 + 3
+    assert lower_bound_by_operation(before, after)["AssignPrivateIpAddresses"] == 2
+
+
+def test_bucket_bound_is_the_slowest_operation_after_its_burst() -> None:
+    assign = EC2_BUCKETS["AssignPrivateIpAddresses"]
+    attach = EC2_BUCKETS["AttachNetworkInterface"]
+    calls = {"AssignPrivateIpAddresses": 300, "AttachNetworkInterface": 100}
+    expected = max((300 - assign.burst) / assign.refill, (100 - attach.burst) / attach.refill)
+    assert bucket_bound(calls) == pytest.approx(expected)
+    assert bucket_bound({"AssignPrivateIpAddresses": 10}) == 0  # within the burst: no wait at all
+
+
+def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
+    results = run(QUICK, progress=False)
+    assert results.all_met(), [name for name, ok in results.checks() if not ok]
+    assert all(c.speedup is not None and c.speedup > 2 for c in results.convergence)
+    assert {p.name for p in results.phases} >= {"fresh cluster", "scale-up"}
+    text = render(results)
+    assert "| check | result |" in text and "**missed**" not in text
