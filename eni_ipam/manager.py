@@ -214,9 +214,13 @@ class NodeManager:
         if node.deleted:
             return
         if node.running:
-            node.dirty = True
+            # A pass asking for another later (a release delay running out) arms a timer; only a
+            # request for "now" makes the running pass go again when it ends. Marking it dirty for a
+            # later request re-ran the node every trigger_min_interval until the delay was over.
             if delay > 0:
                 self._arm(node, self.clock.monotonic() + delay)
+            else:
+                node.dirty = True
             return
         if node.queued:
             return

@@ -69,3 +69,24 @@ async def test_do_not_release_answer_stops_the_release(make_world):
         await asyncio.sleep(0.1)
         assert world.cloud.calls["UnassignPrivateIpAddresses"] == 0
         assert not any(a in node.release_status for a in marked)
+
+
+async def test_a_node_waiting_out_the_release_delay_is_not_maintained_in_a_loop(make_world):
+    async with make_world(dataclasses.replace(RELEASE, excess_ip_release_delay=60.0)) as world:
+        world.add_node("n1", used=8, pre_allocate=4)
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        passes = 0
+        maintain = node.maintain
+
+        async def counted() -> None:
+            nonlocal passes
+            passes += 1
+            await maintain()
+
+        node.maintain = counted  # type: ignore[method-assign]
+        world.side.update("n1", used=2)
+        await asyncio.sleep(30)  # half the delay: the marks wait, nothing is due
+        assert node.marked
+        # One pass for the change, and maybe one for the handshake's answers; not one every 10 ms.
+        assert passes <= 4, passes
