@@ -72,7 +72,8 @@ FILTER_VALUES_PER_CALL = 200
 """EC2 accepts at most 200 values in one filter; longer id lists are split across calls."""
 
 TOKEN_SPINS = 4
-"""Tokens one create may try: the caller's, then ones derived from it when an earlier one is spent."""
+"""Tokens one create may try with the cloud: the caller's, then ones derived from it when an earlier
+one is spent (tokens already known to be spent are skipped without a call)."""
 
 DETACH_WAITS = (0.5, 1.0, 2.0, 4.0, 4.0, 4.0)
 """Seconds between delete attempts while EC2 is still detaching an interface (about 15 s in all)."""
@@ -405,10 +406,16 @@ class Ec2Provider:
             errors.NotFound: the original error, after the rollback.
         """
         secondary, prefix = (0, count) if prefixes else (count, 0)
-        for n in range(TOKEN_SPINS):
+        # Tokens known to be spent are skipped for free; at most TOKEN_SPINS are tried with the cloud
+        # per call. Counting the spent ones against that budget left a plan that had rolled back four
+        # times unable to create ever again in this process.
+        tried, n = 0, -1
+        while tried < TOKEN_SPINS and n <= len(self._spent) + TOKEN_SPINS:
+            n += 1
             client_token = spin_token(token, n)
             if client_token in self._spent:
                 continue
+            tried += 1
             iface = await self.api.create_network_interface(
                 subnet_id=subnet_id,
                 groups=tuple(security_groups),
@@ -430,7 +437,7 @@ class Ec2Provider:
                 self._spent.add(client_token)
                 log.info("idempotency_token_spent", interface=iface.id, instance=instance_id)
         raise errors.ProviderError(
-            f"{TOKEN_SPINS} idempotency tokens derived from {token} are all spent",
+            f"{TOKEN_SPINS} more idempotency tokens derived from {token} were spent in one call",
             code="IdempotencyTokensSpent",
             operation="CreateNetworkInterface",
         )

@@ -195,6 +195,7 @@ async def test_retry_after_rollback_check_fails_a_provider_that_reuses_a_spent_t
 ) -> None:
     import providers.ec2_provider
 
-    monkeypatch.setattr(providers.ec2_provider, "TOKEN_SPINS", 1)
+    # A provider whose token never changes after a rollback: the retry cannot create.
+    monkeypatch.setattr(providers.ec2_provider, "spin_token", lambda token, n: token)
     with pytest.raises(AssertionError, match="retried once a slot is free"):
         await check_create_retried_after_a_rollback(await make_env())

@@ -171,6 +171,17 @@ async def test_failed_rollback_is_noted_on_the_original_error(cloud: SimCloud) -
     assert any("rollback" in note for note in err.value.__notes__)
 
 
+async def test_a_create_that_rolled_back_many_times_still_succeeds_when_retried(cloud: SimCloud) -> None:
+    provider = provider_for(cloud)
+    for _ in range(6):  # more rollbacks than one call may try tokens
+        cloud.fail_next("AttachNetworkInterface", code="InternalError")
+        with pytest.raises(errors.TransientError):
+            await create(provider)
+    iface = await create(provider)
+    assert cloud.instance_view("i-1").interface(iface.id) is not None
+    assert len(cloud.interfaces()) == 2  # the primary and the one attached: every rollback deleted
+
+
 async def test_create_retried_after_a_lost_response_adopts_the_first_interface(cloud: SimCloud) -> None:
     provider = provider_for(cloud)
     cloud.fail_next("CreateNetworkInterface", code="InternalError", applied=True)
