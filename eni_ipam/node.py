@@ -215,7 +215,9 @@ class Node:
             self.needs_refresh = True
             raise
         finally:
-            if mutated:
+            # After a change, or a failure that may hide one, publish what the cloud holds now rather
+            # than a view that may list an address already gone (and maybe another node's by now).
+            if mutated or self.needs_refresh:
                 try:
                     await self.refresh()
                 except errors.ProviderError as exc:  # the view we hold is still right; resync will confirm

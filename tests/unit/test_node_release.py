@@ -90,3 +90,17 @@ async def test_a_node_waiting_out_the_release_delay_is_not_maintained_in_a_loop(
         assert node.marked
         # One pass for the change, and maybe one for the handshake's answers; not one every 10 ms.
         assert passes <= 4, passes
+
+
+async def test_a_release_whose_answer_was_lost_is_not_published_as_still_in_the_pool(make_world):
+    async with make_world(RELEASE) as world:
+        world.add_node("n1", used=8, pre_allocate=4)
+        await world.settle()
+        world.cloud.fail_next("UnassignPrivateIpAddresses", code="InternalError", applied=True)
+        world.side.update("n1", used=2)
+        while world.cloud.calls["UnassignPrivateIpAddresses"] == 0:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the failed pass has ended; its retry is a backoff away
+        held = {a for i in world.cloud.instance_view("i-n1").interfaces for a in i.addresses}
+        published = {e.address for e in world.store.statuses["n1"].pool}
+        assert published == held  # the released addresses are not advertised any more
