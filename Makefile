@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest simulate bench clean cni-plugins
+.PHONY: run test lint typecheck pytest simulate bench soak clean cni-plugins
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ simulate: $(STAMP)
 # Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when a target of DESIGN §6 is missed.
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Fault-injection soak (bench/soak.py): writes docs/RELIABILITY.md; exits 1 on an invariant violation.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -126,6 +126,10 @@ class SimCloud(DescribeOps):
         """
         self.gate.fail_next(operation, count, code, message, applied=applied)
 
+    def clear_faults(self) -> None:
+        """Drop every injected fault still waiting (see :meth:`fail_next`)."""
+        self.gate.clear_faults()
+
     def set_latency(self, operation: str | None, seconds: float) -> None:
         """Delay calls of ``operation`` (``None``: the default for all) by ``seconds`` on the clock.
 

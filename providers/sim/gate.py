@@ -109,6 +109,10 @@ class Gate:
         fault = _Fault(code, message or DEFAULT_FAULT_MESSAGE, applied)
         self._faults[operation].extend([fault] * count)
 
+    def clear_faults(self) -> None:
+        """Drop every injected fault still waiting."""
+        self._faults.clear()
+
     def pending_faults(self, operation: str) -> int:
         """Injected faults still waiting for calls of ``operation``."""
         return len(self._faults.get(operation, ()))
