@@ -8,6 +8,7 @@ with a :class:`~eni_ipam.errors.ConfigError` naming the field, and never half-ap
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -76,15 +77,39 @@ def parse_duration(value: Any, field: str) -> float:
     """Seconds from a number or a string like ``"180s"``, ``"5m"``, ``"250ms"``."""
     if isinstance(value, bool):
         raise ConfigError(field, f"expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise ConfigError(field, f"expected a duration such as 30s, 5m or 250ms, got {value!r}")
+    try:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        elif isinstance(value, str) and (m := _DURATION.match(value)):
+            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        else:
+            raise ConfigError(field, f"expected a duration such as 30s, 5m or 250ms, got {_short(value)}")
+    except OverflowError:
+        raise ConfigError(field, "too large for a duration") from None
+    if not math.isfinite(seconds):
+        raise ConfigError(field, f"expected a finite duration, got {value!r}")
     if seconds < 0:
         raise ConfigError(field, "must not be negative")
     return seconds
+
+
+def parse_positive(field: str, raw: Any) -> float:
+    """A finite number above zero (not a boolean): rates, bucket sizes."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(field, f"expected a positive number, got {_short(raw)}")
+    try:
+        value = float(raw)
+    except OverflowError:
+        raise ConfigError(field, "too large") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(field, f"expected a positive number, got {raw!r}")
+    return value
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a bad value, cut short: an error names the field, it does not echo a megabyte."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_bool(field: str, raw: Any) -> bool:
@@ -112,20 +137,68 @@ def parse_tags(field: str, raw: Any) -> Tags:
     return frozen_tags(raw)
 
 
+MAX_DEPTH = 64
+"""Deepest nesting accepted in a YAML document: no configuration or scenario comes near it."""
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """The YAML document in ``path``, checked to be plain data (see :func:`plain_data_problem`).
+
+    Raises:
+        ValueError: why it cannot be used: unreadable, not UTF-8, not YAML, nested too deeply, or
+            referring to itself.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    return load_yaml_text(text, what=str(path))
+
+
+def load_yaml_text(text: str, *, what: str) -> Any:
+    """``text`` parsed as YAML and checked to be plain data. Raises ValueError as :func:`load_yaml_file`."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply") from None
+    problem = plain_data_problem(data)
+    if problem:
+        raise ValueError(f"{what} {problem}")
+    return data
+
+
+def plain_data_problem(data: Any) -> str:
+    """Why ``data`` is not a finite tree of at most :data:`MAX_DEPTH` levels (a YAML alias can make
+    a document refer to itself), or ``""``."""
+    stack: list[tuple[Any, int, frozenset[int]]] = [(data, 0, frozenset())]
+    while stack:
+        value, depth, parents = stack.pop()
+        if not isinstance(value, Mapping | list):
+            continue
+        if id(value) in parents:
+            return "refers to itself (a YAML alias inside its own anchor)"
+        if depth >= MAX_DEPTH:
+            return f"is nested more than {MAX_DEPTH} levels deep"
+        children = value.values() if isinstance(value, Mapping) else value
+        inner = parents | {id(value)}
+        stack.extend((child, depth + 1, inner) for child in children)
+    return ""
+
+
 def read_config_file(path: str | Path) -> Any:
     """The YAML document in ``path`` (``{}`` for an empty file).
 
     Raises:
-        ConfigError: ``--config``: the file cannot be read or is not valid YAML.
+        ConfigError: ``--config``: the file cannot be read, is not UTF-8 YAML, or is not plain data.
     """
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
+        data = load_yaml_file(path)
+    except ValueError as exc:
+        raise ConfigError("--config", str(exc)) from None
     return {} if data is None else data
 
 

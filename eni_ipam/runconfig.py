@@ -24,7 +24,15 @@ from typing import Any, Protocol, cast
 import yaml
 
 from eni_ipam.clock import Clock
-from eni_ipam.config import Settings, parse_duration, parse_int, read_config_file, settings_from_mapping
+from eni_ipam.config import (
+    Settings,
+    load_yaml_text,
+    parse_duration,
+    parse_int,
+    plain_data_problem,
+    read_config_file,
+    settings_from_mapping,
+)
 from eni_ipam.errors import ConfigError, ScenarioError
 from eni_ipam.kube.settings import KubeSettings, kube_settings_from_mapping
 from eni_ipam.metrics import Metrics
@@ -111,12 +119,15 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
     data: Any = yaml.safe_load(DEFAULT_CONFIG) if path is None else read_config_file(path)
     if not isinstance(data, Mapping):
         raise ConfigError("--config", f"expected a mapping at the top, got {type(data).__name__}")
+    problem = plain_data_problem(data)
+    if problem:
+        raise ConfigError("--config", f"the configuration {problem}")
     data, sources = apply_env(data, environ or {})
     try:
         return load_config_mapping(data)
     except ConfigError as exc:
         for field, variable in sources.items():
-            if exc.field == field or exc.field.startswith(field + "."):
+            if exc.field == field or exc.field.startswith((field + ".", field + "[")):
                 raise ConfigError(exc.field, f"{exc.message} (set by {variable})") from None
         raise
 
@@ -133,9 +144,9 @@ def apply_env(data: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict
         if not all(keys):
             raise ConfigError(field or variable, f"{variable} does not name a setting")
         try:
-            value = yaml.safe_load(environ[variable])
-        except yaml.YAMLError:
-            raise ConfigError(field, f"{variable} is not a valid YAML value") from None
+            value = load_yaml_text(environ[variable], what=variable)
+        except ValueError as exc:
+            raise ConfigError(field, str(exc)) from None
         target = out
         for depth, key in enumerate(keys[:-1]):
             child = target.get(key)
@@ -161,9 +172,12 @@ def load_config_mapping(data: Mapping[str, Any]) -> RunConfig:
     """Validate a run configuration given as plain data. Raises as :func:`load_config`."""
     if not isinstance(data, Mapping):
         raise ConfigError("config", f"expected a mapping, got {type(data).__name__}")
+    problem = plain_data_problem(data)
+    if problem:
+        raise ConfigError("config", f"the configuration {problem}")
     for key in data:
         if key not in _TOP_KEYS:
-            raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+            raise ConfigError(str(key) or repr(key), f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
     if "provider" not in data:
         raise ConfigError("provider", f"required: one of {', '.join(PROVIDERS)}")
     provider = _choice(data["provider"], "provider", PROVIDERS)

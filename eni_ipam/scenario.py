@@ -7,15 +7,21 @@ The format is a stable interface: keys are only ever added. Every error is a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from eni_ipam.config import Settings, parse_duration, settings_from_mapping
+from eni_ipam.config import (
+    Settings,
+    load_yaml_file,
+    parse_duration,
+    plain_data_problem,
+    settings_from_mapping,
+)
 from eni_ipam.errors import ConfigError, ScenarioError
 from eni_ipam.model import NodeSpec, frozen_tags
 from providers.generic.settings import GenericSettings, generic_settings_from_mapping
@@ -183,7 +189,7 @@ def read_cloud(raw: Any) -> dict[str, Any]:
     for n, v in enumerate(_list(cloud.get("vpcs", []), "cloud.vpcs")):
         p = f"cloud.vpcs[{n}]"
         v = _mapping(v, p, allowed={"id", "cidr"}, required=("id", "cidr"))
-        vpcs[_str(v["id"], f"{p}.id")] = _cidr(v["cidr"], f"{p}.cidr")
+        vpcs[_new(v["id"], f"{p}.id", vpcs, "VPC")] = _cidr(v["cidr"], f"{p}.cidr")
     subnets: dict[str, dict[str, Any]] = {}
     for n, s in enumerate(_list(cloud.get("subnets", []), "cloud.subnets")):
         p = f"cloud.subnets[{n}]"
@@ -362,6 +368,31 @@ def _read_cloud_change(value: Any, path: str, cloud: Mapping[str, Any]) -> dict[
     return change
 
 
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*,?')
+
+
+def parse_sample(text: str) -> tuple[str, dict[str, str]]:
+    """``eni_ipam_nodes{category="total"}`` → (``eni_ipam_nodes``, {category: total})."""
+    m = _SAMPLE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a metric sample name: {text!r}")
+    return m.group(1), dict(_LABEL.findall(m.group(2) or ""))
+
+
+def _index_value(field: str, value: Any, path: str) -> None:
+    """A ``*_by_index`` expectation: a count, a subnet id, or security group ids."""
+    if field == "addresses_by_index":
+        _int(value, path, minimum=0)
+    elif field == "subnet_by_index":
+        _str(value, path)
+    elif isinstance(value, list):
+        for n, group in enumerate(value):
+            _str(group, f"{path}[{n}]")
+    else:
+        _str(value, path)
+
+
 def _read_expect(value: Any, path: str, names: set[str]) -> dict[str, Any]:
     expect = _mapping(value, path)
     for key, fields in expect.items():
@@ -371,6 +402,10 @@ def _read_expect(value: Any, path: str, names: set[str]) -> dict[str, Any]:
                 _int(count, _join(q, op), minimum=0)
         elif key == "metrics":
             for sample, number in _mapping(fields, q).items():
+                try:
+                    parse_sample(str(sample))
+                except ValueError as exc:
+                    raise ScenarioError(_join(q, sample), str(exc)) from None
                 if isinstance(number, bool) or not isinstance(number, int | float):
                     raise ScenarioError(_join(q, sample), f"expected a number, got {_kind(number)}")
         elif key in names:
@@ -384,15 +419,21 @@ def _read_expect(value: Any, path: str, names: set[str]) -> dict[str, Any]:
                 elif kind is bool:
                     _bool(fields[field], r)
                 else:
-                    for idx in _mapping(fields[field], r):
+                    for idx, wanted in _mapping(fields[field], r).items():
                         _int(idx, _join(r, idx), minimum=0)
+                        _index_value(field, wanted, _join(r, idx))
         else:
             raise ScenarioError(q, "not a node of the scenario at this step, nor api_calls / metrics")
     return expect
 
 
 def parse_scenario(data: Any) -> Scenario:
-    """Validate plain data (a loaded YAML document) into a :class:`Scenario`."""
+    """Validate plain data (a loaded YAML document) into a :class:`Scenario`. The document is never
+    changed."""
+    problem = plain_data_problem(data)
+    if problem:
+        raise ScenarioError("", f"the scenario {problem}")
+    data = copy.deepcopy(data)  # validation normalises values in place; the caller's stays as given
     top = _mapping(data, "", allowed={"settings", "cloud", "generic", "nodes", "steps", "seed"})
     if ("cloud" in top) == ("generic" in top):
         raise ScenarioError("cloud", "required: exactly one of cloud (the in-memory EC2) and generic")
@@ -420,11 +461,7 @@ def parse_scenario(data: Any) -> Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ScenarioError("", f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError("", f"not valid YAML: {exc}") from None
+        data = load_yaml_file(path)
+    except ValueError as exc:
+        raise ScenarioError("", str(exc)) from None
     return parse_scenario(data)

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import json
 import random
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from eni_ipam.errors import ScenarioError
 from eni_ipam.manager import NodeManager
 from eni_ipam.metrics import Metrics
 from eni_ipam.model import Instance
-from eni_ipam.scenario import NODE_SPEC_KEYS, NodeEntry, Scenario, Step
+from eni_ipam.scenario import NODE_SPEC_KEYS, NodeEntry, Scenario, Step, parse_sample
 from eni_ipam.simloop import run_virtual
 from eni_ipam.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
@@ -214,18 +213,6 @@ def _normalise(field: str, value: Any) -> Any:
 
 def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*,?')
-
-
-def parse_sample(text: str) -> tuple[str, dict[str, str]]:
-    """``eni_ipam_nodes{category="total"}`` → (``eni_ipam_nodes``, {category: total})."""
-    m = _SAMPLE.match(text.strip())
-    if not m:
-        raise ValueError(f"not a metric sample name: {text!r}")
-    return m.group(1), dict(_LABEL.findall(m.group(2) or ""))
 
 
 # --- cloud construction ------------------------------------------------------------------------------

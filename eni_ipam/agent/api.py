@@ -109,7 +109,7 @@ def allocation_json(allocation: Allocation) -> dict[str, Any]:
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json(loads=json.loads)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("", f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _bad("", f"the body must be a JSON object, got {type(body).__name__}")

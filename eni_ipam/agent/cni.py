@@ -32,6 +32,8 @@ from typing import Any, NoReturn, TextIO
 
 SUPPORTED_VERSIONS = ("0.4.0", "1.0.0")
 DEFAULT_SOCKET = "/run/eni-ipam/agent.sock"
+MAX_SOCKET_PATH = 107
+"""Longest unix socket path Linux accepts (sun_path is 108 bytes with its terminating NUL)."""
 DEFAULT_POOL = "default"
 FAMILIES = ("ipv4", "ipv6", "dual")
 REQUEST_TIMEOUT = 30.0
@@ -157,7 +159,7 @@ class AgentClient:
             conn.close()
         try:
             return response.status, json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             _fail(
                 AGENT_ERROR,
                 "the eni-ipam agent answered something that is not JSON",
@@ -214,7 +216,7 @@ def parse_config(raw: str) -> dict[str, Any]:
     """Decode the network configuration and check the version (code 6 / 7 / 1)."""
     try:
         conf = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         _fail(DECODE_FAILURE, "the network configuration on stdin is not valid JSON", str(exc))
     if not isinstance(conf, dict):
         _fail(DECODE_FAILURE, "the network configuration on stdin must be a JSON object")
@@ -245,6 +247,10 @@ def validate_ipam(conf: Mapping[str, Any]) -> None:
     sock = ipam.get("socket", DEFAULT_SOCKET)
     if not isinstance(sock, str) or not sock.startswith("/"):
         _fail(INVALID_CONFIG, f"ipam.socket must be an absolute path, got {sock!r}")
+    if len(sock.encode()) > MAX_SOCKET_PATH:
+        _fail(
+            INVALID_CONFIG, f"ipam.socket is longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes)"
+        )
     pool = ipam.get("pool", DEFAULT_POOL)
     if not isinstance(pool, str) or not pool:
         _fail(INVALID_CONFIG, f"ipam.pool must be a non-empty string, got {pool!r}")
@@ -425,9 +431,11 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
             error["details"] = exc.details
         json.dump(error, stdout)
         stdout.write("\n")
-        ident = environ.get("CNI_CONTAINERID", "")
-        details = f" ({exc.details})" if exc.details else ""
-        print(f"eni-ipam-cni: {command or '?'} {ident}: error {exc.code}: {exc.msg}{details}", file=stderr)
+        # One log line per failure whatever the input holds: values from the runtime are escaped.
+        ident = json.dumps(environ.get("CNI_CONTAINERID", ""))
+        details = f" ({json.dumps(exc.details)})" if exc.details else ""
+        what = f"{json.dumps(command or '?')} {ident}"
+        print(f"eni-ipam-cni: {what}: error {exc.code}: {json.dumps(exc.msg)}{details}", file=stderr)
         return 1
     if output is not None:
         json.dump(output, stdout)

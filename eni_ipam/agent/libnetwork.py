@@ -617,7 +617,7 @@ def _parse_registry(text: str) -> list[PoolRecord]:
     """Raises ValueError saying what is wrong."""
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != REGISTRY_FORMAT:
         raise ValueError(f"not a registry of format {REGISTRY_FORMAT}")
@@ -702,8 +702,8 @@ def _endpoint(
         try:
             try:
                 body = json.loads(raw) if raw.strip() else None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise _invalid(f"{method}: malformed JSON body: {exc}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+                raise _invalid(f"{method}: malformed JSON body: {exc or 'nested too deeply'}") from None
             if body is None and not payload:
                 body = {}
             if not isinstance(body, dict):

@@ -63,6 +63,8 @@ def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
     name = obj["metadata"]["name"]
     raw = obj.get("spec") or {}
     where = f"enipools/{name}.spec"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, f"expected a mapping, got {type(raw).__name__}")
     values: dict[str, Any] = {}
     for field, key in SPEC_KEYS.items():
         if key not in raw or raw[key] is None:
@@ -96,12 +98,23 @@ def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
 def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
     """The node as the manager sees it: the spec plus what the node agent reports in status."""
     spec = spec_from_pool(obj)
+    where = f"enipools/{spec.name}.status"
     status = obj.get("status") or {}
-    used = [a for a in status.get("used") or () if isinstance(a, str)]
+    if not isinstance(status, Mapping):
+        raise ConfigError(where, f"expected a mapping, got {type(status).__name__}")
+    raw_used = status.get("used") or []
+    if not isinstance(raw_used, list):
+        raise ConfigError(f"{where}.used", f"expected a list of addresses, got {type(raw_used).__name__}")
+    used = sorted({a for a in raw_used if isinstance(a, str)})  # the agent's report, once per address
+    raw_answers = status.get("releaseAnswers") or {}
+    if not isinstance(raw_answers, Mapping):
+        raise ConfigError(
+            f"{where}.releaseAnswers", f"expected a mapping of addresses, got {type(raw_answers).__name__}"
+        )
     answers = {
         address: ReleaseState(answer)
-        for address, answer in (status.get("releaseAnswers") or {}).items()
-        if answer in _AGENT_ANSWERS
+        for address, answer in raw_answers.items()
+        if isinstance(address, str) and answer in _AGENT_ANSWERS
     }
     return NodeResource(
         spec=spec,

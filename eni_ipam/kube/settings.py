@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from eni_ipam.config import parse_duration, parse_int, parse_tags, section_items
+from eni_ipam.config import parse_duration, parse_int, parse_positive, parse_tags, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags
 
@@ -96,9 +96,7 @@ def kube_settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "k
                 raise ConfigError(field, f"expected one of {', '.join(INSTANCE_ID_SOURCES)}, got {raw!r}")
             values[key] = raw
         elif key == "status_qps":
-            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
-                raise ConfigError(field, f"expected a positive number, got {raw!r}")
-            values[key] = float(raw)
+            values[key] = parse_positive(field, raw)
         else:
             values[key] = parse_int(field, raw, minimum=1)
     settings = KubeSettings(**values)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_tags, section_items
+from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_positive, parse_tags, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
@@ -173,10 +173,7 @@ def _buckets(field: str, raw: Any) -> Mapping[str, Bucket]:
             raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {spec!r}")
         numbers = {}
         for key in ("burst", "refill"):
-            value = spec[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{where}.{key}", f"expected a positive number, got {value!r}")
-            numbers[key] = float(value)
+            numbers[key] = parse_positive(f"{where}.{key}", spec[key])
         out[op] = Bucket(burst=numbers["burst"], refill=numbers["refill"])
     return MappingProxyType(out)
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_duration, parse_int, section_items
+from eni_ipam.config import parse_duration, parse_int, parse_positive, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.ratelimit import Bucket
 from providers.azure import ids
@@ -228,10 +228,7 @@ def _buckets(field: str, raw: Any) -> Mapping[str, Bucket]:
             raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {spec!r}")
         numbers = {}
         for key in ("burst", "refill"):
-            value = spec[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{where}.{key}", f"expected a positive number, got {value!r}")
-            numbers[key] = float(value)
+            numbers[key] = parse_positive(f"{where}.{key}", spec[key])
         out[name] = Bucket(burst=numbers["burst"], refill=numbers["refill"])
     return MappingProxyType(out)
 

@@ -170,7 +170,7 @@ def apply_patch(content_type: str, raw: bytes, current: JSON) -> JSON:
             patch = yaml.safe_load(raw.decode() or "null")
         else:
             patch = json.loads(raw or b"null")
-    except (ValueError, yaml.YAMLError) as e:
+    except (ValueError, RecursionError, yaml.YAMLError) as e:
         raise StatusError(400, f"error decoding patch: {e}") from None
     if content_type == JSON_PATCH:
         result = json_patch(current, patch)

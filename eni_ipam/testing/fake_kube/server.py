@@ -383,5 +383,5 @@ async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
     try:
         return json.loads(raw or b"null")
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise StatusError(400, f"error decoding the request body: {e}") from None
