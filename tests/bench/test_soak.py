@@ -131,7 +131,7 @@ test_reconciler_keeps_its_invariants_under_faults = ReconcilerUnderFaults.TestCa
 
 
 def test_a_short_soak_with_kills_keeps_every_invariant_and_converges() -> None:
-    report = soak(dataclasses.replace(QUICK, nodes=20, chaos_seconds=900.0, kill_rate=0.01, seed=11))
+    report = soak(dataclasses.replace(QUICK, nodes=20, chaos_seconds=900.0, kill_rate=0.03, seed=11))
     assert report.events["process kills"] >= 2, report.events
     assert sum(report.faults.values()) > 50
     assert report.events["violations"] == 0, report.violations
