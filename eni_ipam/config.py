@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags, frozen_tags
+from eni_ipam.ratelimit import Bucket
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,6 +106,26 @@ def parse_positive(field: str, raw: Any) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(field, f"expected a positive number, got {raw!r}")
     return value
+
+
+def parse_buckets(
+    field: str, raw: Any, *, check_name: Callable[[str, Any], None], names: str = "operation"
+) -> Mapping[str, Bucket]:
+    """Token buckets by name, ``{name: {burst: N, refill: N}}``; ``check_name(where, name)`` raises
+    ConfigError for a name the caller does not know."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(field, f"expected a mapping of {names} to {{burst, refill}}, got {_short(raw)}")
+    out: dict[str, Bucket] = {}
+    for name, spec in raw.items():
+        where = f"{field}.{name}"
+        check_name(where, name)
+        if not isinstance(spec, Mapping) or set(spec) != {"burst", "refill"}:
+            raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {_short(spec)}")
+        out[name] = Bucket(
+            burst=parse_positive(f"{where}.burst", spec["burst"]),
+            refill=parse_positive(f"{where}.refill", spec["refill"]),
+        )
+    return MappingProxyType(out)
 
 
 def _short(value: Any) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_bool, parse_duration, parse_int, parse_positive, parse_tags, section_items
+from eni_ipam.config import parse_bool, parse_buckets, parse_duration, parse_int, parse_tags, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.model import EMPTY_TAGS, Tags
 from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
@@ -161,21 +161,13 @@ def _seconds(field: str, raw: Any) -> float:
     return value
 
 
+def _operation_name(where: str, op: Any) -> None:
+    if not isinstance(op, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]+", op):
+        raise ConfigError(where, "expected an EC2 operation name such as AssignPrivateIpAddresses")
+
+
 def _buckets(field: str, raw: Any) -> Mapping[str, Bucket]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(field, f"expected a mapping of operation to {{burst, refill}}, got {raw!r}")
-    out: dict[str, Bucket] = {}
-    for op, spec in raw.items():
-        where = f"{field}.{op}"
-        if not isinstance(op, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]+", op):
-            raise ConfigError(where, "expected an EC2 operation name such as AssignPrivateIpAddresses")
-        if not isinstance(spec, Mapping) or set(spec) != {"burst", "refill"}:
-            raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {spec!r}")
-        numbers = {}
-        for key in ("burst", "refill"):
-            numbers[key] = parse_positive(f"{where}.{key}", spec[key])
-        out[op] = Bucket(burst=numbers["burst"], refill=numbers["refill"])
-    return MappingProxyType(out)
+    return parse_buckets(field, raw, check_name=_operation_name)
 
 
 _PARSERS: dict[str, Any] = {

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_duration, parse_int, parse_positive, section_items
+from eni_ipam.config import parse_buckets, parse_duration, parse_int, section_items
 from eni_ipam.errors import ConfigError
 from eni_ipam.ratelimit import Bucket
 from providers.azure import ids
@@ -216,21 +216,13 @@ def _vm_sizes(field: str, raw: Any) -> Mapping[str, int]:
     return MappingProxyType(out)
 
 
+def _bucket_name(where: str, name: Any) -> None:
+    if name not in BUCKETS:
+        raise ConfigError(where, f"unknown bucket (known: {', '.join(sorted(BUCKETS))})")
+
+
 def _buckets(field: str, raw: Any) -> Mapping[str, Bucket]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(field, f"expected a mapping of bucket name to {{burst, refill}}, got {raw!r}")
-    out: dict[str, Bucket] = {}
-    for name, spec in raw.items():
-        where = f"{field}.{name}"
-        if name not in BUCKETS:
-            raise ConfigError(where, f"unknown bucket (known: {', '.join(sorted(BUCKETS))})")
-        if not isinstance(spec, Mapping) or set(spec) != {"burst", "refill"}:
-            raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {spec!r}")
-        numbers = {}
-        for key in ("burst", "refill"):
-            numbers[key] = parse_positive(f"{where}.{key}", spec[key])
-        out[name] = Bucket(burst=numbers["burst"], refill=numbers["refill"])
-    return MappingProxyType(out)
+    return parse_buckets(field, raw, check_name=_bucket_name, names="bucket name")
 
 
 _PARSERS: dict[str, Any] = {
