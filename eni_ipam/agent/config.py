@@ -29,6 +29,10 @@ class StaticPool:
     addresses: tuple[PoolAddress, ...]
 
 
+MAX_IPV6_POOL = 65_536
+"""Most addresses listed from one IPv6 block (each is a pool member in memory)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentConfig:
     node_source: str = "kubernetes"
@@ -53,6 +57,10 @@ class AgentConfig:
     pools: tuple[StaticPool, ...] = ()
     exclude: tuple[str, ...] = ()
     """Addresses of the default pool never handed out (reserved for something that does not ask)."""
+    ipv6_pool_size: int = 256
+    """With ``ipv6``: addresses offered from each IPv6 block the node's ENIPool publishes (the
+    generic provider's per-node block), from ``::2`` on. A /64 is far too large to list whole, and
+    256 covers any node's pods; raise it for more."""
 
 
 _KEYS = {f.name for f in dataclasses.fields(AgentConfig)} - {"server_host", "server_port", "kubeconfig"}
@@ -81,6 +89,10 @@ def agent_config_from_mapping(data: Any) -> AgentConfig:
             values[key] = raw
         elif key in ("ipv4", "ipv6", "claims"):
             values[key] = parse_bool(field, raw)
+        elif key == "ipv6_pool_size":
+            values[key] = parse_int(field, raw, minimum=0)
+            if values[key] > MAX_IPV6_POOL:
+                raise ConfigError(field, f"at most {MAX_IPV6_POOL}, got {values[key]}")
         elif key == "report_interval":
             values[key] = parse_duration(raw, field)
         elif key == "server":

@@ -132,7 +132,7 @@ class Agent:
 
     def on_pool(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """The node's ENIPool changed: follow its addresses and answer its release marks."""
-        from eni_ipam.kube.resources import pool_members
+        from eni_ipam.kube.resources import ipv6_members, pool_members
 
         if event == "DELETED":
             self._pool = None
@@ -140,7 +140,10 @@ class Agent:
             log.warning("pool_deleted", node=self.node)
             return
         self._pool = obj
-        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(pool_members(obj)))
+        members = pool_members(obj)
+        if self.config.ipv6:
+            members += ipv6_members(obj, self.config.ipv6_pool_size)
+        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members))
         self._marks = {
             address: ReleaseState(state)
             for address, state in ((obj.get("status") or {}).get("release") or {}).items()

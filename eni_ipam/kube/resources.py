@@ -366,6 +366,27 @@ def node_record(obj: Mapping[str, Any]) -> NodeRecord | None:
     )
 
 
+def ipv6_members(obj: Mapping[str, Any], count: int) -> list[tuple[str, str, str, str]]:
+    """``(address, block, interface, block)`` for the first ``count`` addresses after the gateway of
+    every IPv6 block an ENIPool's interfaces publish (``ipv6Prefixes``), in the status's order.
+    Blocks that do not parse are skipped (the schema already refuses them)."""
+    out: list[tuple[str, str, str, str]] = []
+    for iface in (obj.get("status") or {}).get("interfaces") or []:
+        if not isinstance(iface, Mapping):
+            continue
+        for text in iface.get("ipv6Prefixes") or []:
+            try:
+                block = ipaddress.IPv6Network(str(text))
+            except ValueError:
+                continue
+            last = min(count, block.num_addresses - 2)
+            base = block.network_address
+            out.extend(
+                (str(base + k), str(block), str(iface.get("id", "")), str(block)) for k in range(2, last + 2)
+            )
+    return out
+
+
 def pool_members(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     """``(address, cidr, interface, subnet)`` for every pool address of an ENIPool whose subnet's
     CIDR is known (the agent derives prefix length and gateway from it), in the status's order."""

@@ -40,7 +40,7 @@ async def set_pool(controller: KubeApi, addresses: list[str], **kwargs: Any) -> 
 
 
 @contextlib.asynccontextmanager
-async def running_agent(kube: FakeKube, tmp_path: Path) -> AsyncIterator[Agent]:
+async def running_agent(kube: FakeKube, tmp_path: Path, **options: Any) -> AsyncIterator[Agent]:
     config = agent_config_from_mapping(
         {
             "socket": str(tmp_path / "run" / "agent.sock"),
@@ -49,6 +49,7 @@ async def running_agent(kube: FakeKube, tmp_path: Path) -> AsyncIterator[Agent]:
             "server": {"host": "127.0.0.1", "port": 0},
             "report_interval": "50ms",
             "claims": False,
+            **options,
         }
     )
     metrics = Metrics()
@@ -221,3 +222,31 @@ def test_a_subnets_base_and_gateway_are_never_pool_addresses() -> None:
     listed = pool_addresses(members)
     assert [m.address for m in listed] == ["10.244.0.2", "10.244.0.3"]
     assert {(m.prefix_length, m.gateway) for m in listed} == {(16, "10.244.0.1")}
+
+
+async def test_a_dual_stack_agent_hands_out_addresses_from_its_pools_ipv6_block(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    body = enipool_status(POOL)
+    body["interfaces"] = [
+        {
+            "id": "vif-n1",
+            "deviceIndex": 0,
+            "subnet": "s-1",
+            "primaryIP": "",
+            "addresses": 0,
+            "prefixes": [],
+            "ipv6Prefixes": ["fd00:10:244:3::/64"],
+        }
+    ]
+    await controller.patch(ENIPOOLS, "n1", {"status": body}, status=True)
+    async with running_agent(kube, tmp_path, ipv6=True, ipv6_pool_size=4) as agent:
+        await until(lambda: serving(agent))
+        v6 = [a for a in agent.allocator.pool_addresses("default") if ":" in a.address]
+        assert [a.address for a in v6] == [f"fd00:10:244:3::{n}" for n in range(2, 6)]
+        assert {(a.prefix_length, a.gateway) for a in v6} == {(64, "fd00:10:244:3::1")}
+        ipv4, ipv6 = agent.allocator.allocate_next("cni:c1:eth0")
+        assert ipv4 is not None and ipv6 is not None and ipv6.address == "fd00:10:244:3::2"
+    async with running_agent(kube, tmp_path / "v4only") as agent:  # IPv6 off: the block is ignored
+        await until(lambda: serving(agent))
+        assert all(":" not in a.address for a in agent.allocator.pool_addresses("default"))
