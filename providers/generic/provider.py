@@ -124,6 +124,19 @@ class GenericProvider:
             for excluded in s.service_cidrs:
                 blocks.occupy(excluded)
         self._nodes: dict[str, _Node] = {}
+        self._holder: dict[Network, str] = {}
+        """Who holds each reserved block: an instance id, or ``""`` while nobody may take it (a node
+        that left, a duplicate record) until no record lists it any more."""
+        self._released: dict[ipaddress.IPv4Network, str] = {}
+        """Prefixes released this term, by the instance that held them: never handed out again until
+        no record lists them (the releasing node's status may still, and a lost write keeps it so)."""
+        self._reported: set[tuple[str, str]] = set()
+        """(event, subject) already logged this term: a conflict is logged once, not at every resync."""
+
+    def _report(self, event: str, subject: str, **fields: object) -> None:
+        if (event, subject) not in self._reported:
+            self._reported.add((event, subject))
+            log.error(event, **fields)
 
     async def _call(self, operation: str, body: Callable[[], T]) -> T:
         async def run() -> T:
@@ -133,7 +146,12 @@ class GenericProvider:
         return await self._caller.call(operation, run)
 
     def _refresh(self) -> None:
-        """Bring the node set in step with the store's records (rebuilding on a new term)."""
+        """Bring the node set in step with the store's records (rebuilding on a new term).
+
+        Every block a record lists is occupied before anything is allocated, on every refresh, not
+        only at the start of a term: a record that arrives late (an informer behind the previous
+        leader's writes) still claims its blocks before they can go to anyone else.
+        """
         records = self._records.node_records()
         if records is None:
             raise errors.TransientError(
@@ -144,81 +162,169 @@ class GenericProvider:
             self._term = self._records.term
             log.info("generic_state_rebuilt", nodes=len(records), term=self._term)
         roster: dict[str, NodeRecord] = {}
+        duplicates: list[NodeRecord] = []
         for record in sorted(records, key=lambda r: r.name):
-            if record.instance_id and record.instance_id not in roster:
+            if not record.instance_id:
+                continue
+            if record.instance_id in roster:
+                duplicates.append(record)
+            else:
                 roster[record.instance_id] = record
         for instance_id in [i for i in self._nodes if i not in roster]:
             self._forget(self._nodes.pop(instance_id))
-        # Nodes holding blocks first, so a new node never takes a block someone published.
-        new = [r for r in roster.values() if r.instance_id not in self._nodes]
-        for record in sorted(new, key=lambda r: (not (r.prefixes or r.ipv6_prefixes), r.name)):
-            self._nodes[record.instance_id] = self._adopt(record)
+        listed: set[Network] = set()
+        for record in roster.values():
+            listed |= self._occupy(record, self._nodes.get(record.instance_id) or self._new_node(record))
+        for record in duplicates:
+            self._report("duplicate_instance", record.name, node=record.name, instance=record.instance_id)
+            listed |= self._occupy(record, None)
+        for node in self._nodes.values():
+            self._complete(node, roster[node.instance_id])
+        self._settle_releases(listed)
 
-    def _adopt(self, record: NodeRecord) -> _Node:
-        """A node first seen: occupy what its record holds, then give it its IPv6 blocks."""
-        held: list[tuple[int, ipaddress.IPv4Network]] = []
+    def _new_node(self, record: NodeRecord) -> _Node:
+        node = _Node(name=record.name, instance_id=record.instance_id, cidr=-1)
+        self._nodes[record.instance_id] = node
+        return node
+
+    def _occupy(self, record: NodeRecord, node: _Node | None) -> set[Network]:
+        """Occupy every block ``record`` lists for ``node`` (``None``: for nobody); the blocks listed."""
+        holder = node.instance_id if node is not None else ""
+        listed: set[Network] = set()
         for text in record.prefixes:
-            prefix = ipaddress.ip_network(text, strict=False)
-            index = self._v4_index(prefix)
-            if index is None or not isinstance(prefix, ipaddress.IPv4Network):
-                log.warning("prefix_outside_cluster_cidrs", node=record.name, prefix=text)
+            found = self._v4_prefix(text)
+            if found is None:
+                self._report("prefix_ignored", f"{record.name}:{text}", node=record.name, prefix=text)
                 continue
-            held.append((index, prefix))
-        cidr = held[0][0] if held else self._choose_cidr(record)
-        node = _Node(name=record.name, instance_id=record.instance_id, cidr=cidr)
-        for index, prefix in held:
-            blocks = self._v4[index]
-            block = prefix.supernet(new_prefix=blocks.mask)
-            mine = node.blocks if index == cidr else [b for i, b in node.foreign if i == index]
+            index, prefix = found
+            block = prefix.supernet(new_prefix=self._v4[index].mask)
+            listed.add(block)
+            if not self._take(block, self._v4[index], holder, record.name):
+                continue
+            if node is None or self._released.get(prefix) == holder:
+                continue  # a duplicate's, or one its node released (its status is behind)
+            if node.cidr < 0:
+                node.cidr = index
+            mine = node.blocks if index == node.cidr else [b for _, b in node.foreign]
             if block not in mine:
-                if blocks.taken(block):
-                    # Two published pools claim one block: keep it with the first (by name).
-                    log.error("block_conflict", node=record.name, block=str(block), prefix=str(prefix))
-                    continue
-                blocks.occupy(block)
-                if index == cidr:
+                if index == node.cidr:
                     node.blocks.append(block)
                 else:
                     node.foreign.append((index, block))
             node.prefixes.add(prefix)
         for text in record.ipv6_prefixes:
-            block6 = ipaddress.ip_network(text, strict=False)
-            for blocks in self._v6:
-                if blocks.contains(block6) and block6.prefixlen == blocks.mask and not blocks.taken(block6):
-                    blocks.occupy(block6)
-                    node.ipv6.append(block6)
+            found6 = self._v6_block(text)
+            if found6 is None:
+                self._report("prefix_ignored", f"{record.name}:{text}", node=record.name, prefix=text)
+                continue
+            blocks6, block6 = found6
+            listed.add(block6)
+            if (
+                self._take(block6, blocks6, holder, record.name)
+                and node is not None
+                and block6 not in node.ipv6
+            ):
+                node.ipv6.append(block6)
+        return listed
+
+    def _take(self, block: Network, blocks: BlockSet, holder: str, name: str) -> bool:
+        """Reserve ``block`` for ``holder``; False when someone else has it (a conflict, logged)."""
+        current = self._holder.get(block)
+        if current is None and not blocks.taken(block):
+            blocks.occupy(block)
+            self._holder[block] = holder
+            return True
+        if current == holder and holder:
+            return True
+        # Two records claim one block (or one inside the service CIDR): it stays where it is.
+        self._report("block_conflict", f"{name}:{block}", node=name, block=str(block))
+        return False
+
+    def _complete(self, node: _Node, record: NodeRecord) -> None:
+        """After every listed block is occupied: a CIDR for a new node, and its IPv6 blocks."""
+        if node.cidr < 0:
+            node.cidr = self._choose_cidr(record)
         for blocks in self._v6:
             if not any(blocks.contains(b) for b in node.ipv6):
                 fresh = blocks.allocate()
                 if fresh is None:
-                    log.warning("ipv6_cidr_exhausted", node=record.name, cidr=str(blocks.cidr))
+                    self._report("ipv6_cidr_exhausted", f"{node.name}:{blocks.cidr}", node=node.name)
                 else:
+                    self._holder[fresh] = node.instance_id
                     node.ipv6.append(fresh)
-        return node
+
+    def _settle_releases(self, listed: set[Network]) -> None:
+        """Give back what nobody holds and no record lists any more."""
+        for prefix in [p for p in self._released if p.supernet(new_prefix=self._mask_of(p)) not in listed]:
+            del self._released[prefix]
+        for block, holder in list(self._holder.items()):
+            if holder == "" and block not in listed:
+                self._release(block)
+        for node in self._nodes.values():
+            spare = [b for b in node.blocks[1:] if not self._in_use(node, b)]
+            spare += [b for _, b in node.foreign if not self._in_use(node, b)]
+            for block in spare:
+                if block in node.blocks:
+                    node.blocks.remove(block)
+                node.foreign = [(i, b) for i, b in node.foreign if b != block]
+                self._release(block)
+                log.info("block_released", node=node.name, block=str(block))
+
+    def _in_use(self, node: _Node, block: Network) -> bool:
+        """Whether the node holds a prefix of ``block``, or one of its prefixes waits out a release."""
+        return any(p.overlaps(block) for p in (*node.prefixes, *self._released))
+
+    def _release(self, block: Network) -> None:
+        self._holder.pop(block, None)
+        for blocks in (*self._v4, *self._v6):
+            if blocks.contains(block) and block.prefixlen == blocks.mask:
+                blocks.release(block)
+
+    def _mask_of(self, prefix: ipaddress.IPv4Network) -> int:
+        index = self._v4_index(prefix)
+        return int(self._v4[index].mask) if index is not None else prefix.prefixlen
 
     def _choose_cidr(self, record: NodeRecord) -> int:
-        for index, blocks in enumerate(self._v4):
-            if str(blocks.cidr) in record.subnet_ids and blocks.free:
+        """The first CIDR the spec names with a free block, else the first with one, else the first."""
+        named = [i for i, b in enumerate(self._v4) if str(b.cidr) in record.subnet_ids]
+        candidates: list[int] = [*named, *range(len(self._v4))]
+        for index in candidates:
+            if self._v4[index].free:
                 return index
-        for index, blocks in enumerate(self._v4):
-            if blocks.free and not record.subnet_ids:
-                return index
-        wanted = [i for i, b in enumerate(self._v4) if str(b.cidr) in record.subnet_ids]
-        return wanted[0] if wanted else 0
+        return named[0] if named else 0
 
     def _forget(self, node: _Node) -> None:
-        for block in node.blocks:
-            self._v4[node.cidr].release(block)
-        for index, block in node.foreign:
-            self._v4[index].release(block)
-        for block6 in node.ipv6:
-            for blocks in self._v6:
-                if blocks.contains(block6):
-                    blocks.release(block6)
+        """A node left the store: its blocks wait, held by nobody, until no record lists them."""
+        for block in (*node.blocks, *(b for _, b in node.foreign), *node.ipv6):
+            self._holder[block] = ""
+        for prefix in [p for p, holder in self._released.items() if holder == node.instance_id]:
+            del self._released[prefix]
         log.info("node_blocks_released", node=node.name, blocks=len(node.blocks) + len(node.ipv6))
 
     def _v4_index(self, network: Network) -> int | None:
         return next((n for n, b in enumerate(self._v4) if b.contains(network)), None)
+
+    def _v4_prefix(self, text: str) -> tuple[int, ipaddress.IPv4Network] | None:
+        """A published /28 inside a cluster CIDR, or None for anything else."""
+        try:
+            prefix = ipaddress.IPv4Network(text, strict=True)
+        except (ValueError, TypeError):
+            return None
+        index = self._v4_index(prefix)
+        if prefix.prefixlen != PREFIX_MASK or index is None:
+            return None
+        return index, prefix
+
+    def _v6_block(self, text: str) -> tuple[BlockSet, Network] | None:
+        """A published IPv6 block of the node mask inside an IPv6 cluster CIDR, or None."""
+        try:
+            block = ipaddress.IPv6Network(text, strict=True)
+        except (ValueError, TypeError):
+            return None
+        for blocks in self._v6:
+            if blocks.contains(block) and block.prefixlen == blocks.mask:
+                return blocks, block
+        return None
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -253,8 +359,12 @@ class GenericProvider:
     def _subnets(self) -> dict[str, Subnet]:
         in_pools = collections.Counter[int]()
         for node in self._nodes.values():
-            spare = len(node.blocks) * self._v4[node.cidr].block_size - PREFIX_SIZE * len(node.prefixes)
-            in_pools[node.cidr] += spare
+            if node.cidr < 0:
+                continue
+            size = self._v4[node.cidr].block_size
+            for block in node.blocks:
+                taken = sum(1 for p in (*node.prefixes, *self._released) if p.subnet_of(block))
+                in_pools[node.cidr] += size - PREFIX_SIZE * taken
         return {
             str(blocks.cidr): Subnet(
                 id=str(blocks.cidr),
@@ -334,6 +444,7 @@ class GenericProvider:
         for _ in range(new_blocks):
             block = blocks.allocate()
             assert block is not None and isinstance(block, ipaddress.IPv4Network)  # free was checked
+            self._holder[block] = node.instance_id
             node.blocks.append(block)
             chosen.extend(block.subnets(new_prefix=PREFIX_MASK))
         new = sorted(chosen[:count], key=lambda p: int(p.network_address))
@@ -345,7 +456,7 @@ class GenericProvider:
         out: list[ipaddress.IPv4Network] = []
         for block in sorted(node.blocks, key=lambda b: int(b.network_address)):
             for prefix in block.subnets(new_prefix=PREFIX_MASK):
-                if prefix not in node.prefixes:
+                if prefix not in node.prefixes and prefix not in self._released:
                     out.append(prefix)
                     if len(out) == limit:
                         return out
@@ -365,8 +476,10 @@ class GenericProvider:
                 code="InvalidAddress.NotAssigned",
                 operation=op,
             )
-        gone = {ipaddress.ip_network(p, strict=False) for p in prefixes}
-        missing = sorted(str(p) for p in gone if p not in node.prefixes)
+        gone = {found[1] for text in prefixes if (found := self._v4_prefix(text)) is not None}
+        missing = sorted(
+            p for p in prefixes if (found := self._v4_prefix(p)) is None or found[1] not in node.prefixes
+        )
         if missing:
             raise errors.InvalidRequest(
                 f"{missing[0]} is not assigned to {interface_id}",
@@ -374,12 +487,8 @@ class GenericProvider:
                 operation=op,
             )
         node.prefixes -= gone
-        blocks = self._v4[node.cidr]
-        for block in node.blocks[1:]:
-            if not any(p.subnet_of(block) for p in node.prefixes):
-                node.blocks.remove(block)
-                blocks.release(block)
-                log.info("block_released", node=node.name, block=str(block))
+        # The blocks go back only once no record lists the prefixes (the node's status may be behind).
+        self._released.update(dict.fromkeys(gone, node.instance_id))
 
     async def create_interface(
         self,

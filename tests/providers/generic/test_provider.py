@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -123,8 +124,8 @@ async def test_a_node_leaving_the_store_gives_its_blocks_back(records: Records, 
     assert snapshot.subnets["10.0.0.0/24"].available == 256
     assert await assign(provider, "b", 1) == ["10.0.0.0/28"]
     assert snapshot.instances["b"].interfaces[0].ipv6_prefixes == ()  # the only /120 went to a first
-    records.add("c")
-    assert (await provider.resync()).instances["c"].interfaces[0].ipv6_prefixes == ("fd00::/120",)
+    # a node still without an IPv6 block gets one as soon as one is free
+    assert (await provider.resync()).instances["b"].interfaces[0].ipv6_prefixes == ("fd00::/120",)
 
 
 async def test_dual_stack_nodes_each_get_one_ipv6_block_kept_across_restarts(
@@ -178,3 +179,79 @@ async def test_nodes_prefer_the_cluster_cidr_their_spec_names(records: Records, 
     snapshot = await provider.resync()
     assert [snapshot.instances[n].interfaces[0].subnet_id for n in "ab"] == ["10.1.0.0/16", "10.0.0.0/16"]
     assert await assign(provider, "a", 1) == ["10.1.0.0/28"]
+
+
+async def test_a_record_that_arrives_late_in_a_term_still_claims_its_block(
+    records: Records, make_provider
+) -> None:
+    records.add("x")
+    records.add("y")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/27"], node_mask_ipv4=28)
+    records.term += 1  # a new leader whose cache has not seen x's last status yet
+    await provider.resync()
+    records.add("x", prefixes=("10.0.0.0/28",))  # the watch event arrives
+    snapshot = await provider.resync()
+    assert snapshot.instances["x"].interfaces[0].prefixes == ("10.0.0.0/28",)
+    assert await assign(provider, "y", 1) == ["10.0.0.16/28"]
+
+
+async def test_published_ipv6_blocks_are_occupied_before_any_node_gets_a_new_one(
+    records: Records, make_provider
+) -> None:
+    records.add("a")  # appeared while the IPv6 range was full: no block published
+    records.add("b", ipv6_prefixes=("fd00::/64",))
+    provider = make_provider(cluster_cidrs=["10.0.0.0/16", "fd00::/63"])
+    snapshot = await provider.resync()
+    assert snapshot.instances["b"].interfaces[0].ipv6_prefixes == ("fd00::/64",)
+    assert snapshot.instances["a"].interfaces[0].ipv6_prefixes == ("fd00:0:0:1::/64",)
+
+
+async def test_a_released_block_is_not_handed_out_while_a_record_still_lists_it(
+    records: Records, make_provider
+) -> None:
+    records.add("a")
+    records.add("z")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/27"], node_mask_ipv4=28)
+    await provider.resync()
+    held = await assign(provider, "a", 2)
+    records.publish(provider, "a")
+    await provider.unassign_addresses(interface_id="vif-a", prefixes=held[1:])
+    await provider.resync()  # a's status still lists the released prefix (its write is behind)
+    with pytest.raises(errors.PrefixesExhausted):
+        await assign(provider, "z", 1)
+    records.publish(provider, "a")  # now it does not
+    await provider.resync()
+    assert await assign(provider, "z", 1) == held[1:]
+
+
+async def test_malformed_published_prefixes_are_ignored_not_fatal(records: Records, make_provider) -> None:
+    records.add("a", prefixes=("garbage", "10.0.0.0/16", "10.0.0.1/28", "10.0.0.0/24", "192.168.0.0/28"))
+    records.add("b", ipv6_prefixes=("nonsense", "fd00::/48"))
+    provider = make_provider(cluster_cidrs=["10.0.0.0/16", "fd00::/56"])
+    snapshot = await provider.resync()
+    assert snapshot.instances["a"].interfaces[0].prefixes == ()
+    assert len(snapshot.instances["b"].interfaces[0].ipv6_prefixes) == 1  # a fresh block, not those
+
+
+async def test_a_spec_naming_no_cluster_cidr_falls_back_to_the_first_with_room(
+    records: Records, make_provider
+) -> None:
+    provider = make_provider(cluster_cidrs=["10.0.0.0/28", "10.1.0.0/24"], node_mask_ipv4=28)
+    records.add("first")
+    await provider.resync()
+    await assign(provider, "first", 1)  # the first CIDR's only block
+    records.add("a", subnets=("subnet-123",))  # names nothing of ours
+    snapshot = await provider.resync()
+    assert snapshot.instances["a"].interfaces[0].subnet_id == "10.1.0.0/24"
+    assert await assign(provider, "a", 1) == ["10.1.0.0/28"]
+
+
+async def test_blocks_of_a_duplicate_instance_record_go_to_nobody(records: Records, make_provider) -> None:
+    records.add("a", prefixes=("10.0.0.0/28",))
+    records.records["b"] = dataclasses.replace(records.records["a"], name="b", prefixes=("10.0.0.16/28",))
+    records.add("c")
+    provider = make_provider(cluster_cidrs=["10.0.0.0/27"], node_mask_ipv4=28)
+    snapshot = await provider.resync()
+    assert "c" in snapshot.instances
+    with pytest.raises(errors.PrefixesExhausted):  # b's block is held for nobody while b lists it
+        await assign(provider, "c", 1)
