@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +53,27 @@ from eni_ipam.node import Node
 from eni_ipam.store.records import NodeRecord
 
 log = structlog.get_logger("eni_ipam.kube.source")
+
+LISTED_TTL = 300.0
+"""Seconds the list made at the start of a term is merged into the records at most, in case the
+informer's version never passes it (no pool changes): by then its watch has long caught up."""
+
+
+def _caught_up(current: str, listed: str) -> bool:
+    """Whether the informer has seen everything the list saw (resourceVersions of one etcd)."""
+    try:
+        return int(current) >= int(listed)
+    except ValueError:
+        return False
+
+
+def _union(a: NodeRecord, b: NodeRecord) -> NodeRecord:
+    return dataclasses.replace(
+        a,
+        prefixes=tuple(dict.fromkeys((*a.prefixes, *b.prefixes))),
+        ipv6_prefixes=tuple(dict.fromkeys((*a.ipv6_prefixes, *b.ipv6_prefixes))),
+    )
+
 
 PASS_WAIT = 60.0
 """Seconds a finalizer waits for a running pass of the node to end before it is removed anyway."""
@@ -97,6 +119,10 @@ class KubeNodeSource:
         self._delivered: dict[str, NodeResource] = {}
         self._leaving: dict[str, Node] = {}  # left the manager; their pool's finalizer waits for their pass
         self._invalid: dict[str, str] = {}
+        self._listed: dict[str, NodeRecord] = {}
+        """The pools as a fresh list saw them when this term began (see :meth:`node_records`)."""
+        self._listed_version = ""
+        self._listed_at = 0.0
         self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
         self._wake = asyncio.Event()
 
@@ -105,10 +131,38 @@ class KubeNodeSource:
         return all(i.synced.is_set() for i in (self.nodes, self.pools, self.pods))
 
     def node_records(self) -> list[NodeRecord] | None:
-        """What every ENIPool's status publishes (None until the pools have been listed)."""
+        """What every ENIPool's status publishes (None until the pools have been listed).
+
+        The informer's cache may be behind what the previous leader wrote just before it stopped
+        (a watch that was down, events still in flight). Until the cache has caught up with the list
+        made when this term began, a pool's record is the union of both, so nothing the previous
+        leader published is missed.
+        """
         if not self.pools.synced.is_set():
             return None
-        return [r for r in map(node_record, self.pools.store.values()) if r is not None]
+        records = {r.name: r for r in map(node_record, self.pools.store.values()) if r is not None}
+        if self._listed and (
+            _caught_up(self.pools.resource_version, self._listed_version)
+            or self.clock.monotonic() - self._listed_at > LISTED_TTL
+        ):
+            self._listed = {}
+        for name, old in self._listed.items():
+            current = records.get(name)
+            records[name] = old if current is None else _union(current, old)
+        return list(records.values())
+
+    async def _list_pools_for_term(self) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0, rng=self.rng)
+        while True:
+            try:
+                items, version = await self.api.list(ENIPOOLS)
+                break
+            except errors.KubeError as exc:
+                delay = backoff.next_delay()
+                log.warning("pool_list_failed", error=str(exc), retry_in=round(delay, 3))
+                await self.clock.sleep(delay)
+        self._listed = {r.name: r for r in map(node_record, items) if r is not None}
+        self._listed_version, self._listed_at = version, self.clock.monotonic()
 
     async def run(self) -> None:
         """Keep the caches current until cancelled (every replica runs this)."""
@@ -121,6 +175,7 @@ class KubeNodeSource:
         ``manager`` must publish its statuses to :attr:`writer`."""
         for informer in (self.nodes, self.pools, self.pods):
             await informer.synced.wait()
+        await self._list_pools_for_term()
         self.term += 1  # another leader may have changed every pool since our last term
         self.manager = manager
         try:

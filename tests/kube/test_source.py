@@ -289,3 +289,28 @@ async def test_pending_pods_on_a_node_surge_its_allocation(cluster: Cluster, api
         await until(lambda: cluster.available("n1") >= 4 + 12)
         await api.client.delete(PODS.resource(), "p0", namespace="default")
         await until(lambda: cluster.source.pending_pods["n1"] == 11)
+
+
+async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    pool = {"metadata": {"name": "x"}, "spec": {"instanceID": "x"}, "status": {"interfaces": []}}
+    kube.add_object("enipools", pool)
+    source = KubeNodeSource(
+        api, settings=KubeSettings(), node_defaults={}, clock=LoopClock(), metrics=Metrics()
+    )
+    async with asyncio.TaskGroup() as tg:
+        informers = tg.create_task(source.run())
+        await until(lambda: source.pools.synced.is_set())
+        # The previous leader's last write lands while this replica's watch is down: the cache
+        # keeps the old pool, a fresh list sees the new one.
+        stale = source.pools.store["x"]
+        interfaces = [{"id": "vif-x", "deviceIndex": 0, "subnet": "10.0.0.0/24", "prefixes": ["10.0.0.0/28"]}]
+        await api.patch(ENIPOOLS, "x", {"status": {"interfaces": interfaces}}, status=True)
+        await until(lambda: source.pools.store["x"] is not stale)
+        source.pools.store["x"] = stale
+        source.pools.resource_version = "1"
+        await source._list_pools_for_term()
+        records = {r.name: r for r in source.node_records() or []}
+        assert records["x"].prefixes == ("10.0.0.0/28",)
+        informers.cancel()
