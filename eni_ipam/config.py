@@ -161,6 +161,8 @@ def parse_tags(field: str, raw: Any) -> Tags:
 
 MAX_DEPTH = 64
 """Deepest nesting accepted in a YAML document: no configuration or scenario comes near it."""
+MAX_NODES = 1_000_000
+"""Most values accepted in one document (a large scenario has some thousands)."""
 
 
 def load_yaml_file(path: str | Path) -> Any:
@@ -194,20 +196,34 @@ def load_yaml_text(text: str, *, what: str) -> Any:
 
 
 def plain_data_problem(data: Any) -> str:
-    """Why ``data`` is not a finite tree of at most :data:`MAX_DEPTH` levels (a YAML alias can make
-    a document refer to itself), or ``""``."""
-    stack: list[tuple[Any, int, frozenset[int]]] = [(data, 0, frozenset())]
+    """Why ``data`` is not a finite tree of at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES`
+    values once aliases are expanded (a YAML alias can make a document refer to itself, or
+    multiply it), or ``""``. Each shared value is visited once: the check is linear in the file."""
+    on_path: set[int] = set()
+    size: dict[int, int] = {}
+    # Depth-first, with an explicit "leave" step so ``on_path`` holds exactly the current branch and
+    # a value's expanded size is known once its children's are.
+    stack: list[tuple[Any, int, bool]] = [(data, 0, False)]
     while stack:
-        value, depth, parents = stack.pop()
+        value, depth, leaving = stack.pop()
         if not isinstance(value, Mapping | list):
             continue
-        if id(value) in parents:
+        children = list(value.values()) if isinstance(value, Mapping) else value
+        if leaving:
+            on_path.discard(id(value))
+            size[id(value)] = 1 + sum(size.get(id(c), 1) for c in children)
+            if size[id(value)] > MAX_NODES:
+                return f"expands to more than {MAX_NODES} values (aliases multiplying it)"
+            continue
+        if id(value) in on_path:
             return "refers to itself (a YAML alias inside its own anchor)"
         if depth >= MAX_DEPTH:
             return f"is nested more than {MAX_DEPTH} levels deep"
-        children = value.values() if isinstance(value, Mapping) else value
-        inner = parents | {id(value)}
-        stack.extend((child, depth + 1, inner) for child in children)
+        if id(value) in size:
+            continue  # shared by aliases, already measured
+        on_path.add(id(value))
+        stack.append((value, depth, True))
+        stack.extend((child, depth + 1, False) for child in children)
     return ""
 
 

@@ -239,6 +239,11 @@ class NodeManager:
         def fire() -> None:
             node.timer = None
             node.timer_due = float("inf")
+            if node.not_before > self.clock.monotonic():
+                # A timer armed before a failure (a release delay) never runs the node sooner than
+                # its backoff, or than the wait a cloud asked for.
+                self._arm(node, node.not_before)
+                return
             if not node.deleted and not node.queued:
                 if node.running:
                     node.dirty = True

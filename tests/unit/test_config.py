@@ -48,3 +48,15 @@ def test_values_are_applied():
         {"release_excess_ips": True, "excess_ip_release_delay": "5s", "interface_tags": {"a": "b"}}
     )
     assert s.release_excess_ips and s.excess_ip_release_delay == 5.0 and dict(s.interface_tags) == {"a": "b"}
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once() -> None:
+    import time
+
+    from eni_ipam.config import load_yaml_text
+
+    levels = "".join(f"l{n + 1}: &l{n + 1} [{', '.join([f'*l{n}'] * 9)}]\n" for n in range(12))
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="expands to more than"):
+        load_yaml_text("l0: &l0 [1, 2, 3, 4, 5, 6, 7, 8, 9]\n" + levels, what="bomb")
+    assert time.perf_counter() - started < 5  # linear in the file, not in what it expands to

@@ -280,3 +280,26 @@ async def test_an_assign_that_failed_but_landed_is_seen_before_the_next_plan(mak
         # The node re-read its instance after the failure instead of assigning a second pool.
         assert world.cloud.calls["AssignPrivateIpAddresses"] == 1
         assert node.stats.available == 8 and node.stats.needed == 0
+
+
+async def test_a_timer_armed_earlier_never_runs_a_node_before_its_backoff(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        manager = world.manager
+        node = manager.nodes["n1"]
+        passes = 0
+        maintain = node.maintain
+
+        async def counted() -> None:
+            nonlocal passes
+            passes += 1
+            await maintain()
+
+        node.maintain = counted  # type: ignore[method-assign]
+        node.not_before = world.clock.monotonic() + 30.0  # a failure asked for 30 s
+        manager._arm(node, world.clock.monotonic() + 1.0)  # a release delay armed before it
+        await asyncio.sleep(5)
+        assert passes == 0
+        await asyncio.sleep(30)
+        assert passes == 1
