@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from eni_ipam.model import (
     PREFIX_SIZE,
@@ -53,10 +53,19 @@ def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
 
 
 def managed_interfaces(instance: Instance, spec: NodeSpec) -> list[Interface]:
+    if spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
+        return list(instance.interfaces)  # nothing to exclude (the common case, kept cheap)
     return [i for i in instance.interfaces if not is_excluded(i, spec)]
 
 
-def is_prefix_delegated(spec: NodeSpec, instance: Instance, limits: InstanceLimits, *, enabled: bool) -> bool:
+def is_prefix_delegated(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    *,
+    enabled: bool,
+    managed: Sequence[Interface] | None = None,
+) -> bool:
     """Prefix delegated: enabled, Nitro, not disabled by the spec, and no managed interface holds plain
     secondary addresses (a single plain address ends it: the two modes do not mix on a node). A
     provider offering prefixes only (``limits.addresses`` false) is always prefix delegated."""
@@ -64,7 +73,8 @@ def is_prefix_delegated(spec: NodeSpec, instance: Instance, limits: InstanceLimi
         return limits.supports_prefixes
     if not (enabled and limits.supports_prefixes and not spec.disable_prefix_delegation):
         return False
-    return not any(i.addresses for i in managed_interfaces(instance, spec))
+    interfaces = managed if managed is not None else managed_interfaces(instance, spec)
+    return not any(i.addresses for i in interfaces)
 
 
 def usable_free_indexes(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[int]:
@@ -91,17 +101,17 @@ def node_stats(
 ) -> NodeStats:
     """Pool size, watermarks and capacity of one node as the given view shows it."""
     managed = managed_interfaces(instance, spec)
-    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
+    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation, managed=managed)
     per_slot = PREFIX_SIZE if pd else 1
+    slots = limits.slots_per_interface
     available = sum(i.pool_size for i in managed)
     # Leftover prefixes on a node that is no longer delegated still count at their full size.
-    capacity = sum(
-        limits.slots_per_interface * per_slot + (0 if pd else (PREFIX_SIZE - 1) * len(i.prefixes))
-        for i in managed
-    )
+    capacity = len(managed) * slots * per_slot
+    if not pd:
+        capacity += (PREFIX_SIZE - 1) * sum(len(i.prefixes) for i in managed)
     free_indexes = usable_free_indexes(instance, spec, limits)
-    capacity += len(free_indexes) * limits.slots_per_interface * per_slot
-    remaining = sum(1 for i in managed if _room(i, limits) > 0) + len(free_indexes)
+    capacity += len(free_indexes) * slots * per_slot
+    remaining = sum(1 for i in managed if i.slots_used < slots) + len(free_indexes)
     pre = effective_pre_allocate(spec.pre_allocate)
     max_allocate = spec.max_allocate or max_allocatable(
         limits, first_interface_index=spec.first_interface_index, prefix_delegated=pd
@@ -195,6 +205,31 @@ def choose_security_groups(
 # --- allocation ----------------------------------------------------------------------------------
 
 
+class _Free(dict[str, int]):
+    """Free addresses per subnet for one plan: read from the subnets on first use, then tracked.
+
+    A plan touches one or two subnets; copying every subnet of a large VPC for every node's plan
+    made planning a cluster cost nodes × subnets.
+    """
+
+    def __init__(self, subnets: Mapping[str, Subnet]) -> None:
+        super().__init__()
+        self._subnets = subnets
+
+    def __missing__(self, subnet_id: str) -> int:
+        subnet = self._subnets.get(subnet_id)
+        if subnet is None:
+            raise KeyError(subnet_id)
+        value = self[subnet_id] = max(subnet.available, 0)
+        return value
+
+    def get(self, subnet_id: str, default: int = 0) -> int:  # type: ignore[override]
+        try:
+            return self[subnet_id]
+        except KeyError:
+            return default
+
+
 @dataclasses.dataclass
 class _Draft:
     """Mutable scratch state of one planning run."""
@@ -212,11 +247,12 @@ class _Draft:
 
     def fill_existing(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
         unit = PREFIX_SIZE if prefixes else 1
+        slots = self.limits.slots_per_interface
         rooms: list[tuple[Interface, int]] = []
         for iface in managed_interfaces(self.instance, self.spec):
             if iface.id in self.assigns or iface.subnet_id in skip_subnets:
                 continue
-            room = min(_room(iface, self.limits), self.free.get(iface.subnet_id, 0) // unit)
+            room = min(slots - iface.slots_used, self.free.get(iface.subnet_id, 0) // unit)
             if room > 0:
                 rooms.append((iface, room))
         single = next(((i, r) for i, r in rooms if r >= remaining), None)
@@ -313,7 +349,7 @@ def plan_allocation(
         limits=limits,
         subnets=subnets,
         groups=groups,
-        free={sid: max(s.available, 0) for sid, s in subnets.items()},
+        free=_Free(subnets),
         free_indexes=usable_free_indexes(instance, spec, limits),
     )
     pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
