@@ -119,9 +119,7 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
     data: Any = yaml.safe_load(DEFAULT_CONFIG) if path is None else read_config_file(path)
     if not isinstance(data, Mapping):
         raise ConfigError("--config", f"expected a mapping at the top, got {type(data).__name__}")
-    problem = plain_data_problem(data)
-    if problem:
-        raise ConfigError("--config", f"the configuration {problem}")
+    # The file was checked to be plain data when it was read (load_yaml_file), the default is ours.
     data, sources = apply_env(data, environ or {})
     try:
         return load_config_mapping(data)

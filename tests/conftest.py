@@ -47,6 +47,20 @@ class World:
         self.cloud.add_instance(instance, type=type, subnet="s-1", security_groups=["sg-1"])
         self.side.add(NodeSpec(name=name, instance_id=instance, **spec), used=used)  # type: ignore[arg-type]
 
+    def count_passes(self, name: str) -> Callable[[], int]:
+        """Count the maintenance passes of node ``name`` from now on; returns the counter's reader."""
+        node = self.manager.nodes[name]
+        maintain = node.maintain
+        passes = 0
+
+        async def counted() -> None:
+            nonlocal passes
+            passes += 1
+            await maintain()
+
+        node.maintain = counted  # type: ignore[method-assign]
+        return lambda: passes
+
     async def settle(self, limit: float = 120.0) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit

@@ -104,6 +104,18 @@ def _new_names(taken: Collection[str], count: int) -> list[str]:
     return names
 
 
+def _stale_or_raise(ref: ids.NicRef, exc: errors.ProviderError, attempt: int) -> bool:
+    """After a failed write: True when the ETag was stale (read again and retry); False when the
+    write may have landed (settle it by reading); anything else is raised, nothing having changed."""
+    if _is_stale(exc):
+        log.info("azure_update_stale", interface=ref.id, attempt=attempt, operation=exc.operation)
+        return True
+    if not _may_have_landed(exc):
+        raise exc
+    log.info("azure_update_unsettled", interface=ref.id, error=str(exc))
+    return False
+
+
 def _is_stale(exc: errors.ProviderError) -> bool:
     return exc.code.lower() == "preconditionfailed"
 
@@ -247,12 +259,8 @@ class NicUpdates:
             try:
                 after = await self._write(target, new)
             except errors.ProviderError as exc:
-                if _is_stale(exc):
-                    log.info("azure_update_stale", interface=ref.id, attempt=attempt, operation=exc.operation)
+                if _stale_or_raise(ref, exc, attempt):
                     continue
-                if not _may_have_landed(exc):
-                    raise
-                log.info("azure_update_unsettled", interface=ref.id, error=str(exc))
                 return await self._settle(ref, deadline, _assigned(names, exc))
             # The write ended Succeeded; the addresses still have to be on the NIC.
             return await self._settle(ref, deadline, _assigned(names, None), first=after)
@@ -292,12 +300,8 @@ class NicUpdates:
             try:
                 await self._write(target, [c for c in target.configs if _name(c) not in removing])
             except errors.ProviderError as exc:
-                if _is_stale(exc):
-                    log.info("azure_update_stale", interface=ref.id, attempt=attempt, operation=exc.operation)
+                if _stale_or_raise(ref, exc, attempt):
                     continue
-                if not _may_have_landed(exc):
-                    raise
-                log.info("azure_update_unsettled", interface=ref.id, error=str(exc))
                 return await self._settle(ref, deadline, _removed(ours, removing, exc))
             return None
         raise _kept_changing(ref)
