@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from bench.cluster import SUBNETS_PER_ZONE, ZONES, Cluster, by_operation, cluster, lower_bound, snapshot
-from eni_ipam.config import Settings
-from eni_ipam.simloop import run_virtual
+from eni_ipam.core.config import Settings
+from eni_ipam.simulator.simloop import run_virtual
 
 PRE_ALLOCATE = (8, 12, 20, 30, 45)
 """Watermarks of the nodes (one picked per node): small pools to several interfaces' worth."""

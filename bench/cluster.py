@@ -15,13 +15,13 @@ import dataclasses
 import random
 from collections.abc import AsyncIterator, Mapping
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.config import Settings
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import NodeSpec
-from eni_ipam.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
-from eni_ipam.simnode import SimulatedNodeSide
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
+from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider

@@ -2,7 +2,7 @@
 
 A cloud view of ``nodes`` instances with four interfaces each (m5.2xlarge-like limits: 4 adapters, 15
 addresses each), about half the pool in use and every node short of its watermark, is held by a real
-:class:`~eni_ipam.manager.NodeManager`. Timed on one core, best of a few runs:
+:class:`~eni_ipam.core.manager.NodeManager`. Timed on one core, best of a few runs:
 
 * **resync pass**: the manager applies a full snapshot and recomputes every node's statistics (what
   each periodic resync costs);
@@ -28,11 +28,11 @@ from collections.abc import Callable
 
 import structlog
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.config import Settings
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import (
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import (
     CloudSnapshot,
     Instance,
     InstanceLimits,
@@ -43,7 +43,7 @@ from eni_ipam.model import (
     SecurityGroup,
     Subnet,
 )
-from eni_ipam.planner import node_stats, plan_allocation
+from eni_ipam.core.planner import node_stats, plan_allocation
 
 LIMITS = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
 TYPE = "m5.2xlarge"

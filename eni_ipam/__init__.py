@@ -1,7 +1,9 @@
 """eni-ipam: keeps every node's pool of cloud secondary IPs or /28 prefixes between watermarks.
 
-The core (this package) imports no cloud SDK: clouds plug in through :class:`eni_ipam.provider.Provider`
-(``providers/aws``, ``providers/azure``, ``providers/generic``, ``providers/sim``).
+Packages, from the top layer down (docs/architecture.md): ``cli``; ``app`` (the service and the
+demos); ``simulator``; ``agent`` (the node side) and ``providers`` (a top-level package of its own);
+``kube``; ``store``; ``core``. Clouds plug in through :class:`eni_ipam.core.provider.Provider`;
+no cloud SDK is imported here.
 """
 
 __version__ = "0.1.0"

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from eni_ipam import __version__
-from eni_ipam.errors import ScenarioError
-from eni_ipam.logging import configure
+from eni_ipam.core.errors import ScenarioError
+from eni_ipam.core.logging import configure
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,11 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _agent(args)
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
     if args.cloud == "moto":
-        from providers.aws.demo import run_moto_demo
+        from eni_ipam.app.demo_aws import run_moto_demo
 
         nodes = 10 if args.nodes is None else args.nodes
         return run_moto_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
-    from eni_ipam.demo import run_demo
+    from eni_ipam.app.demo import run_demo
 
     nodes = 50 if args.nodes is None else args.nodes
     return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
@@ -81,9 +81,9 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from eni_ipam.errors import ConfigError, NotImplementedYet
-    from eni_ipam.runconfig import load_config
-    from eni_ipam.service import serve, stop_on_signals
+    from eni_ipam.app.runconfig import load_config
+    from eni_ipam.app.service import serve, stop_on_signals
+    from eni_ipam.core.errors import ConfigError, NotImplementedYet
 
     try:
         config = load_config(args.config, os.environ)
@@ -112,8 +112,8 @@ def _agent(args: argparse.Namespace) -> int:
     import os
 
     from eni_ipam.agent.config import load_agent_config
-    from eni_ipam.errors import ConfigError
-    from eni_ipam.service import stop_on_signals
+    from eni_ipam.app.service import stop_on_signals
+    from eni_ipam.core.errors import ConfigError
 
     node = args.node or os.environ.get("NODE_NAME", "")
     try:
@@ -141,8 +141,8 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from eni_ipam.scenario import load_scenario
-    from eni_ipam.simulate import StepResult, simulate
+    from eni_ipam.simulator.scenario import load_scenario
+    from eni_ipam.simulator.simulate import StepResult, simulate
 
     configure(level=args.log_level or "critical")
     try:

@@ -1,4 +1,4 @@
-"""Cloud providers: each subpackage implements :class:`eni_ipam.provider.Provider` for one cloud.
+"""Cloud providers: each subpackage implements :class:`eni_ipam.core.provider.Provider` for one cloud.
 
 Arrows point one way: providers import :mod:`eni_ipam`, never the reverse, and each cloud's SDK is
 imported by its own subpackage only. :mod:`providers.ec2_errors` is shared by everything that speaks

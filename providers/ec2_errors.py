@@ -1,14 +1,14 @@
-"""EC2 error codes → the project's error tree (:mod:`eni_ipam.errors`), in one table.
+"""EC2 error codes → the project's error tree (:mod:`eni_ipam.core.errors`), in one table.
 
 Every provider that speaks EC2 (the boto3 provider and the in-memory sim) translates through
 :func:`translate_ec2`, so a code means the same thing whichever cloud produced it. The reconciler
-decides on error *classes* (back off on :class:`~eni_ipam.errors.Throttled`, change the plan on a
-:class:`~eni_ipam.errors.CapacityError`), never on code strings; the code is kept verbatim on the
+decides on error *classes* (back off on :class:`~eni_ipam.core.errors.Throttled`, change the plan on a
+:class:`~eni_ipam.core.errors.CapacityError`), never on code strings; the code is kept verbatim on the
 error for metrics and logs.
 
 EC2 overloads ``InvalidParameterValue``: a few of its messages mean a specific, actionable condition
 (the reference operator matches the same substrings), so :data:`MESSAGE_RULES` is consulted before
-:data:`EC2_ERRORS`. Unknown codes become a plain :class:`~eni_ipam.errors.ProviderError` keeping the
+:data:`EC2_ERRORS`. Unknown codes become a plain :class:`~eni_ipam.core.errors.ProviderError` keeping the
 code and message, never a guess.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 
 _Table = dict[str, type[errors.ProviderError]]
 
@@ -135,7 +135,7 @@ def translate_ec2(code: str, message: str, operation: str) -> errors.ProviderErr
         operation: the EC2 operation that failed (``AssignPrivateIpAddresses``).
 
     Returns:
-        An instance of the matching :class:`~eni_ipam.errors.ProviderError` subclass, or of
+        An instance of the matching :class:`~eni_ipam.core.errors.ProviderError` subclass, or of
         ``ProviderError`` itself for a code eni-ipam does not know.
     """
     return error_class(code, message)(message, code=code, operation=operation)

@@ -2,7 +2,7 @@
 
 The table is generated from EC2's ``DescribeInstanceTypes`` facts (its ``source`` field says from
 where) and ships inside the package, so the simulated cloud and the reconciler's tests see real
-limits without network access. Each entry becomes an :class:`~eni_ipam.model.InstanceLimits`:
+limits without network access. Each entry becomes an :class:`~eni_ipam.core.model.InstanceLimits`:
 
 * ``adapters`` — interfaces of the default network card;
 * ``ipv4`` / ``ipv6`` — addresses per interface, the primary included;
@@ -21,7 +21,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.model import InstanceLimits
+from eni_ipam.core.model import InstanceLimits
 
 TABLE = "instance_types.json"
 """Resource name of the table inside the ``providers`` package."""
@@ -204,7 +204,7 @@ def convert_instance_type(record: Any, path: str) -> tuple[str, dict[str, Any]]:
 
 
 def limits_from_row(row: Mapping[str, Any]) -> InstanceLimits:
-    """The :class:`~eni_ipam.model.InstanceLimits` of one table row."""
+    """The :class:`~eni_ipam.core.model.InstanceLimits` of one table row."""
     return InstanceLimits(
         adapters=row["adapters"],
         ipv4_per_interface=row["ipv4"],

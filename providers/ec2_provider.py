@@ -1,8 +1,8 @@
 """The Provider protocol over any EC2 API: every decision about which EC2 calls to make, in one place.
 
 This is Cilium's ``pkg/ipam`` split. A thin client, :class:`Ec2Api`, has one model-typed method per EC2
-operation and sends every request through :class:`~eni_ipam.api.ApiCaller`. :class:`Ec2Provider` turns
-the :class:`~eni_ipam.provider.Provider` protocol into those calls. The in-memory cloud
+operation and sends every request through :class:`~eni_ipam.core.caller.ApiCaller`. :class:`Ec2Provider` turns
+the :class:`~eni_ipam.core.provider.Provider` protocol into those calls. The in-memory cloud
 (:mod:`providers.sim`) and boto3 (:mod:`providers.aws`) supply only an :class:`Ec2Api` and a
 :class:`LimitsSource`. Everything else is shared, so the same contract suite checks both and they
 cannot drift apart:
@@ -39,9 +39,9 @@ from typing import Literal, Protocol
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock
-from eni_ipam.model import (
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.model import (
     EMPTY_TAGS,
     CloudSnapshot,
     Instance,
@@ -52,7 +52,7 @@ from eni_ipam.model import (
     Tags,
 )
 
-log = structlog.get_logger("eni_ipam.provider")
+log = structlog.get_logger("eni_ipam.core.provider")
 
 Filters = Mapping[str, Sequence[str]]
 """EC2 filters: name → accepted values (a value matches when any one does)."""
@@ -104,7 +104,7 @@ class InstanceInfo:
 class Ec2Api(Protocol):
     """The thin EC2 client: one method per operation, model-typed, keyword-only.
 
-    Every request goes through :class:`~eni_ipam.api.ApiCaller`, which means it is rate limited,
+    Every request goes through :class:`~eni_ipam.core.caller.ApiCaller`, which means it is rate limited,
     measured, and has its errors translated with :func:`providers.ec2_errors.translate_ec2`. Listings
     return every page, and each page is one request. A method makes exactly the one request its name
     says: no retries beyond the SDK's, and no policy.
@@ -117,7 +117,7 @@ class Ec2Api(Protocol):
     async def describe_instances(
         self, *, instance_ids: Sequence[str] = (), filters: Filters | None = None
     ) -> list[InstanceInfo]:
-        """Instances by id and/or filters; an unknown id raises :class:`~eni_ipam.errors.NotFound`."""
+        """Instances by id and/or filters; an unknown id raises :class:`~eni_ipam.core.errors.NotFound`."""
         ...
 
     async def describe_network_interfaces(
@@ -234,7 +234,7 @@ def _chunks(items: Sequence[str], size: int = FILTER_VALUES_PER_CALL) -> list[li
 
 
 class Ec2Provider:
-    """The :class:`~eni_ipam.provider.Provider` protocol over an :class:`Ec2Api` (contract in its docs).
+    """The :class:`~eni_ipam.core.provider.Provider` protocol over an :class:`Ec2Api` (contract in its docs).
 
     Caching: an instance's type, zone, VPC and subnet never change, so ``describe_instance`` keeps what
     ``DescribeInstances`` said. While the instance is known, it makes only one

@@ -3,7 +3,7 @@
 import asyncio
 import io
 
-from eni_ipam.demo import _demo
+from eni_ipam.app.demo import _demo
 
 
 def test_demo_runs_briefly_and_summarises():

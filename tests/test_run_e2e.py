@@ -95,7 +95,7 @@ async def test_run_fills_pools_of_new_nodes_and_exits_cleanly_on_sigterm(tmp_pat
         _, stderr = await asyncio.wait_for(process.communicate(), 15)
         log = stderr.decode()
         assert process.returncode == 0, log[-3000:]
-        # (mutations_drained is logged whether or not a call was in flight; tests/unit/test_fence.py
+        # (mutations_drained is logged whether or not a call was in flight; tests/core/test_fence.py
         # shows a drain that waits for one)
         assert "mutations_drained" in log and "lease_released" in log and "service_stopped" in log
         lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")

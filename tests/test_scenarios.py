@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from eni_ipam.cli import main
-from eni_ipam.errors import ScenarioError
-from eni_ipam.scenario import load_scenario, parse_scenario
-from eni_ipam.simulate import simulate
+from eni_ipam.core.errors import ScenarioError
+from eni_ipam.simulator.scenario import load_scenario, parse_scenario
+from eni_ipam.simulator.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))

@@ -37,9 +37,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock, Handle
-from eni_ipam.model import ReleaseState
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock, Handle
+from eni_ipam.core.model import ReleaseState
 
 from .state import RestoreReport, StateFile, recover
 from .types import DEFAULT_POOL, Allocation, Family, PoolAddress

@@ -38,7 +38,7 @@ from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.cni import FAMILIES, container_id_problem, ifname_problem
 from eni_ipam.agent.runtime import cni_owner
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
-from eni_ipam.errors import (
+from eni_ipam.core.errors import (
     AllocatorError,
     AlreadyAllocated,
     FamilyDisabled,

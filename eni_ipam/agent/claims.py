@@ -27,15 +27,15 @@ from typing import Any
 
 import structlog
 
-from eni_ipam import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation
-from eni_ipam.backoff import Backoff
-from eni_ipam.clock import Clock
+from eni_ipam.core import errors
+from eni_ipam.core.backoff import Backoff
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi, Obj
 from eni_ipam.kube.informer import Informer, object_key
 from eni_ipam.kube.permissions import CLAIMS_GROUP, GROUP, KIND
-from eni_ipam.metrics import Metrics
 
 log = structlog.get_logger("eni_ipam.agent.claims")
 

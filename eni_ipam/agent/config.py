@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.config import parse_bool, parse_duration, parse_int, read_config_file, section_items
-from eni_ipam.errors import ConfigError
-from eni_ipam.runconfig import LOG_LEVELS
+from eni_ipam.app.runconfig import LOG_LEVELS
+from eni_ipam.core.config import parse_bool, parse_duration, parse_int, read_config_file, section_items
+from eni_ipam.core.errors import ConfigError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

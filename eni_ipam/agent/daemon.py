@@ -32,17 +32,17 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
-from eni_ipam import errors
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.clock import Clock, LoopClock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import ReleaseState
-from eni_ipam.server import make_app, start_server
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock, LoopClock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import ReleaseState
+from eni_ipam.core.server import make_app, start_server
 
 log = structlog.get_logger("eni_ipam.agent.daemon")
 

@@ -91,7 +91,7 @@ from aiohttp import web
 
 from eni_ipam.agent.files import checksum, move_aside, write_atomically
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
-from eni_ipam.errors import (
+from eni_ipam.core.errors import (
     AlreadyAllocated,
     EniIpamError,
     FamilyDisabled,

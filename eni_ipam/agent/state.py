@@ -12,7 +12,7 @@ Invariants:
   either the old file or the new one, never a mix; a failed write leaves the old file in place.
 * :meth:`StateFile.load` never guesses: a missing file is an empty state; anything else that is not
   exactly a valid file of this version (truncated, garbage, checksum mismatch, another version,
-  an invalid entry, an address listed twice) raises :class:`~eni_ipam.errors.CorruptState`.
+  an invalid entry, an address listed twice) raises :class:`~eni_ipam.core.errors.CorruptState`.
 * :func:`recover` (behind ``Allocator.restore``) never resets silently: a corrupt file is logged, moved
   aside (``<name>.corrupt-<n>``) and reported, and the allocations are rebuilt from the runtime's view of
   the addresses in use.
@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from eni_ipam.agent.files import checksum, move_aside, write_atomically
-from eni_ipam.errors import CorruptState
+from eni_ipam.core.errors import CorruptState
 
 from .types import Allocation
 

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.backoff import Backoff
-from eni_ipam.clock import Clock
+from eni_ipam.core import errors
+from eni_ipam.core.backoff import Backoff
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import Kind, KubeApi, Obj
-from eni_ipam.metrics import Metrics
 
 log = structlog.get_logger("eni_ipam.kube.informer")
 

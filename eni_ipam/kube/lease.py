@@ -30,10 +30,10 @@ from typing import Any
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import LEASES, KubeApi, Obj
-from eni_ipam.metrics import Metrics
 
 log = structlog.get_logger("eni_ipam.kube.lease")
 

@@ -1,6 +1,6 @@
 """ENIPool custom resources ↔ the core model: pure functions, no I/O.
 
-An ENIPool is named after its Node. Its spec mirrors :class:`~eni_ipam.model.NodeSpec` in
+An ENIPool is named after its Node. Its spec mirrors :class:`~eni_ipam.core.model.NodeSpec` in
 camelCase; its status has two writers that never touch each other's fields:
 
 * the controller: ``pool``, ``subnets``, ``release``, ``interfaces``, ``stats``, ``message``,
@@ -19,9 +19,9 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState, frozen_tags
 from eni_ipam.kube.api import ENIPOOLS, Obj
-from eni_ipam.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState, frozen_tags
 from eni_ipam.store.records import NodeRecord
 
 FINALIZER = "eni-ipam.io/pool"

@@ -1,6 +1,6 @@
 """Settings of the Kubernetes node source and leader election (the ``kubernetes:`` section).
 
-Frozen and validated like :class:`~eni_ipam.config.Settings`; errors name the field. The lease
+Frozen and validated like :class:`~eni_ipam.core.config.Settings`; errors name the field. The lease
 timings follow client-go's defaults and rules: ``lease_duration > renew_deadline > retry_period``
 (a leader that cannot renew within the deadline stops before any standby may take over).
 """
@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from eni_ipam.config import parse_duration, parse_int, parse_positive, parse_tags, section_items
-from eni_ipam.errors import ConfigError
-from eni_ipam.model import EMPTY_TAGS, Tags
+from eni_ipam.core.config import parse_duration, parse_int, parse_positive, parse_tags, section_items
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import EMPTY_TAGS, Tags
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

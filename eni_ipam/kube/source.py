@@ -31,9 +31,13 @@ from typing import Any
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.backoff import Backoff
-from eni_ipam.clock import Clock
+from eni_ipam.core import errors
+from eni_ipam.core.backoff import Backoff
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeResource
+from eni_ipam.core.node import Node
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
@@ -46,10 +50,6 @@ from eni_ipam.kube.resources import (
 )
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.status import StatusWriter
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import NodeResource
-from eni_ipam.node import Node
 from eni_ipam.store.records import NodeRecord
 
 log = structlog.get_logger("eni_ipam.kube.source")

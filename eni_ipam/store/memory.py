@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from eni_ipam.model import NodeResource, NodeStatus
+from eni_ipam.core.model import NodeResource, NodeStatus
 from eni_ipam.store.records import NodeRecord
 
 

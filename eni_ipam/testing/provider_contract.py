@@ -1,6 +1,6 @@
 """The Provider contract as executable checks, shipped for every provider's tests.
 
-:mod:`eni_ipam.provider` states what a provider promises; this module checks it, the way
+:mod:`eni_ipam.core.provider` states what a provider promises; this module checks it, the way
 ``trio.testing``'s ``check_*_stream`` helpers check a stream implementation. A provider's test
 harness builds a fresh :class:`ContractEnv` (a provider over a cloud prepared as the fields below
 describe) and either runs every check with :func:`check_provider`, or parametrizes over
@@ -26,9 +26,9 @@ import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from eni_ipam import errors
-from eni_ipam.model import PREFIX_SIZE, Instance, InstanceLimits, Interface
-from eni_ipam.provider import Provider
+from eni_ipam.core import errors
+from eni_ipam.core.model import PREFIX_SIZE, Instance, InstanceLimits, Interface
+from eni_ipam.core.provider import Provider
 
 UNKNOWN_INSTANCE = "i-0fffffffffffffff0"
 UNKNOWN_INTERFACE = "eni-0fffffffffffffff0"

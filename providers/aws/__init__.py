@@ -1,6 +1,6 @@
 """The AWS provider: eni-ipam on EC2 through boto3 (the only package that imports boto3).
 
-:class:`AwsProvider` implements :class:`eni_ipam.provider.Provider`; :class:`AwsSettings` configures
+:class:`AwsProvider` implements :class:`eni_ipam.core.provider.Provider`; :class:`AwsSettings` configures
 it (docs/aws.md). The logic it shares with the in-memory cloud lives in
 :mod:`providers.ec2_provider`.
 """

@@ -2,7 +2,7 @@
 
 Each method builds one request in EC2's shape, sends it through :class:`~providers.aws.client.Ec2Client`
 (and so through the limiter, the metrics and the error translation), and parses the answer into
-:mod:`eni_ipam.model` values. Listings follow ``NextToken`` to the end. No policy lives here.
+:mod:`eni_ipam.core.model` values. Listings follow ``NextToken`` to the end. No policy lives here.
 
 Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet``, ``Instance``…):
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from eni_ipam.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
+from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
 from providers.ec2_provider import Filters, InstanceInfo, InstanceState
 

@@ -2,7 +2,7 @@
 
 Path of a call: client-side token bucket of the operation → boto3 on a bounded thread pool →
 metrics → error translation (:func:`translate`, through :mod:`providers.ec2_errors`). It is built on
-:class:`~eni_ipam.api.ApiCaller`, like every other provider's calls.
+:class:`~eni_ipam.core.caller.ApiCaller`, like every other provider's calls.
 
 Why threads: boto3 is synchronous. Its clients are thread-safe (sessions are not), so one client is
 made at start-up and shared by a :class:`~concurrent.futures.ThreadPoolExecutor` of
@@ -22,8 +22,8 @@ every attempt:
 
 Callers never see a botocore exception: ``ClientError`` becomes the project error its EC2 code maps
 to, and connection failures, timeouts, missing credentials and parameter validation errors map to
-:class:`~eni_ipam.errors.TransientError`, :class:`~eni_ipam.errors.Unauthorized` and
-:class:`~eni_ipam.errors.InvalidRequest`.
+:class:`~eni_ipam.core.errors.TransientError`, :class:`~eni_ipam.core.errors.Unauthorized` and
+:class:`~eni_ipam.core.errors.InvalidRequest`.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ import botocore.config
 import botocore.exceptions
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.api import ApiCaller
-from eni_ipam.clock import Clock
-from eni_ipam.errors import ConfigError
-from eni_ipam.metrics import Metrics
-from eni_ipam.ratelimit import RateLimiter
+from eni_ipam.core import errors
+from eni_ipam.core.caller import ApiCaller
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.ratelimit import RateLimiter
 from providers.aws.settings import AwsSettings
 from providers.ec2_errors import EC2_ERRORS, translate_ec2
 
@@ -179,7 +179,7 @@ class Ec2Client:
 
     def close(self) -> None:
         """Stop the thread pool (calls in flight finish in their threads; queued ones are dropped and
-        their callers get :class:`~eni_ipam.errors.TransientError`) and close the client."""
+        their callers get :class:`~eni_ipam.core.errors.TransientError`) and close the client."""
         self._closed = True
         self._loop = None
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -28,9 +28,9 @@ from collections.abc import Collection, Mapping
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock
-from eni_ipam.model import InstanceLimits
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.model import InstanceLimits
 from providers.aws.client import Ec2Client
 from providers.ec2_limits import InstanceTypeError, convert_instance_type, limits_from_row
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import CloudSnapshot
-from eni_ipam.ratelimit import RateLimiter
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import CloudSnapshot
+from eni_ipam.core.ratelimit import RateLimiter
 from providers.aws.api import Boto3Api
 from providers.aws.client import Ec2Client
 from providers.aws.limits import Ec2InstanceTypes
@@ -25,7 +25,8 @@ from providers.ec2_provider import Ec2Provider, Scope
 
 
 class AwsProvider(Ec2Provider):
-    """The :class:`~eni_ipam.provider.Provider` protocol on EC2 (contract in :mod:`eni_ipam.provider`)."""
+    """The :class:`~eni_ipam.core.provider.Provider` protocol on EC2 (its contract is in
+    :mod:`eni_ipam.core.provider`)."""
 
     name: str = "aws"
 

@@ -1,10 +1,10 @@
 """Settings of the AWS provider: frozen, validated, every default justified.
 
 Operator-wide behaviour (cluster name, interface tags, prefix delegation, the rate-limit share) lives
-in :class:`eni_ipam.config.Settings`. What a node asks for (watermarks, first interface index,
+in :class:`eni_ipam.core.config.Settings`. What a node asks for (watermarks, first interface index,
 subnets, security groups) lives in its spec. This module holds what only the EC2 client needs.
 :func:`aws_settings_from_mapping` is the one parser: it rejects unknown keys and bad values with a
-:class:`~eni_ipam.errors.ConfigError` naming the field, and never half-applies anything.
+:class:`~eni_ipam.core.errors.ConfigError` naming the field, and never half-applies anything.
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_bool, parse_buckets, parse_duration, parse_int, parse_tags, section_items
-from eni_ipam.errors import ConfigError
-from eni_ipam.model import EMPTY_TAGS, Tags
-from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+from eni_ipam.core.config import (
+    parse_bool,
+    parse_buckets,
+    parse_duration,
+    parse_int,
+    parse_tags,
+    section_items,
+)
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import EMPTY_TAGS, Tags
+from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 
 _EMPTY_BUCKETS: Mapping[str, Bucket] = MappingProxyType({})
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")

@@ -2,7 +2,7 @@
 
 Path of a call: client-side token buckets of the operation (:mod:`providers.azure.operations`) →
 the async SDK (``azure.mgmt.network.aio``, ``azure.mgmt.compute.aio``) → metrics → error
-translation (:mod:`providers.azure.errors`). It is built on :class:`~eni_ipam.api.ApiCaller`, like
+translation (:mod:`providers.azure.errors`). It is built on :class:`~eni_ipam.core.caller.ApiCaller`, like
 every other provider's calls.
 
 Time is bounded by a :class:`Deadline` on the event loop's clock. A provider method that writes
@@ -21,7 +21,7 @@ without starting over. :class:`ArmRetryPolicy` (azure-core's ``AsyncRetryPolicy`
 says (otherwise exponential backoff), through the transport's ``sleep``, which is
 ``asyncio.sleep``: waits are on the event loop, virtual under a virtual clock. A ``Retry-After``
 longer than ``max_retry_after`` is not waited for in place: the 429 ends the call as
-:class:`~eni_ipam.errors.Throttled` with ``retry_after`` set, and the reconciler's per-node backoff
+:class:`~eni_ipam.core.errors.Throttled` with ``retry_after`` set, and the reconciler's per-node backoff
 waits instead, with the worker released.
 
 Each HTTP attempt is accounted for by :class:`AttemptPolicy`, a per-retry pipeline policy (it runs
@@ -60,11 +60,11 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.core.tools import get_arm_endpoints
 from azure.mgmt.network.aio import NetworkManagementClient
 
-from eni_ipam import errors
-from eni_ipam.api import ApiCaller
-from eni_ipam.clock import Clock
-from eni_ipam.metrics import Metrics
-from eni_ipam.ratelimit import Bucket, RateLimiter
+from eni_ipam.core import errors
+from eni_ipam.core.caller import ApiCaller
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from providers.azure.errors import translate
 from providers.azure.operations import poll_name
 from providers.azure.settings import AzureSettings

@@ -1,4 +1,4 @@
-"""Azure errors → the project's error tree (:mod:`eni_ipam.errors`): one table and one translator.
+"""Azure errors → the project's error tree (:mod:`eni_ipam.core.errors`): one table and one translator.
 
 ARM answers failures with an HTTP status and a body ``{"error": {"code", "message", "details"}}``;
 a failed long-running operation ends with the same error object in its status document. The code
@@ -6,11 +6,11 @@ decides first (:data:`ARM_ERRORS`, matched case-insensitively, since resource pr
 consistent about case); when the code is unknown, the HTTP status decides:
 
 =========================  ============================================================
-404                        :class:`~eni_ipam.errors.NotFound`
-401, 403                   :class:`~eni_ipam.errors.Unauthorized`
-429                        :class:`~eni_ipam.errors.Throttled` (``retry_after`` from the answer)
-408, 412, 5xx              :class:`~eni_ipam.errors.TransientError`
-anything else              plain :class:`~eni_ipam.errors.ProviderError`, keeping the code
+404                        :class:`~eni_ipam.core.errors.NotFound`
+401, 403                   :class:`~eni_ipam.core.errors.Unauthorized`
+429                        :class:`~eni_ipam.core.errors.Throttled` (``retry_after`` from the answer)
+408, 412, 5xx              :class:`~eni_ipam.core.errors.TransientError`
+anything else              plain :class:`~eni_ipam.core.errors.ProviderError`, keeping the code
 =========================  ============================================================
 
 The ``details`` of an error are looked at too, nested ones included:
@@ -45,7 +45,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 
 _Table = dict[str, type[errors.ProviderError]]
 

@@ -12,7 +12,7 @@ becomes ``InstanceLimits(adapters=<max NICs>, ipv4_per_interface=256, hot_attach
 
 Sizes are matched case-insensitively (ARM reports ``Standard_D8s_v5``; people write
 ``standard_d8s_v5``). A size in neither the table nor ``azure.vm_sizes`` is unknown:
-:class:`~eni_ipam.errors.LimitsUnknown`, and its nodes are left alone.
+:class:`~eni_ipam.core.errors.LimitsUnknown`, and its nodes are left alone.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.errors import LimitsUnknown
-from eni_ipam.model import InstanceLimits
+from eni_ipam.core.errors import LimitsUnknown
+from eni_ipam.core.model import InstanceLimits
 
 TABLE = "vm_sizes.json"
 """Resource name of the table inside the ``providers.azure`` package."""

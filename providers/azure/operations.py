@@ -59,7 +59,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from eni_ipam.ratelimit import Bucket, RateLimiter
+from eni_ipam.core.ratelimit import Bucket, RateLimiter
 
 ARM_READS = "arm-reads"
 ARM_WRITES = "arm-writes"
@@ -203,7 +203,7 @@ class ArmRateLimiter(RateLimiter):
     operation lists (:data:`OPERATIONS`), and the wait it reports is the sum of the waits.
 
     ARM throttles by kind of request (reads, writes, deletes), not by API, so two operations of the
-    same kind must drain one bucket; :class:`~eni_ipam.ratelimit.RateLimiter` keys buckets by name,
+    same kind must drain one bucket; :class:`~eni_ipam.core.ratelimit.RateLimiter` keys buckets by name,
     and here the names are the buckets', not the operations'.
     """
 

@@ -1,10 +1,10 @@
-"""AzureProvider: the :class:`~eni_ipam.provider.Provider` protocol on Azure Resource Manager.
+"""AzureProvider: the :class:`~eni_ipam.core.provider.Provider` protocol on Azure Resource Manager.
 
 Azure attaches NICs only to deallocated VMs, and every IP configuration of a NIC must be in the NIC's
 subnet. So the pool of a node is the **secondary IP configurations of the NICs its VM already has**:
 ``assign_addresses`` adds configurations with dynamic allocation (Azure picks the addresses),
 ``unassign_addresses`` removes them, ``create_interface`` always refuses
-(:class:`~eni_ipam.errors.AttachmentLimitExceeded`, no request), and the limits say
+(:class:`~eni_ipam.core.errors.AttachmentLimitExceeded`, no request), and the limits say
 ``hot_attach=False`` so the planner never asks. Ids are normalized ARM ids
 (:mod:`providers.azure.ids`); the JSON mapping is in :mod:`providers.azure.resources`.
 
@@ -30,10 +30,10 @@ import structlog
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.pipeline.transport import AsyncHttpTransport
 
-from eni_ipam import errors
-from eni_ipam.clock import Clock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import (
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import (
     DETACHED_INDEX,
     CloudSnapshot,
     Instance,
@@ -58,7 +58,8 @@ _GONE = frozenset({"resourcenotfound", "notfound"})
 
 
 class AzureProvider:
-    """The :class:`~eni_ipam.provider.Provider` protocol on Azure (contract in :mod:`eni_ipam.provider`)."""
+    """The :class:`~eni_ipam.core.provider.Provider` protocol on Azure (its contract is in
+    :mod:`eni_ipam.core.provider`)."""
 
     name: str = "azure"
 

@@ -1,4 +1,4 @@
-"""ARM JSON → :mod:`eni_ipam.model`: pure functions over the documents the SDK returns.
+"""ARM JSON → :mod:`eni_ipam.core.model`: pure functions over the documents the SDK returns.
 
 The provider works on raw ARM JSON (the SDK's models are mappings over it), so what it reads is
 exactly the documented REST shape, and what it writes back (a NIC, a scale-set VM) carries every
@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from eni_ipam.model import DETACHED_INDEX, Instance, Interface, Subnet, address_key, frozen_tags
+from eni_ipam.core.model import DETACHED_INDEX, Instance, Interface, Subnet, address_key, frozen_tags
 from providers.azure import ids
 
 Json = Mapping[str, Any]

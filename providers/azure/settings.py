@@ -1,9 +1,9 @@
 """Settings of the Azure provider (the ``azure:`` section): frozen, validated, every default justified.
 
 Operator-wide behaviour (cluster name, the rate-limit share, garbage collection) lives in
-:class:`eni_ipam.config.Settings`; this module holds what only the Azure client needs.
+:class:`eni_ipam.core.config.Settings`; this module holds what only the Azure client needs.
 :func:`azure_settings_from_mapping` is the one parser: it rejects unknown keys and bad values with a
-:class:`~eni_ipam.errors.ConfigError` naming the field (``azure.resource_groups[1]``), and never
+:class:`~eni_ipam.core.errors.ConfigError` naming the field (``azure.resource_groups[1]``), and never
 half-applies anything. ``subscription_id``, ``resource_groups`` and ``vnet_id`` have no default:
 without them there is nothing to look at, and a guess could only look at the wrong thing.
 """
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from eni_ipam.config import parse_buckets, parse_duration, parse_int, section_items
-from eni_ipam.errors import ConfigError
-from eni_ipam.ratelimit import Bucket
+from eni_ipam.core.config import parse_buckets, parse_duration, parse_int, section_items
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.ratelimit import Bucket
 from providers.azure import ids
 from providers.azure.operations import BUCKETS
 

@@ -58,8 +58,8 @@ from azure.core import MatchConditions
 from azure.mgmt.compute.models import VirtualMachineScaleSetVM
 from azure.mgmt.network.models import NetworkInterface
 
-from eni_ipam import errors
-from eni_ipam.model import address_key
+from eni_ipam.core import errors
+from eni_ipam.core.model import address_key
 from providers.azure import ids
 from providers.azure import resources as r
 from providers.azure.client import ArmClient, Deadline, Json, gather_all

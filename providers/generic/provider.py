@@ -24,7 +24,7 @@ whenever the records' ``term`` changes (a new leadership term), everything is re
 a restart or a new leader never hands out a block a published pool holds (allocate-or-occupy).
 Between two rebuilds the cache is authoritative: it holds what was assigned but not yet published.
 
-Every call goes through :class:`~eni_ipam.api.ApiCaller` like a cloud call, for the metrics; there
+Every call goes through :class:`~eni_ipam.core.caller.ApiCaller` like a cloud call, for the metrics; there
 is no rate limit to respect. Calls are synchronous inside, so no two interleave.
 """
 
@@ -38,11 +38,11 @@ from typing import TypeVar
 
 import structlog
 
-from eni_ipam import errors
-from eni_ipam.api import ApiCaller
-from eni_ipam.clock import Clock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import (
+from eni_ipam.core import errors
+from eni_ipam.core.caller import ApiCaller
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import (
     PREFIX_SIZE,
     CloudSnapshot,
     Instance,
@@ -51,7 +51,7 @@ from eni_ipam.model import (
     Subnet,
     address_key,
 )
-from eni_ipam.ratelimit import Bucket, RateLimiter
+from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.store.records import NodeRecord, NodeRecords
 from providers.generic.blocks import BlockSet, Network
 from providers.generic.settings import PREFIX_MASK, GenericSettings

@@ -10,10 +10,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from eni_ipam.clock import Clock
-from eni_ipam.errors import ConfigError
-from eni_ipam.metrics import Metrics
-from eni_ipam.provider import Provider
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.provider import Provider
 from eni_ipam.store.records import NodeRecords
 from providers.generic.settings import GenericSettings, generic_settings_from_mapping
 

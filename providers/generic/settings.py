@@ -1,7 +1,7 @@
 """Settings of the generic provider (``provider: generic``, section ``generic:``): frozen, validated.
 
 :func:`generic_settings_from_mapping` is the one parser. It rejects unknown keys and bad values with
-a :class:`~eni_ipam.errors.ConfigError` naming the field, and checks the ranges against each other
+a :class:`~eni_ipam.core.errors.ConfigError` naming the field, and checks the ranges against each other
 (blocks fit their cluster CIDR, cluster CIDRs do not overlap), so a configuration that would hand
 one address to two nodes never starts.
 """
@@ -13,13 +13,13 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from eni_ipam.config import parse_int, section_items
-from eni_ipam.errors import ConfigError
-from eni_ipam.model import PREFIX_SIZE
+from eni_ipam.core.config import parse_int, section_items
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import PREFIX_SIZE
 from providers.generic.blocks import MAX_BLOCK_BITS, Network
 
 PREFIX_MASK = 28
-"""Pool slots are /28 prefixes (:data:`~eni_ipam.model.PREFIX_SIZE` addresses), as with EC2 prefix
+"""Pool slots are /28 prefixes (:data:`~eni_ipam.core.model.PREFIX_SIZE` addresses), as with EC2 prefix
 delegation, so the planner, the status and the node side treat both alike."""
 
 _KEYS = ("cluster_cidrs", "service_cidrs", "node_mask_ipv4", "node_mask_ipv6", "max_blocks_per_node")

@@ -1,7 +1,7 @@
 """In-memory EC2: the embedded cloud of ``demo`` and ``simulate``, and the reconciler's test double.
 
 :class:`SimCloud` is the cloud (setup, fault injection, EC2 operations, inspection) and
-:class:`SimProvider` the :class:`~eni_ipam.provider.Provider` over it — a provider like any other, so
+:class:`SimProvider` the :class:`~eni_ipam.core.provider.Provider` over it — a provider like any other, so
 everything above the provider runs unchanged against it.
 """
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping, Sequence
 
-from eni_ipam import model
-from eni_ipam.clock import Clock
-from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+from eni_ipam.core import model
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 from providers.ec2_limits import load_limits
 from providers.sim.describe import DescribeOps
 from providers.sim.gate import Gate, api

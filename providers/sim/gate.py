@@ -24,8 +24,8 @@ import functools
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from eni_ipam.clock import Clock
-from eni_ipam.ratelimit import Bucket
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.ratelimit import Bucket
 from providers.sim.records import SimError
 
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """SimProvider: the shared :class:`~providers.ec2_provider.Ec2Provider` over a :class:`SimCloud`.
 
 Only the thin client lives here: :class:`SimApi` calls the simulated cloud's EC2 operations the way the
-boto3 client calls EC2. Every request goes through one :class:`~eni_ipam.api.ApiCaller` (client-side
+boto3 client calls EC2. Every request goes through one :class:`~eni_ipam.core.caller.ApiCaller` (client-side
 rate limiter → call → metrics → error translation via :func:`providers.ec2_errors.translate_ec2`),
 listings are paged to the end, and nothing above it ever sees a
 :class:`~providers.sim.records.SimError`. It reads the cloud only through counted operations, so the
@@ -18,12 +18,12 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from eni_ipam import errors
-from eni_ipam.api import ApiCaller
-from eni_ipam.clock import Clock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import InstanceLimits, Interface, SecurityGroup, Subnet
-from eni_ipam.ratelimit import EC2_BUCKETS, RateLimiter
+from eni_ipam.core import errors
+from eni_ipam.core.caller import ApiCaller
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import InstanceLimits, Interface, SecurityGroup, Subnet
+from eni_ipam.core.ratelimit import EC2_BUCKETS, RateLimiter
 from providers.ec2_errors import translate_ec2
 from providers.ec2_provider import DESCRIPTION, Ec2Provider, Filters, InstanceInfo, Scope, TableLimits
 from providers.sim.cloud import SimCloud
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 
 def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
-    """The :class:`~eni_ipam.api.ApiCaller` translation: a :class:`SimError` through the EC2 table."""
+    """The :class:`~eni_ipam.core.caller.ApiCaller` translation: a :class:`SimError` through the EC2 table."""
     if isinstance(exc, SimError):
         return translate_ec2(exc.code, exc.message, operation)
     return None
@@ -169,7 +169,7 @@ class SimApi:
 
 
 class SimProvider(Ec2Provider):
-    """The Provider protocol over a SimCloud (see :mod:`eni_ipam.provider` for the contract)."""
+    """The Provider protocol over a SimCloud (see :mod:`eni_ipam.core.provider` for the contract)."""
 
     name: str = "sim"
 

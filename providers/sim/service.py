@@ -11,13 +11,13 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from eni_ipam.clock import Clock
-from eni_ipam.config import parse_duration
-from eni_ipam.errors import ConfigError, ScenarioError
-from eni_ipam.metrics import Metrics
-from eni_ipam.provider import Provider
-from eni_ipam.ratelimit import EC2_BUCKETS, RateLimiter
-from eni_ipam.runconfig import parse_sim_cloud
+from eni_ipam.app.runconfig import parse_sim_cloud
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.config import parse_duration
+from eni_ipam.core.errors import ConfigError, ScenarioError
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.provider import Provider
+from eni_ipam.core.ratelimit import EC2_BUCKETS, RateLimiter
 from eni_ipam.store.records import NodeRecords
 from providers.sim.provider import SimProvider
 
@@ -53,7 +53,7 @@ async def open_provider(
     rate_limit_share: float,
     records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:
-    from eni_ipam.simulate import build_cloud
+    from eni_ipam.simulator.simulate import build_cloud
 
     try:
         cloud = build_cloud(settings.cloud, clock)

@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eni_ipam import model
+from eni_ipam.core import model
 from providers.sim.addressing import BLOCK, SubnetSpace
 from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
 from providers.sim.state import CloudState

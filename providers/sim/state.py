@@ -18,9 +18,9 @@ import itertools
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from eni_ipam import model
-from eni_ipam.clock import Clock
-from eni_ipam.model import DETACHED_INDEX
+from eni_ipam.core import model
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.model import DETACHED_INDEX
 from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL
-from eni_ipam.model import ReleaseState
+from eni_ipam.core.model import ReleaseState
 from tests.agent import FakeClock
 from tests.agent.test_allocator import members
 

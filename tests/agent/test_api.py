@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
 
 V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
 V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]

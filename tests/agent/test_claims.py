@@ -12,10 +12,10 @@ import pytest
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.claims import PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
 from eni_ipam.agent.types import PoolAddress
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.kube.conftest import make_api
 from tests.waiting import until

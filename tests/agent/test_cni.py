@@ -17,7 +17,7 @@ from aiohttp import web
 from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
 from tests.agent import unix_server
 
 V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]

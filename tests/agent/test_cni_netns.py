@@ -25,7 +25,7 @@ from aiohttp import web
 from eni_ipam.agent import api
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
 from tests.agent import unix_server
 
 CNI_DIR = Path("/usr/lib/cni")

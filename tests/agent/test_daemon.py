@@ -14,9 +14,9 @@ import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping
 from eni_ipam.agent.daemon import Agent, pool_addresses
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.agent.conftest import enipool_status
 from tests.kube.conftest import make_api
@@ -77,7 +77,7 @@ async def controller(kube: FakeKube) -> AsyncIterator[KubeApi]:
 async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
     kube: FakeKube, tmp_path: Path
 ) -> None:
-    from eni_ipam.errors import PoolExhausted
+    from eni_ipam.core.errors import PoolExhausted
 
     controller = make_api(kube)
     async with running_agent(kube, tmp_path) as agent:
@@ -187,7 +187,7 @@ async def test_a_mark_written_while_the_agent_was_down_is_answered_after_the_res
 async def test_a_second_agent_on_the_same_state_directory_is_refused(
     kube: FakeKube, controller: KubeApi, tmp_path: Path
 ) -> None:
-    from eni_ipam.errors import ConfigError
+    from eni_ipam.core.errors import ConfigError
 
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:

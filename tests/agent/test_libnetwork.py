@@ -27,7 +27,7 @@ from eni_ipam.agent.libnetwork import (
 )
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
 
 LOCAL, GLOBAL = LOCAL_ADDRESS_SPACE, GLOBAL_ADDRESS_SPACE
 DEFAULT_V4 = [PoolAddress(address=f"10.0.0.{i}", prefix_length=24, gateway="10.0.0.1") for i in range(10, 20)]

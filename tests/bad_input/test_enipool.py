@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 import yaml
 
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import NodeResource
 from eni_ipam.kube.resources import resource_from_pool
-from eni_ipam.model import NodeResource
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.bad_input import corpus
 from tests.kube.conftest import CRD

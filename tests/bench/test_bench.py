@@ -8,7 +8,7 @@ from bench.__main__ import QUICK, run
 from bench.cluster import lower_bound, lower_bound_by_operation
 from bench.convergence import bucket_bound
 from bench.report import render
-from eni_ipam.ratelimit import EC2_BUCKETS
+from eni_ipam.core.ratelimit import EC2_BUCKETS
 
 pytestmark = pytest.mark.timeout(120)
 

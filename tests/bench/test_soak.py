@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from bench.soak import QUICK, Soak, SoakConfig, soak
-from eni_ipam.simloop import VirtualTimeLoop
+from eni_ipam.simulator.simloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from eni_ipam.agent.config import AgentConfig, agent_config_from_mapping, load_agent_config
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.errors import ConfigError
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.helm import render_chart_text
 from tests.deploy.conftest import (

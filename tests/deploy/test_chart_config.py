@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
-from eni_ipam.config import Settings
+from eni_ipam.core.config import Settings
+from eni_ipam.core.model import NodeSpec
 from eni_ipam.kube.settings import KubeSettings
-from eni_ipam.model import NodeSpec
 from providers.aws.settings import AwsSettings
 from tests.deploy.conftest import ALL_FEATURES, CHART, REPO_ROOT, one, render, values
 
@@ -56,7 +56,7 @@ def test_every_config_key_is_commented():
 
 
 def _load(docs):
-    from eni_ipam.runconfig import load_config_mapping
+    from eni_ipam.app.runconfig import load_config_mapping
 
     return load_config_mapping(yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"]))
 
@@ -79,7 +79,7 @@ def test_the_defaults_in_values_are_the_code_defaults():
 
 
 def test_a_bad_value_in_config_is_refused_by_the_loader():
-    from eni_ipam.errors import ConfigError
+    from eni_ipam.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"settings\.rate_limit_share"):
         _load(render({"config": {"settings": {"rate_limit_share": 2}}}))

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
+from eni_ipam.core.model import NodeSpec, NodeStats, ReleaseState
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
-from eni_ipam.model import NodeSpec, NodeStats, ReleaseState
 from tests.deploy.conftest import CHART
 
 CRD = yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eni_ipam.config import parse_duration
+from eni_ipam.core.config import parse_duration
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
 from eni_ipam.testing.helm import TemplateError
 from tests.deploy.conftest import (

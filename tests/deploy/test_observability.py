@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from eni_ipam.metrics import Metrics
+from eni_ipam.core.metrics import Metrics
 from tests.deploy.conftest import REPO_ROOT, one, render
 
 DASHBOARD = json.loads((REPO_ROOT / "deploy" / "grafana" / "eni-ipam.json").read_text())

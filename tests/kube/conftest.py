@@ -10,8 +10,8 @@ import lightkube
 import pytest
 import yaml
 
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import KubeApi
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube
 
 CRD = Path(__file__).parents[2] / "deploy" / "helm" / "eni-ipam" / "crds" / "enipools.eni-ipam.io.yaml"

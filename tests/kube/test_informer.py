@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import NODES, KubeApi
 from eni_ipam.kube.informer import Informer
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
 from tests.kube.conftest import node
 from tests.waiting import until

@@ -8,10 +8,10 @@ import random
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import LEASES, KubeApi
 from eni_ipam.kube.lease import LeaderElector
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api
 

@@ -7,7 +7,8 @@ import datetime
 
 import pytest
 
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.kube.resources import (
     FINALIZER,
     SPEC_KEYS,
@@ -18,7 +19,6 @@ from eni_ipam.kube.resources import (
     spec_from_pool,
     status_patch,
 )
-from eni_ipam.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
 
 NOW = datetime.datetime(2026, 11, 21, 8, 0, tzinfo=datetime.UTC)
 LATER = NOW + datetime.timedelta(minutes=1)

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.config import Settings
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.resources import FINALIZER
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.source import KubeNodeSource
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
 from eni_ipam.testing.fake_kube import FakeKube, Fault
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
@@ -256,7 +256,7 @@ async def test_people_edits_to_the_spec_are_kept_and_acted_on(cluster: Cluster, 
 async def test_invalid_pool_is_refused_by_the_schema_and_changes_nothing(
     cluster: Cluster, api: KubeApi
 ) -> None:
-    from eni_ipam import errors
+    from eni_ipam.core import errors
 
     cluster.add_node("n1")
     async with leading(cluster):

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from eni_ipam.clock import LoopClock
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.status import StatusWriter
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import NodeStats, NodeStatus, PoolEntry
 from eni_ipam.testing.fake_kube import FakeKube
 
 pytestmark = pytest.mark.looptime(start=1_000_000.0)

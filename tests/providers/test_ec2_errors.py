@@ -1,6 +1,6 @@
 import pytest
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 from providers.ec2_errors import EC2_ERRORS, error_class, translate_ec2
 
 PREFIXES_MESSAGE = (

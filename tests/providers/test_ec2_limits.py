@@ -2,8 +2,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.model import InstanceLimits
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.model import InstanceLimits
 from providers.ec2_limits import instance_limits, load_limits, parse_table
 from providers.sim.cloud import SimCloud
 

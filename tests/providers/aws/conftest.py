@@ -11,8 +11,8 @@ import boto3
 import botocore.retries.standard
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from providers.aws import AwsProvider, AwsSettings
 
 REGION = "us-east-1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam.provider import Provider
+from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
 from providers.aws import AwsProvider
 from providers.ec2_limits import instance_limits

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam import errors
-from eni_ipam.model import InstanceLimits
+from eni_ipam.core import errors
+from eni_ipam.core.model import InstanceLimits
 from providers.aws.limits import Ec2InstanceTypes
 
 

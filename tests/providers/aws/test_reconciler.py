@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.config import Settings
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import NodeSpec
-from eni_ipam.node import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
-from eni_ipam.simnode import SimulatedNodeSide
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.node import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
+from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import ZONE, Network

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
-from eni_ipam.runconfig import load_config_mapping, provider_plugin
+from eni_ipam.app.runconfig import load_config_mapping, provider_plugin
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from tests.providers.aws.conftest import REGION, Network
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.errors import ConfigError
-from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 from providers.aws.settings import AwsSettings, aws_settings_from_mapping
 
 

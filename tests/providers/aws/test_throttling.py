@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from eni_ipam import errors
-from eni_ipam.clock import LoopClock
-from eni_ipam.config import Settings
-from eni_ipam.manager import NodeManager
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import Interface, NodeSpec
-from eni_ipam.ratelimit import RateLimiter
-from eni_ipam.simnode import SimulatedNodeSide
+from eni_ipam.core import errors
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import Interface, NodeSpec
+from eni_ipam.core.ratelimit import RateLimiter
+from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import Network

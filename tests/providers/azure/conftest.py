@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.testing.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
 from providers.azure import AzureProvider
 from providers.azure.settings import AzureSettings, azure_settings_from_mapping

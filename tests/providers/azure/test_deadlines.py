@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 from tests.providers.azure.conftest import World
 
 pytestmark = pytest.mark.looptime

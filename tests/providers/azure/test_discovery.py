@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from eni_ipam import errors
-from eni_ipam.metrics import Metrics
+from eni_ipam.core import errors
+from eni_ipam.core.metrics import Metrics
 from providers.azure.limits import limits_for
 from tests.providers.azure.conftest import SIZE, SUBSCRIPTION, World, sample
 

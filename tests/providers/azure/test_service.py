@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.errors import ConfigError
-from eni_ipam.metrics import Metrics
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.testing.fake_azure import FakeCredential
 from providers.azure import AzureProvider, client, service
 from tests.providers.azure.conftest import GROUP, SUBSCRIPTION, World, sample

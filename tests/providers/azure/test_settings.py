@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.errors import ConfigError
-from eni_ipam.ratelimit import Bucket
+from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.ratelimit import Bucket
 from providers.azure.operations import BUCKETS
 from providers.azure.service import parse_settings
 from providers.azure.settings import AzureSettings, azure_settings_from_mapping

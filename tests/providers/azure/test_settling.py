@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 from tests.providers.azure.conftest import World
 
 pytestmark = pytest.mark.looptime

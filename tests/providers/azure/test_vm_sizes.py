@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from eni_ipam.errors import LimitsUnknown
+from eni_ipam.core.errors import LimitsUnknown
 from providers.azure.limits import IP_CONFIGURATIONS_PER_NIC, VmSizes, load_table, parse_table
 
 WELL_KNOWN = [

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.store.records import NodeRecord
 from providers.generic.provider import GenericProvider
 from providers.generic.settings import GenericSettings, generic_settings_from_mapping

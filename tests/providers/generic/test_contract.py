@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
-from eni_ipam.provider import Provider
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
 from providers.generic.provider import GenericProvider
 from providers.generic.settings import generic_settings_from_mapping

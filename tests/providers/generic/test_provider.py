@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from eni_ipam import errors
+from eni_ipam.core import errors
 from tests.providers.generic.conftest import Records
 
 

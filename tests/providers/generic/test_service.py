@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from eni_ipam.app.runconfig import load_config_mapping
+from eni_ipam.app.service import serve
 from eni_ipam.kube.resources import pool_for_node
-from eni_ipam.runconfig import load_config_mapping
-from eni_ipam.service import serve
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.kube.conftest import CRD
 from tests.waiting import until

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.errors import ConfigError
 from providers.generic.settings import generic_settings_from_mapping
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from eni_ipam.clock import LoopClock
-from eni_ipam.model import Interface
-from eni_ipam.ratelimit import Bucket
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.model import Interface
+from eni_ipam.core.ratelimit import Bucket
 from providers.sim.cloud import SimCloud
 
 ZONE = "us-east-1a"

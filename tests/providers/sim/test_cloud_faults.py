@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.ratelimit import EC2_BUCKETS, Bucket
+from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 from providers.sim.cloud import SimCloud
 from providers.sim.gate import ServerBucket
 from providers.sim.records import SimError

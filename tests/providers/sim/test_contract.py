@@ -7,11 +7,11 @@ from typing import Any, cast
 
 import pytest
 
-from eni_ipam import errors
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import InstanceLimits, Interface
-from eni_ipam.provider import Provider
+from eni_ipam.core import errors
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import InstanceLimits, Interface
+from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import (
     CONTRACT_CHECKS,
     Check,

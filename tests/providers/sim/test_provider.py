@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from eni_ipam import errors
-from eni_ipam.clock import LoopClock
-from eni_ipam.metrics import Metrics
-from eni_ipam.model import InstanceLimits, Interface
-from eni_ipam.ratelimit import Bucket
+from eni_ipam.core import errors
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import InstanceLimits, Interface
+from eni_ipam.core.ratelimit import Bucket
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 from providers.sim.records import SimError

@@ -1,0 +1,201 @@
+"""``eni-ipam demo``: a simulated cluster, in real time, kept by the real reconciler.
+
+Nodes of mixed instance types on several subnets, a workload that starts and stops pods, the
+in-memory cloud with realistic latency and EC2's token buckets, and a live view of every node's
+pool. ``/metrics`` is served on 127.0.0.1 while it runs. Ctrl-C (or ``--duration``) stops it and
+prints a summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+from collections.abc import AsyncIterator, Mapping
+from typing import TextIO
+
+from eni_ipam.app.service import stop_on_signals
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.provider import Provider
+from eni_ipam.core.server import Readiness, make_app, start_server
+from eni_ipam.simulator.simnode import SimulatedNodeSide
+from eni_ipam.store.memory import MemoryStore
+from providers.sim.cloud import SimCloud
+from providers.sim.provider import SimProvider
+
+INSTANCE_TYPES = ("m5.large", "m5.xlarge", "c5.large", "t3.medium", "m5.2xlarge", "r5.large", "m4.xlarge")
+ZONES = ("us-east-1a", "us-east-1b")
+API_LATENCY = 0.08
+"""Seconds each simulated cloud call takes: close to EC2's usual answer times."""
+
+
+def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[tuple[NodeSpec, int]]]:
+    rng = random.Random(seed)
+    cloud = SimCloud(clock)
+    cloud.add_vpc("vpc-demo", "10.0.0.0/16")
+    cloud.add_security_group("sg-nodes", vpc="vpc-demo")
+    for z, zone in enumerate(ZONES):
+        cloud.add_subnet(f"subnet-{zone[-2:]}-nodes", vpc="vpc-demo", zone=zone, cidr=f"10.0.{z * 16}.0/22")
+        cloud.add_subnet(
+            f"subnet-{zone[-2:]}-pods",
+            vpc="vpc-demo",
+            zone=zone,
+            cidr=f"10.0.{z * 16 + 4}.0/22",
+            tags={"eni-ipam/pods": "true"},
+        )
+    cloud.set_latency(None, API_LATENCY)
+    specs: list[tuple[NodeSpec, int]] = []
+    for n in range(nodes):
+        zone = ZONES[n % len(ZONES)]
+        instance_id = f"i-{n:05d}"
+        cloud.add_instance(
+            instance_id,
+            type=rng.choice(INSTANCE_TYPES),
+            subnet=f"subnet-{zone[-2:]}-nodes",
+            security_groups=["sg-nodes"],
+        )
+        spec = NodeSpec(
+            name=f"node-{n:03d}",
+            instance_id=instance_id,
+            pre_allocate=rng.choice((0, 4, 8, 12)),
+            max_above_watermark=rng.choice((0, 0, 2)),
+        )
+        specs.append((spec, rng.randint(0, 6)))
+    return cloud, specs
+
+
+async def workload(
+    side: SimulatedNodeSide, store: MemoryStore, rng: random.Random, stop: asyncio.Event
+) -> None:
+    """Pods come and go: every tick a few nodes gain or lose some."""
+    while not stop.is_set():
+        for name in rng.sample(sorted(store.resources), k=max(1, len(store.resources) // 10)):
+            resource = store.resources[name]
+            status = store.statuses.get(name)
+            pool = status.stats.available if status else 0
+            delta = rng.choice((-3, -2, -1, 1, 2, 3, 4))
+            side.update(name, used=max(0, min(resource.used + delta, pool + 2)))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.5)
+
+
+def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: TextIO) -> None:
+    """One frame of the live view: the neediest nodes, totals, subnets and the API calls so far."""
+    lines = [f"eni-ipam demo — {elapsed:6.1f}s — {len(manager.nodes)} nodes — ready={manager.ready}"]
+    lines.append(
+        f"{'node':<10} {'type':<11} {'avail':>5} {'used':>5} {'need':>5} {'excess':>6} {'ifaces':>6}"
+    )
+    shown = sorted(manager.nodes.values(), key=lambda n: (-n.stats.needed, n.name))[:20]
+    for node in shown:
+        s = node.stats
+        itype = node.instance.type if node.instance else "?"
+        ifaces = len(node.instance.interfaces) if node.instance else 0
+        counts = f"{s.available:>5} {s.used:>5} {s.needed:>5} {s.excess:>6} {ifaces:>6}"
+        lines.append(f"{node.name:<10} {itype:<11} {counts}")
+    if len(manager.nodes) > len(shown):
+        lines.append(f"… and {len(manager.nodes) - len(shown)} more")
+    totals = [n.stats for n in manager.nodes.values()]
+    lines.append(
+        f"pool {sum(s.available for s in totals)}  used {sum(s.used for s in totals)}  "
+        f"in deficit {sum(1 for s in totals if s.needed > 0)}"
+    )
+    lines.append(
+        "subnets free: " + "  ".join(f"{sid}={free}" for sid, free in sorted(manager.subnet_free.items()))
+    )
+    lines.append("API calls: " + "  ".join(f"{op}={n}" for op, n in sorted(calls.items())))
+    if out.isatty():
+        out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+    else:
+        out.write(lines[0] + " | " + lines[-3] + " | " + lines[-1] + "\n")
+    out.flush()
+
+
+def local_cluster(
+    provider: Provider,
+    settings: Settings,
+    specs: list[tuple[NodeSpec, int]],
+    *,
+    metrics: Metrics,
+    clock: LoopClock,
+    seed: int,
+) -> tuple[NodeManager, MemoryStore, SimulatedNodeSide]:
+    """A manager over ``provider`` with the embedded store, holding ``specs`` (each with its pods in use)."""
+    store = MemoryStore()
+    side = SimulatedNodeSide(store)
+    for spec, used in specs:
+        side.add(spec, used=used)
+    manager = NodeManager(
+        provider=provider,
+        settings=settings,
+        metrics=metrics,
+        clock=clock,
+        status_sink=store,
+        rng=random.Random(seed),
+    )
+    store.attach(manager)
+    return manager, store, side
+
+
+@contextlib.asynccontextmanager
+async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: TextIO) -> AsyncIterator[None]:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none).
+    A port in use is reported, and the demo runs on without the endpoint."""
+    runner = None
+    if port:
+        try:
+            runner = await start_server(make_app(metrics, ready), host="127.0.0.1", port=port)
+            out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
+        except OSError as exc:
+            out.write(f"metrics endpoint not started (port {port}: {exc.strerror}); the demo runs on\n")
+    try:
+        yield
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
+    clock = LoopClock()
+    metrics = Metrics()
+    cloud, specs = build(nodes, seed, clock)
+    settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
+    provider = SimProvider(cloud, clock=clock, metrics=metrics)
+    manager, store, side = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
+    stop = stop_on_signals()
+    started = clock.monotonic()
+    async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+        reconciler = tg.create_task(manager.run(), name="manager")
+        pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
+        while not stop.is_set():
+            render(manager, cloud.calls, clock.monotonic() - started, out)
+            timeout = 1.0
+            if duration:
+                timeout = min(timeout, max(duration - (clock.monotonic() - started), 0.0))
+                if timeout == 0:
+                    stop.set()
+                    break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=timeout)
+        reconciler.cancel()
+        pods.cancel()
+    totals = [n.stats for n in manager.nodes.values()]
+    mutating = sum(n for op, n in cloud.calls.items() if not op.startswith("Describe"))
+    out.write(
+        f"\nsummary: {len(totals)} nodes, {clock.monotonic() - started:.1f}s, "
+        f"pool {sum(s.available for s in totals)} addresses, used {sum(s.used for s in totals)}, "
+        f"nodes in deficit {sum(1 for s in totals if s.needed > 0)}, mutating API calls {mutating}, "
+        f"read API calls {sum(cloud.calls.values()) - mutating}\n"
+    )
+    return 0
+
+
+def run_demo(*, nodes: int = 50, duration: float = 60.0, seed: int = 1, port: int = 9090) -> int:
+    try:
+        return asyncio.run(_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
+    except KeyboardInterrupt:
+        return 0

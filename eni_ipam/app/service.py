@@ -1,0 +1,241 @@
+"""``eni-ipam run``: the long-running service, as a Deployment runs it.
+
+One process: the HTTP endpoint, the provider (opened from the configuration), and a node source —
+
+* ``memory``: the configuration's ``nodes`` in the embedded store; this process reconciles alone;
+* ``kubernetes``: informers on every replica; Lease election decides which replica reconciles.
+
+Mutations go through one :class:`~eni_ipam.core.fence.Fence`: open only while this replica leads (or
+runs alone) and is not stopping. SIGTERM (or SIGINT):
+
+1. closes the fence — no new mutating cloud call starts;
+2. waits up to ``shutdown_timeout`` for the calls in flight, so no interface is left half-made;
+3. writes the statuses still queued (bounded), releases the Lease so a standby takes over at once;
+4. stops the informers and the endpoint, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+from collections.abc import Mapping
+
+import structlog
+
+from eni_ipam.app.runconfig import RunConfig, provider_plugin
+from eni_ipam.core.clock import Clock, LoopClock
+from eni_ipam.core.fence import Fence, FencedProvider
+from eni_ipam.core.manager import NodeManager, StatusSink
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import NodeResource
+from eni_ipam.core.server import make_app, start_server
+from eni_ipam.store.memory import MemoryStore
+from eni_ipam.store.records import RecordsRef
+
+log = structlog.get_logger("eni_ipam.app.service")
+
+STATUS_FLUSH_TIMEOUT = 5.0
+"""Seconds the last status batch may take at shutdown (after the cloud calls drained)."""
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (where the loop supports signal handlers)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+@dataclasses.dataclass
+class ServiceState:
+    """What ``/readyz`` reports."""
+
+    role: str = "starting"
+    """single (no election), candidate, leader or standby."""
+    leader: str = ""
+    manager: NodeManager | None = None
+    caches_synced: bool = True
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.caches_synced:
+            return False, f"{self.role}, Kubernetes caches are not synced yet"
+        if self.role in ("leader", "single"):
+            if self.manager is None or not self.manager.ready:
+                return False, f"{self.role}, initial resync has not succeeded yet"
+            return True, self.role
+        if self.role == "standby" and self.leader:
+            return True, f"standby (leader: {self.leader})"
+        return True, self.role
+
+
+async def serve(config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str] | None = None) -> int:
+    """Run until ``stop`` is set; 0 after a clean shutdown."""
+    return await Service(config, stop=stop, environ=os.environ if environ is None else environ).serve()
+
+
+class Service:
+    """One run of the service: its clock, metrics, readiness and mutation fence."""
+
+    def __init__(self, config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.stop = stop
+        self.environ = environ
+        self.clock: Clock = LoopClock()
+        self.metrics = Metrics()
+        self.state = ServiceState()
+        self.fence = Fence()
+        self.records = RecordsRef()
+        """The node store's records, for providers keeping their state there (set once it exists)."""
+
+    async def serve(self) -> int:
+        config = self.config
+        plugin = provider_plugin(config.provider)
+        runner = await start_server(
+            make_app(self.metrics, self.state.readiness), host=config.server_host, port=config.server_port
+        )
+        log.info(
+            "service_started",
+            provider=config.provider,
+            node_source=config.node_source,
+            endpoint=f"{config.server_host}:{config.server_port}",
+        )
+        try:
+            async with plugin.open_provider(
+                config.provider_settings,
+                clock=self.clock,
+                metrics=self.metrics,
+                rate_limit_share=config.settings.rate_limit_share,
+                records=self.records,
+            ) as provider:
+                fenced = FencedProvider(provider, self.fence)
+                if config.node_source == "memory":
+                    await self._run_alone(fenced)
+                else:
+                    await self._run_elected(fenced)
+        finally:
+            await runner.cleanup()
+            self.metrics.leader.set(0)
+            self.metrics.ready.set(0)
+        log.info("service_stopped")
+        return 0
+
+    def _manager(self, provider: FencedProvider, sink: StatusSink) -> NodeManager:
+        return NodeManager(
+            provider=provider,
+            settings=self.config.settings,
+            metrics=self.metrics,
+            clock=self.clock,
+            status_sink=sink,
+        )
+
+    async def _drain(self) -> None:
+        """Stop new mutations for good; give those in flight ``shutdown_timeout`` to finish."""
+        limit = self.config.shutdown_timeout
+        self.fence.seal("shutting down")
+        in_flight = self.fence.in_flight
+        if await self.fence.drain(limit):
+            log.info("mutations_drained", in_flight=in_flight)
+        else:
+            log.warning("mutations_cancelled", in_flight=self.fence.in_flight, timeout=limit)
+
+    async def _track_ready(self) -> None:
+        while True:
+            manager = self.state.manager
+            ready = manager is not None and manager.ready and self.state.role != "standby"
+            self.metrics.ready.set(1 if ready else 0)
+            await self.clock.sleep(1.0)
+
+    async def _run_alone(self, provider: FencedProvider) -> None:
+        store = MemoryStore()
+        self.records.target = store
+        for node in self.config.nodes:
+            store.put(NodeResource(spec=node.spec, used=node.used))
+        manager = self._manager(provider, store)
+        store.attach(manager)
+        self.state.role, self.state.manager = "single", manager
+        self.metrics.leader.set(1)
+        self.fence.open()
+        async with asyncio.TaskGroup() as tg:
+            reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
+            readiness = tg.create_task(self._track_ready(), name="eni-ipam-ready")
+            await self.stop.wait()
+            await self._drain()
+            reconciler.cancel()
+            readiness.cancel()
+
+    async def _run_elected(self, provider: FencedProvider) -> None:
+        from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
+        from eni_ipam.kube.lease import LeaderElector
+        from eni_ipam.kube.settings import instance_id_source
+        from eni_ipam.kube.source import KubeNodeSource
+
+        ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
+        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+        ks = dataclasses.replace(ks, instance_ids=instance_id_source(ks, self.config.provider))
+        source = KubeNodeSource(
+            api, settings=ks, node_defaults=self.config.node_defaults, clock=self.clock, metrics=metrics
+        )
+        self.records.target = source
+        elector = LeaderElector(
+            api,
+            name=ks.lease_name,
+            namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
+            identity=ks.identity or self.environ.get("POD_NAME") or socket.gethostname(),
+            clock=self.clock,
+            metrics=metrics,
+            lease_duration=ks.lease_duration,
+            renew_deadline=ks.renew_deadline,
+            retry_period=ks.retry_period,
+        )
+        state.role, state.caches_synced = "candidate", False
+
+        async def lead() -> None:
+            manager = self._manager(provider, source.writer)
+            state.role, state.manager = "leader", manager
+            fence.open()
+            try:
+                await source.lead(manager)
+            finally:
+                fence.close("not leading")
+                state.manager = None
+                metrics.clear_pool_state()
+                source.writer.reset()  # nothing of this term is written in the next one
+
+        def on_lost() -> None:
+            fence.close("the leader lease was lost")
+            state.role = "candidate"
+
+        async def watch_role() -> None:
+            while True:
+                state.caches_synced = source.synced
+                if state.role != "leader" and elector.leader and elector.leader != elector.identity:
+                    state.role, state.leader = "standby", elector.leader
+                await self.clock.sleep(0.5)
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(source.run(), name="eni-ipam-informers"),
+                    tg.create_task(watch_role(), name="eni-ipam-role"),
+                    tg.create_task(self._track_ready(), name="eni-ipam-ready"),
+                ]
+                election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
+                await self.stop.wait()
+                await self._drain()
+                if elector.leading:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(STATUS_FLUSH_TIMEOUT):
+                            await source.writer.flush()
+                election.cancel()  # releases the lease if held
+                with contextlib.suppress(asyncio.CancelledError):
+                    await election
+                for task in tasks:
+                    task.cancel()
+        finally:
+            await api.close()

@@ -1,0 +1,497 @@
+"""One node: its cloud view, stats, release handshake, and the maintenance pass that acts on them.
+
+A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing →
+recalculate → release handshake (when enabled) → allocate the deficit → if anything changed,
+re-read the instance (per-instance sync) → recalculate and publish. The manager guarantees that
+at most one pass per node runs at a time, which is what lets this class mutate without locks.
+
+Invariants:
+
+* The local instance view is only ever replaced by a fresher one (``view_time`` guards against a
+  full resync that started before a mutation overwriting what the mutation returned).
+* An address is unassigned only after the node side answered ``ready-for-release`` for it, it was
+  continuously excess for ``excess_ip_release_delay``, and it is not reported in use.
+* A cloud error leaves the local view consistent with what the cloud did: successes before the
+  error are applied, the failed call changes nothing (the provider rolls back its own creates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import structlog
+
+from eni_ipam.core import errors
+from eni_ipam.core.backoff import Backoff
+from eni_ipam.core.clock import Handle
+from eni_ipam.core.model import (
+    AssignAddresses,
+    CreateInterface,
+    Instance,
+    InstanceLimits,
+    Interface,
+    NodeResource,
+    NodeStats,
+    NodeStatus,
+    PoolEntry,
+    ReleaseState,
+    UnassignAddresses,
+    expand_prefix,
+)
+from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
+from eni_ipam.core.watermarks import allocation_budget
+
+if TYPE_CHECKING:
+    from eni_ipam.core.manager import NodeManager
+
+log = structlog.get_logger("eni_ipam.core.node")
+
+MANAGED_BY = "eni-ipam"
+TAG_CLUSTER = "eni-ipam/cluster"
+TAG_NODE = "eni-ipam/node"
+TAG_MANAGED_BY = "eni-ipam/managed-by"
+TAG_INSTANCE = "eni-ipam/instance"
+
+
+def ownership_tags(cluster_name: str) -> dict[str, str]:
+    """The tags that say "this cluster's eni-ipam made this interface": what garbage collection
+    looks for, so it can never take another cluster's (or another tool's) interfaces."""
+    return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
+
+
+AT_CAPACITY_LOG_INTERVAL = 3600.0
+"""At most one "at capacity" log line per node per hour: it is a state, not an event."""
+MAX_REPLANS = 3
+"""Replans within one pass after a recoverable surprise (no /28 left, device index taken)."""
+
+
+class Node:
+    def __init__(self, manager: NodeManager, resource: NodeResource) -> None:
+        self.manager = manager
+        self.resource = resource
+        self.instance: Instance | None = None
+        self.view_time = float("-inf")
+        self.stats = NodeStats(limits_known=False)
+        self.message = ""
+        self.terminated = False
+        self.needs_refresh = True
+        self.blocked = ""
+        """Why the last pass could not place the deficit (``at-capacity``, ``no-subnet``); reset on change."""
+        self.deficit_since: float | None = None
+        self.marked: dict[str, float] = {}
+        """Addresses chosen for release → when they were first seen excess."""
+        self.release_status: dict[str, ReleaseState] = {}
+        """What the reconciler publishes in the handshake (marked-for-release / released)."""
+        self.backoff = Backoff(
+            initial=manager.settings.backoff_initial, maximum=manager.settings.backoff_max, rng=manager.rng
+        )
+        self._last_capacity_log = float("-inf")
+        # scheduling state, owned by the manager
+        self.queued = False
+        self.running = False
+        self.dirty = False
+        self.deleted = False
+        self.not_before = float("-inf")
+        self.timer: Handle | None = None
+        self.timer_due = float("inf")
+
+    @property
+    def name(self) -> str:
+        return self.resource.spec.name
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def set_instance(self, instance: Instance, *, seen_at: float) -> None:
+        if seen_at >= self.view_time:
+            self.instance = instance
+            self.view_time = seen_at
+            self.needs_refresh = False
+
+    def limits(self) -> InstanceLimits | None:
+        return self.manager.limits.get(self.instance.type) if self.instance else None
+
+    def recalculate(self) -> NodeStats:
+        """Recompute stats from the current view; unknown limits or instance leave the node untouched."""
+        limits = self.limits()
+        if self.terminated:
+            self.stats = NodeStats(used=self.resource.used, limits_known=limits is not None, running=False)
+        elif self.instance is None or limits is None:
+            # Unknown: keep the last pool size we saw, but claim no need or excess (nothing will act on it).
+            self.stats = NodeStats(
+                available=self.stats.available, used=self.resource.used, limits_known=False
+            )
+        else:
+            self.stats = node_stats(
+                self.resource.spec,
+                self.instance,
+                limits,
+                used=self.resource.used,
+                prefix_delegation=self.manager.settings.prefix_delegation,
+            )
+        now = self.manager.clock.monotonic()
+        if self.stats.needed > 0 and self.deficit_since is None:
+            self.deficit_since = now
+        elif self.stats.needed == 0 and self.deficit_since is not None:
+            self.manager.metrics.time_to_ip.observe(now - self.deficit_since)
+            self.deficit_since = None
+        self.manager.metrics.set_node(self.name, self.stats)
+        return self.stats
+
+    def has_work(self) -> bool:
+        """Whether the node still wants something the reconciler could do."""
+        if self.terminated or (self.instance is not None and not self.instance.running):
+            return False
+        if self.queued or self.running or self.timer is not None or self.needs_refresh:
+            return True
+        if not self.stats.limits_known:
+            return False
+        if self.stats.needed > 0 and not self.blocked:
+            return True
+        if self.manager.settings.release_excess_ips:
+            return self.stats.excess > 0 or bool(self.marked) or bool(self.release_status)
+        return False
+
+    def status(self) -> NodeStatus:
+        pool: list[PoolEntry] = []
+        interfaces: tuple[Interface, ...] = ()
+        if self.instance is not None:
+            interfaces = self.instance.interfaces
+            for iface in managed_interfaces(self.instance, self.resource.spec):
+                pool.extend(
+                    PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id)
+                    for a in iface.addresses
+                )
+                for prefix in iface.prefixes:
+                    pool.extend(
+                        PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id, prefix=prefix)
+                        for a in expand_prefix(prefix)
+                    )
+        known = self.manager.subnets
+        return NodeStatus(
+            pool=tuple(pool),
+            stats=self.stats,
+            release=dict(self.release_status),
+            interfaces=interfaces,
+            subnets={e.subnet_id: known[e.subnet_id].cidr for e in pool if e.subnet_id in known},
+            message=self.message or self.blocked,
+        )
+
+    # -- the pass ---------------------------------------------------------------------------------
+
+    async def maintain(self) -> None:
+        m = self.manager
+        if not m.ready:
+            raise errors.NotReady("the initial resync has not succeeded yet")
+        if self.needs_refresh or self.instance is None:
+            await self.refresh()
+        if self.instance is None or self.terminated or not self.instance.running:
+            self.recalculate()
+            m.publish(self)
+            return
+        limits = await m.limits_for(self.instance.type)
+        if limits is None:
+            self.message = f"limits of instance type {self.instance.type} are unknown; node left alone"
+            self.recalculate()
+            m.publish(self)
+            return
+        self.message = ""
+        stats = self.recalculate()
+        mutated = False
+        try:
+            if m.settings.release_excess_ips:
+                mutated |= await self._release(stats)
+            stats = self.recalculate()
+            if stats.needed > 0:
+                mutated |= await self._allocate(limits)
+        except (errors.NotFound, errors.InstanceNotRunning):
+            self.needs_refresh = True  # the instance changed under us (stopped, terminated, replaced)
+            raise
+        except errors.TransientError:
+            # A timeout or a lost answer may hide a change that landed: read the instance again
+            # before planning on a view that may lack it.
+            self.needs_refresh = True
+            raise
+        finally:
+            # After a change, or a failure that may hide one, publish what the cloud holds now rather
+            # than a view that may list an address already gone (and maybe another node's by now).
+            if mutated or self.needs_refresh:
+                try:
+                    await self.refresh()
+                except errors.ProviderError as exc:  # the view we hold is still right; resync will confirm
+                    log.warning("instance_sync_failed", node=self.name, error=str(exc))
+            self.recalculate()
+            m.publish(self)
+
+    async def refresh(self) -> None:
+        """Per-instance sync: re-read the instance from the cloud. A missing instance is terminated."""
+        m = self.manager
+        instance_id = self.resource.spec.instance_id
+        started = m.clock.monotonic()
+        instance = await m.provider.describe_instance(instance_id=instance_id)
+        if instance is None:
+            if not self.terminated:
+                log.warning("instance_gone", node=self.name, instance=instance_id)
+            self.terminated = True
+            self.instance = None  # its interfaces are left to the cloud (delete-on-termination) and to GC
+            self.needs_refresh = False
+            return
+        self.terminated = False
+        self.set_instance(instance, seen_at=started)
+        self.needs_refresh = False
+
+    # -- allocation -------------------------------------------------------------------------------
+
+    async def _allocate(self, limits: InstanceLimits) -> bool:
+        m = self.manager
+        spec = self.resource.spec
+        no_prefix: set[str] = set()
+        mutated = False
+        for _ in range(MAX_REPLANS):
+            assert self.instance is not None
+            stats = self.recalculate()
+            must, bonus = allocation_budget(
+                needed=stats.needed,
+                max_above_watermark=spec.max_above_watermark,
+                pending_pods=self.resource.pending_pods,
+            )
+            if spec.max_allocate > 0:
+                must = min(must, max(spec.max_allocate - stats.available, 0))
+                bonus = min(bonus, max(spec.max_allocate - stats.available - must, 0))
+            plan = plan_allocation(
+                spec,
+                self.instance,
+                limits,
+                m.subnet_view(),
+                m.security_groups,
+                must=must,
+                bonus=bonus,
+                prefix_delegation=m.settings.prefix_delegation,
+                no_prefix_subnets=no_prefix,
+            )
+            self.blocked = plan.reason if not plan.actions else ""
+            if plan.reason == "at-capacity":
+                self._log_at_capacity(plan.shortfall)
+            elif plan.reason and not plan.actions:
+                log.warning(
+                    "allocation_blocked", node=self.name, reason=plan.reason, shortfall=plan.shortfall
+                )
+            subnet = ""
+            try:
+                for action in plan.actions:
+                    subnet = action.subnet_id
+                    if isinstance(action, AssignAddresses):
+                        await self._assign(action)
+                    else:
+                        await self._create(action)
+                    mutated = True
+                return mutated
+            except errors.PrefixesExhausted:
+                no_prefix.add(subnet)  # fall back in this same pass: sibling subnets, then plain addresses
+                log.info("prefixes_exhausted", node=self.name, subnet=subnet)
+            except (errors.DeviceIndexInUse, errors.AttachmentLimitExceeded):
+                await self.refresh()  # our view of the attachments was stale
+        return mutated
+
+    async def _assign(self, action: AssignAddresses) -> None:
+        m = self.manager
+        kind = "assign-prefixes" if action.prefixes else "assign"
+        started = m.clock.monotonic()
+        with m.reserve(action.subnet_id, action.addresses) as reservation:
+            try:
+                new = await m.provider.assign_addresses(
+                    interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
+                )
+            except errors.ProviderError:
+                self._observe_allocation(kind, "failed", started)
+                raise
+            reservation.commit()
+        self._observe_allocation(kind, "success", started)
+        m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
+        assert self.instance is not None
+        iface = self.instance.interface(action.interface_id)
+        if iface is not None:
+            if action.prefixes:
+                iface = dataclasses.replace(iface, prefixes=(*iface.prefixes, *new))
+            else:
+                iface = dataclasses.replace(iface, addresses=(*iface.addresses, *new))
+            self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
+        log.info(
+            "addresses_assigned",
+            node=self.name,
+            interface=action.interface_id,
+            count=action.count,
+            prefixes=action.prefixes,
+            subnet=action.subnet_id,
+        )
+
+    async def _create(self, action: CreateInterface) -> None:
+        m = self.manager
+        spec = self.resource.spec
+        started = m.clock.monotonic()
+        tags = {
+            **m.settings.interface_tags,
+            **ownership_tags(m.settings.cluster_name),
+            TAG_NODE: self.name,
+            TAG_INSTANCE: spec.instance_id,
+        }
+        with m.reserve(action.subnet_id, action.addresses + 1) as reservation:  # +1: the primary address
+            try:
+                iface = await m.provider.create_interface(
+                    instance_id=spec.instance_id,
+                    subnet_id=action.subnet_id,
+                    security_groups=action.security_groups,
+                    device_index=action.device_index,
+                    count=action.count,
+                    prefixes=action.prefixes,
+                    tags=tags,
+                    token=self._token(action),
+                    delete_on_termination=spec.delete_on_termination,
+                )
+            except errors.ProviderError as exc:
+                self._observe_allocation("create-interface", "failed", started)
+                m.metrics.interface_creation_ops.labels(
+                    subnet=action.subnet_id, status=exc.code or "error"
+                ).inc()
+                raise
+            reservation.commit()
+        self._observe_allocation("create-interface", "success", started)
+        m.metrics.interface_creation_ops.labels(subnet=action.subnet_id, status="success").inc()
+        m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
+        assert self.instance is not None
+        self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
+        log.info(
+            "interface_created",
+            node=self.name,
+            interface=iface.id,
+            device_index=iface.device_index,
+            subnet=action.subnet_id,
+            count=action.count,
+            prefixes=action.prefixes,
+        )
+
+    def _observe_allocation(self, kind: str, status: str, started: float) -> None:
+        m = self.manager
+        m.metrics.allocation_duration.labels(type=kind, status=status).observe(m.clock.monotonic() - started)
+
+    def _token(self, action: CreateInterface) -> str:
+        """Idempotency token: the same planned create (after a retry or a restart) gets the same token,
+        so the cloud returns the interface it already made instead of a second one."""
+        m = self.manager
+        key = "|".join(
+            (
+                m.settings.cluster_name,
+                self.resource.spec.instance_id,
+                str(action.device_index),
+                action.subnet_id,
+                str(action.count),
+                str(action.prefixes),
+                str(len(self.instance.interfaces) if self.instance else 0),
+            )
+        )
+        return "eni-ipam-" + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+    def _log_at_capacity(self, shortfall: int) -> None:
+        now = self.manager.clock.monotonic()
+        if now - self._last_capacity_log >= AT_CAPACITY_LOG_INTERVAL:
+            self._last_capacity_log = now
+            log.warning("node_at_capacity", node=self.name, shortfall=shortfall)
+
+    # -- release ----------------------------------------------------------------------------------
+
+    async def _release(self, stats: NodeStats) -> bool:
+        """One step of the release handshake; returns whether anything was unassigned."""
+        m = self.manager
+        assert self.instance is not None
+        now = m.clock.monotonic()
+        plan = plan_release(
+            self.resource.spec, self.instance, in_use=self.resource.in_use, excess=stats.excess
+        )
+        chosen = plan.candidates()
+        answers: Mapping[str, ReleaseState] = self.resource.release_answers
+        # Addresses no longer excess: abort their handshake (released ones stay until the node side clears).
+        for address in list(self.marked):
+            if address not in chosen:
+                del self.marked[address]
+                if self.release_status.get(address) != ReleaseState.RELEASED:
+                    self.release_status.pop(address, None)
+        for address, status in list(self.release_status.items()):
+            if status == ReleaseState.RELEASED and address not in answers:
+                del self.release_status[address]  # the node side saw it and forgot it: done
+        ready: set[str] = set()
+        next_due = float("inf")
+        for address in sorted(chosen):
+            first_seen = self.marked.setdefault(address, now)
+            due = first_seen + m.settings.excess_ip_release_delay
+            if due > now:
+                next_due = min(next_due, due)
+                continue
+            answer = answers.get(address)
+            if self.release_status.get(address) == ReleaseState.MARKED and answer == ReleaseState.READY:
+                ready.add(address)
+            elif (
+                self.release_status.get(address) == ReleaseState.MARKED
+                and answer == ReleaseState.DO_NOT_RELEASE
+            ):
+                del self.marked[address]
+                del self.release_status[address]
+            else:
+                self.release_status[address] = ReleaseState.MARKED
+        if next_due < float("inf"):
+            m.trigger(self, delay=next_due - now)
+        ready -= self.resource.in_use  # never release what the node reports in use, whatever it answered
+        if not ready:
+            return False
+        mutated = False
+        for action in plan.actions:
+            addresses = tuple(a for a in action.addresses if a in ready)
+            prefixes = tuple(p for p in action.prefixes if all(a in ready for a in expand_prefix(p)))
+            if addresses or prefixes:
+                await self._unassign(
+                    UnassignAddresses(
+                        interface_id=action.interface_id,
+                        subnet_id=action.subnet_id,
+                        addresses=addresses,
+                        prefixes=prefixes,
+                    )
+                )
+                mutated = True
+        return mutated
+
+    async def _unassign(self, action: UnassignAddresses) -> None:
+        m = self.manager
+        started = m.clock.monotonic()
+        try:
+            await m.provider.unassign_addresses(
+                interface_id=action.interface_id, addresses=action.addresses, prefixes=action.prefixes
+            )
+        except errors.ProviderError:
+            m.metrics.release_duration.labels(status="failed").observe(m.clock.monotonic() - started)
+            raise
+        m.metrics.release_duration.labels(status="success").observe(m.clock.monotonic() - started)
+        m.metrics.release_ops.labels(subnet=action.subnet_id).inc(action.size)
+        m.release_to_subnet(action.subnet_id, action.size)
+        released = set(action.addresses)
+        for prefix in action.prefixes:
+            released.update(expand_prefix(prefix))
+        for address in released:
+            self.marked.pop(address, None)
+            self.release_status[address] = ReleaseState.RELEASED
+        assert self.instance is not None
+        iface = self.instance.interface(action.interface_id)
+        if iface is not None:
+            iface = dataclasses.replace(
+                iface,
+                addresses=tuple(a for a in iface.addresses if a not in released),
+                prefixes=tuple(p for p in iface.prefixes if p not in action.prefixes),
+            )
+            self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
+        log.info(
+            "addresses_released",
+            node=self.name,
+            interface=action.interface_id,
+            count=action.size,
+            subnet=action.subnet_id,
+        )

@@ -1,0 +1,423 @@
+"""The planner: from a node's spec and the cloud's view to what should change. Pure: state in, plan out.
+
+Decisions it makes, and why:
+
+* **Fewest mutating calls.** Existing interfaces are filled before any is created (one call versus
+  three: create, attach, delete-on-termination). When one existing interface can take the whole
+  deficit, the lowest-indexed such interface takes it in one call; otherwise interfaces are filled
+  largest room first, which needs the fewest calls. Several calls may be planned in one pass.
+* **Deterministic.** Interfaces are visited by device index, subnets and groups ordered by id on
+  ties, so the same state always gives the same plan (the reference operator iterates a Go map).
+* **Slack never costs a call.** ``max_above_watermark`` (the ``bonus``) only rides on calls the
+  plan makes anyway; it never creates an interface of its own.
+* **Prefix delegation** plans /28 prefixes (16 addresses per slot) while the node is prefix
+  delegated, skipping subnets known to have no free aligned /28 (``no_prefix_subnets``): first
+  prefixes on existing interfaces, then prefixes on new interfaces in eligible subnets, and only
+  then plain addresses — which ends the node's prefix delegation.
+* **Release** takes only pool addresses that are not in use (the primary is never in the pool),
+  interface with the most candidates first, one call per interface, whole unused prefixes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Mapping, Sequence
+
+from eni_ipam.core.model import (
+    PREFIX_SIZE,
+    AllocationPlan,
+    AssignAddresses,
+    CreateInterface,
+    Instance,
+    InstanceLimits,
+    Interface,
+    NodeSpec,
+    NodeStats,
+    ReleasePlan,
+    SecurityGroup,
+    Subnet,
+    UnassignAddresses,
+    address_key,
+    expand_prefix,
+    tags_match,
+)
+from eni_ipam.core.watermarks import effective_pre_allocate, excess_ips, max_allocatable, needed_ips
+
+
+def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
+    """Excluded interfaces are neither counted nor filled (below the first index, or tagged out)."""
+    return interface.device_index < spec.first_interface_index or tags_match(
+        interface.tags, spec.exclude_interface_tags
+    )
+
+
+def managed_interfaces(instance: Instance, spec: NodeSpec) -> list[Interface]:
+    if spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
+        return list(instance.interfaces)  # nothing to exclude (the common case, kept cheap)
+    return [i for i in instance.interfaces if not is_excluded(i, spec)]
+
+
+def is_prefix_delegated(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    *,
+    enabled: bool,
+    managed: Sequence[Interface] | None = None,
+) -> bool:
+    """Prefix delegated: enabled, Nitro, not disabled by the spec, and no managed interface holds plain
+    secondary addresses (a single plain address ends it: the two modes do not mix on a node). A
+    provider offering prefixes only (``limits.addresses`` false) is always prefix delegated."""
+    if not limits.addresses:
+        return limits.supports_prefixes
+    if not (enabled and limits.supports_prefixes and not spec.disable_prefix_delegation):
+        return False
+    interfaces = managed if managed is not None else managed_interfaces(instance, spec)
+    return not any(i.addresses for i in interfaces)
+
+
+def usable_free_indexes(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[int]:
+    """Device indexes where a new interface may be attached, lowest first (none where the cloud
+    cannot attach to a running instance)."""
+    if not limits.hot_attach:
+        return []
+    taken = {i.device_index for i in instance.interfaces}
+    return [d for d in range(max(spec.first_interface_index, 0), limits.adapters) if d not in taken]
+
+
+def _room(interface: Interface, limits: InstanceLimits) -> int:
+    """Free slots on an interface (a secondary address and a prefix take one slot each)."""
+    return max(limits.slots_per_interface - interface.slots_used, 0)
+
+
+def node_stats(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    *,
+    used: int,
+    prefix_delegation: bool,
+) -> NodeStats:
+    """Pool size, watermarks and capacity of one node as the given view shows it."""
+    managed = managed_interfaces(instance, spec)
+    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation, managed=managed)
+    per_slot = PREFIX_SIZE if pd else 1
+    slots = limits.slots_per_interface
+    available = sum(i.pool_size for i in managed)
+    # Leftover prefixes on a node that is no longer delegated still count at their full size.
+    capacity = len(managed) * slots * per_slot
+    if not pd:
+        capacity += (PREFIX_SIZE - 1) * sum(len(i.prefixes) for i in managed)
+    free_indexes = usable_free_indexes(instance, spec, limits)
+    capacity += len(free_indexes) * slots * per_slot
+    remaining = sum(1 for i in managed if i.slots_used < slots) + len(free_indexes)
+    pre = effective_pre_allocate(spec.pre_allocate)
+    max_allocate = spec.max_allocate or max_allocatable(
+        limits, first_interface_index=spec.first_interface_index, prefix_delegated=pd
+    )
+    needed = needed_ips(
+        available=available,
+        used=used,
+        pre_allocate=pre,
+        min_allocate=spec.min_allocate,
+        max_allocate=max_allocate,
+    )
+    excess = excess_ips(
+        available=available,
+        used=used,
+        pre_allocate=pre,
+        min_allocate=spec.min_allocate,
+        max_above_watermark=spec.max_above_watermark,
+    )
+    return NodeStats(
+        available=available,
+        used=used,
+        needed=needed,
+        excess=excess,
+        capacity=capacity,
+        remaining_interfaces=remaining,
+        at_capacity=remaining == 0,
+        running=instance.running,
+        prefix_delegated=pd,
+    )
+
+
+# --- new-interface placement -------------------------------------------------------------------
+
+
+def _most_free(candidates: list[Subnet], free: Mapping[str, int], minimum: int) -> Subnet | None:
+    eligible = [s for s in candidates if free.get(s.id, 0) >= minimum]
+    if not eligible:
+        return None
+    return min(eligible, key=lambda s: (-free.get(s.id, 0), s.id))
+
+
+def choose_subnet(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    free: Mapping[str, int],
+    *,
+    minimum: int = 1,
+    exclude: Collection[str] = (),
+) -> Subnet | None:
+    """Subnet for a new interface: ``subnet_ids`` (most free) → ``subnet_tags`` (most free) → the node's
+    own subnet if it has room for a full interface → the most free subnet in the same VPC and zone.
+    Only subnets in the instance's VPC and zone qualify; ``minimum`` free addresses are required."""
+    local = sorted(
+        (
+            s
+            for s in subnets.values()
+            if s.vpc_id == instance.vpc_id and s.zone == instance.zone and s.id not in exclude
+        ),
+        key=lambda s: s.id,
+    )
+    if spec.subnet_ids:
+        return _most_free([s for s in local if s.id in spec.subnet_ids], free, minimum)
+    if spec.subnet_tags:
+        return _most_free([s for s in local if tags_match(s.tags, spec.subnet_tags)], free, minimum)
+    own = next((s for s in local if s.id == instance.subnet_id), None)
+    if own is not None and free.get(own.id, 0) >= max(limits.ipv4_per_interface, minimum):
+        return own
+    return _most_free(local, free, minimum)
+
+
+def choose_security_groups(
+    spec: NodeSpec, instance: Instance, groups: Mapping[str, SecurityGroup]
+) -> tuple[str, ...]:
+    """``security_groups`` → groups of the VPC matching all ``security_group_tags`` → the primary's groups."""
+    if spec.security_groups:
+        return tuple(sorted(spec.security_groups))
+    if spec.security_group_tags:
+        tagged = sorted(
+            g.id
+            for g in groups.values()
+            if g.vpc_id == instance.vpc_id and tags_match(g.tags, spec.security_group_tags)
+        )
+        if tagged:
+            return tuple(tagged)
+    primary = instance.primary()
+    return tuple(sorted(primary.security_groups)) if primary else ()
+
+
+# --- allocation ----------------------------------------------------------------------------------
+
+
+class _Free(dict[str, int]):
+    """Free addresses per subnet for one plan: read from the subnets on first use, then tracked.
+
+    A plan touches one or two subnets; copying every subnet of a large VPC for every node's plan
+    made planning a cluster cost nodes × subnets.
+    """
+
+    def __init__(self, subnets: Mapping[str, Subnet]) -> None:
+        super().__init__()
+        self._subnets = subnets
+
+    def __missing__(self, subnet_id: str) -> int:
+        subnet = self._subnets.get(subnet_id)
+        if subnet is None:
+            raise KeyError(subnet_id)
+        value = self[subnet_id] = max(subnet.available, 0)
+        return value
+
+    def get(self, subnet_id: str, default: int = 0) -> int:  # type: ignore[override]
+        try:
+            return self[subnet_id]
+        except KeyError:
+            return default
+
+
+@dataclasses.dataclass
+class _Draft:
+    """Mutable scratch state of one planning run."""
+
+    spec: NodeSpec
+    instance: Instance
+    limits: InstanceLimits
+    subnets: Mapping[str, Subnet]
+    groups: Mapping[str, SecurityGroup]
+    free: dict[str, int]
+    free_indexes: list[int]
+    assigns: dict[str, AssignAddresses] = dataclasses.field(default_factory=dict)
+    creates: list[CreateInterface] = dataclasses.field(default_factory=list)
+    reason: str = ""
+
+    def fill_existing(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
+        unit = PREFIX_SIZE if prefixes else 1
+        slots = self.limits.slots_per_interface
+        rooms: list[tuple[Interface, int]] = []
+        for iface in managed_interfaces(self.instance, self.spec):
+            if iface.id in self.assigns or iface.subnet_id in skip_subnets:
+                continue
+            room = min(slots - iface.slots_used, self.free.get(iface.subnet_id, 0) // unit)
+            if room > 0:
+                rooms.append((iface, room))
+        single = next(((i, r) for i, r in rooms if r >= remaining), None)
+        order = [single] if single else sorted(rooms, key=lambda ir: (-ir[1], ir[0].device_index))
+        for iface, room in order:
+            if remaining <= 0:
+                break
+            n = min(room, remaining)
+            self.assigns[iface.id] = AssignAddresses(
+                interface_id=iface.id, subnet_id=iface.subnet_id, count=n, prefixes=prefixes
+            )
+            self.free[iface.subnet_id] -= n * unit
+            remaining -= n
+        return remaining
+
+    def create_new(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
+        unit = PREFIX_SIZE if prefixes else 1
+        while remaining > 0:
+            if not self.free_indexes:
+                self.reason = "at-capacity"
+                break
+            subnet = choose_subnet(
+                self.spec,
+                self.instance,
+                self.limits,
+                self.subnets,
+                self.free,
+                minimum=unit,
+                exclude=skip_subnets,
+            )
+            if subnet is None:
+                self.reason = "no-subnet"
+                break
+            groups = choose_security_groups(self.spec, self.instance, self.groups)
+            if not groups:
+                self.reason = "no-security-groups"
+                break
+            n = min(remaining, self.limits.slots_per_interface, self.free[subnet.id] // unit)
+            self.creates.append(
+                CreateInterface(
+                    subnet_id=subnet.id,
+                    security_groups=groups,
+                    device_index=self.free_indexes.pop(0),
+                    count=n,
+                    prefixes=prefixes,
+                )
+            )
+            self.free[subnet.id] -= n * unit
+            remaining -= n
+        return remaining
+
+    def add_bonus(self, bonus: int) -> None:
+        """Top up planned calls with slack, in plan order, within their room and subnet."""
+        for iface_id, action in list(self.assigns.items()):
+            iface = self.instance.interface(iface_id)
+            unit = PREFIX_SIZE if action.prefixes else 1
+            room = _room(iface, self.limits) - action.count if iface else 0
+            extra = min(bonus, room, self.free.get(action.subnet_id, 0) // unit)
+            if extra > 0:
+                self.assigns[iface_id] = dataclasses.replace(action, count=action.count + extra)
+                self.free[action.subnet_id] -= extra * unit
+                bonus -= extra
+        for n, create in enumerate(self.creates):
+            unit = PREFIX_SIZE if create.prefixes else 1
+            room = self.limits.slots_per_interface - create.count
+            extra = min(bonus, room, self.free.get(create.subnet_id, 0) // unit)
+            if extra > 0:
+                self.creates[n] = dataclasses.replace(create, count=create.count + extra)
+                self.free[create.subnet_id] -= extra * unit
+                bonus -= extra
+
+
+def plan_allocation(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    groups: Mapping[str, SecurityGroup],
+    *,
+    must: int,
+    bonus: int = 0,
+    prefix_delegation: bool = False,
+    no_prefix_subnets: Collection[str] = (),
+) -> AllocationPlan:
+    """Plan how to add ``must`` addresses (plus up to ``bonus`` riding along) to a node.
+
+    ``subnets[...].available`` must already account for addresses other nodes are about to take.
+    """
+    if must <= 0:
+        return AllocationPlan()
+    draft = _Draft(
+        spec=spec,
+        instance=instance,
+        limits=limits,
+        subnets=subnets,
+        groups=groups,
+        free=_Free(subnets),
+        free_indexes=usable_free_indexes(instance, spec, limits),
+    )
+    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
+    if pd:
+        want = math.ceil(must / PREFIX_SIZE)
+        left = draft.fill_existing(want, prefixes=True, skip_subnets=no_prefix_subnets)
+        left = draft.create_new(left, prefixes=True, skip_subnets=no_prefix_subnets)
+        extra = math.ceil((must + bonus) / PREFIX_SIZE) - want
+        draft.add_bonus(extra)
+        placed = sum(a.addresses for a in draft.assigns.values()) + sum(c.addresses for c in draft.creates)
+        remaining = max(must - placed, 0) if left > 0 else 0
+        if remaining > 0:
+            # No prefix anywhere: plain addresses on what remains (this ends delegation for the node).
+            draft.reason = ""
+            remaining = draft.fill_existing(remaining, prefixes=False, skip_subnets=())
+            remaining = draft.create_new(remaining, prefixes=False, skip_subnets=())
+            planned: list[AssignAddresses | CreateInterface] = [*draft.assigns.values(), *draft.creates]
+            pd = all(a.prefixes for a in planned)
+    else:
+        remaining = draft.fill_existing(must, prefixes=False, skip_subnets=())
+        remaining = draft.create_new(remaining, prefixes=False, skip_subnets=())
+        draft.add_bonus(bonus)
+    ordered_assigns = sorted(
+        draft.assigns.values(),
+        key=lambda a: instance.interface(a.interface_id).device_index,  # type: ignore[union-attr]
+    )
+    return AllocationPlan(
+        actions=(*ordered_assigns, *draft.creates),
+        shortfall=max(remaining, 0),
+        reason=draft.reason if remaining > 0 else "",
+        prefix_delegated=pd,
+    )
+
+
+# --- release --------------------------------------------------------------------------------------
+
+
+def plan_release(spec: NodeSpec, instance: Instance, *, in_use: Collection[str], excess: int) -> ReleasePlan:
+    """Choose up to ``excess`` unused pool addresses to release, one call per interface."""
+    if excess <= 0:
+        return ReleasePlan()
+    candidates: list[tuple[Interface, list[str], list[str]]] = []
+    for iface in managed_interfaces(instance, spec):
+        prefixes = [p for p in iface.prefixes if not any(a in in_use for a in expand_prefix(p))]
+        plain = sorted(
+            (a for a in iface.addresses if a not in in_use and a != iface.primary_ip),
+            key=address_key,
+            reverse=True,  # highest first: the node side hands out the lowest addresses first
+        )
+        if prefixes or plain:
+            candidates.append((iface, prefixes, plain))
+    candidates.sort(key=lambda c: (-(len(c[1]) * PREFIX_SIZE + len(c[2])), c[0].device_index))
+    left = excess
+    actions: list[UnassignAddresses] = []
+    for iface, prefixes, plain in candidates:
+        if left <= 0:
+            break
+        take_prefixes = prefixes[: left // PREFIX_SIZE]
+        left -= PREFIX_SIZE * len(take_prefixes)
+        take_plain = plain[:left]
+        left -= len(take_plain)
+        if take_prefixes or take_plain:
+            actions.append(
+                UnassignAddresses(
+                    interface_id=iface.id,
+                    subnet_id=iface.subnet_id,
+                    addresses=tuple(sorted(take_plain, key=address_key)),
+                    prefixes=tuple(take_prefixes),
+                )
+            )
+    return ReleasePlan(actions=tuple(actions))

@@ -1,0 +1,134 @@
+"""The Provider protocol: what a cloud must do for eni-ipam.
+
+A provider is a thin client (Cilium's ``pkg/aws/ec2`` shape): it translates between the cloud's API
+and :mod:`eni_ipam.core.model`, sends every call through :class:`eni_ipam.core.caller.ApiCaller`
+(rate limiter → SDK → metrics → error translation) and raises only :mod:`eni_ipam.core.errors`
+types. It holds no policy: which interface to fill, how many addresses, when to release — the
+planner decides.
+
+Concurrency: the manager may call a provider concurrently for *different* instances, never
+concurrently for the *same* instance. Every method is keyword-only.
+
+:func:`eni_ipam.testing.provider_contract.check_provider` is the executable form of this contract;
+every provider runs it in its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
+
+
+class Provider(Protocol):
+    name: str
+    """Short name used in logs and metrics (``aws``, ``azure``, ``generic``, ``sim``)."""
+
+    async def resync(self) -> CloudSnapshot:
+        """Return the full view: subnets, security groups, every instance with the cluster's interfaces
+        grouped by instance (attached interfaces only), and limits for the instance types seen.
+
+        Pages through every listing; never returns a partial view — any failure raises.
+
+        Raises:
+            errors.ProviderError: any failure (the caller keeps its previous view).
+        """
+        ...
+
+    async def describe_instance(self, *, instance_id: str) -> Instance | None:
+        """Return the instance as the cloud sees it now, or ``None`` when it does not exist or is
+        terminated. Interfaces and addresses are always read fresh; instance metadata that never
+        changes (type, zone, subnet) may be cached. ``running`` must be no older than the last full
+        resync or the last error saying the instance is not running.
+
+        Raises:
+            errors.ProviderError: the cloud could not answer (never for "not found").
+        """
+        ...
+
+    async def instance_limits(self, *, instance_type: str) -> InstanceLimits:
+        """Limits of an instance type.
+
+        Raises:
+            errors.LimitsUnknown: the type is unknown to the provider.
+        """
+        ...
+
+    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+        """Assign exactly ``count`` new secondary addresses (or ``count`` /28 prefixes when ``prefixes``)
+        to the interface, all or nothing. Returns only the new ones (addresses, or prefixes in CIDR
+        form), in address order.
+
+        Raises:
+            errors.InterfaceLimitExceeded: the interface would exceed its limit.
+            errors.SubnetExhausted: the subnet has fewer than ``count`` free addresses.
+            errors.PrefixesExhausted: no free aligned /28 is left (``prefixes`` only).
+            errors.NotFound: no such interface.
+            errors.Throttled: retry later; nothing was assigned.
+            errors.TransientError: retry later. Nothing was assigned, unless the code is
+                ``OutcomeUnknown``: the change may have landed, and only a fresh read tells.
+        """
+        ...
+
+    async def unassign_addresses(
+        self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
+    ) -> None:
+        """Remove the given secondary addresses and prefixes from the interface in one call.
+
+        Raises:
+            errors.InvalidRequest: an address is not assigned to the interface (nothing is removed).
+            errors.NotFound: no such interface.
+        """
+        ...
+
+    async def create_interface(
+        self,
+        *,
+        instance_id: str,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        device_index: int,
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+        delete_on_termination: bool = True,
+    ) -> Interface:
+        """Create an interface carrying ``count`` secondary addresses (or prefixes) and ``tags``, attach it
+        to the instance at ``device_index``, and set delete-on-termination.
+
+        ``device_index`` comes from the caller's view, which may be stale: when another interface
+        holds it, the provider tries the following indexes (a bounded number of them) and the
+        returned interface says which index it got.
+
+        ``token`` is an idempotency token: a retried create with the same token returns the same
+        interface instead of creating a second one. If attaching (or marking) fails, the created
+        interface is deleted before the error is raised, so a failure never leaks an interface.
+
+        Returns:
+            The attached interface (``instance_id`` and the ``device_index`` it got set).
+
+        Raises:
+            errors.AttachmentLimitExceeded: no free adapter slot on the instance.
+            errors.DeviceIndexInUse: ``device_index`` and every following index tried were taken.
+            errors.SubnetExhausted, errors.PrefixesExhausted, errors.InterfaceLimitExceeded
+            errors.InstanceNotRunning, errors.NotFound
+        """
+        ...
+
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        """Delete an interface, detaching it first when ``detach`` and it is attached.
+
+        With ``detach=False`` an attached interface is kept and the call fails: garbage collection
+        deletes only what is still detached when it sweeps.
+
+        Raises:
+            errors.NotFound: no such interface.
+            errors.InvalidRequest: attached and ``detach`` is false, or a primary interface.
+        """
+        ...
+
+    async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
+        """Detached interfaces carrying every one of ``tags`` (garbage-collection candidates)."""
+        ...

@@ -1,0 +1,49 @@
+"""HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` (the event loop answers), ``/readyz``.
+
+``/readyz`` answers 200 or 503 with a one-line body saying why, and — under leader election —
+which role this replica has: ``ready: leader``, ``ready: standby (leader: pod-b)``, or
+``not ready: leader, initial resync has not succeeded yet``. A standby is ready: it is healthy
+and must not block rolling updates; only a leader (or a lone process) waits for its resync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from eni_ipam.core.metrics import Metrics
+
+Readiness = Callable[[], "bool | tuple[bool, str]"]
+"""Ready or not, optionally with the body's detail (the role and the reason)."""
+
+
+def make_app(metrics: Metrics, ready: Readiness) -> web.Application:
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        answer = ready()
+        ok, detail = answer if isinstance(answer, tuple) else (answer, "")
+        if ok:
+            return web.Response(text=f"ready: {detail}\n" if detail else "ready\n")
+        detail = detail or "initial resync has not succeeded yet"
+        return web.Response(status=503, text=f"not ready: {detail}\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def start_server(app: web.Application, *, host: str, port: int) -> web.AppRunner:
+    """Start serving ``app``; the caller owns the returned runner and must ``await runner.cleanup()``."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

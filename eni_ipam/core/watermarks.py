@@ -1,0 +1,64 @@
+"""Watermark arithmetic: pure functions, no state, no I/O.
+
+``available`` is the number of addresses in the pool, used ones included; ``used`` the number in
+use. These formulas follow the reference operator's code (and its table tests), not its docs,
+where the two disagree.
+"""
+
+from __future__ import annotations
+
+from eni_ipam.core.model import PREFIX_SIZE, InstanceLimits
+
+DEFAULT_PRE_ALLOCATE = 8
+"""Free addresses kept ready when a spec leaves ``pre_allocate`` at 0."""
+
+
+def effective_pre_allocate(pre_allocate: int) -> int:
+    """0 means "default"; any other value, even a negative one, is used as is."""
+    return DEFAULT_PRE_ALLOCATE if pre_allocate == 0 else pre_allocate
+
+
+def needed_ips(
+    *, available: int, used: int, pre_allocate: int, min_allocate: int = 0, max_allocate: int = 0
+) -> int:
+    """Addresses to add so that ``pre_allocate`` stay free, at least ``min_allocate`` are in the pool
+    and at most ``max_allocate`` are (0: no minimum / no maximum)."""
+    needed = pre_allocate - (available - used)
+    if min_allocate > 0:
+        needed = max(needed, min_allocate - available)
+    if max_allocate > 0 and available + needed > max_allocate:
+        needed = max_allocate - available
+    return max(needed, 0)
+
+
+def excess_ips(
+    *, available: int, used: int, pre_allocate: int, min_allocate: int = 0, max_above_watermark: int = 0
+) -> int:
+    """Addresses that could be released while keeping ``pre_allocate`` free, ``min_allocate`` in the
+    pool, and ``max_above_watermark`` of slack."""
+    floor = min_allocate + max_above_watermark
+    if used <= floor:
+        if available <= floor:
+            return 0
+        if used + pre_allocate <= floor:
+            return available - floor
+    return max(available - used - pre_allocate - max_above_watermark, 0)
+
+
+def max_allocatable(limits: InstanceLimits, *, first_interface_index: int, prefix_delegated: bool) -> int:
+    """Most addresses a node could hold: every usable adapter full of secondaries (×16 with prefixes)."""
+    adapters = max(limits.adapters - first_interface_index, 0)
+    total = adapters * limits.slots_per_interface
+    return total * PREFIX_SIZE if prefix_delegated else total
+
+
+def allocation_budget(*, needed: int, max_above_watermark: int, pending_pods: int) -> tuple[int, int]:
+    """What one maintenance pass may add: ``(must, bonus)``.
+
+    ``must`` is the deficit plus the surge (pending pods beyond the deficit); ``bonus`` is
+    ``max_above_watermark``, added only to calls the pass makes anyway — slack never costs a call.
+    """
+    if needed <= 0:
+        return 0, 0
+    surge = max(pending_pods - needed, 0)
+    return needed + surge, max(max_above_watermark, 0)

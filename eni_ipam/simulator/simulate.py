@@ -1,0 +1,277 @@
+"""``eni-ipam simulate``: run the real NodeManager against the in-memory cloud on virtual time.
+
+The reconciler, planner, rate limiter and metrics are the production ones; only the cloud
+(:mod:`providers.sim`), the node source (:class:`~eni_ipam.store.memory.MemoryStore`) and the node
+side (:class:`~eni_ipam.simulator.simnode.SimulatedNodeSide`) are simulated. Steps run in order; the first
+failing ``expect`` ends the run with a readable diff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from eni_ipam.core.clock import Clock, LoopClock
+from eni_ipam.core.errors import ScenarioError
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import Instance
+from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, NodeEntry, Scenario, Step, parse_sample
+from eni_ipam.simulator.simloop import run_virtual
+from eni_ipam.simulator.simnode import SimulatedNodeSide
+from eni_ipam.store.memory import MemoryStore
+from providers.generic.provider import GenericProvider
+from providers.sim.cloud import SimCloud
+from providers.sim.provider import SimProvider
+
+CONVERGE_TICK = 0.01
+"""Virtual seconds between two "is every node done?" checks while converging."""
+
+
+@dataclasses.dataclass
+class StepResult:
+    index: int
+    kind: str
+    time: float
+    failures: list[str]
+    state: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Outcome:
+    results: list[StepResult]
+
+    @property
+    def passed(self) -> bool:
+        return all(not r.failures for r in self.results)
+
+
+class Simulation:
+    """One scenario's world: cloud, store, node side and the reconciler."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.clock = LoopClock()
+        self.metrics = Metrics()
+        self.store = MemoryStore()
+        self.node_side = SimulatedNodeSide(self.store)
+        self.provider: SimProvider | GenericProvider
+        if scenario.generic is not None:
+            self.cloud = None
+            self.provider = GenericProvider(
+                scenario.generic, records=self.store, clock=self.clock, metrics=self.metrics
+            )
+        else:
+            self.cloud = build_cloud(scenario.cloud, self.clock)
+            self.provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
+        self.manager = NodeManager(
+            provider=self.provider,
+            settings=scenario.settings,
+            metrics=self.metrics,
+            clock=self.clock,
+            status_sink=self.store,
+            rng=random.Random(scenario.seed),
+        )
+        self.started = 0.0
+
+    def add(self, entry: NodeEntry) -> None:
+        self.node_side.add(entry.spec, used=entry.used, pending_pods=entry.pending_pods)
+
+    async def run(self, on_step: Callable[[StepResult], None] | None = None) -> Outcome:
+        self.started = self.clock.monotonic()
+        for entry in self.scenario.nodes:
+            self.add(entry)
+        self.store.attach(self.manager)
+        results: list[StepResult] = []
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(self.manager.run(), name="eni-ipam-manager")
+            try:
+                for n, step in enumerate(self.scenario.steps):
+                    failures = await self.execute(step)
+                    result = StepResult(n, step.kind, self.now(), failures, self.state())
+                    results.append(result)
+                    if on_step:
+                        on_step(result)
+                    if failures:
+                        break
+            finally:
+                task.cancel()
+        return Outcome(results)
+
+    def now(self) -> float:
+        return round(self.clock.monotonic() - self.started, 6)
+
+    async def execute(self, step: Step) -> list[str]:
+        if step.kind == "converge":
+            deadline = self.clock.monotonic() + step.value
+            await asyncio.sleep(0)
+            while self.clock.monotonic() < deadline:
+                await asyncio.sleep(CONVERGE_TICK)
+                if not self.manager.busy():
+                    break
+        elif step.kind == "advance":
+            await asyncio.sleep(step.value)
+        elif step.kind == "set":
+            for name, fields in step.value.items():
+                self._set(name, fields)
+        elif step.kind == "add_node":
+            self.add(step.value)
+        elif step.kind == "remove_node":
+            self.store.remove(step.value)
+        elif step.kind == "cloud":
+            assert self.cloud is not None  # the scenario reader refuses cloud steps without a cloud
+            apply_cloud_change(self.cloud, step.value)
+        elif step.kind == "expect":
+            return self.check(step.value, step.path)
+        return []
+
+    def _set(self, name: str, fields: Mapping[str, Any]) -> None:
+        spec_changes = {k: v for k, v in fields.items() if k in NODE_SPEC_KEYS}
+        spec = self.store.resources[name].spec
+        self.node_side.update(
+            name,
+            spec=dataclasses.replace(spec, **spec_changes) if spec_changes else None,
+            used=fields.get("used"),
+            pending_pods=fields.get("pending_pods"),
+        )
+
+    # -- observation --------------------------------------------------------------------------------
+
+    def node_state(self, name: str) -> dict[str, Any]:
+        resource = self.store.resources[name]
+        status = self.store.statuses.get(name)
+        node = self.manager.nodes.get(name)
+        stats = node.stats if node else None
+        view = self._view(resource.spec.instance_id)
+        interfaces = view.interfaces if view else ()
+        return {
+            "available": stats.available if stats else 0,
+            "used": resource.used,
+            "needed": stats.needed if stats else 0,
+            "excess": stats.excess if stats else 0,
+            "interfaces": len(interfaces),
+            "prefixes": sum(len(i.prefixes) for i in interfaces),
+            "running": bool(stats.running) if stats else False,
+            "addresses_by_index": {i.device_index: i.pool_size for i in interfaces},
+            "subnet_by_index": {i.device_index: i.subnet_id for i in interfaces},
+            "security_groups_by_index": {i.device_index: sorted(i.security_groups) for i in interfaces},
+            "release_ips": len(status.release) if status else 0,
+            "message": status.message if status else "",
+        }
+
+    def _view(self, instance_id: str) -> Instance | None:
+        if isinstance(self.provider, GenericProvider):
+            return self.provider.instance_view(instance_id)
+        assert self.cloud is not None
+        return self.cloud.instance_view(instance_id)
+
+    @property
+    def calls(self) -> Mapping[str, int]:
+        return self.provider.calls if isinstance(self.provider, GenericProvider) else self.cloud.calls  # type: ignore[union-attr]
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "nodes": {name: self.node_state(name) for name in sorted(self.store.resources)},
+            "api_calls": dict(sorted(self.calls.items())),
+        }
+
+    def check(self, expect: Mapping[str, Any], path: str) -> list[str]:
+        failures: list[str] = []
+        for key, wanted in expect.items():
+            if key == "api_calls":
+                for op, count in wanted.items():
+                    got = self.calls.get(op, 0)
+                    if got != count:
+                        failures.append(f"{path}.api_calls.{op}: expected {count}, got {got}")
+            elif key == "metrics":
+                for sample, value in wanted.items():
+                    name, labels = parse_sample(sample)
+                    got_metric = self.metrics.sample(name, labels)
+                    if got_metric is None or abs(got_metric - value) > 1e-9:
+                        failures.append(f"{path}.metrics.{sample}: expected {value}, got {got_metric}")
+            else:
+                state = self.node_state(key)
+                for field, value in wanted.items():
+                    got = state[field]
+                    want = _normalise(field, value)
+                    if _normalise(field, got) != want:
+                        failures.append(f"{path}.{key}.{field}: expected {_show(want)}, got {_show(got)}")
+        return failures
+
+
+def _normalise(field: str, value: Any) -> Any:
+    if field == "security_groups_by_index":
+        return {int(k): sorted(v) if isinstance(v, list) else [v] for k, v in value.items()}
+    if field.endswith("_by_index"):
+        return {int(k): v for k, v in value.items()}
+    return value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
+
+
+# --- cloud construction ------------------------------------------------------------------------------
+
+
+def build_cloud(cloud: Mapping[str, Any], clock: Clock) -> SimCloud:
+    sim = SimCloud(clock)
+    for vpc, cidr in cloud["vpcs"].items():
+        sim.add_vpc(vpc, str(cidr))
+    for s in cloud["subnets"].values():
+        sim.add_subnet(s["id"], vpc=s["vpc"], zone=s["zone"], cidr=s["cidr"], tags=s["tags"])
+    for g in cloud["security_groups"].values():
+        sim.add_security_group(g["id"], vpc=g["vpc"], tags=g["tags"])
+    for n, i in enumerate(cloud["instances"].values()):
+        try:
+            sim.add_instance(
+                i["id"],
+                type=i["type"],
+                subnet=i["subnet"],
+                security_groups=i["security_groups"],
+                interfaces=i["interfaces"] or None,
+                running=i["running"],
+            )
+        except ValueError as exc:  # what the cloud itself refuses: unknown type, no room, too many interfaces
+            raise ScenarioError(f"cloud.instances[{n}]", str(exc)) from None
+    # `available` counts free addresses after the declared interfaces took theirs.
+    for s in cloud["subnets"].values():
+        if s["available"] is not None:
+            sim.set_subnet_available(s["id"], s["available"])
+    return sim
+
+
+def apply_cloud_change(sim: SimCloud, change: Mapping[str, Any]) -> None:
+    for sid, fields in change.get("subnets", {}).items():
+        if "available" in fields:
+            sim.set_subnet_available(sid, fields["available"])
+        if "tags" in fields:
+            sim.set_subnet_tags(sid, fields["tags"])
+    for iid, fields in change.get("instances", {}).items():
+        state = fields["state"]
+        if state == "terminated":
+            sim.terminate_instance(iid)
+        elif state == "stopped":
+            sim.stop_instance(iid)
+        else:
+            sim.start_instance(iid)
+    for op, fields in change.get("fail", {}).items():
+        sim.fail_next(
+            op, count=fields.get("count", 1), code=fields["code"], message=fields.get("message", "")
+        )
+    for op, seconds in change.get("latency", {}).items():
+        sim.set_latency(op, seconds)
+
+
+def simulate(scenario: Scenario, *, on_step: Callable[[StepResult], None] | None = None) -> Outcome:
+    """Run a scenario to its end (or first failed expectation) on a virtual clock."""
+
+    async def main() -> Outcome:
+        return await Simulation(scenario).run(on_step)
+
+    result: Outcome = run_virtual(main())
+    return result

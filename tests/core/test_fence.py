@@ -1,0 +1,81 @@
+"""The mutation fence: closed means no mutating call starts; drain waits for those in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from eni_ipam.core import errors
+from eni_ipam.core.fence import Fence, FencedProvider
+
+
+class SlowProvider:
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def resync(self):  # type: ignore[no-untyped-def]
+        self.calls.append("resync")
+        return "snapshot"
+
+    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+        self.calls.append("assign")
+        await asyncio.sleep(5)
+        return ["10.0.0.5"]
+
+    async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
+        self.calls.append("delete")
+
+
+@pytest.mark.looptime
+async def test_closed_fence_refuses_mutations_but_not_reads() -> None:
+    inner = SlowProvider()
+    provider = FencedProvider(inner, Fence())  # type: ignore[arg-type]
+    with pytest.raises(errors.Fenced):
+        await provider.delete_interface(interface_id="eni-1")
+    assert await provider.resync() == "snapshot"
+    assert inner.calls == ["resync"]
+
+
+@pytest.mark.looptime
+async def test_drain_waits_for_calls_in_flight_and_stops_new_ones() -> None:
+    fence = Fence(is_open=True)
+    inner = SlowProvider()
+    provider = FencedProvider(inner, fence)  # type: ignore[arg-type]
+    call = asyncio.create_task(provider.assign_addresses(interface_id="eni-1", count=1))
+    await asyncio.sleep(1)
+    fence.close("shutting down")
+    with pytest.raises(errors.Fenced, match="shutting down"):
+        await provider.delete_interface(interface_id="eni-1")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await fence.drain(30)
+    assert loop.time() - started == pytest.approx(4, abs=0.01)
+    assert await call == ["10.0.0.5"]
+    assert inner.calls == ["assign"]
+
+
+@pytest.mark.looptime
+async def test_drain_gives_up_after_its_limit() -> None:
+    fence = Fence(is_open=True)
+    provider = FencedProvider(SlowProvider(), fence)  # type: ignore[arg-type]
+    call = asyncio.create_task(provider.assign_addresses(interface_id="eni-1", count=1))
+    await asyncio.sleep(0)
+    fence.close("shutting down")
+    assert not await fence.drain(2)
+    assert fence.in_flight == 1
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert fence.in_flight == 0
+
+
+def test_a_sealed_fence_stays_closed_when_a_new_term_opens_it() -> None:
+    fence = Fence(is_open=True)
+    fence.seal("shutting down")
+    fence.open()  # a leadership term won during shutdown must not mutate
+    assert not fence.is_open
+    with pytest.raises(errors.Fenced, match="shutting down"):
+        fence.enter()

@@ -1,0 +1,297 @@
+"""The NodeManager: gating, ordering, backoff isolation, re-fetching, cancellation."""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from eni_ipam.core import errors
+from eni_ipam.core.config import Settings
+from eni_ipam.core.model import NodeResource, NodeSpec
+
+pytestmark = pytest.mark.looptime
+
+
+class Flaky:
+    """Wraps a provider; fails chosen calls."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.fail_resync = 0
+        self.fail_assign_for: set[str] = set()
+        self.assign_order: list[str] = []
+        self.hide_from_resync: set[str] = set()
+        self.unknown_types: set[str] = set()
+        self.retry_after: float | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    async def resync(self):
+        if self.fail_resync:
+            self.fail_resync -= 1
+            raise errors.TransientError("boom", code="InternalError", operation="DescribeSubnets")
+        snapshot = await self._inner.resync()
+        instances = {k: v for k, v in snapshot.instances.items() if k not in self.hide_from_resync}
+        limits = {k: v for k, v in snapshot.limits.items() if k not in self.unknown_types}
+        return type(snapshot)(
+            subnets=snapshot.subnets,
+            security_groups=snapshot.security_groups,
+            instances=instances,
+            limits=limits,
+        )
+
+    async def instance_limits(self, *, instance_type):
+        if instance_type in self.unknown_types:
+            raise errors.LimitsUnknown(instance_type)
+        return await self._inner.instance_limits(instance_type=instance_type)
+
+    async def assign_addresses(self, *, interface_id, count, prefixes=False):
+        owner = interface_id
+        for inst in self._inner.cloud.interfaces():
+            if inst.id == interface_id:
+                owner = inst.instance_id
+        self.assign_order.append(owner)
+        if owner in self.fail_assign_for:
+            raise errors.TransientError(
+                "nope",
+                code="InternalError",
+                operation="AssignPrivateIpAddresses",
+                retry_after=self.retry_after,
+            )
+        return await self._inner.assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
+
+
+async def test_no_mutation_before_the_initial_resync_succeeds(make_world):
+    flaky = None
+
+    def wrap(p):
+        nonlocal flaky
+        flaky = Flaky(p)
+        flaky.fail_resync = 3
+        return flaky
+
+    async with make_world(provider_wrapper=wrap) as world:
+        world.add_node("n1")
+        await asyncio.sleep(0.5)
+        assert not world.manager.ready
+        assert world.cloud.calls["AssignPrivateIpAddresses"] == 0
+        await world.settle()
+        assert world.manager.ready
+        assert world.manager.nodes["n1"].stats.available == 8
+
+
+async def test_deficit_node_is_served_before_idle_and_excess_nodes(make_world):
+    holder = {}
+
+    def wrap(p):
+        holder["p"] = Flaky(p)
+        return holder["p"]
+
+    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap, start=False) as world:
+        world.add_node("small", pre_allocate=2)
+        world.add_node("big", pre_allocate=9)
+        world.add_node("mid", pre_allocate=5)
+        task = asyncio.create_task(world.manager.run())
+        try:
+            await world.settle()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert holder["p"].assign_order == ["i-big", "i-mid", "i-small"]
+
+
+async def test_failing_node_backs_off_without_slowing_the_others(make_world):
+    holder = {}
+
+    def wrap(p):
+        holder["p"] = Flaky(p)
+        holder["p"].fail_assign_for = {"i-bad"}
+        return holder["p"]
+
+    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap) as world:
+        world.add_node("bad")
+        await asyncio.sleep(0.1)
+        world.add_node("good")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while world.manager.nodes["good"].stats.available < 8:
+            await asyncio.sleep(0.01)
+        assert loop.time() - start < 0.5  # served at once despite the other node failing
+        await asyncio.sleep(60)
+        attempts = holder["p"].assign_order.count("i-bad")
+        # Backoff 1, 2, 4, 8, 16, 32 s (jittered into [d/2, d]): a handful of tries in a minute, not hundreds.
+        assert 5 <= attempts <= 12
+        assert world.manager.nodes["bad"].backoff.failures == attempts
+
+
+async def test_failing_node_waits_at_least_what_the_cloud_asked(make_world):
+    holder = {}
+
+    def wrap(p):
+        holder["p"] = Flaky(p)
+        holder["p"].fail_assign_for = {"i-bad"}
+        holder["p"].retry_after = 30.0
+        return holder["p"]
+
+    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap) as world:
+        world.add_node("bad")
+        await asyncio.sleep(65)
+        # Without Retry-After the backoff (1, 2, 4, 8, 16, 32 s) would try about six times.
+        assert 2 <= holder["p"].assign_order.count("i-bad") <= 3
+
+
+async def test_instance_missing_from_resync_is_refetched_not_zeroed(make_world):
+    holder = {}
+
+    def wrap(p):
+        holder["p"] = Flaky(p)
+        return holder["p"]
+
+    async with make_world(provider_wrapper=wrap) as world:
+        world.add_node("n1")
+        await world.settle()
+        holder["p"].hide_from_resync = {"i-n1"}
+        describes = world.cloud.calls["DescribeNetworkInterfaces"]
+        await world.manager.resync()
+        node = world.manager.nodes["n1"]
+        assert node.needs_refresh
+        await world.settle()
+        assert world.cloud.calls["DescribeNetworkInterfaces"] > describes + 1  # the per-instance sync ran
+        assert node.stats.available == 8 and node.stats.needed == 0
+        assert world.cloud.calls["AssignPrivateIpAddresses"] == 1  # nothing was re-allocated
+
+
+async def test_unknown_limits_leave_the_node_alone_and_say_so(make_world):
+    def wrap(p):
+        f = Flaky(p)
+        f.unknown_types = {"m5.large"}
+        return f
+
+    async with make_world(provider_wrapper=wrap) as world:
+        world.add_node("n1")
+        await world.settle()
+        assert world.cloud.calls["AssignPrivateIpAddresses"] == 0
+        assert "unknown" in world.store.statuses["n1"].message
+
+
+async def test_upsert_triggers_allocation_at_once(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        world.side.update("n1", used=12)
+        await world.settle()
+        assert world.manager.nodes["n1"].stats.available == 20
+        assert loop.time() - start < 1.0  # no waiting for the minute-long resync
+
+
+async def test_periodic_resync_runs_every_interval(make_world):
+    async with make_world(Settings(resync_interval=10)) as world:
+        world.add_node("n1")
+        await asyncio.sleep(35)
+        assert world.metrics.sample("eni_ipam_resync_total") == 4  # initial + 3
+
+
+async def test_steady_state_makes_no_mutating_calls_and_reads_do_not_grow_with_nodes(make_world):
+    async with make_world(Settings(resync_interval=10)) as world:
+        for n in range(30):
+            world.add_node(f"n{n}")
+        await world.settle()
+        before = dict(world.cloud.calls)
+        await asyncio.sleep(100)
+        after = world.cloud.calls
+        mutating = [op for op in after if not op.startswith("Describe")]
+        assert all(after[op] == before.get(op, 0) for op in mutating)
+        reads = sum(after[op] - before.get(op, 0) for op in after if op.startswith("Describe"))
+        assert reads <= 10 * 4  # ten resyncs, a handful of paginated listings each
+
+
+async def test_deleted_node_metrics_are_removed(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) == 8
+        world.store.remove("n1")
+        assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) is None
+        assert "n1" not in world.manager.nodes
+
+
+async def test_cancelling_the_manager_leaves_no_stray_tasks(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+    await asyncio.sleep(0)
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert others == []
+
+
+async def test_time_to_ip_is_observed_when_a_deficit_is_resolved(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        assert world.metrics.sample("eni_ipam_time_to_ip_seconds_count") == 1
+
+
+async def test_node_changing_instance_is_re_read(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        world.cloud.add_instance("i-other", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+        world.side.update("n1", spec=NodeSpec(name="n1", instance_id="i-other"))
+        await world.settle()
+        assert world.manager.nodes["n1"].instance.id == "i-other"
+        assert world.cloud.instance_view("i-other").interfaces[0].pool_size == 8
+
+
+def test_resource_defaults_are_empty():
+    resource = NodeResource(spec=NodeSpec(name="n", instance_id="i"))
+    assert resource.used == 0 and not resource.in_use and not resource.release_answers
+
+
+async def test_a_bug_in_one_node_pass_does_not_stop_the_manager(make_world):
+    class Buggy(Flaky):
+        async def assign_addresses(self, *, interface_id, count, prefixes=False):
+            if interface_id == self._inner.cloud.instance_view("i-bad").interfaces[0].id:
+                raise RuntimeError("unexpected")
+            return await self._inner.assign_addresses(
+                interface_id=interface_id, count=count, prefixes=prefixes
+            )
+
+    async with make_world(provider_wrapper=Buggy) as world:
+        world.add_node("bad")
+        world.add_node("good")
+        await asyncio.sleep(5)
+        assert not world.task.done()
+        assert world.manager.nodes["good"].stats.available == 8
+        assert (
+            world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "RuntimeError"}) >= 2
+        )
+
+
+async def test_an_assign_that_failed_but_landed_is_seen_before_the_next_plan(make_world):
+    async with make_world() as world:
+        world.cloud.fail_next("AssignPrivateIpAddresses", code="InternalError", applied=True)
+        world.add_node("n1")
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        # The node re-read its instance after the failure instead of assigning a second pool.
+        assert world.cloud.calls["AssignPrivateIpAddresses"] == 1
+        assert node.stats.available == 8 and node.stats.needed == 0
+
+
+async def test_a_timer_armed_earlier_never_runs_a_node_before_its_backoff(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        manager = world.manager
+        node = manager.nodes["n1"]
+        passes = world.count_passes("n1")
+        node.not_before = world.clock.monotonic() + 30.0  # a failure asked for 30 s
+        manager._arm(node, world.clock.monotonic() + 1.0)  # a release delay armed before it
+        await asyncio.sleep(5)
+        assert passes() == 0
+        await asyncio.sleep(30)
+        assert passes() == 1

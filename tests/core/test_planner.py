@@ -1,0 +1,259 @@
+"""The planner: deterministic, fewest calls, exclusion, subnet / group choice, prefixes, release."""
+
+from eni_ipam.core.model import (
+    AssignAddresses,
+    CreateInterface,
+    Instance,
+    InstanceLimits,
+    Interface,
+    NodeSpec,
+    SecurityGroup,
+    Subnet,
+    Tags,
+)
+from eni_ipam.core.planner import node_stats, plan_allocation, plan_release
+
+M5_XLARGE = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
+M4_XLARGE = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="xen")
+
+
+def subnet(sid, free=200, zone="z1", vpc="vpc-1", tags=None):
+    return Subnet(id=sid, vpc_id=vpc, zone=zone, cidr="10.0.0.0/24", available=free, tags=Tags(tags))
+
+
+def iface(idx, n=0, sid="s-1", prefixes=(), tags=None, sgs=("sg-1",)):
+    base = f"10.0.{idx}."
+    return Interface(
+        id=f"eni-{idx}",
+        device_index=idx,
+        subnet_id=sid,
+        primary_ip=base + "4",
+        addresses=tuple(base + str(10 + k) for k in range(n)),
+        prefixes=tuple(prefixes),
+        security_groups=sgs,
+        tags=Tags(tags),
+    )
+
+
+def instance(*ifaces, sid="s-1"):
+    return Instance(id="i-1", type="m5.xlarge", vpc_id="vpc-1", zone="z1", subnet_id=sid, interfaces=ifaces)
+
+
+SG = {
+    "sg-1": SecurityGroup(id="sg-1", vpc_id="vpc-1"),
+    "sg-2": SecurityGroup(id="sg-2", vpc_id="vpc-1", tags=Tags({"team": "a"})),
+}
+
+
+def plan(spec, inst, subnets, must, **kw):
+    return plan_allocation(
+        spec, inst, kw.pop("limits", M5_XLARGE), {s.id: s for s in subnets}, SG, must=must, **kw
+    )
+
+
+def test_existing_interface_is_filled_before_one_is_created():
+    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=10)), [subnet("s-1")], must=12)
+    assert p.actions == (
+        AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),
+        CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=1, count=8),
+    )
+    assert p.shortfall == 0
+
+
+def test_one_interface_that_fits_the_whole_deficit_takes_it_in_one_call():
+    inst = instance(iface(0, n=12), iface(1, n=0), iface(2, n=0))
+    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=5)
+    assert p.actions == (AssignAddresses(interface_id="eni-1", subnet_id="s-1", count=5),)
+
+
+def test_largest_room_first_when_no_single_interface_fits():
+    inst = instance(iface(0, n=12), iface(1, n=10), iface(2, n=0))
+    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=16)
+    assert [(a.interface_id, a.count) for a in p.actions] == [("eni-1", 2), ("eni-2", 14)]
+
+
+def test_excluded_interfaces_are_never_filled():
+    inst = instance(iface(0), iface(1, tags={"skip": "yes"}))
+    spec = NodeSpec(
+        name="n", instance_id="i-1", first_interface_index=1, exclude_interface_tags=Tags({"skip": "yes"})
+    )
+    p = plan(spec, inst, [subnet("s-1")], must=3)
+    assert p.actions == (
+        CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=2, count=3),
+    )
+
+
+def test_subnet_ids_win_over_tags_and_most_free_is_chosen():
+    subs = [
+        subnet("s-1"),
+        subnet("s-2", free=50),
+        subnet("s-3", free=90),
+        subnet("s-4", free=500, tags={"k": "v"}),
+    ]
+    spec = NodeSpec(name="n", instance_id="i-1", subnet_ids=("s-2", "s-3"), subnet_tags=Tags({"k": "v"}))
+    p = plan(spec, instance(iface(0, n=14)), subs, must=3)
+    assert p.actions[0].subnet_id == "s-3"
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1", subnet_tags=Tags({"k": "v"})),
+        instance(iface(0, n=14)),
+        subs,
+        must=3,
+    )
+    assert p.actions[0].subnet_id == "s-4"
+
+
+def test_own_subnet_needs_room_for_a_whole_interface_else_most_free_in_zone():
+    subs = [subnet("s-1", free=10), subnet("s-2", free=40), subnet("s-9", free=900, zone="z2")]
+    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=14)), subs, must=3)
+    assert p.actions[0].subnet_id == "s-2"
+
+
+def test_security_groups_from_spec_then_tags_then_primary():
+    inst = instance(iface(0, n=14))
+    subs = [subnet("s-1")]
+    assert plan(NodeSpec(name="n", instance_id="i-1", security_groups=("sg-9",)), inst, subs, 1).actions[
+        0
+    ].security_groups == ("sg-9",)
+    tagged = NodeSpec(name="n", instance_id="i-1", security_group_tags=Tags({"team": "a"}))
+    assert plan(tagged, inst, subs, 1).actions[0].security_groups == ("sg-2",)
+    assert plan(NodeSpec(name="n", instance_id="i-1"), inst, subs, 1).actions[0].security_groups == ("sg-1",)
+
+
+def test_no_free_adapter_slot_is_at_capacity_not_an_error():
+    inst = instance(*(iface(i, n=14) for i in range(4)))
+    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=2)
+    assert p.actions == () and p.shortfall == 2 and p.reason == "at-capacity"
+
+
+def test_a_cloud_that_cannot_attach_to_running_instances_only_fills_existing_interfaces():
+    azure_like = InstanceLimits(adapters=4, ipv4_per_interface=15, hot_attach=False)
+    spec = NodeSpec(name="n", instance_id="i-1")
+    p = plan(spec, instance(iface(0, n=10)), [subnet("s-1")], must=12, limits=azure_like)
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),)
+    assert p.shortfall == 8 and p.reason == "at-capacity"
+    stats = node_stats(spec, instance(iface(0, n=14)), azure_like, used=14, prefix_delegation=False)
+    assert stats.at_capacity and stats.remaining_interfaces == 0
+
+
+def test_a_prefix_only_provider_is_prefix_delegated_even_with_the_setting_off():
+    blocks = InstanceLimits(
+        adapters=1, ipv4_per_interface=17, hot_attach=False, addresses=False, prefixes=True
+    )
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1")], must=20, limits=blocks
+    )
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=2, prefixes=True),)
+
+
+def test_subnet_free_addresses_bound_the_plan():
+    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1", free=3)], must=8)
+    assert [a.count for a in p.actions] == [3]
+    assert p.shortfall == 5 and p.reason == "no-subnet"
+
+
+def test_watermark_slack_rides_on_planned_calls_but_never_adds_one():
+    inst = instance(iface(0, n=10))
+    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=4, bonus=10)
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),)
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=5)), [subnet("s-1")], must=4, bonus=10
+    )
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=9),)
+
+
+def test_prefix_delegated_node_gets_prefixes():
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"),
+        instance(iface(0)),
+        [subnet("s-1")],
+        must=20,
+        prefix_delegation=True,
+    )
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=2, prefixes=True),)
+    assert p.prefix_delegated
+
+
+def test_xen_instances_and_nodes_with_plain_addresses_are_not_prefix_delegated():
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"),
+        instance(iface(0)),
+        [subnet("s-1")],
+        must=3,
+        prefix_delegation=True,
+        limits=M4_XLARGE,
+    )
+    assert not p.actions[0].prefixes
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"),
+        instance(iface(0, n=1)),
+        [subnet("s-1")],
+        must=3,
+        prefix_delegation=True,
+    )
+    assert not p.actions[0].prefixes
+
+
+def test_prefix_shortage_tries_sibling_subnet_before_plain_addresses():
+    subs = [subnet("s-1"), subnet("s-2", free=100)]
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"),
+        instance(iface(0)),
+        subs,
+        must=20,
+        prefix_delegation=True,
+        no_prefix_subnets={"s-1"},
+    )
+    assert p.actions == (
+        CreateInterface(subnet_id="s-2", security_groups=("sg-1",), device_index=1, count=2, prefixes=True),
+    )
+    p = plan(
+        NodeSpec(name="n", instance_id="i-1"),
+        instance(iface(0)),
+        subs,
+        must=20,
+        prefix_delegation=True,
+        no_prefix_subnets={"s-1", "s-2"},
+    )
+    assert p.actions == (
+        AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=14),
+        CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=1, count=6),
+    )
+    assert not p.prefix_delegated
+
+
+def test_planning_is_deterministic():
+    inst = instance(iface(0, n=3), iface(2, n=3), iface(1, n=3))
+    subs = [subnet("s-1"), subnet("s-2")]
+    plans = {plan(NodeSpec(name="n", instance_id="i-1"), inst, subs, must=40) for _ in range(5)}
+    assert len(plans) == 1
+
+
+def test_stats_count_pool_and_capacity_of_managed_interfaces_only():
+    inst = instance(iface(0, n=4), iface(1, n=6, tags={"skip": "y"}))
+    spec = NodeSpec(name="n", instance_id="i-1", exclude_interface_tags=Tags({"skip": "y"}))
+    stats = node_stats(spec, inst, M5_XLARGE, used=2, prefix_delegation=False)
+    assert (stats.available, stats.used, stats.needed, stats.excess) == (4, 2, 6, 0)
+    assert stats.capacity == 14 * 3 and stats.remaining_interfaces == 3 and not stats.at_capacity
+
+
+def test_release_takes_unused_addresses_from_the_interface_with_most_candidates():
+    inst = instance(iface(0, n=3), iface(1, n=8))
+    in_use = {"10.0.1.10", "10.0.1.11"}
+    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use=in_use, excess=4)
+    assert len(p.actions) == 1 and p.actions[0].interface_id == "eni-1"
+    assert set(p.actions[0].addresses).isdisjoint(in_use) and len(p.actions[0].addresses) == 4
+
+
+def test_release_never_touches_used_or_primary_addresses_and_spills_to_next_interface():
+    inst = instance(iface(0, n=3), iface(1, n=3))
+    in_use = {"10.0.0.10", "10.0.1.10"}
+    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use=in_use, excess=10)
+    released = p.candidates()
+    assert released == {"10.0.0.11", "10.0.0.12", "10.0.1.11", "10.0.1.12"}
+    assert len(p.actions) == 2
+
+
+def test_release_prefers_whole_unused_prefixes():
+    inst = instance(iface(0, prefixes=("10.0.0.16/28", "10.0.0.32/28")))
+    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use={"10.0.0.17"}, excess=20)
+    assert p.actions[0].prefixes == ("10.0.0.32/28",) and p.addresses == 16

@@ -1,0 +1,47 @@
+"""The service's readiness: a leader waits for its resync, a standby is ready and names the leader."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from eni_ipam.app.service import ServiceState
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.server import make_app, start_server
+
+
+class FakeManager:
+    def __init__(self, ready: bool) -> None:
+        self.ready = ready
+
+
+def test_leader_is_ready_only_after_its_initial_resync() -> None:
+    state = ServiceState(role="leader", manager=FakeManager(False))  # type: ignore[arg-type]
+    assert state.readiness() == (False, "leader, initial resync has not succeeded yet")
+    state.manager.ready = True  # type: ignore[union-attr]
+    assert state.readiness() == (True, "leader")
+
+
+def test_standby_is_ready_and_names_the_leader() -> None:
+    assert ServiceState(role="standby", leader="pod-b").readiness() == (True, "standby (leader: pod-b)")
+    assert ServiceState(role="candidate").readiness() == (True, "candidate")
+
+
+def test_nobody_is_ready_before_the_kubernetes_caches_synced() -> None:
+    state = ServiceState(role="candidate", caches_synced=False)
+    assert state.readiness() == (False, "candidate, Kubernetes caches are not synced yet")
+
+
+async def test_readyz_body_states_the_role() -> None:
+    state = ServiceState(role="standby", leader="pod-b")
+    runner = await start_server(make_app(Metrics(), state.readiness), host="127.0.0.1", port=0)
+    try:
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/readyz") as r:
+                assert (r.status, await r.text()) == (200, "ready: standby (leader: pod-b)\n")
+            state.role, state.manager = "leader", FakeManager(False)  # type: ignore[assignment]
+            async with session.get(f"{base}/readyz") as r:
+                assert r.status == 503
+                assert await r.text() == "not ready: leader, initial resync has not succeeded yet\n"
+    finally:
+        await runner.cleanup()

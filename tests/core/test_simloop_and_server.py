@@ -1,0 +1,45 @@
+"""The simulator's virtual-time loop and the HTTP endpoint."""
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.server import make_app, start_server
+from eni_ipam.simulator.simloop import run_virtual
+
+
+def test_virtual_loop_skips_idle_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(3600)
+        return loop.time() - start
+
+    wall = time.perf_counter()
+    assert run_virtual(main()) == pytest.approx(3600)
+    assert time.perf_counter() - wall < 2
+
+
+async def test_endpoint_serves_metrics_health_and_readiness():
+    metrics = Metrics()
+    metrics.resync.inc()
+    ready = {"v": False}
+    runner = await start_server(make_app(metrics, lambda: ready["v"]), host="127.0.0.1", port=0)
+    try:
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session:
+            base = f"http://127.0.0.1:{port}"
+            async with session.get(f"{base}/metrics") as r:
+                assert "eni_ipam_resync_total 1.0" in await r.text()
+            async with session.get(f"{base}/healthz") as r:
+                assert r.status == 200
+            async with session.get(f"{base}/readyz") as r:
+                assert r.status == 503 and "initial resync" in await r.text()
+            ready["v"] = True
+            async with session.get(f"{base}/readyz") as r:
+                assert r.status == 200
+    finally:
+        await runner.cleanup()
