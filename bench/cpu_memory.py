@@ -156,19 +156,19 @@ def cpu(nodes: int, runs: int = 3) -> Cpu:
         manager, snap = build(nodes)
 
         def resync() -> None:  # manager.resync() minus the provider call, which is the cloud's time
-            manager._apply(snap, 0.0)
-            for node in manager.nodes.values():
-                node.recalculate()
+            manager.apply_resync(snap, started=0.0)
 
         def plan() -> None:
-            view = manager.subnet_view()
+            view = manager.view.planner_subnets()
             for node in manager.nodes.values():
                 assert node.instance is not None
                 spec = node.resource.spec
                 stats = node_stats(
                     spec, node.instance, LIMITS, used=node.resource.used, prefix_delegation=False
                 )
-                plan_allocation(spec, node.instance, LIMITS, view, manager.security_groups, must=stats.needed)
+                plan_allocation(
+                    spec, node.instance, LIMITS, view, manager.view.security_groups, must=stats.needed
+                )
 
         resync()
         return Cpu(nodes=nodes, resync_seconds=_best(runs, resync), plan_seconds=_best(runs, plan))
@@ -202,9 +202,7 @@ def _child(nodes: int) -> None:
 
     async def hold() -> float:
         manager, snap = build(nodes)
-        manager._apply(snap, 0.0)
-        for node in manager.nodes.values():
-            node.recalculate()
+        manager.apply_resync(snap, started=0.0)
         gc.collect()
         return _rss_mb()
 

@@ -49,8 +49,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec, ReleaseState, tags_match
-from eni_ipam.core.node import ownership_tags
+from eni_ipam.core.model import NodeSpec, ReleaseState, ownership_tags, tags_match
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore

@@ -14,6 +14,7 @@ from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.node import PassResult
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
@@ -53,10 +54,10 @@ class World:
         maintain = node.maintain
         passes = 0
 
-        async def counted() -> None:
+        async def counted() -> PassResult:
             nonlocal passes
             passes += 1
-            await maintain()
+            return await maintain()
 
         node.maintain = counted  # type: ignore[method-assign]
         return lambda: passes

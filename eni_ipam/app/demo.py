@@ -105,7 +105,7 @@ def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: 
         f"in deficit {sum(1 for s in totals if s.needed > 0)}"
     )
     lines.append(
-        "subnets free: " + "  ".join(f"{sid}={free}" for sid, free in sorted(manager.subnet_free.items()))
+        "subnets free: " + "  ".join(f"{sid}={free}" for sid, free in sorted(manager.view.free().items()))
     )
     lines.append("API calls: " + "  ".join(f"{op}={n}" for op, n in sorted(calls.items())))
     if out.isatty():

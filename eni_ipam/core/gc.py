@@ -2,7 +2,7 @@
 
 An interface of ours leaks when a create's rollback fails, when the process dies between create and
 attach, or when someone detaches it. The candidates are the interfaces that are detached and carry
-this cluster's ownership tags (:func:`eni_ipam.core.node.ownership_tags`). Another cluster's interfaces,
+this cluster's ownership tags (:func:`eni_ipam.core.model.ownership_tags`). Another cluster's interfaces,
 or another tool's, never match. Each run:
 
 1. **sweeps**: lists the candidates again, and deletes those that the previous run marked and that
@@ -25,7 +25,7 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.node import ownership_tags
+from eni_ipam.core.model import ownership_tags
 from eni_ipam.core.provider import Provider
 
 log = structlog.get_logger("eni_ipam.core.gc")

@@ -1,7 +1,9 @@
 """NodeManager: the cluster-wide reconciler that decides *when* each node is maintained.
 
-It owns the shared cloud view (subnets with live free counts, security groups, instance limits),
-the node table, and a priority queue served by a bounded pool of workers:
+It owns the node table, the shared :class:`~eni_ipam.core.view.CloudView`, and a priority queue
+served by a bounded pool of workers. Each node's scheduling state (queued, running, dirty, timer,
+not-before, backoff) lives in the manager's private slot for it; a :class:`~eni_ipam.core.node.Node`
+never sees it, and a pass reports back only through its :class:`~eni_ipam.core.node.PassResult`.
 
 * **Start**: one full resync must succeed (retried with backoff) before any mutation; until then
   nodes are accepted but not maintained (``ready`` is false, ``/readyz`` says so).
@@ -10,16 +12,16 @@ the node table, and a priority queue served by a bounded pool of workers:
 * **Ordering**: the queue serves the largest deficit first, then idle nodes, then the largest excess.
 * **Periodic resync** (``resync_interval``): refresh the view, re-fetch any node's instance that is
   missing from it (never read "missing" as "needs nothing"), and trigger every node with work.
-* **Failures**: a failed pass re-schedules only that node, with exponential backoff and jitter;
-  workers never sleep on a node's behalf, so a failing node never slows the others.
-* **Subnet accounting**: addresses are reserved from a subnet's free count before the call that
-  takes them and returned if it fails, so concurrent nodes do not plan the same last addresses.
+* **Failures**: a failed pass re-schedules only that node, with exponential backoff and jitter, and
+  never sooner than a cloud's Retry-After; workers never sleep on a node's behalf, so a failing node
+  never slows the others.
+* **Removal**: :meth:`NodeManager.delete` returns a :class:`Departure` whose ``idle()`` completes when
+  the node's last pass has ended, so a caller can wait for it instead of polling.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import random
@@ -30,18 +32,17 @@ import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
-from eni_ipam.core.clock import Clock
+from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.config import Settings
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import CloudSnapshot, InstanceLimits, NodeResource, NodeStatus, SecurityGroup, Subnet
-from eni_ipam.core.node import Node
+from eni_ipam.core.model import CloudSnapshot, NodeResource, NodeStatus
+from eni_ipam.core.node import Node, NodeEnv, PassResult
 from eni_ipam.core.provider import Provider
+from eni_ipam.core.view import CloudView
 
 log = structlog.get_logger("eni_ipam.core.manager")
 
-LIMITS_RETRY_INTERVAL = 60.0
-"""An unknown instance type is asked about again at most once a minute."""
 TOTALS_INTERVAL = 1.0
 """Cluster-wide gauges are recomputed at most once a second (O(nodes) each time)."""
 
@@ -54,13 +55,75 @@ class StatusSink(Protocol):
         ...
 
 
-class _Reservation:
-    """Handed to the caller of :meth:`NodeManager.reserve`; ``commit()`` keeps the addresses taken."""
+class _Slot:
+    """The manager's scheduling state of one node."""
 
-    committed = False
+    __slots__ = ("backoff", "deleted", "dirty", "idle", "node", "not_before", "queued", "running", "timer")
 
-    def commit(self) -> None:
-        self.committed = True
+    def __init__(self, node: Node, backoff: Backoff) -> None:
+        self.node = node
+        self.backoff = backoff
+        self.queued = False
+        self.running = False
+        self.dirty = False
+        """Asked for "now" while a pass ran: one more pass when it ends."""
+        self.deleted = False
+        self.not_before = float("-inf")
+        """No pass before this time (the minimum interval, or a failure's backoff)."""
+        self.timer: tuple[Handle, float] | None = None
+        """The armed timer and when it fires."""
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def has_work(self) -> bool:
+        if self.node.stopped:
+            return False
+        return self.queued or self.running or self.timer is not None or self.node.wants_pass()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """Where one node stands in the manager's schedule (a read-only snapshot)."""
+
+    queued: bool
+    running: bool
+    failures: int
+    """Passes that failed in a row (the backoff's exponent)."""
+    not_before: float
+    """No pass before this time on the clock's timeline (minimum interval or backoff)."""
+    timer_due: float | None
+    """When an armed timer asks for the next pass, if one is armed."""
+
+
+class Departure:
+    """A node that left the manager; its last pass may still be running."""
+
+    def __init__(self, slot: _Slot) -> None:
+        self._slot = slot
+
+    @property
+    def running(self) -> bool:
+        return self._slot.running
+
+    async def idle(self) -> None:
+        """Return once no pass of the node is running (at once if none is)."""
+        await self._slot.idle.wait()
+
+
+class _NodeTable(Mapping[str, Node]):
+    """Read-only name → :class:`Node` view of the manager's slots."""
+
+    def __init__(self, slots: dict[str, _Slot]) -> None:
+        self._slots = slots
+
+    def __getitem__(self, name: str) -> Node:
+        return self._slots[name].node
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
 
 
 class NodeManager:
@@ -80,19 +143,22 @@ class NodeManager:
         self.clock = clock
         self.status_sink = status_sink
         self.rng = rng or random.Random()
-        self.ready = False
-        self.nodes: dict[str, Node] = {}
-        self.subnets: dict[str, Subnet] = {}
-        self.subnet_free: dict[str, int] = {}
-        self.security_groups: Mapping[str, SecurityGroup] = {}
-        self.limits: dict[str, InstanceLimits] = {}
-        self._limits_misses: dict[str, float] = {}
-        self._subnet_view: dict[str, Subnet] | None = None
+        self.view = CloudView(provider, clock=clock, metrics=metrics)
+        self._env = NodeEnv(
+            provider=provider, view=self.view, settings=settings, metrics=metrics, clock=clock
+        )
+        self._slots: dict[str, _Slot] = {}
+        self.nodes: Mapping[str, Node] = _NodeTable(self._slots)
+        """The nodes maintained, by name (read-only)."""
         self._queue: asyncio.PriorityQueue[tuple[tuple[int, int], int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self._last_totals = float("-inf")
-        self._resync_wakeup = asyncio.Event()
         self.last_resync: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """The initial resync has succeeded: nodes are being maintained."""
+        return self.view.ready
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -124,10 +190,9 @@ class NodeManager:
                 delay = backoff.next_delay()
                 log.warning("initial_resync_failed", error=str(exc), retry_in=round(delay, 3))
                 await self.clock.sleep(delay)
-        self.ready = True
-        log.info("instances_api_ready", nodes=len(self.nodes), subnets=len(self.subnets))
-        for node in list(self.nodes.values()):
-            self.trigger(node)
+        log.info("instances_api_ready", nodes=len(self._slots), subnets=len(self.view.subnets))
+        for slot in list(self._slots.values()):
+            self._trigger(slot)
 
     async def _periodic_resync(self) -> None:
         while True:
@@ -147,226 +212,198 @@ class NodeManager:
             self.metrics.resync_failures.inc()
             raise
         self.metrics.resync.inc()
-        self._apply(snapshot, started)
+        self.apply_resync(snapshot, started=started)
+
+    def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
+        """The synchronous half of a resync: take ``snapshot`` (listed from ``started`` on) as the
+        view, update every node from it, and trigger the nodes with work."""
+        self.view.apply(snapshot)
         self.last_resync = started
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
-        for node in self.nodes.values():
-            # A node blocked on the last view (no subnet room, at capacity) is planned again on the
-            # fresh one: room may have come back (addresses released elsewhere, a node gone).
-            node.blocked = ""
-            node.recalculate()
-            if node.has_work():
-                self.trigger(node)
+        for slot in self._slots.values():
+            node = slot.node
+            node.observe(snapshot.instances.get(node.resource.spec.instance_id), seen_at=started)
+            self._recalculate(node)
+            if slot.has_work():
+                self._trigger(slot)
         self._update_totals(force=True)
-
-    def _apply(self, snapshot: CloudSnapshot, started: float) -> None:
-        self.subnets = dict(snapshot.subnets)
-        self.subnet_free = {sid: s.available for sid, s in snapshot.subnets.items()}
-        self._subnet_view = None
-        self.security_groups = dict(snapshot.security_groups)
-        self.limits.update(snapshot.limits)
-        self.metrics.set_subnets(
-            {s.id: (s.zone, s.available) for s in snapshot.subnets.values()}, replace=True
-        )
-        for node in self.nodes.values():
-            instance = snapshot.instances.get(node.resource.spec.instance_id)
-            if instance is not None:
-                node.terminated = False
-                node.set_instance(instance, seen_at=started)
-            elif not node.terminated:
-                node.needs_refresh = True  # missing from this resync: re-fetch, never assume "needs 0"
 
     # -- node table -----------------------------------------------------------------------------
 
     def upsert(self, resource: NodeResource) -> None:
         """A node was added or changed (spec, used addresses, handshake answers): maintain it soon."""
-        node = self.nodes.get(resource.spec.name)
-        if node is None:
-            node = self.nodes[resource.spec.name] = Node(self, resource)
-            log.info("node_added", node=node.name, instance=resource.spec.instance_id)
+        name = resource.spec.name
+        slot = self._slots.get(name)
+        if slot is None:
+            backoff = Backoff(
+                initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
+            )
+            slot = self._slots[name] = _Slot(Node(resource, self._env), backoff)
+            log.info("node_added", node=name, instance=resource.spec.instance_id)
         else:
-            if node.resource.spec.instance_id != resource.spec.instance_id:
-                node.instance, node.needs_refresh, node.terminated = None, True, False
-                node.view_time = float("-inf")
-            node.resource = resource
-        node.blocked = ""
-        node.recalculate()
+            slot.node.update(resource)
+        self._recalculate(slot.node)
         if self.ready:
-            self.trigger(node)
+            self._trigger(slot)
 
-    def delete(self, name: str) -> Node | None:
-        """Stop maintaining a node; returns it (a pass may still be running: see ``Node.running``)."""
-        node = self.nodes.pop(name, None)
-        if node is None:
+    def delete(self, name: str) -> Departure | None:
+        """Stop maintaining a node. Returns None for an unknown node; otherwise a handle whose
+        ``idle()`` waits for a pass still running."""
+        slot = self._slots.pop(name, None)
+        if slot is None:
             return None
-        node.deleted = True
-        if node.timer is not None:
-            node.timer.cancel()
-            node.timer = None
+        slot.deleted = True
+        self._disarm(slot)
         self.metrics.remove_node(name)
         log.info("node_removed", node=name)
-        return node
+        return Departure(slot)
+
+    def trigger(self, name: str) -> None:
+        """Ask for a pass of node ``name`` as soon as its minimum interval or backoff allows."""
+        slot = self._slots.get(name)
+        if slot is not None:
+            self._trigger(slot)
+
+    def schedule(self, name: str) -> Schedule | None:
+        """Node ``name``'s place in the schedule, or None for an unknown node."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return None
+        return Schedule(
+            queued=slot.queued,
+            running=slot.running,
+            failures=slot.backoff.failures,
+            not_before=slot.not_before,
+            timer_due=slot.timer[1] if slot.timer is not None else None,
+        )
+
+    def busy(self) -> bool:
+        """Whether any node still has work the reconciler could do (the simulator's "converged" test)."""
+        return not self.ready or any(slot.has_work() for slot in self._slots.values())
 
     # -- scheduling -----------------------------------------------------------------------------
 
-    def trigger(self, node: Node, *, delay: float = 0.0) -> None:
-        """Ask for a pass of ``node`` after ``delay`` seconds (earliest request wins; requests fold)."""
-        if node.deleted:
+    def _trigger(self, slot: _Slot) -> None:
+        if slot.deleted:
             return
-        if node.running:
-            # A pass asking for another later (a release delay running out) arms a timer; only a
-            # request for "now" makes the running pass go again when it ends. Marking it dirty for a
-            # later request re-ran the node every trigger_min_interval until the delay was over.
-            if delay > 0:
-                self._arm(node, self.clock.monotonic() + delay)
-            else:
-                node.dirty = True
+        if slot.running:
+            slot.dirty = True  # one more pass when this one ends
             return
-        if node.queued:
+        if slot.queued:
             return
-        due = max(self.clock.monotonic() + delay, node.not_before)
-        if due <= self.clock.monotonic():
-            self._enqueue(node)
+        now = self.clock.monotonic()
+        if slot.not_before <= now:
+            self._enqueue(slot)
         else:
-            self._arm(node, due)
+            self._arm(slot, slot.not_before)
 
-    def _arm(self, node: Node, due: float) -> None:
-        if node.timer is not None and node.timer_due <= due:
-            return
-        if node.timer is not None:
-            node.timer.cancel()
+    def _arm(self, slot: _Slot, due: float) -> None:
+        """Make sure a pass is asked for at ``due`` at the latest (the earliest timer wins)."""
+        if slot.timer is not None:
+            if slot.timer[1] <= due:
+                return
+            slot.timer[0].cancel()
 
         def fire() -> None:
-            node.timer = None
-            node.timer_due = float("inf")
-            if node.not_before > self.clock.monotonic():
+            slot.timer = None
+            if slot.not_before > self.clock.monotonic():
                 # A timer armed before a failure (a release delay) never runs the node sooner than
                 # its backoff, or than the wait a cloud asked for.
-                self._arm(node, node.not_before)
+                self._arm(slot, slot.not_before)
                 return
-            if not node.deleted and not node.queued:
-                if node.running:
-                    node.dirty = True
+            if not slot.deleted and not slot.queued:
+                if slot.running:
+                    slot.dirty = True
                 else:
-                    self._enqueue(node)
+                    self._enqueue(slot)
 
-        node.timer = self.clock.call_later(due - self.clock.monotonic(), fire)
-        node.timer_due = due
+        slot.timer = (self.clock.call_later(due - self.clock.monotonic(), fire), due)
 
-    def _enqueue(self, node: Node) -> None:
-        node.queued = True
-        s = node.stats
+    def _disarm(self, slot: _Slot) -> None:
+        if slot.timer is not None:
+            slot.timer[0].cancel()
+            slot.timer = None
+
+    def _enqueue(self, slot: _Slot) -> None:
+        slot.queued = True
+        s = slot.node.stats
         if s.needed > 0:
             priority = (0, -s.needed)
         elif s.excess > 0 and self.settings.release_excess_ips:
             priority = (2, -s.excess)
         else:
             priority = (1, 0)
-        self._queue.put_nowait((priority, next(self._seq), node.name))
+        self._queue.put_nowait((priority, next(self._seq), slot.node.name))
 
     async def _worker(self) -> None:
         while True:
             _, _, name = await self._queue.get()
-            node = self.nodes.get(name)
-            if node is None or not node.queued:
+            slot = self._slots.get(name)
+            if slot is None or not slot.queued:
                 continue
-            node.queued = False
-            node.running = True
-            node.dirty = False
+            slot.queued = False
+            slot.running = True
+            slot.dirty = False
+            slot.idle.clear()
             try:
-                await node.maintain()
-                node.backoff.reset()
-                node.not_before = self.clock.monotonic() + self.settings.trigger_min_interval
-            except errors.Fenced:
-                # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
-                # retry; whoever reconciles next starts from a fresh resync.
-                log.debug("maintenance_fenced", node=name)
-                continue
-            except Exception as exc:  # one node's failure, even a bug, never stops the others
-                delay = node.backoff.next_delay()
-                # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
-                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-                node.not_before = self.clock.monotonic() + delay
-                reason = type(exc).__name__
-                self.metrics.node_failures.labels(reason=reason).inc()
-                log.warning(
-                    "maintenance_failed",
-                    node=name,
-                    error=str(exc),
-                    failures=node.backoff.failures,
-                    retry_in=round(delay, 3),
-                    exc_info=not isinstance(exc, errors.EniIpamError),
-                )
-                node.dirty = True
+                result = await slot.node.maintain()
             finally:
-                node.running = False
-                self._update_totals()
-            if node.dirty and not node.deleted:
-                node.dirty = False
-                self.trigger(node)
+                slot.running = False
+                slot.idle.set()
+            self._finish(slot, result)
 
-    # -- shared view ----------------------------------------------------------------------------
-
-    def subnet_view(self) -> Mapping[str, Subnet]:
-        """Subnets with their free counts net of reservations (what the planner must see)."""
-        if self._subnet_view is None:
-            self._subnet_view = {
-                sid: dataclasses.replace(s, available=max(self.subnet_free.get(sid, 0), 0))
-                for sid, s in self.subnets.items()
-            }
-        return self._subnet_view
-
-    @contextlib.contextmanager
-    def reserve(self, subnet_id: str, count: int) -> Iterator[_Reservation]:
-        """Take ``count`` addresses off a subnet's free count for the duration of a call; they are
-        given back unless the call commits them."""
-        reservation = _Reservation()
-        self._adjust_free(subnet_id, -count)
-        try:
-            yield reservation
-        finally:
-            if not reservation.committed:
-                self._adjust_free(subnet_id, count)
-
-    def release_to_subnet(self, subnet_id: str, count: int) -> None:
-        self._adjust_free(subnet_id, count)
-
-    def _adjust_free(self, subnet_id: str, delta: int) -> None:
-        if subnet_id in self.subnet_free:
-            self.subnet_free[subnet_id] += delta
-            self._subnet_view = None
-            subnet = self.subnets[subnet_id]
-            self.metrics.set_subnets({subnet_id: (subnet.zone, max(self.subnet_free[subnet_id], 0))})
-
-    async def limits_for(self, instance_type: str) -> InstanceLimits | None:
-        known = self.limits.get(instance_type)
-        if known is not None:
-            return known
+    def _finish(self, slot: _Slot, result: PassResult) -> None:
+        """Act on a pass's result: publish, then schedule what comes next."""
+        node = slot.node
+        self._set_gauges(node)
+        if result.status is not None and not slot.deleted:
+            # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
+            self.status_sink.publish(node.name, result.status)
         now = self.clock.monotonic()
-        if now - self._limits_misses.get(instance_type, float("-inf")) < LIMITS_RETRY_INTERVAL:
-            return None
-        try:
-            limits = await self.provider.instance_limits(instance_type=instance_type)
-        except errors.LimitsUnknown:
-            self._limits_misses[instance_type] = now
-            log.warning("instance_limits_unknown", instance_type=instance_type)
-            return None
-        self.limits[instance_type] = limits
-        return limits
+        error = result.error
+        if error is None:
+            slot.backoff.reset()
+            slot.not_before = now + self.settings.trigger_min_interval
+        elif isinstance(error, errors.Fenced):
+            # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
+            # retry; whoever reconciles next starts from a fresh resync.
+            log.debug("maintenance_fenced", node=node.name)
+            self._update_totals()
+            return
+        else:
+            delay = slot.backoff.next_delay()
+            # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
+            delay = max(delay, getattr(error, "retry_after", None) or 0.0)
+            slot.not_before = now + delay
+            self.metrics.node_failures.labels(reason=type(error).__name__).inc()
+            log.warning(
+                "maintenance_failed",
+                node=node.name,
+                error=str(error),
+                failures=slot.backoff.failures,
+                retry_in=round(delay, 3),
+                exc_info=error if not isinstance(error, errors.EniIpamError) else False,
+            )
+            slot.dirty = True
+        if result.again_at is not None and not slot.deleted:
+            self._arm(slot, result.again_at)
+        self._update_totals()
+        if slot.dirty and not slot.deleted:
+            slot.dirty = False
+            self._trigger(slot)
 
-    # -- status and totals ----------------------------------------------------------------------
+    # -- stats and totals -----------------------------------------------------------------------
 
-    def publish(self, node: Node) -> None:
-        if node.deleted:
-            return  # a pass that outlived its node: its pool's record is gone (or going)
-        self.status_sink.publish(node.name, node.status())
+    def _recalculate(self, node: Node) -> None:
+        node.recalculate()
+        self._set_gauges(node)
+
+    def _set_gauges(self, node: Node) -> None:
+        if self._slots.get(node.name) is not None and self._slots[node.name].node is node:
+            self.metrics.set_node(node.name, node.stats)  # a removed node's gauges stay removed
 
     def _update_totals(self, *, force: bool = False) -> None:
         now = self.clock.monotonic()
         if force or now - self._last_totals >= TOTALS_INTERVAL:
             self._last_totals = now
-            self.metrics.set_totals(n.stats for n in self.nodes.values())
-
-    def busy(self) -> bool:
-        """Whether any node still has work the reconciler could do (the simulator's "converged" test)."""
-        return not self.ready or any(n.has_work() for n in self.nodes.values())
+            self.metrics.set_totals(slot.node.stats for slot in self._slots.values())

@@ -81,6 +81,27 @@ def expand_prefix(prefix: str) -> list[str]:
     return [str(a) for a in ipaddress.IPv4Network(prefix)]
 
 
+MANAGED_BY = "eni-ipam"
+TAG_CLUSTER = "eni-ipam/cluster"
+TAG_NODE = "eni-ipam/node"
+TAG_MANAGED_BY = "eni-ipam/managed-by"
+TAG_INSTANCE = "eni-ipam/instance"
+
+
+def ownership_tags(cluster_name: str) -> dict[str, str]:
+    """The tags that say "this cluster's eni-ipam made this interface": what garbage collection
+    looks for, so it can never take another cluster's (or another tool's) interfaces."""
+    return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
+
+
+def interface_tags(
+    *, cluster_name: str, node: str, instance_id: str, extra: Mapping[str, str] = EMPTY_TAGS
+) -> dict[str, str]:
+    """Every tag of an interface created for ``node``: the configured extras, then the ownership
+    tags and the node and instance it was made for (ours win over an extra of the same key)."""
+    return {**extra, **ownership_tags(cluster_name), TAG_NODE: node, TAG_INSTANCE: instance_id}
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLimits:
     """Network limits of an instance type, as the cloud describes them."""

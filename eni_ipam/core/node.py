@@ -2,8 +2,14 @@
 
 A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing →
 recalculate → release handshake (when enabled) → allocate the deficit → if anything changed,
-re-read the instance (per-instance sync) → recalculate and publish. The manager guarantees that
-at most one pass per node runs at a time, which is what lets this class mutate without locks.
+re-read the instance (per-instance sync) → recalculate. It returns a :class:`PassResult` — the
+status to publish, when it wants another pass, and the error that ended it, if any — and leaves
+every scheduling decision (backoff, timers, ordering) to the manager. The manager runs at most one
+pass per node at a time, which is what lets this class mutate without locks.
+
+A node sees the rest of the system only through its :class:`NodeEnv`: the provider, the shared
+:class:`~eni_ipam.core.view.CloudView` (subnets, reservations, limits), settings, metrics and the
+clock. It never reads or writes the manager.
 
 Invariants:
 
@@ -20,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import structlog
 
 from eni_ipam.core import errors
-from eni_ipam.core.backoff import Backoff
-from eni_ipam.core.clock import Handle
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.config import Settings
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     AssignAddresses,
     CreateInterface,
@@ -40,27 +46,14 @@ from eni_ipam.core.model import (
     ReleaseState,
     UnassignAddresses,
     expand_prefix,
+    interface_tags,
 )
 from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
+from eni_ipam.core.provider import Provider
+from eni_ipam.core.view import CloudView
 from eni_ipam.core.watermarks import allocation_budget
 
-if TYPE_CHECKING:
-    from eni_ipam.core.manager import NodeManager
-
 log = structlog.get_logger("eni_ipam.core.node")
-
-MANAGED_BY = "eni-ipam"
-TAG_CLUSTER = "eni-ipam/cluster"
-TAG_NODE = "eni-ipam/node"
-TAG_MANAGED_BY = "eni-ipam/managed-by"
-TAG_INSTANCE = "eni-ipam/instance"
-
-
-def ownership_tags(cluster_name: str) -> dict[str, str]:
-    """The tags that say "this cluster's eni-ipam made this interface": what garbage collection
-    looks for, so it can never take another cluster's (or another tool's) interfaces."""
-    return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
-
 
 AT_CAPACITY_LOG_INTERVAL = 3600.0
 """At most one "at capacity" log line per node per hour: it is a state, not an event."""
@@ -68,9 +61,33 @@ MAX_REPLANS = 3
 """Replans within one pass after a recoverable surprise (no /28 left, device index taken)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeEnv:
+    """Everything a node's pass may use besides its own state, shared by every node of a manager."""
+
+    provider: Provider
+    view: CloudView
+    settings: Settings
+    metrics: Metrics
+    clock: Clock
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PassResult:
+    """What one maintenance pass leaves for the manager to act on."""
+
+    status: NodeStatus | None
+    """The node's status after the pass, to publish (unless the node was removed meanwhile); None
+    when the pass ended before it learnt anything new (not synced yet, the instance unreadable)."""
+    again_at: float | None = None
+    """When (on the clock's timeline) the node wants another pass: a release delay running out."""
+    error: Exception | None = None
+    """Why the pass stopped early; the manager backs off (or, for :class:`~errors.Fenced`, stops)."""
+
+
 class Node:
-    def __init__(self, manager: NodeManager, resource: NodeResource) -> None:
-        self.manager = manager
+    def __init__(self, resource: NodeResource, env: NodeEnv) -> None:
+        self.env = env
         self.resource = resource
         self.instance: Instance | None = None
         self.view_time = float("-inf")
@@ -85,24 +102,36 @@ class Node:
         """Addresses chosen for release → when they were first seen excess."""
         self.release_status: dict[str, ReleaseState] = {}
         """What the reconciler publishes in the handshake (marked-for-release / released)."""
-        self.backoff = Backoff(
-            initial=manager.settings.backoff_initial, maximum=manager.settings.backoff_max, rng=manager.rng
-        )
         self._last_capacity_log = float("-inf")
-        # scheduling state, owned by the manager
-        self.queued = False
-        self.running = False
-        self.dirty = False
-        self.deleted = False
-        self.not_before = float("-inf")
-        self.timer: Handle | None = None
-        self.timer_due = float("inf")
+        self._again_at: float | None = None
+        self._publish = False
 
     @property
     def name(self) -> str:
         return self.resource.spec.name
 
-    # -- views ------------------------------------------------------------------------------------
+    # -- what the node source and the resync tell it ------------------------------------------------
+
+    def update(self, resource: NodeResource) -> None:
+        """The node's record changed (spec, used addresses, answers). A new instance id forgets the
+        old instance's view: the next pass reads the new one."""
+        if self.resource.spec.instance_id != resource.spec.instance_id:
+            self.instance, self.needs_refresh, self.terminated = None, True, False
+            self.view_time = float("-inf")
+        self.resource = resource
+        self.blocked = ""
+
+    def observe(self, instance: Instance | None, *, seen_at: float) -> None:
+        """What a full resync that started at ``seen_at`` saw of this node's instance. Missing from it
+        means "read it again", never "needs nothing" (a listing can miss an instance)."""
+        if instance is not None:
+            self.terminated = False
+            self.set_instance(instance, seen_at=seen_at)
+        elif not self.terminated:
+            self.needs_refresh = True
+        # A node blocked on the last view (no subnet room, at capacity) is planned again on the fresh
+        # one: room may have come back (addresses released elsewhere, a node gone).
+        self.blocked = ""
 
     def set_instance(self, instance: Instance, *, seen_at: float) -> None:
         if seen_at >= self.view_time:
@@ -110,8 +139,10 @@ class Node:
             self.view_time = seen_at
             self.needs_refresh = False
 
+    # -- views ------------------------------------------------------------------------------------
+
     def limits(self) -> InstanceLimits | None:
-        return self.manager.limits.get(self.instance.type) if self.instance else None
+        return self.env.view.known_limits(self.instance.type) if self.instance else None
 
     def recalculate(self) -> NodeStats:
         """Recompute stats from the current view; unknown limits or instance leave the node untouched."""
@@ -129,28 +160,32 @@ class Node:
                 self.instance,
                 limits,
                 used=self.resource.used,
-                prefix_delegation=self.manager.settings.prefix_delegation,
+                prefix_delegation=self.env.settings.prefix_delegation,
             )
-        now = self.manager.clock.monotonic()
+        now = self.env.clock.monotonic()
         if self.stats.needed > 0 and self.deficit_since is None:
             self.deficit_since = now
         elif self.stats.needed == 0 and self.deficit_since is not None:
-            self.manager.metrics.time_to_ip.observe(now - self.deficit_since)
+            self.env.metrics.time_to_ip.observe(now - self.deficit_since)
             self.deficit_since = None
-        self.manager.metrics.set_node(self.name, self.stats)
         return self.stats
 
-    def has_work(self) -> bool:
-        """Whether the node still wants something the reconciler could do."""
-        if self.terminated or (self.instance is not None and not self.instance.running):
+    @property
+    def stopped(self) -> bool:
+        """The instance is gone or not running: nothing to do until that changes."""
+        return self.terminated or (self.instance is not None and not self.instance.running)
+
+    def wants_pass(self) -> bool:
+        """Whether the node, as it stands, wants something a pass could do."""
+        if self.stopped:
             return False
-        if self.queued or self.running or self.timer is not None or self.needs_refresh:
+        if self.needs_refresh:
             return True
         if not self.stats.limits_known:
             return False
         if self.stats.needed > 0 and not self.blocked:
             return True
-        if self.manager.settings.release_excess_ips:
+        if self.env.settings.release_excess_ips:
             return self.stats.excess > 0 or bool(self.marked) or bool(self.release_status)
         return False
 
@@ -169,39 +204,54 @@ class Node:
                         PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id, prefix=prefix)
                         for a in expand_prefix(prefix)
                     )
-        known = self.manager.subnets
+        cidrs = {sid: self.env.view.cidr(sid) for sid in {e.subnet_id for e in pool}}
         return NodeStatus(
             pool=tuple(pool),
             stats=self.stats,
             release=dict(self.release_status),
             interfaces=interfaces,
-            subnets={e.subnet_id: known[e.subnet_id].cidr for e in pool if e.subnet_id in known},
+            subnets={sid: cidr for sid, cidr in cidrs.items() if cidr is not None},
             message=self.message or self.blocked,
         )
 
     # -- the pass ---------------------------------------------------------------------------------
 
-    async def maintain(self) -> None:
-        m = self.manager
-        if not m.ready:
+    async def maintain(self) -> PassResult:
+        """One maintenance pass. Never raises an :class:`Exception`: a failure, even a bug, ends the
+        pass and is returned with the status the node has after it (cancellation propagates)."""
+        self._again_at = None
+        self._publish = False
+        error: Exception | None = None
+        try:
+            await self._pass()
+        except Exception as exc:  # one node's failure, even a bug, never stops the others
+            error = exc
+        return PassResult(
+            status=self.status() if self._publish else None, again_at=self._again_at, error=error
+        )
+
+    async def _pass(self) -> None:
+        env = self.env
+        if not env.view.ready:
             raise errors.NotReady("the initial resync has not succeeded yet")
         if self.needs_refresh or self.instance is None:
             await self.refresh()
         if self.instance is None or self.terminated or not self.instance.running:
             self.recalculate()
-            m.publish(self)
+            self._publish = True
             return
-        limits = await m.limits_for(self.instance.type)
+        limits = await env.view.limits(self.instance.type)
         if limits is None:
             self.message = f"limits of instance type {self.instance.type} are unknown; node left alone"
             self.recalculate()
-            m.publish(self)
+            self._publish = True
             return
         self.message = ""
+        self._publish = True  # from here on the status is published, whatever happens
         stats = self.recalculate()
         mutated = False
         try:
-            if m.settings.release_excess_ips:
+            if env.settings.release_excess_ips:
                 mutated |= await self._release(stats)
             stats = self.recalculate()
             if stats.needed > 0:
@@ -223,14 +273,13 @@ class Node:
                 except errors.ProviderError as exc:  # the view we hold is still right; resync will confirm
                     log.warning("instance_sync_failed", node=self.name, error=str(exc))
             self.recalculate()
-            m.publish(self)
 
     async def refresh(self) -> None:
         """Per-instance sync: re-read the instance from the cloud. A missing instance is terminated."""
-        m = self.manager
+        env = self.env
         instance_id = self.resource.spec.instance_id
-        started = m.clock.monotonic()
-        instance = await m.provider.describe_instance(instance_id=instance_id)
+        started = env.clock.monotonic()
+        instance = await env.provider.describe_instance(instance_id=instance_id)
         if instance is None:
             if not self.terminated:
                 log.warning("instance_gone", node=self.name, instance=instance_id)
@@ -245,7 +294,7 @@ class Node:
     # -- allocation -------------------------------------------------------------------------------
 
     async def _allocate(self, limits: InstanceLimits) -> bool:
-        m = self.manager
+        m = self.env
         spec = self.resource.spec
         no_prefix: set[str] = set()
         mutated = False
@@ -264,8 +313,8 @@ class Node:
                 spec,
                 self.instance,
                 limits,
-                m.subnet_view(),
-                m.security_groups,
+                m.view.planner_subnets(),
+                m.view.security_groups,
                 must=must,
                 bonus=bonus,
                 prefix_delegation=m.settings.prefix_delegation,
@@ -296,10 +345,10 @@ class Node:
         return mutated
 
     async def _assign(self, action: AssignAddresses) -> None:
-        m = self.manager
+        m = self.env
         kind = "assign-prefixes" if action.prefixes else "assign"
         started = m.clock.monotonic()
-        with m.reserve(action.subnet_id, action.addresses) as reservation:
+        with m.view.reserve(action.subnet_id, action.addresses) as reservation:
             try:
                 new = await m.provider.assign_addresses(
                     interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
@@ -328,16 +377,16 @@ class Node:
         )
 
     async def _create(self, action: CreateInterface) -> None:
-        m = self.manager
+        m = self.env
         spec = self.resource.spec
         started = m.clock.monotonic()
-        tags = {
-            **m.settings.interface_tags,
-            **ownership_tags(m.settings.cluster_name),
-            TAG_NODE: self.name,
-            TAG_INSTANCE: spec.instance_id,
-        }
-        with m.reserve(action.subnet_id, action.addresses + 1) as reservation:  # +1: the primary address
+        tags = interface_tags(
+            cluster_name=m.settings.cluster_name,
+            node=self.name,
+            instance_id=spec.instance_id,
+            extra=m.settings.interface_tags,
+        )
+        with m.view.reserve(action.subnet_id, action.addresses + 1) as reservation:  # +1: the primary address
             try:
                 iface = await m.provider.create_interface(
                     instance_id=spec.instance_id,
@@ -373,13 +422,13 @@ class Node:
         )
 
     def _observe_allocation(self, kind: str, status: str, started: float) -> None:
-        m = self.manager
+        m = self.env
         m.metrics.allocation_duration.labels(type=kind, status=status).observe(m.clock.monotonic() - started)
 
     def _token(self, action: CreateInterface) -> str:
         """Idempotency token: the same planned create (after a retry or a restart) gets the same token,
         so the cloud returns the interface it already made instead of a second one."""
-        m = self.manager
+        m = self.env
         key = "|".join(
             (
                 m.settings.cluster_name,
@@ -394,7 +443,7 @@ class Node:
         return "eni-ipam-" + hashlib.sha256(key.encode()).hexdigest()[:40]
 
     def _log_at_capacity(self, shortfall: int) -> None:
-        now = self.manager.clock.monotonic()
+        now = self.env.clock.monotonic()
         if now - self._last_capacity_log >= AT_CAPACITY_LOG_INTERVAL:
             self._last_capacity_log = now
             log.warning("node_at_capacity", node=self.name, shortfall=shortfall)
@@ -403,7 +452,7 @@ class Node:
 
     async def _release(self, stats: NodeStats) -> bool:
         """One step of the release handshake; returns whether anything was unassigned."""
-        m = self.manager
+        m = self.env
         assert self.instance is not None
         now = m.clock.monotonic()
         plan = plan_release(
@@ -440,7 +489,7 @@ class Node:
             else:
                 self.release_status[address] = ReleaseState.MARKED
         if next_due < float("inf"):
-            m.trigger(self, delay=next_due - now)
+            self._again_at = next_due
         ready -= self.resource.in_use  # never release what the node reports in use, whatever it answered
         if not ready:
             return False
@@ -461,7 +510,7 @@ class Node:
         return mutated
 
     async def _unassign(self, action: UnassignAddresses) -> None:
-        m = self.manager
+        m = self.env
         started = m.clock.monotonic()
         try:
             await m.provider.unassign_addresses(
@@ -472,7 +521,7 @@ class Node:
             raise
         m.metrics.release_duration.labels(status="success").observe(m.clock.monotonic() - started)
         m.metrics.release_ops.labels(subnet=action.subnet_id).inc(action.size)
-        m.release_to_subnet(action.subnet_id, action.size)
+        m.view.returned(action.subnet_id, action.size)
         released = set(action.addresses)
         for prefix in action.prefixes:
             released.update(expand_prefix(prefix))

@@ -34,10 +34,9 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.manager import Departure, NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeResource
-from eni_ipam.core.node import Node
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
@@ -117,7 +116,8 @@ class KubeNodeSource:
         self.pending_pods: collections.Counter[str] = collections.Counter()
         self._pod_nodes: dict[str, str] = {}
         self._delivered: dict[str, NodeResource] = {}
-        self._leaving: dict[str, Node] = {}  # left the manager; their pool's finalizer waits for their pass
+        # Left the manager; their pool's finalizer waits for their last pass.
+        self._leaving: dict[str, Departure] = {}
         self._invalid: dict[str, str] = {}
         self._listed: dict[str, NodeRecord] = {}
         """The pools as a fresh list saw them when this term began (see :meth:`node_records`)."""
@@ -263,9 +263,9 @@ class KubeNodeSource:
     def _forget(self, name: str) -> None:
         self._delivered.pop(name, None)
         self.writer.forget(name)
-        node = self.manager.delete(name) if self.manager is not None else None
-        if node is not None:
-            self._leaving[name] = node
+        departure = self.manager.delete(name) if self.manager is not None else None
+        if departure is not None:
+            self._leaving[name] = departure
 
     def _queue(self, name: str, action: str) -> None:
         if self._todo.get(name) != "finalize":  # a finalize is never downgraded
@@ -322,15 +322,15 @@ class KubeNodeSource:
             log.info("pool_updated_from_node", pool=name, fields=sorted(patch["spec"]))
 
     async def _finalize(self, name: str) -> None:
-        node = self.manager.delete(name) if self.manager is not None else None
-        node = node or self._leaving.pop(name, None)
+        departure = self.manager.delete(name) if self.manager is not None else None
+        departure = departure or self._leaving.pop(name, None)
         self._delivered.pop(name, None)
-        waited = 0.0
-        while node is not None and node.running and waited < PASS_WAIT:
-            await self.clock.sleep(0.05)  # a pass in flight finishes before the record may go
-            waited += 0.05
-        if node is not None and node.running:
-            log.warning("pool_released_during_pass", pool=name, waited=waited)
+        if departure is not None and departure.running:
+            try:
+                async with asyncio.timeout(PASS_WAIT):  # the loop's clock, which the injected one reads
+                    await departure.idle()  # a pass in flight finishes before the record may go
+            except TimeoutError:
+                log.warning("pool_released_during_pass", pool=name, waited=PASS_WAIT)
         self.writer.forget(name)
         pool = self.pools.store.get(name)
         for _ in range(3):

@@ -8,6 +8,7 @@ import pytest
 from eni_ipam.core import errors
 from eni_ipam.core.config import Settings
 from eni_ipam.core.model import NodeResource, NodeSpec
+from eni_ipam.core.node import PassResult
 
 pytestmark = pytest.mark.looptime
 
@@ -123,7 +124,8 @@ async def test_failing_node_backs_off_without_slowing_the_others(make_world):
         attempts = holder["p"].assign_order.count("i-bad")
         # Backoff 1, 2, 4, 8, 16, 32 s (jittered into [d/2, d]): a handful of tries in a minute, not hundreds.
         assert 5 <= attempts <= 12
-        assert world.manager.nodes["bad"].backoff.failures == attempts
+        schedule = world.manager.schedule("bad")
+        assert schedule is not None and schedule.failures == attempts
 
 
 async def test_failing_node_waits_at_least_what_the_cloud_asked(make_world):
@@ -282,16 +284,25 @@ async def test_an_assign_that_failed_but_landed_is_seen_before_the_next_plan(mak
         assert node.stats.available == 8 and node.stats.needed == 0
 
 
-async def test_a_timer_armed_earlier_never_runs_a_node_before_its_backoff(make_world):
+async def test_a_failed_pass_asking_for_a_sooner_pass_still_waits_out_its_backoff(make_world):
     async with make_world() as world:
         world.add_node("n1")
         await world.settle()
-        manager = world.manager
-        node = manager.nodes["n1"]
-        passes = world.count_passes("n1")
-        node.not_before = world.clock.monotonic() + 30.0  # a failure asked for 30 s
-        manager._arm(node, world.clock.monotonic() + 1.0)  # a release delay armed before it
+        node = world.manager.nodes["n1"]
+        passes = 0
+
+        async def wants_one_second_but_was_told_thirty() -> PassResult:
+            nonlocal passes
+            passes += 1
+            # A release delay runs out in 1 s, but the cloud said: come back in 30 s.
+            throttled = errors.Throttled("slow down", code="Throttled", retry_after=30.0)
+            return PassResult(status=None, again_at=world.clock.monotonic() + 1.0, error=throttled)
+
+        node.maintain = wants_one_second_but_was_told_thirty  # type: ignore[method-assign]
+        world.manager.trigger("n1")
         await asyncio.sleep(5)
-        assert passes() == 0
+        assert passes == 1
+        schedule = world.manager.schedule("n1")
+        assert schedule is not None and schedule.not_before >= world.clock.monotonic() + 24.0
         await asyncio.sleep(30)
-        assert passes() == 1
+        assert passes == 2

@@ -18,7 +18,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.node import ownership_tags
+from eni_ipam.core.model import ownership_tags
 from tests.providers.aws.conftest import Network
 
 ROOT = Path(__file__).resolve().parents[3]

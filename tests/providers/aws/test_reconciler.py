@@ -13,8 +13,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
-from eni_ipam.core.node import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
+from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE, NodeSpec
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.aws import AwsProvider

@@ -1,0 +1,139 @@
+"""The shared cloud view: subnets with live free counts, security groups, instance-type limits.
+
+One :class:`CloudView` per manager. A full resync replaces it (:meth:`CloudView.apply`); between
+resyncs, passes keep the free counts honest by *reserving* addresses before the call that takes
+them (:meth:`CloudView.reserve`) and returning them when an unassign frees them. So two nodes
+maintained at once never plan the same last addresses of a subnet.
+
+Invariants:
+
+* The planner sees free counts net of every reservation in flight, never below zero.
+* ``ready`` turns true at the first successful :meth:`apply` and never back: no mutation is
+  planned on a view that was never synced.
+* An unknown instance type is asked about at most once per :data:`LIMITS_RETRY_INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping
+
+import structlog
+
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.model import CloudSnapshot, InstanceLimits, SecurityGroup, Subnet
+from eni_ipam.core.provider import Provider
+
+log = structlog.get_logger("eni_ipam.core.view")
+
+LIMITS_RETRY_INTERVAL = 60.0
+"""An unknown instance type is asked about again at most once a minute."""
+
+
+class Reservation:
+    """Handed out by :meth:`CloudView.reserve`; ``commit()`` keeps the addresses taken."""
+
+    committed = False
+
+    def commit(self) -> None:
+        self.committed = True
+
+
+class CloudView:
+    """What every node's pass reads of the cloud, and the subnet accounting they share."""
+
+    def __init__(self, provider: Provider, *, clock: Clock, metrics: Metrics) -> None:
+        self._provider = provider
+        self._clock = clock
+        self._metrics = metrics
+        self.ready = False
+        """The first full resync has been applied (mutations may be planned)."""
+        self.subnets: Mapping[str, Subnet] = {}
+        """Subnets as the last resync saw them (free counts as reported then)."""
+        self.security_groups: Mapping[str, SecurityGroup] = {}
+        self._free: dict[str, int] = {}
+        self._limits: dict[str, InstanceLimits] = {}
+        self._limits_misses: dict[str, float] = {}
+        self._planner_view: dict[str, Subnet] | None = None
+
+    def apply(self, snapshot: CloudSnapshot) -> None:
+        """Replace the view with a full resync's (reservations in flight are forgotten with the old
+        counts: the cloud's fresh count already includes whatever those calls took)."""
+        self.subnets = dict(snapshot.subnets)
+        self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
+        self._planner_view = None
+        self.security_groups = dict(snapshot.security_groups)
+        self._limits.update(snapshot.limits)
+        self._metrics.set_subnets(
+            {s.id: (s.zone, s.available) for s in snapshot.subnets.values()}, replace=True
+        )
+        self.ready = True
+
+    # -- subnets ----------------------------------------------------------------------------------
+
+    def free(self) -> Mapping[str, int]:
+        """Free addresses per subnet, net of reservations (may dip below zero while calls race)."""
+        return self._free
+
+    def planner_subnets(self) -> Mapping[str, Subnet]:
+        """Subnets with their free counts net of reservations: what the planner must see."""
+        if self._planner_view is None:
+            self._planner_view = {
+                sid: dataclasses.replace(s, available=max(self._free.get(sid, 0), 0))
+                for sid, s in self.subnets.items()
+            }
+        return self._planner_view
+
+    def cidr(self, subnet_id: str) -> str | None:
+        subnet = self.subnets.get(subnet_id)
+        return subnet.cidr if subnet is not None else None
+
+    @contextlib.contextmanager
+    def reserve(self, subnet_id: str, count: int) -> Iterator[Reservation]:
+        """Take ``count`` addresses off a subnet's free count for the duration of a call; they are
+        given back unless the call commits them."""
+        reservation = Reservation()
+        self._adjust(subnet_id, -count)
+        try:
+            yield reservation
+        finally:
+            if not reservation.committed:
+                self._adjust(subnet_id, count)
+
+    def returned(self, subnet_id: str, count: int) -> None:
+        """``count`` addresses went back to the subnet (an unassign succeeded)."""
+        self._adjust(subnet_id, count)
+
+    def _adjust(self, subnet_id: str, delta: int) -> None:
+        if subnet_id in self._free:
+            self._free[subnet_id] += delta
+            self._planner_view = None
+            subnet = self.subnets[subnet_id]
+            self._metrics.set_subnets({subnet_id: (subnet.zone, max(self._free[subnet_id], 0))})
+
+    # -- instance-type limits ---------------------------------------------------------------------
+
+    def known_limits(self, instance_type: str) -> InstanceLimits | None:
+        """The limits already known for ``instance_type`` (no call)."""
+        return self._limits.get(instance_type)
+
+    async def limits(self, instance_type: str) -> InstanceLimits | None:
+        """The limits of ``instance_type``, asking the provider about a type not known yet (at most
+        once per :data:`LIMITS_RETRY_INTERVAL`); None while they are unknown."""
+        known = self._limits.get(instance_type)
+        if known is not None:
+            return known
+        now = self._clock.monotonic()
+        if now - self._limits_misses.get(instance_type, float("-inf")) < LIMITS_RETRY_INTERVAL:
+            return None
+        try:
+            limits = await self._provider.instance_limits(instance_type=instance_type)
+        except errors.LimitsUnknown:
+            self._limits_misses[instance_type] = now
+            log.warning("instance_limits_unknown", instance_type=instance_type)
+            return None
+        self._limits[instance_type] = limits
+        return limits
