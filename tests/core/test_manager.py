@@ -306,3 +306,19 @@ async def test_a_failed_pass_asking_for_a_sooner_pass_still_waits_out_its_backof
         assert schedule is not None and schedule.not_before >= world.clock.monotonic() + 24.0
         await asyncio.sleep(30)
         assert passes == 2
+
+
+async def test_a_node_removed_during_its_pass_leaves_no_gauges_and_can_be_awaited(make_world):
+    async with make_world() as world:
+        await world.settle()
+        world.cloud.set_latency("AssignPrivateIpAddresses", 5.0)
+        started = world.clock.monotonic()
+        world.add_node("n1")
+        await asyncio.sleep(1.0)  # the pass is waiting on the cloud
+        departure = world.manager.delete("n1")
+        assert departure is not None and departure.running
+        await departure.idle()
+        assert not departure.running
+        assert world.clock.monotonic() - started >= 5.0  # idle() returned when the pass ended, not before
+        assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) is None
+        assert world.manager.delete("n1") is None
