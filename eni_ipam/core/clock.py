@@ -3,8 +3,8 @@
 The core asks a :class:`Clock` for time and sleeps through it, so tests and the simulator can run
 on a virtual clock (the event loop's time under ``looptime`` or the simulator's virtual loop) and
 finish in milliseconds. :class:`LoopClock`, the production clock, reads the running event loop's
-monotonic time, which is also what ``aiolimiter`` uses — so rate limiting and everything else
-agree on one timeline.
+monotonic time. The rate limiter's token buckets read and wait on the same injected clock, so rate
+limiting and everything else agree on one timeline.
 """
 
 from __future__ import annotations

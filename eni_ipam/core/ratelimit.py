@@ -2,8 +2,18 @@
 
 EC2 throttles per account and region with one token bucket per API (burst, then a refill rate per
 second). Spending our own tokens first means the cloud's buckets are never the ones that say no,
-so ``RequestLimitExceeded`` becomes rare instead of routine. Buckets run on ``aiolimiter``, which
-reads the event loop's clock: under a virtual clock, waits cost no real time.
+so ``RequestLimitExceeded`` becomes rare instead of routine.
+
+A :class:`TokenBucket` reads time from the injected :class:`~eni_ipam.core.clock.Clock` and waits
+through it, so under a virtual clock waits cost no real time. Its invariants:
+
+* it starts full (``burst`` tokens) and refills ``refill`` tokens per second, never above ``burst``;
+  so by any time ``T`` after its first use it has granted at most ``burst + refill * T`` tokens;
+* waiters are served first come, first served; an arrival never overtakes a waiter;
+* a token is taken only at the moment it is granted, so a cancelled waiter spends none, and it
+  hands its turn on to the waiter behind it;
+* a wait for a missing token is never shorter than :data:`MIN_WAIT`: a wait that float rounding
+  put on "now" would keep a virtual clock, which only moves when the loop idles, from ever moving.
 
 ``share`` scales every bucket when several controllers (other clusters, Karpenter, Terraform) spend
 the same account's budget: a share of 0.5 keeps half of each bucket for them.
@@ -12,11 +22,11 @@ the same account's budget: a share of 0.5 keeps half of each bucket for them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 from collections.abc import Mapping
-from heapq import heappop
 
-from aiolimiter import AsyncLimiter
+from eni_ipam.core.clock import Clock, LoopClock
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,42 +64,87 @@ DEFAULT_BUCKET = Bucket(50, 5)
 """EC2's generic mutating bucket: the safe guess for an operation not in the table."""
 
 
-MIN_WAKE = 1e-6
-"""Shortest wait for tokens, in seconds (see :class:`_Bucket`)."""
+MIN_WAIT = 1e-6
+"""Shortest wait for a missing token, in seconds: one tick of a microsecond virtual clock."""
 
 
-class _Bucket(AsyncLimiter):
-    """aiolimiter's leaky bucket whose wake-up always lies in the future.
+class TokenBucket:
+    """One token bucket on an injected clock, with a first-come first-served queue of waiters.
 
-    aiolimiter schedules its next wake-up at ``last_check + needed / rate``. Float rounding can
-    leave ``needed`` a hair above zero, which puts that moment on "now". Real time moves on by
-    itself, so the next check succeeds. A virtual clock (the simulator's loop, looptime) only moves
-    when the loop idles, and a timer that is always due keeps it busy: the bucket never drains and
-    every waiter hangs. Waiting at least :data:`MIN_WAKE` lets the clock move.
-    This is aiolimiter 1.3's ``_wake_next`` with that one change.
+    Only the waiter at the head of the queue watches the clock: it sleeps until its token is due,
+    takes it and wakes the next. The others wait for their turn without timers, so a thousand
+    waiters cost one timer, not a thousand.
     """
 
-    def _wake_next(self, *_args: object) -> None:
-        heap, handle, self._waker_handle = self._waiters, self._waker_handle, None
-        if handle is not None:
-            handle.cancel()
-        while heap and heap[0][-1].done():
-            heappop(heap)
-        if not heap:
-            return
-        amount, _, fut = heap[0]
-        self._leak()
-        needed = amount - self.max_rate + self._level
-        if needed <= 0:
-            heappop(heap)
-            fut.set_result(None)  # its done-callback calls _wake_next for the next waiter
-            return
-        wake_at = self._last_check + max(needed / self._rate_per_sec, MIN_WAKE)
-        self._waker_handle = self._loop.call_at(wake_at, self._wake_next)
+    def __init__(self, bucket: Bucket, clock: Clock) -> None:
+        if bucket.burst < 1 or bucket.refill <= 0:
+            raise ValueError(f"a bucket needs burst >= 1 and refill > 0, got {bucket}")
+        self.burst = float(bucket.burst)
+        self.refill = float(bucket.refill)
+        self._clock = clock
+        self._tokens = self.burst
+        self._last: float | None = None  # the clock is first read on first use (it may need a loop)
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def tokens(self) -> float:
+        """Tokens in the bucket now (fractional while it refills)."""
+        self._refill()
+        return self._tokens
+
+    async def acquire(self) -> None:
+        """Take one token, waiting behind earlier callers until one is there."""
+        if not self._waiters:
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiters.append(turn)
+        try:
+            if self._waiters[0] is not turn:
+                await turn  # resolved when every earlier waiter has its token or has left
+            while True:
+                self._refill()
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                await self._clock.sleep(max((1.0 - self._tokens) / self.refill, MIN_WAIT))
+        finally:
+            # Taking the token and leaving the queue happen with no await between them, so a
+            # cancellation either finds the token not taken or the waiter already served.
+            if self._waiters and self._waiters[0] is turn:
+                self._pass_turn()
+            elif not turn.done():
+                turn.cancel()  # a waiter that left before its turn: skipped when the turn comes
+
+    def _pass_turn(self) -> None:
+        """Hand the head of the queue to the next waiter still waiting.
+
+        Invariant: the head of the queue is a waiter still waiting whose turn has come (or who found
+        the queue empty); those behind it wait for their turn or have left (their futures are done).
+        """
+        waiters = self._waiters
+        waiters.popleft()
+        while waiters and waiters[0].done():
+            waiters.popleft()
+        if waiters:
+            waiters[0].set_result(None)
+
+    def _refill(self) -> None:
+        now = self._clock.monotonic()
+        if self._last is None:
+            self._last = now
+        elif now > self._last:  # a clock that steps back refills nothing and takes nothing back
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.refill)
+            self._last = now
 
 
 class RateLimiter:
-    """Per-operation token buckets. ``await limiter.acquire(op)`` returns the seconds it waited."""
+    """Per-operation token buckets. ``await limiter.acquire(op)`` returns the seconds it waited.
+
+    Buckets are made on an operation's first call; ``clock`` (the running loop's by default) is the
+    timeline every bucket refills and waits on.
+    """
 
     def __init__(
         self,
@@ -97,23 +152,22 @@ class RateLimiter:
         *,
         default: Bucket = DEFAULT_BUCKET,
         share: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share}")
         self._buckets = {op: b.scaled(share) for op, b in buckets.items()}
         self._default = default.scaled(share)
-        self._limiters: dict[str, AsyncLimiter] = {}
+        self._clock: Clock = clock if clock is not None else LoopClock()
+        self._live: dict[str, TokenBucket] = {}
 
     def bucket(self, operation: str) -> Bucket:
         return self._buckets.get(operation, self._default)
 
     async def acquire(self, operation: str) -> float:
-        limiter = self._limiters.get(operation)
-        if limiter is None:
-            b = self.bucket(operation)
-            # aiolimiter's leaky bucket: capacity max_rate, drained at max_rate / time_period per second.
-            limiter = self._limiters[operation] = _Bucket(b.burst, b.burst / b.refill)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await limiter.acquire()
-        return loop.time() - started
+        live = self._live.get(operation)
+        if live is None:
+            live = self._live[operation] = TokenBucket(self.bucket(operation), self._clock)
+        started = self._clock.monotonic()
+        await live.acquire()
+        return self._clock.monotonic() - started

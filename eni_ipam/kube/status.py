@@ -69,7 +69,7 @@ class StatusWriter:
         self.clock = clock
         self.metrics = metrics
         self.batch_window = batch_window
-        self.limiter = RateLimiter({OPERATION: Bucket(burst=float(burst), refill=qps)})
+        self.limiter = RateLimiter({OPERATION: Bucket(burst=float(burst), refill=qps)}, clock=clock)
         self.pending: dict[str, NodeStatus] = {}
         self._written: dict[str, Obj] = {}
         self._wake = asyncio.Event()

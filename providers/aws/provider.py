@@ -41,7 +41,7 @@ class AwsProvider(Ec2Provider):
     ) -> None:
         """Args:
         settings: region, endpoint, scope, retries, buckets, limits lookups.
-        clock: the clock of the metrics and of the limits refresh interval.
+        clock: the clock of the metrics, the rate limiter and the limits refresh interval.
         metrics: where every request is recorded.
         rate_limit_share: the fraction of each EC2 bucket this controller may spend.
         client: a boto3 EC2 client to use instead of making one from ``settings`` (tests).
@@ -49,7 +49,7 @@ class AwsProvider(Ec2Provider):
         self.settings = settings
         self.client = Ec2Client(
             settings,
-            limiter=RateLimiter(settings.buckets(), share=rate_limit_share),
+            limiter=RateLimiter(settings.buckets(), share=rate_limit_share, clock=clock),
             metrics=metrics,
             clock=clock,
             client=client,

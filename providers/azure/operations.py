@@ -59,6 +59,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from eni_ipam.core.clock import Clock
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 
 ARM_READS = "arm-reads"
@@ -213,8 +214,9 @@ class ArmRateLimiter(RateLimiter):
         *,
         operations: Mapping[str, Operation] = OPERATIONS,
         share: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(buckets, default=BUCKETS[ARM_WRITES], share=share)
+        super().__init__(buckets, default=BUCKETS[ARM_WRITES], share=share, clock=clock)
         self._spends = {name: op.buckets for name, op in operations.items()}
 
     def buckets_of(self, operation: str) -> tuple[str, ...]:

@@ -98,7 +98,7 @@ class GenericProvider:
         self._records = records
         self._term: int | None = None
         self._caller = ApiCaller(
-            limiter=RateLimiter({}, default=UNLIMITED),
+            limiter=RateLimiter({}, default=UNLIMITED, clock=clock),
             metrics=metrics,
             clock=clock,
             translate=lambda exc, op: None,

@@ -187,14 +187,14 @@ class SimProvider(Ec2Provider):
 
         Args:
             cloud: the simulated cloud.
-            clock: the clock of the API-duration metrics.
+            clock: the clock of the API-duration metrics and of the default rate limiter.
             metrics: where every call is recorded.
             limiter: client-side rate limiter; EC2's published buckets by default.
             vpc_id: restrict the view to one VPC (subnets, groups, instances, interfaces).
             limits: the provider's instance-type table; the cloud's by default.
         """
         caller = ApiCaller(
-            limiter=limiter if limiter is not None else RateLimiter(EC2_BUCKETS),
+            limiter=limiter if limiter is not None else RateLimiter(EC2_BUCKETS, clock=clock),
             metrics=metrics,
             clock=clock,
             translate=translate,
