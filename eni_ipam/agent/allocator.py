@@ -22,15 +22,18 @@ Invariants:
 * Exclusions, holds and the serial cursor are not persisted: they come from configuration and the node's
   ENIPool status, which the daemon applies (``set_pool``, ``exclude``, ``answer_release``) before serving.
 * Not thread-safe: calls and timer callbacks run on one event loop.
+
+Pool membership and address order are :mod:`~eni_ipam.agent.members`'s; the handshake's answers and
+holds are :mod:`~eni_ipam.agent.handshake`'s. This class owns what one change touches: the allocations,
+their expiration timers and the serial cursors (undone together when the change fails), and the state
+file that saves the allocations with their timers.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import functools
-import ipaddress
 import math
 import uuid as uuid_module
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -41,40 +44,14 @@ from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.model import ReleaseState
 
+from .handshake import ReleaseHolds
+from .members import FAMILY_LABEL, PoolMembers, address_family, address_key, canonical_address, parse_address
 from .state import RestoreReport, StateFile, recover
 from .types import DEFAULT_POOL, Allocation, Family, PoolAddress
 
 __all__ = ["Allocator", "RestoreReport"]
 
 log = structlog.get_logger("eni_ipam.agent.allocator")
-
-_LABEL = {Family.IPV4: "IPv4", Family.IPV6: "IPv6"}
-
-
-@functools.lru_cache(maxsize=16384)
-def _canonical(address: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return None
-
-
-@functools.lru_cache(maxsize=16384)
-def _key(address: str) -> tuple[int, int]:
-    """Numeric order, IPv4 first (memoized: pool addresses are a bounded set, sorted often)."""
-    parsed = ipaddress.ip_address(address)
-    return parsed.version, int(parsed)
-
-
-def _family(address: str) -> Family:
-    return Family.IPV4 if _key(address)[0] == 4 else Family.IPV6
-
-
-def _parse(address: str, pool: str, error: type[errors.AllocatorError] = errors.NotInPool) -> str:
-    canonical = _canonical(address)
-    if canonical is None:
-        raise error(f"{address!r} is not an IP address", address=address, pool=pool)
-    return canonical
 
 
 def _check(owner: str | None = None, timeout: float = 0.0) -> None:
@@ -89,20 +66,6 @@ class _Timer:
     uuid: str
     timeout: float
     handle: Handle | None = None  # None until scheduled, after the change that started it was saved
-
-
-class _Pool:
-    __slots__ = ("members", "order")
-
-    def __init__(self, members: dict[str, PoolAddress]) -> None:
-        self.members = members
-        self.order = {f: sorted((a for a in members if _family(a) is f), key=_key) for f in Family}
-
-    def discard(self, address: str) -> bool:
-        if self.members.pop(address, None) is None:
-            return False
-        self.order[_family(address)].remove(address)
-        return True
 
 
 class Allocator:
@@ -121,12 +84,12 @@ class Allocator:
         self._enabled = {Family.IPV4: ipv4, Family.IPV6: ipv6}
         self._state = state
         self._uuids = uuids
-        self._pools: dict[str, _Pool] = {}
+        self._pools: dict[str, PoolMembers] = {}
         self._allocations: dict[str, Allocation] = {}
         self._timers: dict[str, _Timer] = {}
         self._cursors: dict[tuple[str, Family], str] = {}  # (pool, family) -> last address handed out
         self._excluded: dict[str, dict[str, str]] = {}  # pool -> address -> who excluded it
-        self._held: dict[str, set[str]] = {}  # pool -> addresses named by the release handshake
+        self._holds = ReleaseHolds()
         self._restored = state is None
         self._depth = 0
 
@@ -134,14 +97,15 @@ class Allocator:
 
     def set_pool(self, name: str, addresses: Iterable[PoolAddress]) -> None:
         """Replace the pool's membership (creating the pool). Allocations of leaving addresses are kept."""
-        members: dict[str, PoolAddress] = {}
-        for member in addresses:
-            canonical = _parse(member.address, name, errors.AllocatorError)
-            members[canonical] = dataclasses.replace(member, address=canonical)
+        new = PoolMembers.of(name, addresses)
+        members = new.members
         old = self._pools.get(name)
         before = set(old.members) if old is not None else set()
-        self._pools[name] = _Pool(members)
-        added, removed = sorted(members.keys() - before, key=_key), sorted(before - members.keys(), key=_key)
+        self._pools[name] = new
+        added, removed = (
+            sorted(members.keys() - before, key=address_key),
+            sorted(before - members.keys(), key=address_key),
+        )
         if old is None or added or removed:
             log.info("pool_updated", pool=name, members=len(members), added=len(added), removed=len(removed))
         for address in (a for a in removed if a in self._allocations):
@@ -159,12 +123,11 @@ class Allocator:
 
     def pool_addresses(self, name: str) -> list[PoolAddress]:
         """The pool's members in address order (IPv4 first)."""
-        pool = self._pool(name)
-        return [pool.members[a] for f in Family for a in pool.order[f]]
+        return self._pool(name).in_order()
 
     def exclude(self, address: str, owner: str, pool: str = DEFAULT_POOL) -> None:
         """Never hand ``address`` out from ``pool`` (idempotent; it need not be a member yet)."""
-        canonical = _parse(address, pool)
+        canonical = parse_address(address, pool)
         excluded = self._excluded.setdefault(pool, {})
         if excluded.get(canonical) != owner:
             log.info("address_excluded", address=canonical, owner=owner, pool=pool)
@@ -175,16 +138,20 @@ class Allocator:
     def capacity(self, pool: str = DEFAULT_POOL) -> int:
         """The pool's members of enabled families that are not excluded (allocated ones included)."""
         excluded = self._excluded.get(pool, {})
-        return sum(1 for a in self._pool(pool).members if self._enabled[_family(a)] and a not in excluded)
+        return sum(
+            1 for a in self._pool(pool).members if self._enabled[address_family(a)] and a not in excluded
+        )
 
     # -- allocation --------------------------------------------------------------------------------
 
     def allocate(self, address: str, owner: str, pool: str = DEFAULT_POOL) -> Allocation:
         """Allocate ``address``; the same owner asking again (same pool) gets its existing allocation."""
         _check(owner)
-        canonical = _parse(address, pool)
-        if not self._enabled[family := _family(canonical)]:
-            raise errors.FamilyDisabled(f"{_LABEL[family]} allocation disabled", address=canonical, pool=pool)
+        canonical = parse_address(address, pool)
+        if not self._enabled[family := address_family(canonical)]:
+            raise errors.FamilyDisabled(
+                f"{FAMILY_LABEL[family]} allocation disabled", address=canonical, pool=pool
+            )
         self._pool(pool)
         if (existing := self._allocations.get(canonical)) is not None:
             if existing.owner == owner and existing.pool == pool:
@@ -269,7 +236,7 @@ class Allocator:
         chosen = (
             a for a in self._allocations.values() if owner in (None, a.owner) and pool in (None, a.pool)
         )
-        return sorted(chosen, key=lambda a: _key(a.address))
+        return sorted(chosen, key=lambda a: address_key(a.address))
 
     def used(self) -> set[str]:
         """Every allocated address, in any pool."""
@@ -295,38 +262,14 @@ class Allocator:
         They stay held even when their mark is withdrawn, until the answer is gone too — otherwise the
         reconciler could re-mark, read the stale answer, and release an address just handed out.
         """
-        members = self._pools.get(pool)
-        held: set[str] = set()
-        answers: dict[str, ReleaseState] = {}
-        for address, state in marks.items():
-            if (canonical := _canonical(address)) is None:
-                log.warning("release_mark_invalid", address=address, pool=pool)
-                continue
-            held.add(canonical)
-            current = self._allocations.get(canonical)
-            if state == ReleaseState.MARKED:
-                answers[address] = ReleaseState.DO_NOT_RELEASE if current else ReleaseState.READY
-            elif state == ReleaseState.RELEASED:
-                if members is not None and members.discard(canonical):
-                    log.info("released_address_dropped", address=canonical, pool=pool)
-                if current is not None:
-                    log.warning(
-                        "released_address_allocated", address=canonical, owner=current.owner, pool=pool
-                    )
-        for address in published:
-            if (canonical := _canonical(address)) is not None and marks.get(address) != ReleaseState.RELEASED:
-                held.add(canonical)
-        previous = self._held.pop(pool, set())
-        if held:
-            self._held[pool] = held
-        if held != previous:
-            added, freed = sorted(held - previous, key=_key), sorted(previous - held, key=_key)
-            log.info("release_holds_changed", pool=pool, held=len(held), added=added, freed=freed)
-        if not self._restored:
-            log.info("release_answers_deferred", pool=pool, marks=len(marks), reason="not restored yet")
-            return {}
-        log.debug("release_answered", pool=pool, answers=len(answers))
-        return answers
+        return self._holds.answer(
+            marks,
+            pool,
+            members=self._pools.get(pool),
+            allocations=self._allocations,
+            published=published,
+            restored=self._restored,
+        )
 
     # -- inspection --------------------------------------------------------------------------------
 
@@ -341,7 +284,7 @@ class Allocator:
         """The status line, then one line per pool, allocation and exclusion."""
         lines = [self._status_line()]
         for name, pool in sorted(self._pools.items()):
-            held = ", ".join(sorted((a for a in pool.members if self._is_held(a)), key=_key)) or "none"
+            held = ", ".join(sorted((a for a in pool.members if self._is_held(a)), key=address_key)) or "none"
             allocated = len(self.allocations(pool=name))
             lines.append(f"pool {name}: {len(pool.members)} members, {allocated} allocated, held: {held}")
         for a in self.allocations():
@@ -354,13 +297,13 @@ class Allocator:
 
     def _status_line(self) -> str:
         parts = [
-            f"{_LABEL[f]} {sum(1 for a in self._allocations if _family(a) is f)}/"
+            f"{FAMILY_LABEL[f]} {sum(1 for a in self._allocations if address_family(a) is f)}/"
             f"{sum(len(p.order[f]) for p in self._pools.values())} allocated"
             if self._enabled[f]
-            else f"{_LABEL[f]} disabled"
+            else f"{FAMILY_LABEL[f]} disabled"
             for f in Family
         ]
-        held = len(set().union(*self._held.values()))
+        held = self._holds.count()
         return f"{', '.join(parts)}; pools: {', '.join(self.pools()) or 'none'}; {held} held for release"
 
     # -- restore -----------------------------------------------------------------------------------
@@ -399,13 +342,13 @@ class Allocator:
 
         An address no pool holds (yet: the node's pool may still be filling in) is kept in the default
         pool all the same — a running container holds it, so it must never be handed to another."""
-        if (canonical := _canonical(address)) is None:
+        if (canonical := canonical_address(address)) is None:
             return None
         pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
         pool = next((p for p in pools if canonical in self._pools[p].members), None)
         if pool is not None:
             return self._allocation(canonical, owner, pool)
-        host = 32 if _family(canonical) is Family.IPV4 else 128
+        host = 32 if address_family(canonical) is Family.IPV4 else 128
         return Allocation(address=canonical, pool=DEFAULT_POOL, owner=owner, prefix_length=host, gateway="")
 
     # -- internals ---------------------------------------------------------------------------------
@@ -464,18 +407,16 @@ class Allocator:
         elif self._enabled[family := Family(family)]:
             families = [family]
         else:
-            raise errors.FamilyDisabled(f"{_LABEL[family]} allocation disabled", pool=pool)
+            raise errors.FamilyDisabled(f"{FAMILY_LABEL[family]} allocation disabled", pool=pool)
         if not families:
             raise errors.FamilyDisabled("no address family is enabled", pool=pool)
         members = self._pool(pool)
         result: dict[Family, Allocation] = {}
         for f in families:
-            order = members.order[f]
             cursor = self._cursors.get((pool, f)) if serial else None
-            start = bisect.bisect_right(order, _key(cursor), key=_key) if cursor else 0
-            address = next((a for a in order[start:] + order[:start] if not self._refusal(a, pool)), None)
+            address = next((a for a in members.walk(f, cursor) if not self._refusal(a, pool)), None)
             if address is None:
-                raise errors.PoolExhausted(f"no free {_LABEL[f]} address in pool {pool}", pool=pool)
+                raise errors.PoolExhausted(f"no free {FAMILY_LABEL[f]} address in pool {pool}", pool=pool)
             result[f] = self._allocations[address] = self._allocation(address, owner, pool)
             self._cursors[(pool, f)] = address
         return result.get(Family.IPV4), result.get(Family.IPV6)
@@ -484,7 +425,7 @@ class Allocator:
         return pool in self._pools and address in self._pools[pool].members
 
     def _is_held(self, address: str) -> bool:
-        return any(address in held for held in self._held.values())
+        return address in self._holds
 
     def _refusal(self, address: str, pool: str) -> str:
         """Why ``address`` cannot be handed out from ``pool`` now; empty if it can."""
@@ -520,14 +461,14 @@ class Allocator:
         self._timers.pop(address, None)
 
     def _owned(self, address: str, pool: str) -> Allocation:
-        allocation = self._allocations.get(_canonical(address) or "")
+        allocation = self._allocations.get(canonical_address(address) or "")
         if allocation is None or allocation.pool != pool:
             raise errors.NotAllocated(
                 f"{address} is not allocated in pool {pool}", address=address, pool=pool
             )
         return allocation
 
-    def _pool(self, name: str) -> _Pool:
+    def _pool(self, name: str) -> PoolMembers:
         if (pool := self._pools.get(name)) is None:
             raise errors.UnknownPool(f"no pool {name!r}", pool=name)
         return pool

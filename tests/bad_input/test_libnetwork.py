@@ -2,7 +2,7 @@
 non-200 status and the plugin content type, and neither the allocations nor the pool registry (in memory
 and on disk) change.
 
-Each case runs against a fresh node (tests/agent/test_libnetwork.py's ``Node``: the real Allocator and
+Each case runs against a fresh node (tests/agent/libnetwork's ``Node``: the real Allocator and
 driver, the registry in a state file, served on a unix socket) holding one pool of the default subnet
 (``$POOL``) with one address handed out (``$USED``).
 """
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eni_ipam.agent.libnetwork import GATEWAY, REQUEST_ADDRESS_TYPE, SERIAL
-from tests.agent.test_libnetwork import DEFAULT_V4, DEFAULT_V6, Node
+from eni_ipam.agent.libnetwork.protocol import GATEWAY, REQUEST_ADDRESS_TYPE, SERIAL
+from tests.agent.libnetwork import DEFAULT_V4, DEFAULT_V6, Node
 from tests.bad_input import corpus
 from tests.bad_input.mutations import mutated, truncated
 
