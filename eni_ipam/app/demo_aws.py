@@ -1,7 +1,7 @@
 """``eni-ipam demo --cloud moto``: the real reconciler and the real AWS provider against moto's EC2.
 
 moto's server runs in this process on 127.0.0.1 (a free port) with EC2's limits
-(:mod:`providers.aws.moto_ec2`). The demo creates a VPC, subnets, a security group and instances of
+(:mod:`eni_ipam.testing.moto_ec2`). The demo creates a VPC, subnets, a security group and instances of
 mixed types, then runs the same :class:`~eni_ipam.core.manager.NodeManager` as production over HTTP with
 boto3. It stops when every node has reached its watermark (exit 0) or when ``duration`` runs out
 (exit 1), and prints what it cost in EC2 requests.
@@ -97,7 +97,7 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
 
-    from providers.aws.moto_ec2 import MotoServer
+    from eni_ipam.testing.moto_ec2 import MotoServer
 
     # moto answers any credentials; these keep boto3 from looking for real ones.
     for key, value in (("AWS_ACCESS_KEY_ID", "demo"), ("AWS_SECRET_ACCESS_KEY", "demo")):

@@ -7,6 +7,9 @@ polling, azure-core's retry policy and the credential policy. Only what the Azur
 served; any other request raises ``NotImplementedError`` so a gap shows up as a loud test failure,
 never as a plausible answer.
 
+It needs the ``azure`` extra (``pip install 'eni-ipam[azure]'``): the transport subclasses
+azure-core's, so importing this module imports azure-core, and nothing else of the Azure SDK.
+
 The model:
 
 * resource groups; a virtual network with subnets (Azure reserves five addresses per subnet: the

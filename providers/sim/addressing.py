@@ -12,6 +12,11 @@ the reconciler's decisions depend on, and deterministically:
   most ``cidr_free - blocked`` addresses, but which addresses it hands out is still decided by the
   CIDR alone.
 
+A space can also mirror another record of who holds what: :meth:`SubnetSpace.occupy` marks what
+that record holds (idempotently), :meth:`~SubnetSpace.in_use` and :meth:`~SubnetSpace.block_free`
+answer for one address or one /28. The moto fidelity layer (:mod:`eni_ipam.testing.moto_ec2`) rebuilds
+a space from moto's records for each request, so moto hands out what this cloud would.
+
 Invariants: an offset is in use at most once; ``blocks_used[b]`` is the number of in-use offsets in
 block ``b``; ``free`` never exceeds ``cidr_free``. Callers check capacity before taking (taking more
 than is free is a bug, and asserts).
@@ -20,6 +25,7 @@ than is free is a bug, and asserts).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 
 PREFIX_LEN = 28
 BLOCK = 16
@@ -109,6 +115,23 @@ class SubnetSpace:
             self.blocked = max(self.blocked - BLOCK * count, 0)
         return out
 
+    def occupy(self, addresses: Iterable[str] = (), prefixes: Iterable[str] = ()) -> None:
+        """Mark addresses and /28 blocks in use that another record holds (nothing is handed out).
+
+        Unlike :meth:`take_addresses` and :meth:`give_back`, this is idempotent: an address already in
+        use (one of the five reserved, or named twice) stays in use once.
+
+        Raises:
+            ValueError: an address or prefix lies outside the subnet.
+        """
+        offsets = [self._offset(address) for address in addresses]
+        for prefix in prefixes:
+            start = self._offset(prefix.split("/", 1)[0])
+            offsets.extend(range(start, start + BLOCK))
+        for offset in offsets:
+            if not self._used[offset]:
+                self._mark(offset, True)
+
     def give_back(
         self, addresses: list[str] | tuple[str, ...] = (), prefixes: list[str] | tuple[str, ...] = ()
     ) -> None:
@@ -130,6 +153,17 @@ class SubnetSpace:
         """Whether ``address`` lies in this subnet and is not one of the five reserved addresses."""
         offset = int(ipaddress.IPv4Address(address)) - self._base
         return RESERVED_HEAD <= offset < self.size - 1
+
+    def in_use(self, address: str) -> bool:
+        """Whether ``address`` of this subnet is in use (the five reserved addresses always are)."""
+        return bool(self._used[self._offset(address)])
+
+    def block_free(self, prefix: str) -> bool:
+        """Whether the aligned /28 ``prefix`` of this subnet has no address in use."""
+        start = self._offset(prefix.split("/", 1)[0])
+        if start % BLOCK:
+            raise ValueError(f"{prefix} is not an aligned /{PREFIX_LEN}")
+        return self._blocks_used[start // BLOCK] == 0
 
     def assigned(self) -> int:
         """Addresses handed out (reserved ones excluded)."""

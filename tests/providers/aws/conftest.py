@@ -1,5 +1,6 @@
-"""Fixtures of the AWS provider's tests: moto's EC2 in-process, with EC2's limits (moto_ec2), and
-a provider over it. Every test here has a timeout: one moto call can hang."""
+"""Fixtures of the AWS provider's tests: moto's EC2 in-process, with EC2's limits
+(eni_ipam.testing.moto_ec2), and a provider over it. Every test here has a timeout: one moto call
+can hang."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ _SESSION: list[boto3.session.Session] = []
 def ec2_client(**kwargs: Any) -> Any:
     """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
     if not _SESSION:
+        # moto hooks the sessions made after it is imported: import it first, so the shared session
+        # answers from moto under mock_aws however the tests are ordered (test_api.py runs first).
+        import moto  # noqa: F401
+
         _SESSION.append(boto3.session.Session())
     return _SESSION[0].client("ec2", region_name=REGION, **kwargs)
 
@@ -109,10 +114,10 @@ def make_network() -> Network:
 
 @pytest.fixture
 def moto_ec2() -> Iterator[None]:
-    """moto's EC2 in-process, answering like real EC2 where it matters (see providers.aws.moto_ec2)."""
+    """moto's EC2 in-process, answering like real EC2 where it matters (eni_ipam.testing.moto_ec2)."""
     from moto import mock_aws
 
-    from providers.aws.moto_ec2 import ec2_fidelity
+    from eni_ipam.testing.moto_ec2 import ec2_fidelity
 
     with mock_aws(), ec2_fidelity():
         yield

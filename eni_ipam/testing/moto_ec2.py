@@ -11,7 +11,9 @@ restores moto exactly. Patched, and why (each patch says again what moto does an
 * Address choice: every address EC2 picks (an interface's primary, ``SecondaryPrivateIpAddressCount``
   on create and assign, an instance's primary at launch) is the lowest free address of the subnet,
   never one of the five AWS reserves (network, +1, +2, +3, broadcast), never one already in use.
-  moto picks random addresses: duplicates, reserved ones and broadcast included.
+  moto picks random addresses: duplicates, reserved ones and broadcast included. The address model
+  is the in-memory cloud's (:class:`providers.sim.addressing.SubnetSpace`), so both clouds hand out
+  the same addresses and /28s for the same requests.
 * ``AssignPrivateIpAddresses`` answers only the newly assigned addresses (moto lists all of them).
 * Instance-type limits, from moto's own instance-type data (``NetworkInfo``): attaching more
   interfaces than ``MaximumNetworkInterfaces`` answers ``AttachmentLimitExceeded``; an attached
@@ -39,11 +41,17 @@ restores moto exactly. Patched, and why (each patch says again what moto does an
 * Explicitly requested addresses must lie in the subnet, outside the reserves, and not be held by
   another interface (``InvalidIPAddress.InUse``); moto accepts anything.
 
-Not modelled: IPv6 (left to moto), ``AllowReassignment``, network cards other than the default,
-subnet CIDR reservations for prefixes (reserved ranges are simply unavailable).
+Not modelled: IPv6 and subnets smaller than a /28, which EC2 refuses to create (both left to moto),
+``AllowReassignment``, network cards other than the default, subnet CIDR reservations for prefixes
+(reserved ranges are simply unavailable).
 
-This module exists for the tests and the ``demo --cloud moto`` mode only; moto is a test/demo
-dependency and is imported lazily.
+Invariants: the layer keeps no address state of its own (each operation reads moto's records under
+one lock, so concurrent requests to a :class:`MotoServer` never share an address); a request the
+layer refuses changes nothing; undoing the last install restores every patched attribute.
+
+A test double, used by the tests and by ``eni-ipam demo --cloud moto``. moto is the optional extra
+``eni-ipam[moto]``: importing this module does not import it; :func:`install`, :func:`ec2_fidelity`
+and :class:`MotoServer` do.
 """
 
 from __future__ import annotations
@@ -53,12 +61,15 @@ import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from providers.sim.addressing import PREFIX_LEN, SubnetSpace
+
+if TYPE_CHECKING:
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.server import ThreadedMotoServer
 
 __all__ = ["MotoServer", "ec2_fidelity", "install"]
-
-_PREFIX_LEN = 28
-_PREFIX_SIZE = 1 << (32 - _PREFIX_LEN)
 
 # One lock for every allocating or releasing operation: ThreadedMotoServer serves requests on
 # several threads, and two concurrent assigns must not pick the same "lowest free" address.
@@ -74,28 +85,28 @@ _originals: dict[str, Any] = {}
 # -- errors ---------------------------------------------------------------------------------------
 
 
-def _error(code: str, message: str) -> Exception:
+def _error(code: str, message: str) -> EC2ClientError:
     """An EC2 client error moto serializes as an EC2 error response (boto3 raises ClientError)."""
     from moto.ec2.exceptions import EC2ClientError
 
     return EC2ClientError(code, message)
 
 
-def _subnet_short(subnet_id: str) -> Exception:
+def _subnet_short(subnet_id: str) -> EC2ClientError:
     return _error(
         "InsufficientFreeAddressesInSubnet",
         f"The specified subnet {subnet_id} does not have enough free addresses to satisfy the request.",
     )
 
 
-def _no_blocks(subnet_id: str) -> Exception:
+def _no_blocks(subnet_id: str) -> EC2ClientError:
     return _error(
         "InsufficientCidrBlocks",
         f"The specified subnet {subnet_id} does not have enough free cidr blocks to satisfy the request.",
     )
 
 
-def _over_limit() -> Exception:
+def _over_limit() -> EC2ClientError:
     return _error("PrivateIpAddressLimitExceeded", "Number of private addresses will exceed limit.")
 
 
@@ -132,10 +143,21 @@ def _is_nitro(instance: Any) -> bool:
 
 
 # -- subnet address space -------------------------------------------------------------------------
+#
+# The address model is the in-memory cloud's (providers.sim.addressing.SubnetSpace: the five AWS
+# reserves, lowest free address, lowest fully free aligned /28). moto keeps its own records of who
+# holds what, so each operation rebuilds a scratch space from them under _lock and writes back to
+# moto only what it took, once every check has passed.
 
 
-def _is_v4(subnet: Any) -> bool:
-    return subnet is not None and isinstance(getattr(subnet, "cidr", None), ipaddress.IPv4Network)
+def _modelled(subnet: Any) -> bool:
+    """Whether the layer decides ``subnet``'s addresses: IPv4, and a size EC2 allows (/16 to /28).
+
+    moto creates subnets smaller than a /28 that EC2 refuses (``InvalidSubnet.Range``); those, like
+    IPv6, are left to moto.
+    """
+    cidr = getattr(subnet, "cidr", None)
+    return isinstance(cidr, ipaddress.IPv4Network) and 16 <= cidr.prefixlen <= PREFIX_LEN
 
 
 def _prefixes(eni: Any) -> list[str]:
@@ -165,113 +187,92 @@ def _subnet_enis(subnet: Any) -> list[Any]:
     ]
 
 
-def _as_int(address: Any) -> int | None:
+def _v4(address: Any) -> str | None:
+    """``address`` in canonical IPv4 form; None if it is not an IPv4 address."""
     try:
         parsed = ipaddress.ip_address(str(address))
     except ValueError:
         return None
-    return int(parsed) if parsed.version == 4 else None
+    return str(parsed) if parsed.version == 4 else None
 
 
-def _held(subnet: Any, *, exclude: Any = None) -> set[int]:
-    """Addresses held by interfaces of ``subnet`` (secondary, primary and inside prefixes)."""
-    held: set[int] = set()
+def _inside(space: SubnetSpace, addresses: Iterable[Any]) -> list[str]:
+    """The IPv4 addresses among ``addresses`` that lie in ``space``'s subnet (moto's records may hold
+    others: addresses it chose itself before the layer was installed, IPv6 ones)."""
+    found: list[str] = []
+    for address in addresses:
+        value = _v4(address)
+        if value is not None and space.contains(value):
+            found.append(value)
+    return found
+
+
+def _held(subnet: Any) -> SubnetSpace:
+    """``subnet``'s space with what its interfaces hold in use: their addresses, primary included,
+    and their prefixes whole. An explicitly requested address must be free here."""
+    space = SubnetSpace(str(subnet.cidr))
     for eni in _subnet_enis(subnet):
-        if eni is exclude:
-            continue
-        for address in _addresses(eni):
-            value = _as_int(address)
-            if value is not None:
-                held.add(value)
-        for prefix in _prefixes(eni):
-            start = int(ipaddress.IPv4Network(prefix).network_address)
-            held.update(range(start, start + _PREFIX_SIZE))
-    return held
+        space.occupy(_inside(space, _addresses(eni)), [p for p in _prefixes(eni) if space.contains(p)])
+    return space
 
 
-def _used(subnet: Any) -> set[int]:
-    """Everything the allocator must not hand out: held, taken by moto itself, or reserved."""
-    used = _held(subnet)
-    for address in list(subnet._subnet_ips):  # instance primaries, EFS mount targets…
-        value = _as_int(address)
-        if value is not None:
-            used.add(value)
-    for address in subnet._reserved_ips:  # subnet CIDR reservations
-        value = _as_int(address)
-        if value is not None:
-            used.add(value)
-    return used
+def _add_moto_own(space: SubnetSpace, subnet: Any) -> SubnetSpace:
+    """``space`` with what moto takes outside interfaces in use too: instance primaries and EFS mount
+    targets (``_subnet_ips``), subnet CIDR reservations (``_reserved_ips``)."""
+    space.occupy(_inside(space, list(subnet._subnet_ips)))
+    space.occupy(_inside(space, subnet._reserved_ips))
+    return space
 
 
-def _allocatable(subnet: Any) -> range:
-    """The subnet's addresses minus AWS's five reserves: network, +1, +2, +3 and broadcast."""
-    first = int(subnet.cidr.network_address)
-    last = int(subnet.cidr.broadcast_address)
-    return range(first + 4, last)
+def _space(subnet: Any) -> SubnetSpace:
+    """``subnet``'s space with everything the allocator must not hand out in use."""
+    return _add_moto_own(_held(subnet), subnet)
 
 
-def _free_count(subnet: Any, used: set[int]) -> int:
-    span = _allocatable(subnet)
-    return max(0, len(span) - sum(1 for value in used if value in span))
+def _take_addresses(subnet: Any, space: SubnetSpace, count: int) -> list[str]:
+    """The ``count`` lowest free addresses, or InsufficientFreeAddressesInSubnet."""
+    if count > space.free:
+        raise _subnet_short(subnet.id)
+    return space.take_addresses(count)
 
 
-def _lowest_free(subnet: Any, count: int, used: set[int]) -> list[str]:
-    """The ``count`` lowest free addresses, or InsufficientFreeAddressesInSubnet. Never loops forever."""
-    if count <= 0:
-        return []
-    found: list[str] = []
-    for value in _allocatable(subnet):
-        if value not in used:
-            found.append(str(ipaddress.IPv4Address(value)))
-            if len(found) == count:
-                return found
-    raise _subnet_short(subnet.id)
+def _take_prefixes(subnet: Any, space: SubnetSpace, explicit: Sequence[str], count: int) -> list[str]:
+    """The requested /28 prefixes, then the ``count`` lowest free aligned ones (InsufficientCidrBlocks)."""
+    chosen: list[str] = []
+    for prefix in dict.fromkeys(explicit):
+        chosen.append(_check_explicit_prefix(space, prefix))
+        space.occupy(prefixes=chosen[-1:])
+    if not space.can_take_blocks(count):
+        raise _no_blocks(subnet.id)
+    return chosen + space.take_blocks(count)
 
 
-def _block_free(subnet: Any, start: int, used: set[int]) -> bool:
-    span = _allocatable(subnet)
-    return all(value in span and value not in used for value in range(start, start + _PREFIX_SIZE))
-
-
-def _lowest_blocks(subnet: Any, count: int, used: set[int]) -> list[str]:
-    """The ``count`` lowest aligned /28s none of whose addresses is used or reserved."""
-    if count <= 0:
-        return []
-    found: list[str] = []
-    first = int(subnet.cidr.network_address)
-    for start in range(first, first + subnet.cidr.num_addresses, _PREFIX_SIZE):
-        if _block_free(subnet, start, used):
-            found.append(f"{ipaddress.IPv4Address(start)}/{_PREFIX_LEN}")
-            if len(found) == count:
-                return found
-    raise _no_blocks(subnet.id)
-
-
-def _check_explicit_address(subnet: Any, address: str, held: set[int]) -> int:
-    value = _as_int(address)
-    if value is None or ipaddress.IPv4Address(value) not in subnet.cidr:
+def _check_explicit_address(held: SubnetSpace, address: str) -> str:
+    """``address`` (canonical) if EC2 would accept it as an explicitly requested address."""
+    value = _v4(address)
+    if value is None or not held.contains(value):
         raise _error(
             "InvalidParameterValue",
             f"Address {address} does not fall within the subnet's address range",
         )
-    if value not in _allocatable(subnet):
+    if not held.usable(value):
         raise _error("InvalidParameterValue", f"Address {address} is in subnet's reserved address range")
-    if value in held:
+    if held.in_use(value):
         raise _error("InvalidIPAddress.InUse", f"The specified address {address} is already in use.")
     return value
 
 
-def _check_explicit_prefix(subnet: Any, prefix: str, used: set[int]) -> int:
+def _check_explicit_prefix(space: SubnetSpace, prefix: str) -> str:
+    """``prefix`` (canonical) if it is an aligned /28 of the subnet none of whose addresses is used."""
     try:
         network = ipaddress.IPv4Network(prefix)
     except ValueError:
         raise _error("InvalidParameterValue", f"Invalid IPv4 prefix {prefix}") from None
-    if network.prefixlen != _PREFIX_LEN or not network.subnet_of(subnet.cidr):
+    if network.prefixlen != PREFIX_LEN or not network.subnet_of(space.network):
         raise _error("InvalidParameterValue", f"Prefix {prefix} is not a /28 within the subnet's range")
-    start = int(network.network_address)
-    if not _block_free(subnet, start, used):
+    if not space.block_free(str(network)):
         raise _error("InvalidIPAddress.InUse", f"The specified prefix {prefix} is already in use.")
-    return start
+    return str(network)
 
 
 def _prefix_strings(items: Iterable[Any]) -> list[str]:
@@ -317,7 +318,7 @@ def _assign(
     """Assign addresses/prefixes all or nothing; returns (interface, new addresses, new prefixes)."""
     eni = backend.get_network_interface(eni_id)
     subnet = eni.subnet
-    if not _is_v4(subnet):
+    if not _modelled(subnet):
         before = set(_addresses(eni))
         eni = _originals["NetworkInterfaceBackend.assign_private_ip_addresses"](
             backend, eni_id, list(addresses), secondary_count
@@ -337,7 +338,7 @@ def _assign(
         for address in dict.fromkeys(str(a) for a in addresses):
             if address in current:
                 continue  # EC2 and moto both ignore an address the interface already has
-            _check_explicit_address(subnet, address, held)
+            _check_explicit_address(held, address)
             explicit.append(address)
         want_prefixes = prefix_count + len(prefixes)
         instance = eni.instance
@@ -349,23 +350,14 @@ def _assign(
                 and _slots_used(eni) + len(explicit) + secondary_count + want_prefixes > limit
             ):
                 raise _over_limit()
-        used = _used(subnet) | {int(ipaddress.IPv4Address(a)) for a in explicit}
-        fresh = _lowest_free(subnet, secondary_count, used)
-        used |= {int(ipaddress.IPv4Address(a)) for a in fresh}
-        new_prefixes = _take_prefixes(subnet, prefixes, prefix_count, used)
+        space = _add_moto_own(held, subnet)
+        space.occupy(explicit)
+        fresh = _take_addresses(subnet, space, secondary_count)
+        new_prefixes = _take_prefixes(subnet, space, prefixes, prefix_count)
         new_addresses = explicit + fresh
         eni.private_ip_addresses.extend({"Primary": False, "PrivateIpAddress": a} for a in new_addresses)
         _prefixes(eni).extend(new_prefixes)
         return eni, new_addresses, new_prefixes
-
-
-def _take_prefixes(subnet: Any, explicit: Sequence[str], count: int, used: set[int]) -> list[str]:
-    chosen: list[str] = []
-    for prefix in dict.fromkeys(explicit):
-        start = _check_explicit_prefix(subnet, prefix, used)
-        used |= set(range(start, start + _PREFIX_SIZE))
-        chosen.append(str(ipaddress.IPv4Network(prefix)))
-    return chosen + _lowest_blocks(subnet, count, used)
 
 
 # -- backend patches: moto.ec2.models.elastic_network_interfaces.NetworkInterfaceBackend ----------
@@ -395,7 +387,7 @@ def _create_network_interface(
     # pass a random address) get an invalid explicit address replaced by the allocator's choice.
     strict = bool(kwargs.pop("fidelity_strict", False))
     subnet_obj = self.get_subnet(subnet) if isinstance(subnet, str) else subnet
-    if not _is_v4(subnet_obj):
+    if not _modelled(subnet_obj):
         return original(
             self,
             subnet,
@@ -436,15 +428,15 @@ def _create_network_interface(
         _counts(secondary_count, prefix_count, explicit_prefixes)
         held = _held(subnet_obj)
         if not strict:
-            primary, secondaries = _lenient(subnet_obj, primary, secondaries, held)
+            primary, secondaries = _lenient(held, primary, secondaries)
         explicit = ([primary] if primary else []) + secondaries
         if len(set(explicit)) != len(explicit):
             raise _error("InvalidParameterValue", "The same address is requested more than once")
-        taken = {_check_explicit_address(subnet_obj, a, held) for a in explicit}
-        used = _used(subnet_obj) | taken
-        fresh = _lowest_free(subnet_obj, (0 if primary else 1) + secondary_count, used)
-        used |= {int(ipaddress.IPv4Address(a)) for a in fresh}
-        prefixes = _take_prefixes(subnet_obj, explicit_prefixes, prefix_count, used)
+        taken = [_check_explicit_address(held, a) for a in explicit]
+        space = _add_moto_own(held, subnet_obj)
+        space.occupy(taken)
+        fresh = _take_addresses(subnet_obj, space, (0 if primary else 1) + secondary_count)
+        prefixes = _take_prefixes(subnet_obj, space, explicit_prefixes, prefix_count)
         if not primary:
             primary = fresh.pop(0)
         entries = [{"Primary": True, "PrivateIpAddress": primary}]
@@ -466,18 +458,16 @@ def _create_network_interface(
         return eni
 
 
-def _lenient(
-    subnet: Any, primary: str | None, secondaries: list[str], held: set[int]
-) -> tuple[str | None, list[str]]:
+def _lenient(held: SubnetSpace, primary: str | None, secondaries: list[str]) -> tuple[str | None, list[str]]:
     """Explicit addresses minus those EC2 would refuse (out of range, reserved, held, repeated)."""
     kept: list[str] = []
     for address in ([primary] if primary else []) + secondaries:
-        value = _as_int(address)
+        value = _v4(address)
         if (
             value is not None
-            and ipaddress.IPv4Address(value) in subnet.cidr
-            and value in _allocatable(subnet)
-            and value not in held
+            and held.contains(value)
+            and held.usable(value)
+            and not held.in_use(value)
             and address not in kept
         ):
             kept.append(address)
@@ -667,10 +657,10 @@ def _truthy(value: Any) -> bool:
 def _get_available_subnet_ip(self: Any, instance: Any) -> str:
     # moto: the next address of a generator, reusing released ones in random order, StopIteration
     # when exhausted. EC2: the lowest free address, InsufficientFreeAddressesInSubnet when none.
-    if not _is_v4(self):
+    if not _modelled(self):
         return str(_originals["Subnet.get_available_subnet_ip"](self, instance))
     with _lock:
-        address = _lowest_free(self, 1, _used(self))[0]
+        address = _take_addresses(self, _space(self), 1)[0]
         self._unused_ips.discard(address)
         self._subnet_ips[address] = instance
         return address
@@ -679,9 +669,9 @@ def _get_available_subnet_ip(self: Any, instance: Any) -> str:
 def _available_ip_address_count(self: Any) -> int:
     # moto: total - 5 - secondary addresses of interfaces, can go negative, ignores prefixes.
     # EC2: free addresses outside the reserves; a delegated /28 takes 16.
-    if not _is_v4(self):
+    if not _modelled(self):
         return int(_originals["Subnet.available_ip_address_count"].fget(self))
-    return _free_count(self, _used(self))
+    return _space(self).free
 
 
 # -- instance patches: moto.ec2.models.instances.Instance --------------------------------------------
@@ -705,9 +695,9 @@ def _prep_nics(
     )
     if requested and self.subnet_id:
         subnet = self.ec2_backend.get_subnet(self.subnet_id)
-        if _is_v4(subnet):
+        if _modelled(subnet):
             with _lock:
-                _check_explicit_address(subnet, str(requested), _held(subnet))
+                _check_explicit_address(_held(subnet), str(requested))
     existing = {str(nic["NetworkInterfaceId"]) for nic in nic_spec if nic.get("NetworkInterfaceId")}
     explicit = {
         int(nic.get("DeviceIndex", 0)): _truthy(nic["DeleteOnTermination"])
@@ -959,7 +949,7 @@ class MotoServer:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._uninstall: Callable[[], None] | None = install() if fidelity else None
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server: ThreadedMotoServer = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         try:
             self._server.start()
             host, port = self._server.get_host_and_port()

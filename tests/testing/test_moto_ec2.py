@@ -1,31 +1,55 @@
-"""providers.aws.moto_ec2: moto's EC2 answers like real EC2 where an ENI IP manager depends on it."""
+"""eni_ipam.testing.moto_ec2: moto's EC2 answers like real EC2 where an ENI IP manager depends on it.
+
+Importing the shipped test doubles must not import their optional dependencies: moto is needed only
+once the fidelity layer is installed or a :class:`MotoServer` started.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import boto3
 import moto
 import pytest
 from botocore.exceptions import ClientError
 
-from providers.aws.moto_ec2 import MotoServer, ec2_fidelity, install
-from tests.providers.aws.conftest import ec2_client
+from eni_ipam.testing.moto_ec2 import MotoServer, ec2_fidelity, install
 
 pytestmark = pytest.mark.timeout(30)
 
+ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 AMI = "ami-12c6146b"
 
+_SESSION: list[boto3.session.Session] = []
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and a region; nothing may reach a real account."""
+    for key in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no AMI is validated; saves ~0.2 s per test
+
 
 def client(endpoint_url: str | None = None) -> Any:
-    return ec2_client(endpoint_url=endpoint_url)
+    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
+    if not _SESSION:
+        _SESSION.append(boto3.session.Session())
+    return _SESSION[0].client("ec2", region_name=REGION, endpoint_url=endpoint_url)
 
 
 @pytest.fixture
-def ec2() -> Iterator[Any]:  # credentials, region and moto's settings: conftest's aws_environment
+def ec2() -> Iterator[Any]:  # credentials, region and moto's settings: aws_environment
     with moto.mock_aws(), ec2_fidelity():
         yield client()
 
@@ -354,6 +378,79 @@ def test_terminate_deletes_delete_on_termination_interfaces_and_detaches_the_res
     assert free(ec2, sub) == 251 - 1
     ec2.delete_network_interface(NetworkInterfaceId=kept)
     assert free(ec2, sub) == 251
+
+
+# -- 12. explicit addresses and prefixes --------------------------------------------------------------------
+
+
+def test_explicit_addresses_and_prefixes_are_checked_like_ec2(ec2: Any) -> None:
+    sub = subnet(ec2)
+    eni = create(ec2, sub, PrivateIpAddress="10.0.1.20")["NetworkInterfaceId"]
+    for address, expected in (
+        ("10.0.2.9", "InvalidParameterValue"),  # outside the subnet
+        ("10.0.1.3", "InvalidParameterValue"),  # one of the five reserves
+        ("10.0.1.255", "InvalidParameterValue"),  # the broadcast address
+        ("10.0.1.20", "InvalidIPAddress.InUse"),  # another interface's primary
+    ):
+        with pytest.raises(ClientError) as exc:
+            create(ec2, sub, PrivateIpAddress=address)
+        assert code(exc) == expected, address
+    for prefix, expected in (
+        ("10.0.1.0/28", "InvalidIPAddress.InUse"),  # holds the reserves
+        ("10.0.1.16/28", "InvalidIPAddress.InUse"),  # holds .20
+        ("10.0.1.40/28", "InvalidParameterValue"),  # not aligned
+        ("10.0.1.32/27", "InvalidParameterValue"),  # not a /28
+        ("10.0.2.0/28", "InvalidParameterValue"),  # outside the subnet
+    ):
+        with pytest.raises(ClientError) as exc:
+            ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, Ipv4Prefixes=[prefix])
+        assert code(exc) == expected, prefix
+    answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, Ipv4Prefixes=["10.0.1.48/28"])
+    assert answer["AssignedIpv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.48/28"}]
+    answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, Ipv4PrefixCount=2)
+    assert answer["AssignedIpv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.32/28"}, {"Ipv4Prefix": "10.0.1.64/28"}]
+    answer = ec2.assign_private_ip_addresses(
+        NetworkInterfaceId=eni, PrivateIpAddresses=["10.0.1.100"], SecondaryPrivateIpAddressCount=0
+    )
+    more = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni, SecondaryPrivateIpAddressCount=2)
+    assert [a["PrivateIpAddress"] for a in more["AssignedPrivateIpAddresses"]] == ["10.0.1.4", "10.0.1.5"]
+    assert free(ec2, sub) == 251 - 4 - 48
+
+
+def test_subnet_cidr_reservations_are_never_handed_out(ec2: Any) -> None:
+    sub = subnet(ec2)
+    ec2.create_subnet_cidr_reservation(SubnetId=sub, Cidr="10.0.1.0/27", ReservationType="explicit")
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=1)
+    assert addresses(eni) == ["10.0.1.32", "10.0.1.33"]
+    assert free(ec2, sub) == 251 - 28 - 2  # the reservation holds .4-.31 besides the reserves
+    answer = ec2.assign_private_ip_addresses(NetworkInterfaceId=eni["NetworkInterfaceId"], Ipv4PrefixCount=1)
+    assert answer["AssignedIpv4Prefixes"] == [{"Ipv4Prefix": "10.0.1.48/28"}]
+
+
+# -- importing -------------------------------------------------------------------------------------------
+
+
+def test_importing_the_doubles_imports_no_optional_dependency() -> None:
+    """In a fresh interpreter: the package and the moto layer import neither moto nor azure;
+    fake_azure needs azure-core (its transport subclasses azure-core's), and nothing more."""
+    script = """
+import sys
+
+def loaded(*roots):
+    return sorted(m for m in sys.modules if m.split(".")[0] in roots)
+
+import eni_ipam.testing
+assert not loaded("moto", "azure"), loaded("moto", "azure")
+import eni_ipam.testing.moto_ec2
+assert not loaded("moto", "azure"), loaded("moto", "azure")
+import eni_ipam.testing.fake_azure
+beyond = [m for m in loaded("moto", "azure") if m != "azure" and not m.startswith("azure.core")]
+assert not beyond, beyond
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )
+    assert result.returncode == 0, result.stderr
 
 
 # -- uninstall -------------------------------------------------------------------------------------------
