@@ -20,6 +20,7 @@ test: lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -45,7 +46,7 @@ kube-tools: $(STAMP)
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
 
-# Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when a target of DESIGN §6 is missed.
+# Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when one of its targets is missed.
 bench: $(STAMP)
 	$(BIN)/python -m bench
 

@@ -1,4 +1,4 @@
-"""Benchmark 1 — API efficiency: mutating calls against the lower bound (DESIGN §6).
+"""Benchmark 1 — API efficiency: mutating calls against the lower bound (docs/PERFORMANCE.md).
 
 Scenarios on the in-memory cloud, virtual time, no throttling (calls, not time, are measured):
 
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from bench.cluster import SUBNETS_PER_ZONE, ZONES, Cluster, by_operation, cluster, lower_bound, snapshot
-from eni_ipam.core.config import Settings
+from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
 
 PRE_ALLOCATE = (8, 12, 20, 30, 45)

@@ -4,7 +4,7 @@ reconciler, driven on virtual time.
 Everything the benchmarks measure is produced by production code (manager, planner, provider
 wiring, rate limiter); only the cloud and the node side are simulated. :func:`snapshot` and
 :func:`lower_bound` give the API-efficiency yardstick: one call per interface that gained
-addresses, plus create + attach + delete-on-termination per new interface (DESIGN §6).
+addresses, plus create + attach + delete-on-termination per new interface (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import random
 from collections.abc import AsyncIterator, Mapping
 
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
@@ -121,26 +122,13 @@ async def cluster(
     """
     clock = LoopClock()
     cloud = build_cloud(clock, throttle=throttle)
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
     limiter = RateLimiter(EC2_BUCKETS) if client_limits else RateLimiter({}, default=_UNLIMITED)
     provider = SimProvider(cloud, clock=clock, metrics=Metrics(), limiter=limiter)
-    manager = NodeManager(
-        provider=provider,
-        settings=settings,
-        metrics=Metrics(),
-        clock=clock,
-        status_sink=store,
-        rng=random.Random(seed),
+    embedded = EmbeddedCluster(
+        provider, settings=settings, metrics=Metrics(), clock=clock, rng=random.Random(seed)
     )
-    store.attach(manager)
-    task = asyncio.create_task(manager.run(), name="bench-manager")
-    try:
-        yield Cluster(cloud, store, side, manager, clock, random.Random(seed))
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with embedded.running():
+        yield Cluster(cloud, embedded.store, embedded.side, embedded.manager, clock, random.Random(seed))
 
 
 def snapshot(cloud: SimCloud) -> Layout:

@@ -30,11 +30,11 @@ from bench.cluster import (
     subnet_name,
 )
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import AssignAddresses, CreateInterface, NodeSpec
 from eni_ipam.core.planner import node_stats, plan_allocation
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
+from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider

@@ -1,4 +1,4 @@
-"""Benchmark 3 — CPU and memory of a full pass over a large cluster (DESIGN §6).
+"""Benchmark 3 — CPU and memory of a full pass over a large cluster (docs/PERFORMANCE.md).
 
 A cloud view of ``nodes`` instances with four interfaces each (m5.2xlarge-like limits: 4 adapters, 15
 addresses each), about half the pool in use and every node short of its watermark, is held by a real
@@ -29,7 +29,6 @@ from collections.abc import Callable
 import structlog
 
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
@@ -44,6 +43,7 @@ from eni_ipam.core.model import (
     Subnet,
 )
 from eni_ipam.core.planner import node_stats, plan_allocation
+from eni_ipam.core.settings import Settings
 
 LIMITS = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
 TYPE = "m5.2xlarge"

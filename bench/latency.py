@@ -1,4 +1,4 @@
-"""Benchmark 4 — event to IPs: the reconciler's own delay, on the real clock (DESIGN §6).
+"""Benchmark 4 — event to IPs: the reconciler's own delay, on the real clock (docs/PERFORMANCE.md).
 
 A converged cluster of ``nodes`` nodes on the in-memory cloud with zero latency and no rate limit
 (cloud time and bucket waits are not the reconciler's). Then, one at a time, a node's pods grow past
@@ -10,7 +10,6 @@ production default, so the coalescing delay is included.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import random
 import statistics
@@ -18,13 +17,11 @@ import time
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
-from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
-from eni_ipam.simulator.simnode import SimulatedNodeSide
-from eni_ipam.store.memory import MemoryStore
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -64,11 +61,8 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
     clock = LoopClock()
     cloud = build_cloud(clock, throttle=False)
     provider = _Timed(cloud, clock=clock, metrics=Metrics(), limiter=RateLimiter({}, default=UNLIMITED))
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
-    manager = NodeManager(
-        provider=provider, settings=Settings(), metrics=Metrics(), clock=clock, status_sink=store, rng=rng
-    )
+    embedded = EmbeddedCluster(provider, settings=Settings(), metrics=Metrics(), clock=clock, rng=rng)
+    manager, side = embedded.manager, embedded.side
     for n in range(nodes):
         zone = ZONES[n % len(ZONES)]
         cloud.add_instance(
@@ -78,9 +72,7 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
             security_groups=["sg-nodes"],
         )
         side.add(NodeSpec(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", pre_allocate=8))
-    store.attach(manager)
-    task = asyncio.create_task(manager.run())
-    try:
+    async with embedded.running():
         while not (manager.ready and not manager.busy()):
             await asyncio.sleep(0.01)
         samples: list[float] = []
@@ -99,10 +91,6 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
             samples.append(provider.started[instance_id] - event)
             while manager.busy():
                 await asyncio.sleep(0.001)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
     samples.sort()
     ms = [s * 1000 for s in samples]
     return Latency(

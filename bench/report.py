@@ -1,4 +1,4 @@
-"""The benchmark report: results, targets (DESIGN §6), the machine, and docs/PERFORMANCE.md."""
+"""The benchmark report: results, their targets, the machine, written to docs/PERFORMANCE.md."""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def render(r: Results) -> str:
         "",
         "Written by `make bench` (`python -m bench`); the code is in `bench/`. Every figure stands next",
         "to a reference measured in the same run, so the ratios hold on a slower or busier machine even",
-        "when the absolute times do not. Targets are DESIGN §6.",
+        "when the absolute times do not. Each section states its target; the table at the end says which",
+        "are met.",
         "",
         "Machine: "
         + "; ".join(f"{k} {v}" for k, v in r.machine.items())

@@ -46,14 +46,16 @@ import structlog
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from bench.report import machine
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec, ReleaseState, ownership_tags, tags_match
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
+from providers.sim.gate import Request
 from providers.sim.provider import SimProvider
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "RELIABILITY.md"
@@ -146,15 +148,15 @@ class Soak:
     def start_process(self) -> None:
         self.metrics = Metrics()
         provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
-        self.manager = NodeManager(
-            provider=provider,
+        self.manager = EmbeddedCluster(
+            provider,
             settings=self.settings,
             metrics=self.metrics,
             clock=self.clock,
-            status_sink=self.store,
             rng=random.Random(self.rng.random()),
-        )
-        self.store.attach(self.manager)
+            store=self.store,  # the node store and the node side outlive the process
+            side=self.side,
+        ).manager
         self.task = asyncio.get_running_loop().create_task(self.manager.run(), name="soak-manager")
         self.process_started = self.clock.monotonic()
         self.gc_started = None
@@ -176,9 +178,8 @@ class Soak:
 
     def _wrap_cloud(self) -> None:
         gate = self.cloud.gate
-        run = gate.run
 
-        async def chaotic(operation: str, apply: Callable[[], T]) -> T:
+        async def chaotic(operation: str, request: Request, proceed: Callable[[], Awaitable[Any]]) -> Any:
             self.report.operations[operation] += 1
             mutating = not operation.startswith(READ_PREFIX)
             task = asyncio.current_task()
@@ -194,7 +195,7 @@ class Soak:
                     gate.fail_next(operation, 1, code, applied=lost)
                     self.report.faults[f"{code}{' (applied, answer lost)' if lost else ''}"] += 1
             try:
-                result = await run(operation, apply)
+                result = await proceed()
             except AssertionError as exc:  # the cloud's own bookkeeping broke: never expected
                 self.report.violate(self.clock.monotonic(), f"cloud invariant broken in {operation}: {exc}")
                 raise
@@ -208,7 +209,7 @@ class Soak:
                 await asyncio.sleep(0)  # dies before it can record the answer
             return result
 
-        gate.run = chaotic  # type: ignore[method-assign]
+        gate.around(chaotic)
 
         unassign = self.cloud.unassign_private_ip_addresses
 

@@ -54,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "against moto's EC2, until every node reaches its watermark",
     )
     demo.add_argument("--nodes", type=int, default=None, help="number of nodes (default 50; moto: 10)")
-    demo.add_argument("--duration", type=float, default=60.0, help="seconds to run; 0 runs until Ctrl-C")
+    demo.add_argument(
+        "--duration", type=_duration, default=60.0, help="how long to run (60, 10s, 5m); 0 runs until Ctrl-C"
+    )
     demo.add_argument("--seed", type=int, default=1, help="seed of the simulated workload")
     demo.add_argument("--port", type=int, default=9090, help="port of /metrics on 127.0.0.1 (0: off)")
 
@@ -77,16 +79,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
 
 
+def _duration(text: str) -> float:
+    """A command-line duration, written as in the configuration files (``90``, ``10s``, ``5m``)."""
+    from eni_ipam.core.config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
+    from eni_ipam.app.providers import plugin
     from eni_ipam.app.runconfig import load_config
     from eni_ipam.app.service import serve, stop_on_signals
     from eni_ipam.core.errors import ConfigError, NotImplementedYet
 
     try:
         config = load_config(args.config, os.environ)
+        if args.check:  # what the provider can check without the cloud (``run`` does it before binding)
+            plugin(config.provider).check(config.provider_settings)
     except (ConfigError, NotImplementedYet) as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2

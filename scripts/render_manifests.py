@@ -1,23 +1,32 @@
-"""Regenerate deploy/kubernetes/ from the Helm chart deploy/helm/eni-ipam.
+"""Regenerate deploy/kubernetes/ from the Helm chart deploy/helm/eni-ipam, with the real helm.
 
     python scripts/render_manifests.py           # rewrites deploy/kubernetes/
     python scripts/render_manifests.py --check   # exit 1 if deploy/kubernetes/ is stale
 
 deploy/kubernetes/crd.yaml is the chart's CRD as is; deploy/kubernetes/eni-ipam.yaml is what
 ``helm template eni-ipam deploy/helm/eni-ipam -n kube-system`` prints, and deploy/kubernetes/agent.yaml
-the node agent's objects alone, as ``--set agent.enabled=true --show-only templates/agent-….yaml``
-prints them; both rendered by eni_ipam/testing/helm.py (no helm binary needed). Needs PyYAML.
+the node agent's objects alone: the documents of templates/agent-*.yaml in what
+``helm template … --set agent.enabled=true`` prints, in its order. Each file starts with a header.
+
+helm is .venv/bin/helm, the pinned version ``make kube-tools`` installs (scripts/install_kube_tools.py),
+since another helm version may print the same chart differently; ``--helm PATH`` takes another.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHART = REPO_ROOT / "deploy" / "helm" / "eni-ipam"
 OUTPUT = REPO_ROOT / "deploy" / "kubernetes"
+HELM = REPO_ROOT / ".venv" / "bin" / "helm"
 RELEASE = "eni-ipam"
 NAMESPACE = "kube-system"
 
@@ -29,7 +38,6 @@ HEADER = f"""\
 # IAM role annotation of the ServiceAccount; docs/deploy.md explains each.
 """
 
-AGENT_VALUES = {"agent": {"enabled": True}}
 AGENT_TEMPLATES = tuple(f"templates/{p.name}" for p in sorted((CHART / "templates").glob("agent-*.yaml")))
 """The node agent's templates: every ``templates/agent-*.yaml``."""
 AGENT_HEADER = f"""\
@@ -41,27 +49,57 @@ AGENT_HEADER = f"""\
 """
 
 
-def generate() -> dict[str, str]:
-    """File name in deploy/kubernetes/ → content."""
-    sys.path.insert(0, str(REPO_ROOT))
-    from eni_ipam.testing.helm import render_manifests
+def helm_template(helm: Path, *args: str) -> str:
+    """What ``helm template`` prints for the release, with helm kept away from any user configuration."""
+    command = [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args]
+    with tempfile.TemporaryDirectory(prefix="eni-ipam-helm-home-") as home:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KUBECONFIG": os.devnull}
+        env |= {f"HELM_{kind}_HOME": f"{home}/{kind.lower()}" for kind in ("CACHE", "CONFIG", "DATA")}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
+    return done.stdout
 
+
+def by_template(stream: str) -> list[tuple[str, str]]:
+    """helm template's output split into its documents: (template path, the document's text as printed)."""
+    docs = re.split(r"^(?=---\n# Source: )", stream, flags=re.M)
+    prefix = f"---\n# Source: {CHART.name}/"
+    return [(doc[len(prefix) :].split("\n", 1)[0], doc) for doc in docs if doc.startswith(prefix)]
+
+
+def generate(helm: Path = HELM) -> dict[str, str]:
+    """File name in deploy/kubernetes/ → content."""
     crd = "".join(p.read_text() for p in sorted((CHART / "crds").glob("*.yaml")))
+    # --show-only would print the agent's documents template by template (the DaemonSet before its
+    # ServiceAccount); taken from the full render, they keep helm's install order
+    agent = [
+        (template, doc)
+        for template, doc in by_template(helm_template(helm, "--set", "agent.enabled=true"))
+        if template in AGENT_TEMPLATES
+    ]
+    if missing := set(AGENT_TEMPLATES) - {template for template, _ in agent}:
+        raise RuntimeError(f"helm rendered nothing from {', '.join(sorted(missing))} with agent.enabled=true")
     return {
         "crd.yaml": crd,
-        "eni-ipam.yaml": HEADER + render_manifests(CHART, release_name=RELEASE, namespace=NAMESPACE),
-        "agent.yaml": AGENT_HEADER
-        + render_manifests(
-            CHART, AGENT_VALUES, release_name=RELEASE, namespace=NAMESPACE, show_only=AGENT_TEMPLATES
-        ),
+        "eni-ipam.yaml": HEADER + helm_template(helm),
+        "agent.yaml": AGENT_HEADER + "".join(doc for _, doc in agent),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 if deploy/kubernetes/ is stale")
+    parser.add_argument("--helm", type=Path, default=HELM, help=f"the helm binary (default: {HELM})")
     args = parser.parse_args(argv)
-    files = generate()
+    if not os.access(args.helm, os.X_OK):
+        print(f"{args.helm} is missing: run make kube-tools (or pass --helm)", file=sys.stderr)
+        return 2
+    try:
+        files = generate(args.helm)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 2
     stale = sorted(
         name
         for name, text in files.items()

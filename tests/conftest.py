@@ -1,4 +1,5 @@
-"""Shared fixtures: a small simulated world (in-memory cloud + store + manager) on the loop's clock."""
+"""Shared fixtures: a small simulated world (in-memory cloud + store + manager) on the loop's clock,
+and the fake Kubernetes API server with the chart's ENIPool CRD and Cluster API's address CRDs."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
-from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.node import PassResult
-from eni_ipam.simulator.simnode import SimulatedNodeSide
-from eni_ipam.store.memory import MemoryStore
+from eni_ipam.core.settings import Settings
+from eni_ipam.kube.permissions import CLAIMS_GROUP
+from eni_ipam.simulator.cluster import EmbeddedCluster
+from eni_ipam.testing.fake_kube import FakeKube
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -29,19 +33,12 @@ class World:
         self.cloud.add_vpc("vpc-1", "10.0.0.0/16")
         self.cloud.add_subnet("s-1", vpc="vpc-1", zone="z1", cidr="10.0.0.0/22")
         self.cloud.add_security_group("sg-1", vpc="vpc-1")
-        self.store = MemoryStore()
-        self.side = SimulatedNodeSide(self.store)
         provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
         self.provider = provider_wrapper(provider) if provider_wrapper else provider
-        self.manager = NodeManager(
-            provider=self.provider,
-            settings=settings,
-            metrics=self.metrics,
-            clock=self.clock,
-            status_sink=self.store,
-            rng=random.Random(7),
+        self.cluster = EmbeddedCluster(
+            self.provider, settings=settings, metrics=self.metrics, clock=self.clock, rng=random.Random(7)
         )
-        self.store.attach(self.manager)
+        self.store, self.side, self.manager = self.cluster.store, self.cluster.side, self.cluster.manager
 
     def add_node(self, name: str, *, type: str = "m5.large", used: int = 0, **spec: object) -> None:
         instance = f"i-{name}"
@@ -77,14 +74,59 @@ def make_world() -> Callable[..., contextlib.AbstractAsyncContextManager[World]]
         settings: Settings | None = None, provider_wrapper: Callable | None = None, start: bool = True
     ) -> AsyncIterator[World]:
         world = World(settings or Settings(), provider_wrapper)
-        task = asyncio.create_task(world.manager.run()) if start else None
-        world.task = task  # type: ignore[attr-defined]
-        try:
+        if not start:
             yield world
-        finally:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            return
+        async with world.cluster.running():
+            yield world
 
     return running
+
+
+CRD = Path(__file__).parents[1] / "deploy" / "helm" / "eni-ipam" / "crds" / "enipools.eni-ipam.io.yaml"
+"""The ENIPool CRD the chart installs: the schema every Kubernetes test's pools meet."""
+
+
+def cluster_api_crd(kind: str, plural: str) -> dict[str, Any]:
+    """A minimal CRD of Cluster API's ipam group (the real ones come with Cluster API)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{CLAIMS_GROUP}"},
+        "spec": {
+            "group": CLAIMS_GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1beta1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def kube_crds() -> list[dict[str, Any]]:
+    """The CRDs the ``kube`` server serves: the chart's ENIPool and Cluster API's address CRDs (a
+    directory's conftest overrides this fixture to serve others)."""
+    return [
+        yaml.safe_load(CRD.read_text()),
+        cluster_api_crd("IPAddressClaim", "ipaddressclaims"),
+        cluster_api_crd("IPAddress", "ipaddresses"),
+    ]
+
+
+@pytest.fixture
+async def kube(kube_crds: list[dict[str, Any]]) -> AsyncIterator[FakeKube]:
+    """The fake API server on 127.0.0.1, serving ``kube_crds``."""
+    async with FakeKube() as server:
+        for crd in kube_crds:
+            server.register_crd(crd)
+        yield server

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from eni_ipam.testing.fake_kube import FakeKube
+from tests.conftest import CRD
 from tests.deploy.conftest import one, render
 from tests.deploy.test_manifests import grants
-from tests.kube.conftest import CRD, node
+from tests.kube.conftest import node
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(60)

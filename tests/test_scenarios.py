@@ -188,3 +188,63 @@ def test_a_generic_scenario_names_what_is_wrong(change, path):
 def test_a_generic_node_is_its_own_instance():
     scenario = parse_scenario(GENERIC)
     assert scenario.nodes[0].spec.instance_id == "n1" and scenario.generic is not None
+
+
+TWO_INSTANCES = BASE.replace(
+    "instances: [{id: i-1, type: m5.large, subnet: s-1, security_groups: [sg-1]}]",
+    "instances: [{id: i-1, type: m5.large, subnet: s-1}, {id: i-2, type: m5.large, subnet: s-1}]",
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ("  - {name: node2, instance: i-1}\n", "nodes[1].instance"),
+        ("steps: [{add_node: {name: node2, instance: i-1}}]\n", "steps[0].add_node.instance"),
+    ],
+)
+def test_two_nodes_on_one_instance_are_refused(extra: str, path: str) -> None:
+    data = yaml.safe_load(TWO_INSTANCES)
+    if extra.startswith("  -"):
+        data["nodes"].append(yaml.safe_load(extra.strip()[2:]))
+    else:
+        data.update(yaml.safe_load(extra))
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert info.value.path == path and "same addresses" in info.value.message
+
+
+def test_an_instance_freed_by_a_removed_node_may_be_taken_again() -> None:
+    steps = "steps: [{remove_node: node1}, {add_node: {name: node2, instance: i-1}}]\n"
+    scenario = parse_scenario(yaml.safe_load(BASE + steps))
+    assert scenario.steps[1].value.spec.instance_id == "i-1"
+
+
+@pytest.mark.parametrize(
+    ("vpc", "subnet", "words"),
+    [
+        ("10.0.0.0/8", "10.0.0.0/8", "/16 to /28"),
+        ("10.0.0.0/16", "10.0.0.0/8", "too large"),
+        ("10.0.0.0/16", "10.1.0.0/24", "is not inside VPC"),
+        ("10.0.0.0/16", "10.0.0.0/30", "/28 or larger"),
+    ],
+)
+def test_a_subnet_ec2_would_refuse_exits_2(tmp_path, capsys, vpc: str, subnet: str, words: str) -> None:
+    text = BASE.replace("cidr: 10.0.0.0/16", f"cidr: {vpc}").replace("cidr: 10.0.0.0/24", f"cidr: {subnet}")
+    assert main(["simulate", write(tmp_path, text)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_overlapping_subnets_are_refused_before_the_cloud_is_built() -> None:
+    data = yaml.safe_load(BASE)
+    data["cloud"]["subnets"].append({"id": "s-2", "vpc": "vpc-1", "zone": "z", "cidr": "10.0.0.128/25"})
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert info.value.path == "cloud.subnets[1].cidr" and "overlaps" in info.value.message
+
+
+def test_a_key_written_twice_in_a_scenario_is_refused(tmp_path, capsys) -> None:
+    text = BASE + "seed: 1\nseed: 2\n"
+    assert main(["simulate", write(tmp_path, text)]) == 2
+    assert "duplicate key 'seed'" in capsys.readouterr().err

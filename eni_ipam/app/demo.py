@@ -17,12 +17,13 @@ from typing import TextIO
 
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.server import Readiness, make_app, start_server
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.sim.cloud import SimCloud
@@ -125,20 +126,12 @@ def local_cluster(
     seed: int,
 ) -> tuple[NodeManager, MemoryStore, SimulatedNodeSide]:
     """A manager over ``provider`` with the embedded store, holding ``specs`` (each with its pods in use)."""
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
-    for spec, used in specs:
-        side.add(spec, used=used)
-    manager = NodeManager(
-        provider=provider,
-        settings=settings,
-        metrics=metrics,
-        clock=clock,
-        status_sink=store,
-        rng=random.Random(seed),
+    cluster = EmbeddedCluster(
+        provider, settings=settings, metrics=metrics, clock=clock, rng=random.Random(seed)
     )
-    store.attach(manager)
-    return manager, store, side
+    for spec, used in specs:
+        cluster.side.add(spec, used=used)
+    return cluster.manager, cluster.store, cluster.side
 
 
 @contextlib.asynccontextmanager

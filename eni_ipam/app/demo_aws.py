@@ -23,10 +23,10 @@ from unittest import mock
 from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.settings import Settings
 from providers.aws.provider import AwsProvider
 from providers.aws.settings import AwsSettings
 

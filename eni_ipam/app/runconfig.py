@@ -4,276 +4,287 @@ Everything is validated before anything starts: an unknown key or a bad value is
 :class:`~eni_ipam.core.errors.ConfigError` naming the field (and the environment variable that set
 it, if one did), and nothing runs. The format is documented in docs/configuration.md.
 
-Environment overrides: ``ENI_IPAM_<KEY>`` sets a top-level key and ``__`` descends into a
-section, e.g. ``ENI_IPAM_PROVIDER=aws``, ``ENI_IPAM_SETTINGS__GC_INTERVAL=10m``,
-``ENI_IPAM_AWS__REGION=eu-west-1``. Values are read as YAML scalars (``true``, ``5``, ``{a: b}``).
+The model is a pydantic-settings ``BaseSettings``: the file is its input and the environment
+overrides it through the library's own source — ``ENI_IPAM_<KEY>`` sets a top-level key and ``__``
+descends into a section (``ENI_IPAM_SETTINGS__GC_INTERVAL=10m``, ``ENI_IPAM_AWS__REGION=eu-west-1``);
+structured values are read as YAML (``{team: a}``). A variable that names no setting is refused
+(:func:`check_environment`) rather than ignored: a typo must not silently change nothing.
 
-Providers are plug-ins: the core never imports a provider package; :func:`provider_plugin`
-imports the selected one by name (``providers.<name>.service``), which parses its own section.
+Each registered provider (:mod:`eni_ipam.app.providers`) contributes its section, typed by its own
+model; only the selected provider's section may be written.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
+import contextvars
+import functools
 from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
-import yaml
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from eni_ipam.core.clock import Clock
+from eni_ipam.app.providers import plugins
 from eni_ipam.core.config import (
-    Settings,
+    ConfigModel,
+    Duration,
+    FieldError,
+    LogLevel,
+    Name,
+    NonNegativeInt,
+    config_error,
     load_yaml_text,
-    parse_duration,
-    parse_int,
     plain_data_problem,
     read_config_file,
-    settings_from_mapping,
 )
-from eni_ipam.core.errors import ConfigError, ScenarioError
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.model import NodeSpec
-from eni_ipam.core.provider import Provider
-from eni_ipam.kube.settings import KubeSettings, kube_settings_from_mapping
-from eni_ipam.simulator.scenario import spec_fields
-from eni_ipam.store.records import NodeRecords
+from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.kube.settings import KubeSettings
 
 ENV_PREFIX = "ENI_IPAM_"
-PROVIDERS = ("aws", "azure", "generic", "sim")
 NODE_SOURCES = ("kubernetes", "memory")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-_TOP_KEYS = {
-    "provider",
-    "node_source",
-    "log_level",
-    "shutdown_timeout",
-    "server",
-    "settings",
-    "kubernetes",
-    "node_defaults",
-    "nodes",
-    *PROVIDERS,
-}
 
 
-class ProviderPlugin(Protocol):
-    """What ``providers/<name>/service.py`` offers ``eni-ipam run``."""
-
-    def parse_settings(self, data: Any, *, path: str) -> object:
-        """Validate the provider's section (``None`` when absent). Raises ConfigError naming the field."""
-        ...
-
-    def open_provider(
-        self, settings: Any, *, clock: Clock, metrics: Metrics, rate_limit_share: float, records: NodeRecords
-    ) -> AbstractAsyncContextManager[Provider]:
-        """The provider, open for the block and closed (clients, threads) after it. ``records`` is
-        the node store's view of the published pools (the generic provider keeps its state there)."""
-        ...
+class ServerSettings(ConfigModel):
+    host: Name = "0.0.0.0"
+    """Where /metrics, /healthz and /readyz listen (all interfaces: Prometheus and kubelet probes
+    come from outside the pod)."""
+    port: Annotated[int, Field(ge=0, le=65535)] = 9090
 
 
-def provider_plugin(name: str) -> ProviderPlugin:
-    return cast(ProviderPlugin, importlib.import_module(f"providers.{name}.service"))
+class StaticNode(NodeSpecFields):
+    """A node of the embedded store (``node_source: memory``): its spec keys, its identity, and the
+    addresses its workloads use."""
+
+    name: Name
+    instance: Name
+    """The cloud instance id."""
+    used: NonNegativeInt = 0
+
+    def node_spec(self, defaults: NodeSpecFields) -> NodeSpec:
+        """The core spec, ``node_defaults`` filling in the keys this entry does not write."""
+        return self.under(defaults).spec(name=self.name, instance_id=self.instance)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StaticNode:
-    """A node of the embedded store (``node_source: memory``)."""
-
-    spec: NodeSpec
-    used: int = 0
+_environ: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environ", default=None)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RunConfig:
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source, reading structured values as YAML (``{team: a}``,
+    ``[10.0.0.0/16]``) and the variables of :func:`load_config`'s ``environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.env_vars = {k.lower(): v for k, v in environ.items()}  # the library matches lower-cased
+
+    def decode_complex_value(self, field_name: str, field: Any, value: Any) -> Any:
+        return load_yaml_text(value, what=field_name) if isinstance(value, str) else value
+
+
+class RunConfigBase(BaseSettings):
+    """The fields every run configuration has; :func:`run_config_model` adds the providers'."""
+
+    # The configuration layer's rules, and the environment read the way docs/configuration.md says.
+    model_config = cast(
+        SettingsConfigDict,
+        {
+            **ConfigModel.model_config,
+            "env_prefix": ENV_PREFIX,
+            "env_nested_delimiter": "__",
+            "case_sensitive": False,
+        },
+    )
+
     provider: str
-    """Which cloud: aws, azure, generic or sim (the in-memory cloud, for trials)."""
-    provider_settings: Any = None
-    """The provider's own section, parsed by its plug-in."""
-    node_source: str = "kubernetes"
+    """Which cloud: a registered provider (aws, azure, generic, or sim: the in-memory cloud, for
+    trials). Required: there is no safe default cloud."""
+    node_source: Literal["kubernetes", "memory"] = "kubernetes"
     """Where nodes come from: ENIPool resources (kubernetes) or the ``nodes`` list (memory)."""
-    log_level: str = "info"
-    shutdown_timeout: float = 20.0
+    log_level: LogLevel = "info"
+    shutdown_timeout: Duration = 20.0
     """On SIGTERM, how long in-flight cloud calls may take to finish before they are cancelled.
     Shorter than the pod's termination grace period (45 s in the chart), so the Lease is always
     released and a standby takes over at once instead of after a lease duration."""
-    server_host: str = "0.0.0.0"
-    """Where /metrics, /healthz and /readyz listen (all interfaces: Prometheus and kubelet probes
-    come from outside the pod)."""
-    server_port: int = 9090
-    settings: Settings = dataclasses.field(default_factory=Settings)
-    kubernetes: KubeSettings = dataclasses.field(default_factory=KubeSettings)
-    node_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """NodeSpec keyword arguments for ENIPools created from Nodes."""
-    nodes: tuple[StaticNode, ...] = ()
+    server: ServerSettings = ServerSettings()
+    settings: Settings = Settings()
+    kubernetes: KubeSettings = KubeSettings()
+    node_defaults: NodeSpecFields = NodeSpecFields()
+    """The spec every node starts from: the ENIPools created for Nodes, and the ``nodes`` entries
+    (whose own keys win)."""
+    nodes: Annotated[tuple[StaticNode, ...], Field(strict=False)] = ()
+    """``node_source: memory`` only: the nodes, each with ``name``, ``instance`` and spec keys."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        environ = _environ.get()
+        if environ is None:
+            return (init_settings,)
+        return (_Environment(settings_cls, environ), init_settings)  # the environment wins
+
+    @model_validator(mode="after")
+    def _sections(self) -> RunConfigBase:
+        chosen = plugins()[self.provider]
+        for name in plugins():
+            if name != self.provider and getattr(self, name) is not None:
+                raise FieldError(name, f"a section for provider {name}, but provider is {self.provider}")
+        if getattr(self, self.provider) is None and chosen.REQUIRED:
+            needs = [n for n, f in chosen.SETTINGS.model_fields.items() if f.is_required()]
+            raise FieldError(
+                self.provider, f"required with provider: {self.provider} (at least {', '.join(needs)})"
+            )
+        if self.nodes and self.node_source != "memory":
+            raise FieldError("nodes", "only used with node_source: memory (Kubernetes nodes come from Nodes)")
+        names: dict[str, int] = {}
+        instances: dict[str, str] = {}
+        for n, node in enumerate(self.nodes):
+            if node.name in names:
+                raise FieldError(f"nodes[{n}].name", f"node {node.name} listed twice")
+            if node.instance in instances:
+                raise FieldError(
+                    f"nodes[{n}].instance",
+                    f"instance {node.instance} is node {instances[node.instance]}'s already: two nodes "
+                    "on one instance would hand out the same addresses",
+                )
+            names[node.name] = n
+            instances[node.instance] = node.name
+        return self
+
+    @property
+    def provider_settings(self) -> Any:
+        """The selected provider's section (its defaults when not written)."""
+        section = getattr(self, self.provider)
+        return section if section is not None else plugins()[self.provider].SETTINGS()
+
+    def static_nodes(self) -> list[tuple[NodeSpec, int]]:
+        """The ``nodes`` entries as specs (``node_defaults`` applied) with their used addresses."""
+        return [(node.node_spec(self.node_defaults), node.used) for node in self.nodes]
 
 
-def load_config(path: str | Path | None, environ: Mapping[str, str] | None = None) -> RunConfig:
+RunConfig = RunConfigBase
+"""The run configuration's type (instances come from :func:`run_config_model`'s class)."""
+
+
+@functools.cache
+def run_config_model() -> type[RunConfigBase]:
+    """The run configuration model with one optional section per registered provider."""
+    names = tuple(plugins())
+    sections: dict[str, Any] = {
+        name: (cast(Any, plugin.SETTINGS) | None, Field(default=None, description=f"provider: {name} only"))
+        for name, plugin in plugins().items()
+    }
+    provider: Any = (Literal[names], ...)  # the registered names, known only now
+    return create_model("RunConfig", __base__=RunConfigBase, provider=provider, **sections)
+
+
+def load_config(path: str | Path | None, environ: Mapping[str, str] | None = None) -> RunConfigBase:
     """Read ``path`` (the embedded default when ``None``), apply ``ENI_IPAM_…`` overrides, validate.
 
     Raises:
         ConfigError: unreadable file, invalid YAML, unknown key or bad value (``field`` names it).
     """
-    data: Any = yaml.safe_load(DEFAULT_CONFIG) if path is None else read_config_file(path)
+    data: Any = (
+        load_yaml_text(DEFAULT_CONFIG, what="the embedded default")
+        if path is None
+        else read_config_file(path)
+    )
     if not isinstance(data, Mapping):
         raise ConfigError("--config", f"expected a mapping at the top, got {type(data).__name__}")
-    # The file was checked to be plain data when it was read (load_yaml_file), the default is ours.
-    data, sources = apply_env(data, environ or {})
-    try:
-        return load_config_mapping(data)
-    except ConfigError as exc:
-        for field, variable in sources.items():
-            if exc.field == field or exc.field.startswith((field + ".", field + "[")):
-                raise ConfigError(exc.field, f"{exc.message} (set by {variable})") from None
-        raise
+    return load_config_mapping(data, environ=environ or {})
 
 
-def apply_env(data: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``data`` with every ``ENI_IPAM_…`` variable applied; also which field each variable set."""
-    out: dict[str, Any] = _deep_copy(data)
-    sources: dict[str, str] = {}
-    for variable in sorted(environ):
-        if not variable.startswith(ENV_PREFIX):
-            continue
-        keys = [k.lower() for k in variable[len(ENV_PREFIX) :].split("__")]
-        field = ".".join(keys)
-        if not all(keys):
-            raise ConfigError(field or variable, f"{variable} does not name a setting")
-        try:
-            value = load_yaml_text(environ[variable], what=variable)
-        except ValueError as exc:
-            raise ConfigError(field, str(exc)) from None
-        target = out
-        for depth, key in enumerate(keys[:-1]):
-            child = target.get(key)
-            if child is None:
-                child = target[key] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(".".join(keys[: depth + 1]), f"{variable} descends into a non-mapping")
-            target = child
-        target[keys[-1]] = value
-        sources[field] = variable
-    return out, sources
-
-
-def _deep_copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
-
-
-def load_config_mapping(data: Mapping[str, Any]) -> RunConfig:
-    """Validate a run configuration given as plain data. Raises as :func:`load_config`."""
+def load_config_mapping(
+    data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> RunConfigBase:
+    """Validate a run configuration given as plain data, with ``environ``'s overrides (none when
+    None). Raises as :func:`load_config`."""
     if not isinstance(data, Mapping):
         raise ConfigError("config", f"expected a mapping, got {type(data).__name__}")
     problem = plain_data_problem(data)
     if problem:
         raise ConfigError("config", f"the configuration {problem}")
     for key in data:
-        if key not in _TOP_KEYS:
-            raise ConfigError(str(key) or repr(key), f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
-    if "provider" not in data:
-        raise ConfigError("provider", f"required: one of {', '.join(PROVIDERS)}")
-    provider = _choice(data["provider"], "provider", PROVIDERS)
-    plugin = provider_plugin(provider)
-    for other in PROVIDERS:
-        if other != provider and data.get(other) is not None:
-            raise ConfigError(other, f"a section for provider {other}, but provider is {provider}")
-    node_source = _choice(data.get("node_source", "kubernetes"), "node_source", NODE_SOURCES)
-    server = data.get("server") or {}
-    if not isinstance(server, Mapping):
-        raise ConfigError("server", f"expected a mapping, got {type(server).__name__}")
-    for key in server:
-        if key not in ("host", "port"):
-            raise ConfigError(f"server.{key}", "unknown key (known: host, port)")
-    host = server.get("host", "0.0.0.0")
-    if not isinstance(host, str) or not host:
-        raise ConfigError("server.host", f"expected a host name or address, got {host!r}")
-    port = parse_int("server.port", server.get("port", 9090), minimum=0)
-    if port > 65535:
-        raise ConfigError("server.port", f"expected a port number, got {port}")
-    config = RunConfig(
-        provider=provider,
-        provider_settings=plugin.parse_settings(data.get(provider), path=provider),
-        node_source=node_source,
-        log_level=_choice(data.get("log_level", "info"), "log_level", LOG_LEVELS),
-        shutdown_timeout=parse_duration(data.get("shutdown_timeout", "20s"), "shutdown_timeout"),
-        server_host=host,
-        server_port=port,
-        settings=settings_from_mapping(data.get("settings")),
-        kubernetes=kube_settings_from_mapping(data.get("kubernetes")),
-        node_defaults=_node_defaults(data.get("node_defaults")),
-        nodes=_nodes(data.get("nodes")),
-    )
-    if config.nodes and node_source != "memory":
-        raise ConfigError("nodes", "only used with node_source: memory (Kubernetes nodes come from Nodes)")
-    return config
-
-
-def _choice(raw: Any, field: str, allowed: tuple[str, ...]) -> str:
-    if raw not in allowed:
-        raise ConfigError(field, f"expected one of {', '.join(allowed)}, got {raw!r}")
-    return cast(str, raw)
-
-
-def _scenario_errors(call: Any, *args: Any) -> Any:
+        if not isinstance(key, str):
+            raise ConfigError(repr(key), "unknown key (keys are names)")
+    model = run_config_model()
+    sources = check_environment(model, environ or {})
+    token = _environ.set(environ or {})
     try:
-        return call(*args)
-    except ScenarioError as exc:  # the scenario parsers name the path; here it is a config field
-        raise ConfigError(exc.path, exc.message) from None
+        return model(**data)
+    except ValidationError as exc:
+        error = config_error(exc, model=model, data=data)
+        for field, variable in sources.items():
+            if error.field == field or error.field.startswith((field + ".", field + "[")):
+                raise ConfigError(error.field, f"{error.message} (set by {variable})") from None
+        raise error from None
+    finally:
+        _environ.reset(token)
 
 
-def _node_defaults(raw: Any) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("node_defaults", f"expected a mapping, got {type(raw).__name__}")
-    fields: dict[str, Any] = _scenario_errors(spec_fields, raw, "node_defaults")
-    unknown = set(raw) - set(fields)
-    if unknown:
-        raise ConfigError(f"node_defaults.{sorted(unknown)[0]}", "unknown node spec key")
-    return fields
+def check_environment(model: type[BaseModel], environ: Mapping[str, str]) -> dict[str, str]:
+    """Which field each ``ENI_IPAM_…`` variable sets (``settings.gc_interval`` → its name).
+
+    Raises:
+        ConfigError: a variable names no setting, descends into a value that is not a section, or
+            holds text that is not YAML.
+    """
+    sources: dict[str, str] = {}
+    for variable in sorted(environ):
+        if not variable.upper().startswith(ENV_PREFIX):
+            continue
+        keys = [k.lower() for k in variable[len(ENV_PREFIX) :].split("__")]
+        field = ".".join(keys)
+        if not all(keys):
+            raise ConfigError(field or variable, f"{variable} does not name a setting")
+        _check_path(model, keys, variable)
+        try:
+            load_yaml_text(environ[variable], what=variable)
+        except ValueError as exc:
+            raise ConfigError(field, str(exc)) from None
+        sources[field] = variable
+    return sources
 
 
-def _nodes(raw: Any) -> tuple[StaticNode, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ConfigError("nodes", f"expected a list, got {type(raw).__name__}")
-    out: list[StaticNode] = []
-    names: set[str] = set()
-    for n, entry in enumerate(raw):
-        path = f"nodes[{n}]"
-        if not isinstance(entry, Mapping):
-            raise ConfigError(path, f"expected a mapping, got {type(entry).__name__}")
-        for key in ("name", "instance"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise ConfigError(f"{path}.{key}", "required: a non-empty string")
-        if entry["name"] in names:
-            raise ConfigError(f"{path}.name", f"node {entry['name']} listed twice")
-        names.add(entry["name"])
-        rest = {k: v for k, v in entry.items() if k not in ("name", "instance", "used")}
-        fields: dict[str, Any] = _scenario_errors(spec_fields, rest, path)
-        unknown = set(rest) - set(fields)
-        if unknown:
-            raise ConfigError(f"{path}.{sorted(unknown)[0]}", "unknown node key")
-        spec = NodeSpec(name=entry["name"], instance_id=entry["instance"], **fields)
-        out.append(StaticNode(spec=spec, used=parse_int(f"{path}.used", entry.get("used", 0), minimum=0)))
-    return tuple(out)
+def _check_path(model: type[BaseModel], keys: list[str], variable: str) -> None:
+    current: Any = model
+    for depth, key in enumerate(keys):
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            if _is_mapping(current):
+                return  # a mapping (tags, buckets) takes any key
+            raise ConfigError(".".join(keys[:depth]), f"{variable} descends into a non-mapping")
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(
+                ".".join(keys[: depth + 1]), f"unknown key {key!r} (known: {known}) (set by {variable})"
+            )
+        current = _section_type(fields[key].annotation)
 
 
-def parse_sim_cloud(data: Any, *, path: str) -> dict[str, Any]:
-    """The ``sim.cloud`` section: the scenario files' ``cloud:`` format (docs/scenarios.md)."""
-    from eni_ipam.simulator.scenario import read_cloud
+def _section_type(annotation: Any) -> Any:
+    """The model (or mapping) a field's annotation holds, or the annotation for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
 
-    try:
-        return read_cloud(data)
-    except ScenarioError as exc:
-        raise ConfigError(f"{path}.{exc.path}", exc.message) from None
+
+def _is_mapping(annotation: Any) -> bool:
+    origin = get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        return True
+    return any(_is_mapping(arg) for arg in get_args(annotation))
 
 
 DEFAULT_CONFIG = """\

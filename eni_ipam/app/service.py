@@ -26,15 +26,16 @@ from collections.abc import Mapping
 
 import structlog
 
-from eni_ipam.app.runconfig import RunConfig, provider_plugin
+from eni_ipam.app.providers import plugin
+from eni_ipam.app.runconfig import RunConfig
 from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeResource
+from eni_ipam.core.records import RecordsRef
 from eni_ipam.core.server import make_app, start_server
 from eni_ipam.store.memory import MemoryStore
-from eni_ipam.store.records import RecordsRef
 
 log = structlog.get_logger("eni_ipam.app.service")
 
@@ -95,18 +96,19 @@ class Service:
 
     async def serve(self) -> int:
         config = self.config
-        plugin = provider_plugin(config.provider)
+        provider_plugin = plugin(config.provider)
+        provider_plugin.check(config.provider_settings)  # before the port: a bad region fails at once
         runner = await start_server(
-            make_app(self.metrics, self.state.readiness), host=config.server_host, port=config.server_port
+            make_app(self.metrics, self.state.readiness), host=config.server.host, port=config.server.port
         )
         log.info(
             "service_started",
             provider=config.provider,
             node_source=config.node_source,
-            endpoint=f"{config.server_host}:{config.server_port}",
+            endpoint=f"{config.server.host}:{config.server.port}",
         )
         try:
-            async with plugin.open_provider(
+            async with provider_plugin.open_provider(
                 config.provider_settings,
                 clock=self.clock,
                 metrics=self.metrics,
@@ -154,8 +156,8 @@ class Service:
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
         self.records.target = store
-        for node in self.config.nodes:
-            store.put(NodeResource(spec=node.spec, used=node.used))
+        for spec, used in self.config.static_nodes():
+            store.put(NodeResource(spec=spec, used=used))
         manager = self._manager(provider, store)
         store.attach(manager)
         self.state.role, self.state.manager = "single", manager
@@ -177,7 +179,7 @@ class Service:
 
         ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
         api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
-        ks = dataclasses.replace(ks, instance_ids=instance_id_source(ks, self.config.provider))
+        ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
         source = KubeNodeSource(
             api, settings=ks, node_defaults=self.config.node_defaults, clock=self.clock, metrics=metrics
         )

@@ -1,163 +1,427 @@
-"""Operator-wide settings: frozen, validated, every default justified.
+"""The configuration layer: every input people write is read, typed and validated here.
 
-The same names are used in the run configuration, scenario files (``settings:``) and, later, the
-Helm chart. :func:`settings_from_mapping` is the one parser: it rejects unknown keys and bad values
-with a :class:`~eni_ipam.core.errors.ConfigError` naming the field, and never half-applies anything.
+One base (:class:`ConfigModel`, pydantic v2: strict, unknown keys refused, immutable, field
+docstrings as descriptions), one set of field types (:data:`Duration`, :data:`TagMap`,
+:data:`Name`, :data:`Buckets`, …), one YAML reader (:func:`load_yaml_file`: duplicate keys refused
+with their line, the file named in every message, plain data only) and one error type,
+:class:`~eni_ipam.core.errors.ConfigError`, whose ``field`` is the path of the bad value
+(``settings.gc_interval``, ``nodes[2].instance``). :func:`validate` turns pydantic's errors into it.
+
+The models themselves live beside the code they configure: :mod:`eni_ipam.core.settings`,
+:mod:`eni_ipam.core.spec` (the node spec), ``kube/settings.py``, ``agent/config.py``, each
+provider's ``settings.py``, ``app/runconfig.py`` and ``simulator/scenario.py``. The choice of
+pydantic and pydantic-settings is recorded in docs/decisions/0007-layers-and-configuration.md.
+
+Invariants: a value that fails validation changes nothing (models are built whole or not at all);
+booleans are never numbers and strings never numbers (strict mode); every message names the field.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import ipaddress
 import math
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_core import ErrorDetails
 
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import EMPTY_TAGS, Tags, frozen_tags
+from eni_ipam.core.model import Tags, frozen_tags
 from eni_ipam.core.ratelimit import Bucket
 
+M = TypeVar("M", bound=BaseModel)
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Settings:
-    release_excess_ips: bool = False
-    """Release addresses above the watermarks. Off by default, as in the reference systems: releasing
-    costs API calls and risks churn, while holding a few spare addresses costs nothing."""
 
-    excess_ip_release_delay: float = 180.0
-    """Seconds an address must stay continuously excess before it is marked for release, so a node
-    whose pods churn does not give back addresses it is about to need again."""
+class ConfigModel(BaseModel):
+    """Base of every configuration model: strict types, unknown keys refused, immutable."""
 
-    prefix_delegation: bool = False
-    """Allocate /28 prefixes (16 addresses a slot) on Nitro instances. Off by default because it
-    needs subnets with free aligned /28 blocks, which fragmented subnets often lack."""
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        arbitrary_types_allowed=True,
+    )
 
-    parallel_workers: int = 50
-    """Nodes maintained at once. Bounds memory and concurrent cloud calls; the per-operation rate
-    limiter, not this, is what protects the cloud's API budget."""
+    def replace(self: M, **changes: Any) -> M:
+        """A validated copy with ``changes`` applied (``dataclasses.replace`` for models)."""
+        return type(self).model_validate({**dict(self), **changes}, strict=False)
 
-    resync_interval: float = 60.0
-    """Seconds between full resyncs: the safety net that catches changes made outside eni-ipam."""
 
-    trigger_min_interval: float = 0.01
-    """Minimum seconds between two maintenance passes of one node; events in between fold into one."""
+class FieldError(ValueError):
+    """Raised by a model validator to blame one field (``field``, relative to the model)."""
 
-    backoff_initial: float = 1.0
-    """First retry delay of a node whose maintenance failed (doubles per failure, jittered)."""
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
 
-    backoff_max: float = 300.0
-    """Retry delay cap: a broken node is retried at least every five minutes."""
 
-    cluster_name: str = "default"
-    """Written to every interface eni-ipam creates, so garbage collection only ever touches its own."""
-
-    interface_tags: Tags = EMPTY_TAGS
-    """Extra tags for created interfaces (cost allocation, ownership)."""
-
-    rate_limit_share: float = 1.0
-    """Fraction of each cloud API bucket this controller may spend (lower it when other controllers
-    share the account)."""
-
-    gc_interval: float = 300.0
-    """Seconds between garbage-collection runs; an interface must stay detached a whole interval
-    (marked in one run, deleted in the next) before it is deleted. 0 turns garbage collection off
-    (for a second controller sharing the cluster tag, which must not collect twice)."""
-
-    gc_max_per_run: int = 25
-    """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""
-
+# -- field types ---------------------------------------------------------------------------------
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def parse_duration(value: Any, field: str) -> float:
-    """Seconds from a number or a string like ``"180s"``, ``"5m"``, ``"250ms"``."""
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string such as ``250ms``, ``30s``, ``5m``, ``1h``.
+
+    Raises:
+        ValueError: not a duration, not finite, too large, or negative (the message says which).
+    """
     if isinstance(value, bool):
-        raise ConfigError(field, f"expected a duration, got {value!r}")
+        raise ValueError(f"expected a duration such as 30s, 5m or 250ms, got {value!r}")
     try:
         if isinstance(value, int | float):
             seconds = float(value)
         elif isinstance(value, str) and (m := _DURATION.match(value)):
             seconds = float(m.group(1)) * _UNITS[m.group(2)]
         else:
-            raise ConfigError(field, f"expected a duration such as 30s, 5m or 250ms, got {_short(value)}")
+            raise ValueError(f"expected a duration such as 30s, 5m or 250ms, got {short(value)}")
     except OverflowError:
-        raise ConfigError(field, "too large for a duration") from None
+        raise ValueError("too large for a duration") from None
     if not math.isfinite(seconds):
-        raise ConfigError(field, f"expected a finite duration, got {value!r}")
+        raise ValueError(f"expected a finite duration, got {value!r}")
     if seconds < 0:
-        raise ConfigError(field, "must not be negative")
+        raise ValueError("must not be negative")
     return seconds
 
 
-def parse_positive(field: str, raw: Any) -> float:
-    """A finite number above zero (not a boolean): rates, bucket sizes."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ConfigError(field, f"expected a positive number, got {_short(raw)}")
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds
+
+
+def _finite_positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a positive number, got {short(value)}")
     try:
-        value = float(raw)
+        number = float(value)
     except OverflowError:
-        raise ConfigError(field, "too large") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(field, f"expected a positive number, got {raw!r}")
-    return value
+        raise ValueError("too large") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"expected a positive number, got {value!r}")
+    return number
 
 
-def parse_buckets(
-    field: str, raw: Any, *, check_name: Callable[[str, Any], None], names: str = "operation"
-) -> Mapping[str, Bucket]:
-    """Token buckets by name, ``{name: {burst: N, refill: N}}``; ``check_name(where, name)`` raises
-    ConfigError for a name the caller does not know."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(field, f"expected a mapping of {names} to {{burst, refill}}, got {_short(raw)}")
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number, got {got(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError("too large") from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return number
+
+
+def _loose_tags(value: Any) -> Any:
+    """Tag values written as numbers (``{rack: 12}``) are read as their text, as YAML authors mean."""
+    if not isinstance(value, Mapping) or isinstance(value, Tags):
+        return value
+    return {
+        k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()
+    }
+
+
+_STRING_MAP: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str], config=ConfigDict(strict=True))
+
+
+def _tags(value: Any) -> Tags:
+    if isinstance(value, Tags):
+        return value
+    try:
+        return frozen_tags(_STRING_MAP.validate_python(value))
+    except ValidationError as exc:
+        raise nested(exc, data=value) from None
+
+
+def _network(raw: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a CIDR such as 10.0.0.0/16, got {short(raw)}")
+    try:
+        return ipaddress.ip_network(raw, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"not a CIDR ({exc})") from None
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""Seconds, written as a number or as ``250ms``, ``30s``, ``5m``, ``1h``; never negative."""
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_positive)]
+"""A :data:`Duration` above zero."""
+Number = Annotated[float, BeforeValidator(_number)]
+"""A finite number (not a boolean)."""
+PositiveNumber = Annotated[float, BeforeValidator(_finite_positive)]
+"""A finite number above zero (rates, bucket sizes)."""
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+Cidr = Annotated[ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_network)]
+"""An IPv4 or IPv6 network written as ``10.0.0.0/16`` (host bits refused)."""
+Name = Annotated[str, Field(min_length=1)]
+"""A non-empty string."""
+Names = Annotated[tuple[Name, ...], Field(strict=False)]
+"""A list of non-empty strings (kept as a tuple)."""
+_AS_DICT = PlainSerializer(dict, return_type=dict[str, str])
+TagMap = Annotated[Tags, BeforeValidator(_tags), _AS_DICT]
+"""String → string, kept as an immutable :class:`~eni_ipam.core.model.Tags`."""
+LooseTagMap = Annotated[Tags, BeforeValidator(_tags), BeforeValidator(_loose_tags), _AS_DICT]
+"""A :data:`TagMap` whose number values are read as text (scenario files, node specs)."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""How much the process logs (JSON lines when not on a terminal)."""
+
+
+class BucketModel(ConfigModel):
+    burst: PositiveNumber
+    """Tokens the bucket holds when full."""
+    refill: PositiveNumber
+    """Tokens added per second."""
+
+
+def _buckets(value: Any) -> Mapping[str, Bucket]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of names to {{burst, refill}}, got {short(value)}")
     out: dict[str, Bucket] = {}
-    for name, spec in raw.items():
-        where = f"{field}.{name}"
-        check_name(where, name)
-        if not isinstance(spec, Mapping) or set(spec) != {"burst", "refill"}:
-            raise ConfigError(where, f"expected {{burst: N, refill: N}}, got {_short(spec)}")
-        out[name] = Bucket(
-            burst=parse_positive(f"{where}.burst", spec["burst"]),
-            refill=parse_positive(f"{where}.refill", spec["refill"]),
-        )
+    for name, spec in value.items():
+        if isinstance(spec, Bucket):  # already read (a model copied with changes)
+            out[name] = spec
+            continue
+        try:
+            bucket = BucketModel.model_validate(spec)
+        except ValidationError as exc:
+            raise nested(exc, prefix=str(name), data=spec) from None
+        out[name] = Bucket(burst=bucket.burst, refill=bucket.refill)
     return MappingProxyType(out)
 
 
-def _short(value: Any) -> str:
+def _bucket_dicts(value: Mapping[str, Bucket]) -> dict[str, dict[str, float]]:
+    return {k: {"burst": b.burst, "refill": b.refill} for k, b in value.items()}
+
+
+Buckets = Annotated[
+    Mapping[str, Bucket],
+    BeforeValidator(_buckets),
+    PlainSerializer(_bucket_dicts, return_type=dict[str, dict[str, float]]),
+]
+"""Token buckets by name, ``{name: {burst: N, refill: N}}``, read as :class:`Bucket`s."""
+
+EMPTY_BUCKETS: Mapping[str, Bucket] = MappingProxyType({})
+EMPTY_TAGS: Tags = frozen_tags({})
+
+
+def check_names(value: Mapping[str, Any], check: Callable[[str], str | None]) -> Mapping[str, Any]:
+    """Run ``check(name)`` on every key; a returned text is the error, blamed on that key."""
+    for name in value:
+        problem = check(name)
+        if problem:
+            raise FieldError(name, problem)
+    return value
+
+
+# -- validation and errors ---------------------------------------------------------------------
+
+
+def nested(exc: ValidationError, *, prefix: str = "", data: Any = None) -> FieldError:
+    """A validation error of a value (``data``) checked inside another model's validator, as a
+    :class:`FieldError` for the outer model (its path under ``prefix``)."""
+    inner = config_error(exc, data=data)
+    return FieldError(join(prefix, inner.field) if inner.field else prefix, inner.message)
+
+
+def validate(model: type[M], data: Any, *, path: str = "", by_alias: bool = False, context: Any = None) -> M:
+    """``data`` validated as ``model``; ``path`` is where ``data`` sits in its document.
+
+    Raises:
+        ConfigError: the first problem, with ``field`` the full path of the bad value.
+    """
+    try:
+        return model.model_validate(data, by_alias=by_alias, by_name=not by_alias, context=context)
+    except ValidationError as exc:
+        raise config_error(exc, path=path, model=model, by_alias=by_alias, data=data) from None
+
+
+def config_error(
+    exc: ValidationError,
+    *,
+    path: str = "",
+    model: type[BaseModel] | None = None,
+    by_alias: bool = False,
+    data: Any = None,
+) -> ConfigError:
+    """The :class:`ConfigError` for the first error of ``exc`` (pydantic reports them all; people
+    fix them one at a time, and the first is the one a reader meets first in the file)."""
+    errors = exc.errors(include_url=False)
+    # A misspelt key is reported as itself rather than as the key it should have been ("required").
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = list(error["loc"])
+    ctx = error.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, FieldError):
+        loc.extend(_parts(cause.field))
+    if error["type"] in ("dict_type", "model_type", "mapping_type") and loc and loc[-1] == "[key]":
+        loc.pop()
+    field = join(path, *_keyed(loc, data))
+    return ConfigError(field, message(error, model=model, loc=loc, by_alias=by_alias))
+
+
+def _keyed(loc: list[Any], data: Any) -> list[Any]:
+    """``loc`` with every integer that is a mapping's key (not a list's index) marked as a key, by
+    following the input ``data`` (pydantic writes both as plain integers)."""
+    out: list[Any] = []
+    current = data
+    for part in loc:
+        if isinstance(part, int) and isinstance(current, Mapping):
+            out.extend((part, "[key]"))  # ``.0`` rather than ``[0]``
+        else:
+            out.append(part)
+        try:
+            current = current[part] if current is not None and part != "[key]" else None
+        except (KeyError, IndexError, TypeError):
+            current = None
+    return out
+
+
+_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _parts(field: str) -> list[str | int]:
+    """``subnets[0].cidr`` → ["subnets", 0, "cidr"] (the inverse of :func:`join`)."""
+    return [int(index) if index else name for name, index in _PART.findall(field)]
+
+
+def join(path: str, *loc: Any) -> str:
+    """``nodes`` + (2, "instance") → ``nodes[2].instance``."""
+    out = path
+    for n, part in enumerate(loc):
+        if part == "[key]":
+            continue
+        if isinstance(part, int) and not (n + 1 < len(loc) and loc[n + 1] == "[key]"):
+            out += f"[{part}]"  # a list index (an integer key of a mapping is a key like any other)
+        else:
+            text = str(part) or "''"  # an empty key, shown as one
+            out = f"{out}.{text}" if out else text
+    return out
+
+
+def message(
+    error: ErrorDetails,
+    *,
+    model: type[BaseModel] | None = None,
+    loc: list[Any] | None = None,
+    by_alias: bool = False,
+) -> str:
+    """One pydantic error in the project's words (``expected an integer, got str 'eight'``)."""
+    kind_ = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if "error" in ctx:
+        return str(ctx["error"].message if isinstance(ctx["error"], FieldError) else ctx["error"])
+    if kind_ == "missing":
+        return "required"
+    if kind_ == "extra_forbidden":
+        key = short((loc or [""])[-1])
+        known = _known_keys(model, (loc or [])[:-1], by_alias=by_alias)
+        return f"unknown key {key} (known: {', '.join(known)})" if known else f"unknown key {key}"
+    if kind_ in ("int_type", "int_parsing", "int_from_float"):
+        return f"expected an integer, got {got(value)}"
+    if kind_ in ("bool_type", "bool_parsing"):
+        return f"expected true or false, got {short(value)}"
+    if kind_ in ("float_type", "float_parsing"):
+        return f"expected a number, got {got(value)}"
+    if kind_ in ("string_type", "string_sub_type"):
+        return f"expected a string, got {got(value)}"
+    if kind_ == "string_too_short":
+        return f"expected a non-empty string, got {short(value)}"
+    if kind_ == "string_too_long":
+        return f"at most {ctx.get('max_length')} characters, got {len(str(value))}"
+    if kind_ in ("dict_type", "model_type", "mapping_type", "model_attributes_type", "dataclass_type"):
+        return f"expected a mapping, got {kind(value)}"
+    if kind_ in ("list_type", "tuple_type", "iterable_type", "set_type", "frozen_set_type"):
+        return f"expected a list, got {kind(value)}"
+    if kind_ == "greater_than_equal":
+        bound = ctx.get("ge")
+        if bound == 0:
+            return f"must not be negative (at least 0), got {short(value)}"
+        return f"must be at least {bound}, got {short(value)}"
+    if kind_ == "greater_than":
+        return f"must be greater than {ctx.get('gt')}, got {short(value)}"
+    if kind_ == "less_than_equal":
+        return f"must be at most {ctx.get('le')}, got {short(value)}"
+    if kind_ == "less_than":
+        return f"must be less than {ctx.get('lt')}, got {short(value)}"
+    if kind_ == "literal_error":
+        return f"expected one of {ctx.get('expected')}, got {short(value)}"
+    if kind_ == "too_short":
+        return f"expected at least {ctx.get('min_length')} item(s)"
+    if kind_ == "too_long":
+        return f"expected at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
+    return str(error["msg"])
+
+
+def _known_keys(model: type[BaseModel] | None, loc: list[Any], *, by_alias: bool) -> list[str]:
+    """The keys the model at ``loc`` accepts (for "unknown key" messages), or [] when not a model."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        field = next((f for n, f in fields.items() if (f.alias or n) == part or n == part), None)
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+    fields = getattr(current, "model_fields", None)
+    if not fields:
+        return []
+    return sorted((f.alias or n) if by_alias else n for n, f in fields.items())
+
+
+def _model_of(annotation: Any) -> Any:
+    """The model class inside ``annotation`` (``Model``, ``Model | None``, ``tuple[Model, ...]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def kind(value: Any) -> str:
+    """A value's type as people read it: ``str``, ``int``, ``nothing``."""
+    return "nothing" if value is None else type(value).__name__
+
+
+def got(value: Any) -> str:
+    """A bad value for a message: ``str 'eight'``, ``int 12345``, ``nothing``."""
+    return "nothing" if value is None else f"{kind(value)} {short(value)}"
+
+
+def short(value: Any) -> str:
     """``repr`` of a bad value, cut short: an error names the field, it does not echo a megabyte."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def parse_bool(field: str, raw: Any) -> bool:
-    """``raw`` if it is a YAML boolean (not ``"yes"``, not 1)."""
-    if not isinstance(raw, bool):
-        raise ConfigError(field, f"expected true or false, got {raw!r}")
-    return raw
-
-
-def parse_int(field: str, raw: Any, *, minimum: int | None = None) -> int:
-    """``raw`` if it is an integer (not a boolean), at least ``minimum`` when given."""
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise ConfigError(field, f"expected an integer, got {raw!r}")
-    if minimum is not None and raw < minimum:
-        raise ConfigError(field, f"expected an integer of at least {minimum}, got {raw!r}")
-    return raw
-
-
-def parse_tags(field: str, raw: Any) -> Tags:
-    """An immutable string → string mapping."""
-    if not isinstance(raw, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-    ):
-        raise ConfigError(field, f"expected a mapping of strings to strings, got {raw!r}")
-    return frozen_tags(raw)
-
+# -- YAML ----------------------------------------------------------------------------------------
 
 MAX_DEPTH = 64
 """Deepest nesting accepted in a YAML document: no configuration or scenario comes near it."""
@@ -165,12 +429,40 @@ MAX_NODES = 1_000_000
 """Most values accepted in one document (a large scenario has some thousands)."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (the later one would
+    silently win, and a reader of the file would believe the earlier)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "found an unhashable key",
+                    key_node.start_mark,
+                ) from None
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (line {key_node.start_mark.line + 1}; first on line {first})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml_file(path: str | Path) -> Any:
     """The YAML document in ``path``, checked to be plain data (see :func:`plain_data_problem`).
 
     Raises:
-        ValueError: why it cannot be used: unreadable, not UTF-8, not YAML, nested too deeply, or
-            referring to itself.
+        ValueError: why it cannot be used: unreadable, not UTF-8, not YAML (a duplicate key
+            included), nested too deeply, or referring to itself.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -182,13 +474,21 @@ def load_yaml_file(path: str | Path) -> Any:
 
 
 def load_yaml_text(text: str, *, what: str) -> Any:
-    """``text`` parsed as YAML and checked to be plain data. Raises ValueError as :func:`load_yaml_file`."""
+    """``text`` parsed as YAML and checked to be plain data; ``what`` names it in messages (a file
+    name, an environment variable). Raises ValueError as :func:`load_yaml_file`."""
     try:
-        data = yaml.safe_load(text)
+        loader = _Loader(text)  # checks every character first: its error can only say "<unicode string>"
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} is not valid YAML: {str(exc).replace('<unicode string>', what)}") from None
+    loader.name = what  # marks say where: the file's name rather than "<unicode string>"
+    try:
+        data = loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} is not valid YAML: {exc}") from None
     except RecursionError:
         raise ValueError(f"{what} is nested too deeply") from None
+    finally:
+        loader.dispose()
     problem = plain_data_problem(data)
     if problem:
         raise ValueError(f"{what} {problem}")
@@ -227,90 +527,14 @@ def plain_data_problem(data: Any) -> str:
     return ""
 
 
-def read_config_file(path: str | Path) -> Any:
+def read_config_file(path: str | Path, *, field: str = "--config") -> Any:
     """The YAML document in ``path`` (``{}`` for an empty file).
 
     Raises:
-        ConfigError: ``--config``: the file cannot be read, is not UTF-8 YAML, or is not plain data.
+        ConfigError: ``field``: the file cannot be read, is not UTF-8 YAML, or is not plain data.
     """
     try:
         data = load_yaml_file(path)
     except ValueError as exc:
-        raise ConfigError("--config", str(exc)) from None
+        raise ConfigError(field, str(exc)) from None
     return {} if data is None else data
-
-
-def section_items(data: Any, path: str, known: Collection[str]) -> list[tuple[str, str, Any]]:
-    """``(key, field, raw value)`` for every entry of a settings section (``field`` = ``path.key``,
-    or ``key`` for the top of a file, ``path`` empty).
-
-    Raises:
-        ConfigError: the section is not a mapping, or a key is unknown.
-    """
-    if data is None:
-        return []
-    if not isinstance(data, Mapping):
-        raise ConfigError(path or "config", f"expected a mapping, got {type(data).__name__}")
-    items = []
-    for key, raw in data.items():
-        field = f"{path}.{key}" if path else str(key)
-        if key not in known:
-            raise ConfigError(field, f"unknown setting (known: {', '.join(sorted(known))})")
-        items.append((key, field, raw))
-    return items
-
-
-def _check(field: str, value: Any, kind: type, raw: Any) -> Any:
-    if kind is bool:
-        return parse_bool(field, raw)
-    if kind is int:
-        return parse_int(field, raw)
-    if kind is str:
-        if not isinstance(raw, str) or not raw:
-            raise ConfigError(field, f"expected a non-empty string, got {raw!r}")
-        return raw
-    if kind is Tags:
-        return parse_tags(field, raw)
-    return value
-
-
-def settings_from_mapping(data: Mapping[str, Any] | None, *, path: str = "settings") -> Settings:
-    """Build :class:`Settings` from plain data (YAML), validating every key.
-
-    Raises:
-        ConfigError: unknown key or invalid value; ``field`` is ``path.key``.
-    """
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
-    values: dict[str, Any] = {}
-    for key, field, raw in section_items(data, path, fields):
-        default = fields[key].default
-        if isinstance(default, float):
-            values[key] = (
-                parse_duration(raw, field)
-                if "interval" in key or "delay" in key or "backoff" in key
-                else _number(field, raw)
-            )
-        else:
-            values[key] = _check(field, raw, type(default), raw)
-    settings = Settings(**values)
-    _validate(settings, path)
-    return settings
-
-
-def _number(field: str, raw: Any) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ConfigError(field, f"expected a number, got {raw!r}")
-    return float(raw)
-
-
-def _validate(s: Settings, path: str) -> None:
-    if s.parallel_workers < 1:
-        raise ConfigError(f"{path}.parallel_workers", "must be at least 1")
-    if not 0 < s.rate_limit_share <= 1:
-        raise ConfigError(f"{path}.rate_limit_share", "must be in (0, 1]")
-    if s.resync_interval <= 0:
-        raise ConfigError(f"{path}.resync_interval", "must be positive")
-    if s.backoff_initial <= 0 or s.backoff_max < s.backoff_initial:
-        raise ConfigError(f"{path}.backoff_max", "must be at least backoff_initial, which must be positive")
-    if s.gc_max_per_run < 0:
-        raise ConfigError(f"{path}.gc_max_per_run", "must not be negative")

@@ -4,8 +4,7 @@ Callers never see a cloud SDK's exception types: every provider translates at it
 chains the original as ``__cause__``. The tree::
 
     EniIpamError
-    ├── ConfigError               bad configuration; names the offending field
-    ├── ScenarioError             bad scenario file; names the offending key path
+    ├── ConfigError               bad configuration or scenario file; ``field`` names the bad value
     ├── NotReady                  the cloud view is not synced yet; mutations are refused
     ├── LimitsUnknown             the instance type's limits are unknown; the node is left alone
     ├── NotImplementedYet         a documented part that is not built yet
@@ -50,21 +49,23 @@ class EniIpamError(Exception):
 
 
 class ConfigError(EniIpamError):
-    """A configuration value is invalid. ``field`` is its dotted path."""
+    """A configuration value is invalid: a run configuration, an agent configuration, a scenario
+    file, a node spec, a command-line option. ``field`` is the path of the bad value
+    (``settings.gc_interval``, ``steps[3].expect.node1.available``; empty for a whole document)."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{field}: {message}" if field else message)
         self.field = field
         self.message = message
 
+    @property
+    def path(self) -> str:
+        """The same as ``field`` (the name scenario files use)."""
+        return self.field
 
-class ScenarioError(EniIpamError):
-    """A scenario file is invalid. ``path`` is the offending key's path (``steps[3].expect.node1``)."""
 
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-        self.message = message
+ScenarioError = ConfigError
+"""A scenario file is invalid: the same error as any other configuration (``path`` is ``field``)."""
 
 
 class NotReady(EniIpamError):

@@ -1,4 +1,4 @@
-"""Garbage collection of leaked interfaces (DESIGN §3.6): mark in one run, delete in the next.
+"""Garbage collection of leaked interfaces: mark in one run, delete in the next (docs/architecture.md).
 
 An interface of ours leaks when a create's rollback fails, when the process dies between create and
 attach, or when someone detaches it. The candidates are the interfaces that are detached and carry

@@ -33,12 +33,12 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
-from eni_ipam.core.config import Settings
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot, NodeResource, NodeStatus
 from eni_ipam.core.node import Node, NodeEnv, PassResult
 from eni_ipam.core.provider import Provider
+from eni_ipam.core.settings import Settings
 from eni_ipam.core.view import CloudView
 
 log = structlog.get_logger("eni_ipam.core.manager")

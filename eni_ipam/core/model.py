@@ -18,6 +18,7 @@ import dataclasses
 import enum
 import ipaddress
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
@@ -51,6 +52,20 @@ class Tags(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"Tags({self._items!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """Validated as a string → string mapping (or a Tags), serialized as a plain dict, so the
+        configuration models can declare tag fields without special cases."""
+        from pydantic_core import core_schema
+
+        mapping = core_schema.no_info_after_validator_function(
+            frozen_tags, handler.generate_schema(dict[str, str])
+        )
+        return core_schema.union_schema(
+            [core_schema.is_instance_schema(cls), mapping],
+            serialization=core_schema.plain_serializer_function_ser_schema(dict),
+        )
 
 
 EMPTY_TAGS = Tags()

@@ -31,7 +31,6 @@ import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     AssignAddresses,
@@ -50,6 +49,7 @@ from eni_ipam.core.model import (
 )
 from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
 from eni_ipam.core.provider import Provider
+from eni_ipam.core.settings import Settings
 from eni_ipam.core.view import CloudView
 from eni_ipam.core.watermarks import allocation_budget
 

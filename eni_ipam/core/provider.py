@@ -16,9 +16,14 @@ every provider runs it in its tests.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.config import ConfigModel
+from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
+from eni_ipam.core.records import NodeRecords
 
 
 class Provider(Protocol):
@@ -131,4 +136,48 @@ class Provider(Protocol):
 
     async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
         """Detached interfaces carrying every one of ``tags`` (garbage-collection candidates)."""
+        ...
+
+
+PLUGIN_GROUP = "eni_ipam.providers"
+"""The entry-point group providers register under (``aws = "providers.aws.service"``)."""
+
+
+class ProviderPlugin(Protocol):
+    """What a provider package offers ``eni-ipam run``: registered as an entry point in the
+    :data:`PLUGIN_GROUP` group, found by the name of the ``provider:`` setting, so adding a provider
+    touches no core file. A plug-in module must import quickly and without its cloud's SDK (the run
+    configuration loads every plug-in to know every section); ``open_provider`` imports the rest.
+    """
+
+    @property
+    def SETTINGS(self) -> type[ConfigModel]:
+        """The model of the provider's configuration section (named after the provider)."""
+        ...
+
+    @property
+    def REQUIRED(self) -> bool:
+        """Whether the section must be written (True when no default could be right)."""
+        ...
+
+    def check(self, settings: Any) -> None:
+        """What can be checked of ``settings`` before the cloud is reached (by ``run --check`` and
+        before ``run`` binds its port): a region that resolves, credentials that are configured.
+
+        Raises:
+            ConfigError: naming the field of the provider's section that must change.
+        """
+        ...
+
+    def open_provider(
+        self,
+        settings: Any,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        rate_limit_share: float,
+        records: NodeRecords | None,
+    ) -> AbstractAsyncContextManager[Provider]:
+        """The provider, open for the block and closed (clients, threads) after it. ``records`` is
+        the node store's view of the published pools (the generic provider keeps its state there)."""
         ...

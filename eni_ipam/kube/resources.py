@@ -1,7 +1,8 @@
 """ENIPool custom resources ↔ the core model: pure functions, no I/O.
 
-An ENIPool is named after its Node. Its spec mirrors :class:`~eni_ipam.core.model.NodeSpec` in
-camelCase; its status has two writers that never touch each other's fields:
+An ENIPool is named after its Node. Its spec is :class:`~eni_ipam.core.spec.NodeSpecFields` in
+camelCase (the model's aliases) plus the instance; its status has two writers that never touch
+each other's fields:
 
 * the controller: ``pool``, ``subnets``, ``release``, ``interfaces``, ``stats``, ``message``,
   ``conditions``, ``observedGeneration`` — written by :func:`status_patch` as a JSON merge patch;
@@ -19,10 +20,14 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from pydantic import ConfigDict
+
+from eni_ipam.core.config import EMPTY_TAGS, Name, TagMap, validate
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState, frozen_tags
+from eni_ipam.core.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState
+from eni_ipam.core.records import NodeRecord
+from eni_ipam.core.spec import NodeSpecFields
 from eni_ipam.kube.api import ENIPOOLS, Obj
-from eni_ipam.store.records import NodeRecord
 
 FINALIZER = "eni-ipam.io/pool"
 """Holds an ENIPool until the controller stopped maintaining its node (no address is handed out,
@@ -31,24 +36,25 @@ and so forgotten, after the pool's record is gone)."""
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
-_SPECIAL = {"instance_id": "instanceID", "subnet_ids": "subnetIDs"}
-_INTS = ("pre_allocate", "min_allocate", "max_allocate", "max_above_watermark", "first_interface_index")
-_LISTS = ("subnet_ids", "security_groups")
-_MAPS = ("subnet_tags", "security_group_tags", "exclude_interface_tags")
-_BOOLS = ("disable_prefix_delegation", "delete_on_termination")
 _AGENT_ANSWERS = (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE)
 
 
-def camel(field: str) -> str:
-    """The ENIPool spec key of a NodeSpec field (``min_allocate`` → ``minAllocate``)."""
-    if field in _SPECIAL:
-        return _SPECIAL[field]
-    head, *rest = field.split("_")
-    return head + "".join(part.capitalize() for part in rest)
+class PoolSpec(NodeSpecFields):
+    """An ENIPool's spec as the controller reads it: the node spec in camelCase plus the instance.
+    Keys the controller does not use (``instanceType``, ``zone``, a newer CRD's) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: Name
+    """The cloud instance the pool lives on (``instanceID``)."""
+    # Tag values are strings, as the CRD's schema says (files may write numbers; a pool may not).
+    subnet_tags: TagMap = EMPTY_TAGS
+    security_group_tags: TagMap = EMPTY_TAGS
+    exclude_interface_tags: TagMap = EMPTY_TAGS
 
 
-SPEC_KEYS = {field: camel(field) for field in ("instance_id", *_INTS, *_LISTS, *_MAPS, *_BOOLS)}
-"""NodeSpec field → ENIPool spec key, for every field the spec carries (``name`` is metadata.name)."""
+SPEC_KEYS = {name: (field.alias or name) for name, field in PoolSpec.model_fields.items()}
+"""Node spec field → ENIPool spec key, for every field the spec carries (``name`` is metadata.name)."""
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -63,36 +69,11 @@ def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
     name = obj["metadata"]["name"]
     raw = obj.get("spec") or {}
     where = f"enipools/{name}.spec"
-    if not isinstance(raw, Mapping):
-        raise ConfigError(where, f"expected a mapping, got {type(raw).__name__}")
-    values: dict[str, Any] = {}
-    for field, key in SPEC_KEYS.items():
-        if key not in raw or raw[key] is None:
-            continue
-        value = raw[key]
-        path = f"{where}.{key}"
-        if field in _INTS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(path, f"expected an integer, got {value!r}")
-            if field != "pre_allocate" and value < 0:
-                raise ConfigError(path, f"must not be negative, got {value}")
-        elif field in _LISTS:
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise ConfigError(path, f"expected a list of strings, got {value!r}")
-            value = tuple(value)
-        elif field in _MAPS:
-            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(path, f"expected a mapping of strings, got {value!r}")
-            value = frozen_tags(value)
-        elif field in _BOOLS:
-            if not isinstance(value, bool):
-                raise ConfigError(path, f"expected true or false, got {value!r}")
-        elif not isinstance(value, str) or not value:
-            raise ConfigError(path, f"expected a non-empty string, got {value!r}")
-        values[field] = value
-    if "instance_id" not in values:
-        raise ConfigError(f"{where}.instanceID", "required")
-    return NodeSpec(name=name, **values)
+    if isinstance(raw, Mapping):
+        raw = {k: v for k, v in raw.items() if v is not None}  # a null is an absent key (merge patch)
+    spec = validate(PoolSpec, raw, path=where, by_alias=True)
+    fields = {k: getattr(spec, k) for k in NodeSpecFields.model_fields}
+    return NodeSpec(name=name, instance_id=spec.instance_id, **fields)
 
 
 def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
@@ -167,9 +148,9 @@ def instance_id_of(node: Mapping[str, Any], instance_ids: str = "provider-id") -
 
 
 def pool_for_node(
-    node: Mapping[str, Any], defaults: Mapping[str, Any], *, instance_ids: str = "provider-id"
+    node: Mapping[str, Any], defaults: NodeSpecFields | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:
-    """The ENIPool to create for ``node`` (spec from ``defaults``, NodeSpec keyword arguments), or
+    """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there), or
     None while the Node has no instance id. Owned by the Node, so it goes when the Node goes."""
     metadata = node.get("metadata", {})
     instance_id = instance_id_of(node, instance_ids)
@@ -181,9 +162,8 @@ def pool_for_node(
         spec["instanceType"] = labels[INSTANCE_TYPE_LABEL]
     if labels.get(ZONE_LABEL):
         spec["zone"] = labels[ZONE_LABEL]
-    for field, value in defaults.items():
-        if field in SPEC_KEYS:
-            spec[SPEC_KEYS[field]] = _plain(value)
+    if defaults is not None:
+        spec.update(defaults.as_pool_spec())
     return {
         "apiVersion": ENIPOOLS.api_version,
         "kind": ENIPOOLS.kind,
@@ -204,20 +184,12 @@ def node_fields_patch(
 ) -> Obj | None:
     """A merge patch bringing the pool's Node-derived fields (instance, type, zone) up to date, or
     None. People's edits to the rest of the spec are never overwritten."""
-    wanted = pool_for_node(node, {}, instance_ids=instance_ids)
+    wanted = pool_for_node(node, None, instance_ids=instance_ids)
     if wanted is None:
         return None
     current = pool.get("spec") or {}
     changes = {k: v for k, v in wanted["spec"].items() if current.get(k) != v}
     return {"spec": changes} if changes else None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
 
 
 # -- status ---------------------------------------------------------------------------------------

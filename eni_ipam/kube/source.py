@@ -26,7 +26,6 @@ import asyncio
 import collections
 import dataclasses
 import random
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -37,6 +36,8 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeResource
+from eni_ipam.core.records import NodeRecord
+from eni_ipam.core.spec import NodeSpecFields
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
@@ -49,7 +50,6 @@ from eni_ipam.kube.resources import (
 )
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.status import StatusWriter
-from eni_ipam.store.records import NodeRecord
 
 log = structlog.get_logger("eni_ipam.kube.source")
 
@@ -84,7 +84,7 @@ class KubeNodeSource:
         api: KubeApi,
         *,
         settings: KubeSettings,
-        node_defaults: Mapping[str, Any],
+        node_defaults: NodeSpecFields | None = None,
         clock: Clock,
         metrics: Metrics,
         rng: random.Random | None = None,
@@ -93,8 +93,9 @@ class KubeNodeSource:
         self.settings = settings
         self.instance_ids = settings.instance_ids or "provider-id"
         self.term = 0
-        """Leadership terms begun (:class:`~eni_ipam.store.records.NodeRecords`)."""
-        self.node_defaults = dict(node_defaults)
+        """Leadership terms begun (:class:`~eni_ipam.core.records.NodeRecords`)."""
+        self.node_defaults = node_defaults
+        """The spec keys a new ENIPool starts with (``node_defaults`` of the run configuration)."""
         self.clock = clock
         self.rng = rng or random.Random()
         common: dict[str, Any] = {"clock": clock, "metrics": metrics, "watch_timeout": settings.watch_timeout}

@@ -15,17 +15,16 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eni_ipam.core.clock import Clock, LoopClock
-from eni_ipam.core.errors import ScenarioError
-from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import Instance
-from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, NodeEntry, Scenario, Step, parse_sample
+from eni_ipam.simulator.cluster import EmbeddedCluster
+from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, CloudChange, NodeEntry, Scenario, Step, parse_sample
 from eni_ipam.simulator.simloop import run_virtual
-from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
 from providers.generic.provider import GenericProvider
 from providers.sim.cloud import SimCloud
+from providers.sim.declaration import build_cloud
 from providers.sim.provider import SimProvider
 
 CONVERGE_TICK = 0.01
@@ -58,7 +57,6 @@ class Simulation:
         self.clock = LoopClock()
         self.metrics = Metrics()
         self.store = MemoryStore()
-        self.node_side = SimulatedNodeSide(self.store)
         self.provider: SimProvider | GenericProvider
         if scenario.generic is not None:
             self.cloud = None
@@ -66,16 +64,19 @@ class Simulation:
                 scenario.generic, records=self.store, clock=self.clock, metrics=self.metrics
             )
         else:
+            assert scenario.cloud is not None  # the reader requires exactly one of cloud and generic
             self.cloud = build_cloud(scenario.cloud, self.clock)
             self.provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
-        self.manager = NodeManager(
-            provider=self.provider,
+        self.cluster = EmbeddedCluster(
+            self.provider,
             settings=scenario.settings,
             metrics=self.metrics,
             clock=self.clock,
-            status_sink=self.store,
             rng=random.Random(scenario.seed),
+            store=self.store,
         )
+        self.node_side = self.cluster.side
+        self.manager = self.cluster.manager
         self.started = 0.0
 
     def add(self, entry: NodeEntry) -> None:
@@ -85,7 +86,6 @@ class Simulation:
         self.started = self.clock.monotonic()
         for entry in self.scenario.nodes:
             self.add(entry)
-        self.store.attach(self.manager)
         results: list[StepResult] = []
         async with asyncio.TaskGroup() as tg:
             task = tg.create_task(self.manager.run(), name="eni-ipam-manager")
@@ -215,55 +215,25 @@ def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
 
 
-# --- cloud construction ------------------------------------------------------------------------------
+# --- cloud changes ------------------------------------------------------------------------------------
 
 
-def build_cloud(cloud: Mapping[str, Any], clock: Clock) -> SimCloud:
-    sim = SimCloud(clock)
-    for vpc, cidr in cloud["vpcs"].items():
-        sim.add_vpc(vpc, str(cidr))
-    for s in cloud["subnets"].values():
-        sim.add_subnet(s["id"], vpc=s["vpc"], zone=s["zone"], cidr=s["cidr"], tags=s["tags"])
-    for g in cloud["security_groups"].values():
-        sim.add_security_group(g["id"], vpc=g["vpc"], tags=g["tags"])
-    for n, i in enumerate(cloud["instances"].values()):
-        try:
-            sim.add_instance(
-                i["id"],
-                type=i["type"],
-                subnet=i["subnet"],
-                security_groups=i["security_groups"],
-                interfaces=i["interfaces"] or None,
-                running=i["running"],
-            )
-        except ValueError as exc:  # what the cloud itself refuses: unknown type, no room, too many interfaces
-            raise ScenarioError(f"cloud.instances[{n}]", str(exc)) from None
-    # `available` counts free addresses after the declared interfaces took theirs.
-    for s in cloud["subnets"].values():
-        if s["available"] is not None:
-            sim.set_subnet_available(s["id"], s["available"])
-    return sim
-
-
-def apply_cloud_change(sim: SimCloud, change: Mapping[str, Any]) -> None:
-    for sid, fields in change.get("subnets", {}).items():
-        if "available" in fields:
-            sim.set_subnet_available(sid, fields["available"])
-        if "tags" in fields:
-            sim.set_subnet_tags(sid, fields["tags"])
-    for iid, fields in change.get("instances", {}).items():
-        state = fields["state"]
-        if state == "terminated":
+def apply_cloud_change(sim: SimCloud, change: CloudChange) -> None:
+    for sid, subnet in change.subnets.items():
+        if subnet.available is not None:
+            sim.set_subnet_available(sid, subnet.available)
+        if subnet.tags is not None:
+            sim.set_subnet_tags(sid, dict(subnet.tags))
+    for iid, instance in change.instances.items():
+        if instance.state == "terminated":
             sim.terminate_instance(iid)
-        elif state == "stopped":
+        elif instance.state == "stopped":
             sim.stop_instance(iid)
         else:
             sim.start_instance(iid)
-    for op, fields in change.get("fail", {}).items():
-        sim.fail_next(
-            op, count=fields.get("count", 1), code=fields["code"], message=fields.get("message", "")
-        )
-    for op, seconds in change.get("latency", {}).items():
+    for op, fault in change.fail.items():
+        sim.fail_next(op, count=fault.count, code=fault.code, message=fault.message)
+    for op, seconds in change.latency.items():
         sim.set_latency(op, seconds)
 
 

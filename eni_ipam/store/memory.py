@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from eni_ipam.core.model import NodeResource, NodeStatus
-from eni_ipam.store.records import NodeRecord
+from eni_ipam.core.records import NodeRecord
 
 
 class NodeSink(Protocol):

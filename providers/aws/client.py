@@ -1,4 +1,4 @@
-"""The boto3 EC2 client and the one path every EC2 request takes (DESIGN §3.5).
+"""The boto3 EC2 client and the one path every EC2 request takes (docs/aws.md, "6. Rate limits").
 
 Path of a call: client-side token bucket of the operation → boto3 on a bounded thread pool →
 metrics → error translation (:func:`translate`, through :mod:`providers.ec2_errors`). It is built on

@@ -1,20 +1,32 @@
-"""AWS as an ``eni-ipam run`` provider (``provider: aws``, settings in the ``aws:`` section)."""
+"""AWS as an ``eni-ipam run`` provider (``provider: aws``, settings in the ``aws:`` section).
+
+Imports no boto3 until asked to check or open: the run configuration loads every plug-in.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
-from eni_ipam.store.records import NodeRecords
-from providers.aws.settings import AwsSettings, aws_settings_from_mapping
+from eni_ipam.core.records import NodeRecords
+from providers.aws.settings import AwsSettings
+
+SETTINGS = AwsSettings
+REQUIRED = False
 
 
-def parse_settings(data: Any, *, path: str) -> AwsSettings:
-    return aws_settings_from_mapping(data, path=path)
+def check(settings: AwsSettings) -> None:
+    """The EC2 client can be made: a region is set or found (``AWS_DEFAULT_REGION``, the profile).
+
+    Raises:
+        ConfigError: ``aws.region`` when no region resolves, ``aws`` for another client problem.
+    """
+    from providers.aws.client import make_client
+
+    make_client(settings)
 
 
 @contextlib.asynccontextmanager

@@ -6,7 +6,25 @@ have with secondary IP configurations; :class:`AzureSettings` configures it (doc
 the optional extra ``eni-ipam[azure]``; nothing here is imported unless ``provider: azure`` is chosen.
 """
 
-from providers.azure.provider import AzureProvider
-from providers.azure.settings import AzureSettings, azure_settings_from_mapping
+from __future__ import annotations
 
-__all__ = ["AzureProvider", "AzureSettings", "azure_settings_from_mapping"]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from providers.azure.provider import AzureProvider
+    from providers.azure.settings import AzureSettings
+
+__all__ = ["AzureProvider", "AzureSettings"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: importing the package (its settings, its plug-in) must not import the cloud's SDK.
+    if name == "AzureProvider":
+        from providers.azure.provider import AzureProvider
+
+        return AzureProvider
+    if name == "AzureSettings":
+        from providers.azure.settings import AzureSettings
+
+        return AzureSettings
+    raise AttributeError(name)

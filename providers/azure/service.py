@@ -9,12 +9,15 @@ from typing import Any
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
-from eni_ipam.store.records import NodeRecords
-from providers.azure.settings import AzureSettings, azure_settings_from_mapping
+from eni_ipam.core.records import NodeRecords
+from providers.azure.settings import AzureSettings
+
+SETTINGS = AzureSettings
+REQUIRED = True
 
 
-def parse_settings(data: Any, *, path: str) -> AzureSettings:
-    return azure_settings_from_mapping(data, path=path)
+def check(settings: AzureSettings) -> None:
+    """Nothing beyond the model: credentials are only known once a token is asked for."""
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ provider contract:
   interface as ``ipv6_prefixes``.
 
 Durability: the provider's memory is only a cache of the node store's records
-(:mod:`eni_ipam.store.records`): what the pools' statuses publish. At the first resync, and again
+(:mod:`eni_ipam.core.records`): what the pools' statuses publish. At the first resync, and again
 whenever the records' ``term`` changes (a new leadership term), everything is rebuilt from them, so
 a restart or a new leader never hands out a block a published pool holds (allocate-or-occupy).
 Between two rebuilds the cache is authoritative: it holds what was assigned but not yet published.
@@ -52,7 +52,7 @@ from eni_ipam.core.model import (
     address_key,
 )
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
-from eni_ipam.store.records import NodeRecord, NodeRecords
+from eni_ipam.core.records import NodeRecord, NodeRecords
 from providers.generic.blocks import BlockSet, Network
 from providers.generic.settings import PREFIX_MASK, GenericSettings
 

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
-from eni_ipam.store.records import NodeRecords
-from providers.generic.settings import GenericSettings, generic_settings_from_mapping
+from eni_ipam.core.records import NodeRecords
+from providers.generic.settings import GenericSettings
+
+SETTINGS = GenericSettings
+REQUIRED = True
 
 
-def parse_settings(data: Any, *, path: str) -> GenericSettings:
-    return generic_settings_from_mapping(data, path=path)
+def check(settings: GenericSettings) -> None:
+    """Nothing beyond the model: the ranges were checked against each other."""
 
 
 @contextlib.asynccontextmanager

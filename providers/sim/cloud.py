@@ -29,7 +29,7 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 from providers.ec2_limits import load_limits
 from providers.sim.describe import DescribeOps
-from providers.sim.gate import Gate, api
+from providers.sim.gate import Gate, Matcher, Request, api
 from providers.sim.records import InstanceRecord, InterfaceRecord, SimError
 
 _READ_PREFIX = "Describe"
@@ -118,13 +118,38 @@ class SimCloud(DescribeOps):
         message: str | None = None,
         *,
         applied: bool = False,
+        when: Matcher | None = None,
+        retry_after: float | None = None,
     ) -> None:
         """Make the next ``count`` calls of ``operation`` answer ``code`` (see :meth:`Gate.fail_next`).
 
         Raises:
             ValueError: ``count`` is negative.
         """
-        self.gate.fail_next(operation, count, code, message, applied=applied)
+        self.gate.fail_next(
+            operation, count, code, message, applied=applied, when=when, retry_after=retry_after
+        )
+
+    def fail_while(
+        self,
+        operation: str,
+        when: Matcher,
+        code: str = "InternalError",
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        """Make every matching call of ``operation`` answer ``code`` until :meth:`clear_faults`."""
+        self.gate.fail_while(operation, when, code, message, retry_after=retry_after)
+
+    def on_interfaces_of(self, instance_id: str) -> Matcher:
+        """A request :data:`~providers.sim.gate.Matcher` for calls naming an interface of ``instance_id``."""
+
+        def matches(request: Request) -> bool:
+            interface = self.interface_view(str(request.get("interface_id", "")))
+            return interface is not None and interface.instance_id == instance_id
+
+        return matches
 
     def clear_faults(self) -> None:
         """Drop every injected fault still waiting (see :meth:`fail_next`)."""

@@ -12,8 +12,12 @@ For each call, :meth:`Gate.run`:
    others, whatever the interleaving of concurrent callers.
 
 A fault queued with ``applied=True`` lets the state change happen and then answers the error: the
-"lost response" that idempotency tokens and re-syncs exist for. The :func:`api` decorator turns a
-cloud method (the synchronous state change) into such an operation.
+"lost response" that idempotency tokens and re-syncs exist for. A fault may be limited to the calls
+whose request matches a predicate (``when``: one node's interface, say), may last until cleared
+(:meth:`Gate.fail_while`), and may carry the wait the cloud asks for (``retry_after``, as clouds with
+a ``Retry-After`` answer do). Observers (:meth:`Gate.watch`) see every call and its request, in
+order. The :func:`api` decorator turns a cloud method (the synchronous state change) into such an
+operation, its keyword arguments being the request.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from eni_ipam.core.clock import Clock
@@ -57,11 +61,27 @@ class ServerBucket:
         return False
 
 
+Request = Mapping[str, Any]
+"""The parameters of one call, by name (``interface_id``, ``secondary_count``, …)."""
+Matcher = Callable[[Request], bool]
+Around = Callable[[str, Request, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""Code run around every call (:meth:`Gate.around`): given the operation, its request and ``proceed``,
+which passes the call on through the gate and returns its answer."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Fault:
     code: str
     message: str
     applied: bool
+    when: Matcher | None = None
+    retry_after: float | None = None
+
+    def matches(self, request: Request) -> bool:
+        return self.when is None or self.when(request)
+
+    def error(self) -> SimError:
+        return SimError(self.code, self.message, retry_after=self.retry_after)
 
 
 class Gate:
@@ -80,6 +100,9 @@ class Gate:
         self._bucket_specs = dict(buckets) if buckets is not None else {}
         self._buckets: dict[str, ServerBucket] = {}
         self._faults: dict[str, collections.deque[_Fault]] = collections.defaultdict(collections.deque)
+        self._lasting: dict[str, list[_Fault]] = collections.defaultdict(list)
+        self._observers: list[Callable[[str, Request], None]] = []
+        self._around: list[Around] = []
         self._latency: dict[str, float] = {}
         self._default_latency = 0.0
 
@@ -91,6 +114,8 @@ class Gate:
         message: str | None = None,
         *,
         applied: bool = False,
+        when: Matcher | None = None,
+        retry_after: float | None = None,
     ) -> None:
         """Make the next ``count`` calls of ``operation`` answer the EC2 error ``code``.
 
@@ -100,18 +125,46 @@ class Gate:
             code: the EC2 error code answered.
             message: the error message (a generic one when empty or ``None``).
             applied: make the change first and then answer the error (a lost response).
+            when: only calls whose request matches fail (and use up the fault); others pass.
+            retry_after: seconds the answer asks the caller to wait.
 
         Raises:
             ValueError: ``count`` is negative.
         """
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        fault = _Fault(code, message or DEFAULT_FAULT_MESSAGE, applied)
+        fault = _Fault(code, message or DEFAULT_FAULT_MESSAGE, applied, when, retry_after)
         self._faults[operation].extend([fault] * count)
 
+    def fail_while(
+        self,
+        operation: str,
+        when: Matcher,
+        code: str = "InternalError",
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        """Make every call of ``operation`` whose request matches ``when`` answer ``code``, until
+        :meth:`clear_faults` (a broken node among healthy ones)."""
+        self._lasting[operation].append(
+            _Fault(code, message or DEFAULT_FAULT_MESSAGE, False, when, retry_after)
+        )
+
+    def around(self, wrapper: Around) -> None:
+        """Run ``wrapper`` around every call from now on, outside the gate's own steps (a chaos
+        harness deciding faults, killing a caller before or after a call). The last added runs
+        outermost."""
+        self._around.append(wrapper)
+
+    def watch(self, observer: Callable[[str, Request], None]) -> None:
+        """Call ``observer(operation, request)`` for every call, before anything else happens to it."""
+        self._observers.append(observer)
+
     def clear_faults(self) -> None:
-        """Drop every injected fault still waiting."""
+        """Drop every injected fault still waiting, and the lasting ones."""
         self._faults.clear()
+        self._lasting.clear()
 
     def pending_faults(self, operation: str) -> int:
         """Injected faults still waiting for calls of ``operation``."""
@@ -138,25 +191,50 @@ class Gate:
         bucket = self._buckets.get(operation)
         return bucket.tokens if bucket is not None else float(spec.burst)
 
-    async def run(self, operation: str, apply: Callable[[], T]) -> T:
-        """Pass one call of ``operation`` through the door and run ``apply`` (the state change).
+    async def run(self, operation: str, apply: Callable[[], T], *, request: Request | None = None) -> T:
+        """Pass one call of ``operation`` (with its ``request``) through the door and run ``apply``
+        (the state change).
 
         Raises:
             SimError: an injected fault, ``RequestLimitExceeded``, or whatever ``apply`` raises.
         """
+        request = request if request is not None else {}
+        proceed: Callable[[], Awaitable[Any]] = lambda: self._pass(operation, apply, request)  # noqa: E731
+        for wrapper in self._around:
+            proceed = functools.partial(wrapper, operation, request, proceed)
+        result: T = await proceed()
+        return result
+
+    async def _pass(self, operation: str, apply: Callable[[], T], request: Request) -> T:
         self.calls[operation] += 1
-        queue = self._faults.get(operation)
-        fault = queue.popleft() if queue else None
+        for observer in self._observers:
+            observer(operation, request)
+        fault = self._fault(operation, request)
         if fault is not None and not fault.applied:
-            raise SimError(fault.code, fault.message)
+            raise fault.error()
         self._throttle(operation)
         delay = self._latency.get(operation, self._default_latency)
         if delay > 0:
             await self._clock.sleep(delay)
         result = apply()
         if fault is not None:
-            raise SimError(fault.code, fault.message)
+            raise fault.error()
         return result
+
+    def _fault(self, operation: str, request: Request) -> _Fault | None:
+        """The fault this call meets: a lasting one that matches, else the first queued one that
+        matches (used up)."""
+        for fault in self._lasting.get(operation, ()):
+            if fault.matches(request):
+                return fault
+        queue = self._faults.get(operation)
+        if not queue:
+            return None
+        for n, fault in enumerate(queue):
+            if fault.matches(request):
+                del queue[n]
+                return fault
+        return None
 
     def _throttle(self, operation: str) -> None:
         spec = self._bucket_specs.get(operation)
@@ -189,7 +267,7 @@ def api(
     def wrap(fn: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
         @functools.wraps(fn)
         async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-            return await self.gate.run(operation, lambda: fn(self, *args, **kwargs))
+            return await self.gate.run(operation, lambda: fn(self, *args, **kwargs), request=kwargs)
 
         return call
 

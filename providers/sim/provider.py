@@ -37,7 +37,9 @@ T = TypeVar("T")
 def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
     """The :class:`~eni_ipam.core.caller.ApiCaller` translation: a :class:`SimError` through the EC2 table."""
     if isinstance(exc, SimError):
-        return translate_ec2(exc.code, exc.message, operation)
+        error = translate_ec2(exc.code, exc.message, operation)
+        error.retry_after = exc.retry_after
+        return error
     return None
 
 

@@ -27,12 +27,14 @@ InstanceState = Literal["running", "stopped", "terminated"]
 
 
 class SimError(Exception):
-    """An EC2 error answer: ``code`` (``InsufficientCidrBlocks``) and ``message``, as EC2 words them."""
+    """An EC2 error answer: ``code`` (``InsufficientCidrBlocks``) and ``message``, as EC2 words them;
+    ``retry_after``, the seconds the answer asks to wait, when it says (an injected fault may)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.retry_after = retry_after
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ from eni_ipam.core.model import NodeResource
 from eni_ipam.kube.resources import resource_from_pool
 from eni_ipam.testing.fake_kube import FakeKube
 from tests.bad_input import corpus
-from tests.kube.conftest import CRD
+from tests.conftest import CRD
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -81,7 +81,7 @@ def _parses_or_refuses(load: Any, *args: Any) -> None:
         assert isinstance(error.path, str) and error.message
     else:
         assert isinstance(scenario, Scenario)
-        assert (scenario.generic is None) != (scenario.cloud.get("generic") is True)
+        assert (scenario.generic is None) != (scenario.cloud is None)
 
 
 @FUZZ

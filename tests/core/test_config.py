@@ -1,13 +1,29 @@
-"""Settings parsing: defaults, durations, and errors that name the field."""
+"""The configuration layer: one duration type, one YAML reader, one error naming the field."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import pytest
 
-from eni_ipam.core.config import Settings, parse_duration, settings_from_mapping
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.config import (
+    EMPTY_TAGS,
+    ConfigModel,
+    LooseTagMap,
+    TagMap,
+    load_yaml_file,
+    load_yaml_text,
+    parse_duration,
+    read_config_file,
+    validate,
+)
+from eni_ipam.core.errors import ConfigError, ScenarioError
+from eni_ipam.core.settings import MAX_EXTRA_TAGS, Settings
 
 
-def test_empty_settings_are_the_documented_defaults():
-    s = settings_from_mapping(None)
+def test_empty_settings_are_the_documented_defaults() -> None:
+    s = validate(Settings, {})
     assert s == Settings()
     assert (s.release_excess_ips, s.excess_ip_release_delay, s.prefix_delegation, s.parallel_workers) == (
         False,
@@ -18,43 +34,119 @@ def test_empty_settings_are_the_documented_defaults():
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("180s", 180), ("5m", 300), ("250ms", 0.25), ("1h", 3600), (7, 7)]
+    ("text", "seconds"),
+    [("180s", 180), ("5m", 300), ("250ms", 0.25), ("1h", 3600), (7, 7), ("90", 90), (1.5, 1.5)],
 )
-def test_durations(text, seconds):
-    assert parse_duration(text, "x") == seconds
+def test_durations_accept_numbers_and_units(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1d", "soon", True, -1, float("nan"), 10**400, "", None])
+def test_bad_durations_are_refused(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
 
 
 @pytest.mark.parametrize(
-    ("data", "field"),
+    ("data", "field", "words"),
     [
-        ({"parallel_workers": "many"}, "settings.parallel_workers"),
-        ({"parallel_workers": 0}, "settings.parallel_workers"),
-        ({"excess_ip_release_delay": "soon"}, "settings.excess_ip_release_delay"),
-        ({"excess_ip_release_delay": -1}, "settings.excess_ip_release_delay"),
-        ({"rate_limit_share": 2}, "settings.rate_limit_share"),
-        ({"prefix_delegation": "yes"}, "settings.prefix_delegation"),
-        ({"interface_tags": {"a": 1}}, "settings.interface_tags"),
-        ({"unknown": 1}, "settings.unknown"),
+        ({"parallel_workers": "many"}, "settings.parallel_workers", "expected an integer, got str 'many'"),
+        ({"parallel_workers": 0}, "settings.parallel_workers", "at least 1"),
+        ({"parallel_workers": True}, "settings.parallel_workers", "expected an integer, got bool"),
+        ({"excess_ip_release_delay": "soon"}, "settings.excess_ip_release_delay", "such as 30s"),
+        ({"excess_ip_release_delay": -1}, "settings.excess_ip_release_delay", "negative"),
+        ({"rate_limit_share": 2}, "settings.rate_limit_share", "(0, 1]"),
+        ({"prefix_delegation": "yes"}, "settings.prefix_delegation", "true or false"),
+        ({"interface_tags": {"a": 1}}, "settings.interface_tags.a", "expected a string"),
+        ({"interface_tags": ["a"]}, "settings.interface_tags", "expected a mapping"),
+        ({"unknown": 1}, "settings.unknown", "unknown key 'unknown' (known: backoff_initial"),
+        ({"backoff_initial": "10s", "backoff_max": "5s"}, "settings.backoff_max", "backoff_initial"),
+        ({"cluster_name": ""}, "settings.cluster_name", "non-empty"),
     ],
 )
-def test_bad_values_name_the_field(data, field):
+def test_bad_values_name_the_field_and_what_is_wrong(data: dict, field: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
-        settings_from_mapping(data)
+        validate(Settings, data, path="settings")
     assert info.value.field == field
+    assert words in info.value.message
 
 
-def test_values_are_applied():
-    s = settings_from_mapping(
-        {"release_excess_ips": True, "excess_ip_release_delay": "5s", "interface_tags": {"a": "b"}}
+def test_values_are_applied() -> None:
+    s = validate(
+        Settings, {"release_excess_ips": True, "excess_ip_release_delay": "5s", "interface_tags": {"a": "b"}}
     )
     assert s.release_excess_ips and s.excess_ip_release_delay == 5.0 and dict(s.interface_tags) == {"a": "b"}
 
 
+def test_more_interface_tags_than_ec2_allows_are_refused() -> None:
+    tags = {f"team-{n}": "x" for n in range(MAX_EXTRA_TAGS + 1)}
+    with pytest.raises(ConfigError) as info:
+        validate(Settings, {"interface_tags": tags}, path="settings")
+    assert info.value.field == "settings.interface_tags" and "EC2 allows 50" in info.value.message
+    assert len(
+        validate(Settings, {"interface_tags": dict(list(tags.items())[:MAX_EXTRA_TAGS])}).interface_tags
+    )
+
+
+def test_a_copy_with_changes_is_validated_too() -> None:
+    s = Settings(parallel_workers=3)
+    assert (
+        s.replace(gc_interval="2m").gc_interval == 120.0 and s.replace(gc_interval="2m").parallel_workers == 3
+    )
+    with pytest.raises(ValueError):
+        s.replace(parallel_workers=0)
+
+
+class _Tags(ConfigModel):
+    strict: TagMap = EMPTY_TAGS
+    loose: LooseTagMap = EMPTY_TAGS
+
+
+def test_number_tag_values_are_text_only_where_files_are_loose() -> None:
+    assert dict(validate(_Tags, {"loose": {"rack": 12}}).loose) == {"rack": "12"}
+    with pytest.raises(ConfigError) as info:
+        validate(_Tags, {"strict": {"rack": 12}})
+    assert info.value.field == "strict.rack"
+    with pytest.raises(ConfigError) as info:
+        validate(_Tags, {"loose": {"rack": {"nested": 1}}})
+    assert info.value.field == "loose.rack"
+
+
+def test_scenario_errors_are_config_errors() -> None:
+    assert ScenarioError is ConfigError
+    assert ConfigError("steps[0]", "x").path == "steps[0]"
+    assert str(ConfigError("", "whole file")) == "whole file"
+
+
+# -- YAML ------------------------------------------------------------------------------------------
+
+
+def test_a_key_written_twice_is_refused_with_its_lines(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: sim\nsettings:\n  gc_interval: 1m\n  gc_interval: 2m\n")
+    with pytest.raises(ValueError) as info:
+        load_yaml_file(path)
+    assert "duplicate key 'gc_interval' (line 4; first on line 3)" in str(info.value)
+    with pytest.raises(ConfigError) as caught:
+        read_config_file(path)
+    assert caught.value.field == "--config" and "duplicate key 'gc_interval'" in caught.value.message
+
+
+def test_a_key_written_twice_in_a_list_entry_is_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate key 'name'"):
+        load_yaml_text("nodes:\n  - {name: a, name: b}\n", what="x")
+
+
+def test_yaml_syntax_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("provider: [unclosed\n")
+    with pytest.raises(ValueError) as info:
+        load_yaml_file(path)
+    assert str(path) in str(info.value).split("not valid YAML", 1)[1]
+    assert "<unicode string>" not in str(info.value)
+
+
 def test_a_yaml_alias_bomb_is_refused_at_once() -> None:
-    import time
-
-    from eni_ipam.core.config import load_yaml_text
-
     levels = "".join(f"l{n + 1}: &l{n + 1} [{', '.join([f'*l{n}'] * 9)}]\n" for n in range(12))
     started = time.perf_counter()
     with pytest.raises(ValueError, match="expands to more than"):

@@ -8,10 +8,10 @@ import pytest
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ownership_tags
+from eni_ipam.core.settings import Settings
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 from tests.providers.sim import make_cloud

@@ -1,118 +1,61 @@
 """The NodeManager: gating, ordering, backoff isolation, re-fetching, cancellation."""
 
 import asyncio
-import contextlib
+import dataclasses
 
 import pytest
 
 from eni_ipam.core import errors
-from eni_ipam.core.config import Settings
 from eni_ipam.core.model import NodeResource, NodeSpec
 from eni_ipam.core.node import PassResult
+from eni_ipam.core.settings import Settings
 
 pytestmark = pytest.mark.looptime
 
 
-class Flaky:
-    """Wraps a provider; fails chosen calls."""
+def assign_attempts(world) -> list[str]:
+    """The instance of every AssignPrivateIpAddresses call from now on, in order (read off the
+    in-memory cloud's gate, which every call passes)."""
+    seen: list[str] = []
 
-    def __init__(self, inner):
-        self._inner = inner
-        self.fail_resync = 0
-        self.fail_assign_for: set[str] = set()
-        self.assign_order: list[str] = []
-        self.hide_from_resync: set[str] = set()
-        self.unknown_types: set[str] = set()
-        self.retry_after: float | None = None
+    def watch(operation, request):
+        if operation == "AssignPrivateIpAddresses":
+            interface = world.cloud.interface_view(request["interface_id"])
+            seen.append(interface.instance_id if interface else request["interface_id"])
 
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    async def resync(self):
-        if self.fail_resync:
-            self.fail_resync -= 1
-            raise errors.TransientError("boom", code="InternalError", operation="DescribeSubnets")
-        snapshot = await self._inner.resync()
-        instances = {k: v for k, v in snapshot.instances.items() if k not in self.hide_from_resync}
-        limits = {k: v for k, v in snapshot.limits.items() if k not in self.unknown_types}
-        return type(snapshot)(
-            subnets=snapshot.subnets,
-            security_groups=snapshot.security_groups,
-            instances=instances,
-            limits=limits,
-        )
-
-    async def instance_limits(self, *, instance_type):
-        if instance_type in self.unknown_types:
-            raise errors.LimitsUnknown(instance_type)
-        return await self._inner.instance_limits(instance_type=instance_type)
-
-    async def assign_addresses(self, *, interface_id, count, prefixes=False):
-        owner = interface_id
-        for inst in self._inner.cloud.interfaces():
-            if inst.id == interface_id:
-                owner = inst.instance_id
-        self.assign_order.append(owner)
-        if owner in self.fail_assign_for:
-            raise errors.TransientError(
-                "nope",
-                code="InternalError",
-                operation="AssignPrivateIpAddresses",
-                retry_after=self.retry_after,
-            )
-        return await self._inner.assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
+    world.cloud.gate.watch(watch)
+    return seen
 
 
 async def test_no_mutation_before_the_initial_resync_succeeds(make_world):
-    flaky = None
-
-    def wrap(p):
-        nonlocal flaky
-        flaky = Flaky(p)
-        flaky.fail_resync = 3
-        return flaky
-
-    async with make_world(provider_wrapper=wrap) as world:
+    async with make_world(start=False) as world:
+        world.cloud.fail_next("DescribeSubnets", 3)  # the first three resyncs fail
         world.add_node("n1")
-        await asyncio.sleep(0.5)
-        assert not world.manager.ready
-        assert world.cloud.calls["AssignPrivateIpAddresses"] == 0
-        await world.settle()
-        assert world.manager.ready
-        assert world.manager.nodes["n1"].stats.available == 8
+        async with world.cluster.running():
+            await asyncio.sleep(0.5)
+            assert not world.manager.ready
+            assert world.cloud.calls["AssignPrivateIpAddresses"] == 0
+            await world.settle()
+            assert world.manager.ready
+            assert world.manager.nodes["n1"].stats.available == 8
 
 
 async def test_deficit_node_is_served_before_idle_and_excess_nodes(make_world):
-    holder = {}
-
-    def wrap(p):
-        holder["p"] = Flaky(p)
-        return holder["p"]
-
-    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap, start=False) as world:
+    async with make_world(Settings(parallel_workers=1), start=False) as world:
+        order = assign_attempts(world)
         world.add_node("small", pre_allocate=2)
         world.add_node("big", pre_allocate=9)
         world.add_node("mid", pre_allocate=5)
-        task = asyncio.create_task(world.manager.run())
-        try:
+        async with world.cluster.running():
             await world.settle()
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        assert holder["p"].assign_order == ["i-big", "i-mid", "i-small"]
+        assert order == ["i-big", "i-mid", "i-small"]
 
 
 async def test_failing_node_backs_off_without_slowing_the_others(make_world):
-    holder = {}
-
-    def wrap(p):
-        holder["p"] = Flaky(p)
-        holder["p"].fail_assign_for = {"i-bad"}
-        return holder["p"]
-
-    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap) as world:
+    async with make_world(Settings(parallel_workers=1)) as world:
+        attempts = assign_attempts(world)
         world.add_node("bad")
+        world.cloud.fail_while("AssignPrivateIpAddresses", world.cloud.on_interfaces_of("i-bad"))
         await asyncio.sleep(0.1)
         world.add_node("good")
         loop = asyncio.get_running_loop()
@@ -121,40 +64,38 @@ async def test_failing_node_backs_off_without_slowing_the_others(make_world):
             await asyncio.sleep(0.01)
         assert loop.time() - start < 0.5  # served at once despite the other node failing
         await asyncio.sleep(60)
-        attempts = holder["p"].assign_order.count("i-bad")
+        tries = attempts.count("i-bad")
         # Backoff 1, 2, 4, 8, 16, 32 s (jittered into [d/2, d]): a handful of tries in a minute, not hundreds.
-        assert 5 <= attempts <= 12
+        assert 5 <= tries <= 12
         schedule = world.manager.schedule("bad")
-        assert schedule is not None and schedule.failures == attempts
+        assert schedule is not None and schedule.failures == tries
 
 
 async def test_failing_node_waits_at_least_what_the_cloud_asked(make_world):
-    holder = {}
-
-    def wrap(p):
-        holder["p"] = Flaky(p)
-        holder["p"].fail_assign_for = {"i-bad"}
-        holder["p"].retry_after = 30.0
-        return holder["p"]
-
-    async with make_world(Settings(parallel_workers=1), provider_wrapper=wrap) as world:
+    async with make_world(Settings(parallel_workers=1)) as world:
+        attempts = assign_attempts(world)
         world.add_node("bad")
+        world.cloud.fail_while(
+            "AssignPrivateIpAddresses", world.cloud.on_interfaces_of("i-bad"), "Throttling", retry_after=30.0
+        )
         await asyncio.sleep(65)
         # Without Retry-After the backoff (1, 2, 4, 8, 16, 32 s) would try about six times.
-        assert 2 <= holder["p"].assign_order.count("i-bad") <= 3
+        assert 2 <= attempts.count("i-bad") <= 3
 
 
 async def test_instance_missing_from_resync_is_refetched_not_zeroed(make_world):
-    holder = {}
-
-    def wrap(p):
-        holder["p"] = Flaky(p)
-        return holder["p"]
-
-    async with make_world(provider_wrapper=wrap) as world:
+    async with make_world() as world:
         world.add_node("n1")
         await world.settle()
-        holder["p"].hide_from_resync = {"i-n1"}
+
+        async def listing_without_n1(operation, request, proceed):
+            answer = await proceed()
+            by_id = request.get("instance_ids") or "instance-id" in (request.get("filters") or {})
+            if operation == "DescribeInstances" and not by_id:  # the full listing, not a read by id
+                answer = dataclasses.replace(answer, items=tuple(i for i in answer.items if i.id != "i-n1"))
+            return answer
+
+        world.cloud.gate.around(listing_without_n1)  # a listing that missed the instance
         describes = world.cloud.calls["DescribeNetworkInterfaces"]
         await world.manager.resync()
         node = world.manager.nodes["n1"]
@@ -166,13 +107,8 @@ async def test_instance_missing_from_resync_is_refetched_not_zeroed(make_world):
 
 
 async def test_unknown_limits_leave_the_node_alone_and_say_so(make_world):
-    def wrap(p):
-        f = Flaky(p)
-        f.unknown_types = {"m5.large"}
-        return f
-
-    async with make_world(provider_wrapper=wrap) as world:
-        world.add_node("n1")
+    async with make_world() as world:
+        world.add_node("n1", type="x99.hypothetical")  # in no table the cloud or eni-ipam knows
         await world.settle()
         assert world.cloud.calls["AssignPrivateIpAddresses"] == 0
         assert "unknown" in world.store.statuses["n1"].message
@@ -254,7 +190,15 @@ def test_resource_defaults_are_empty():
 
 
 async def test_a_bug_in_one_node_pass_does_not_stop_the_manager(make_world):
-    class Buggy(Flaky):
+    class Buggy:
+        """A provider with a bug (not a cloud fault): assigning to one instance raises RuntimeError."""
+
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
         async def assign_addresses(self, *, interface_id, count, prefixes=False):
             if interface_id == self._inner.cloud.instance_view("i-bad").interfaces[0].id:
                 raise RuntimeError("unexpected")
@@ -266,7 +210,7 @@ async def test_a_bug_in_one_node_pass_does_not_stop_the_manager(make_world):
         world.add_node("bad")
         world.add_node("good")
         await asyncio.sleep(5)
-        assert not world.task.done()
+        assert world.cluster.task is not None and not world.cluster.task.done()
         assert world.manager.nodes["good"].stats.available == 8
         assert (
             world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "RuntimeError"}) >= 2

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from eni_ipam.core.config import Settings
 from eni_ipam.core.model import ReleaseState
+from eni_ipam.core.settings import Settings
 
 pytestmark = pytest.mark.looptime
 
@@ -72,7 +72,7 @@ async def test_do_not_release_answer_stops_the_release(make_world):
 
 
 async def test_a_node_waiting_out_the_release_delay_is_not_maintained_in_a_loop(make_world):
-    async with make_world(dataclasses.replace(RELEASE, excess_ip_release_delay=60.0)) as world:
+    async with make_world(RELEASE.replace(excess_ip_release_delay=60.0)) as world:
         world.add_node("n1", used=8, pre_allocate=4)
         await world.settle()
         node = world.manager.nodes["n1"]

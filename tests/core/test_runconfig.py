@@ -15,8 +15,9 @@ SIM = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
 def test_embedded_default_runs_the_in_memory_cloud_alone() -> None:
     config = load_config(None)
     assert (config.provider, config.node_source) == ("sim", "memory")
-    assert [n.spec.name for n in config.nodes] == ["node-1", "node-2", "node-3"]
-    assert config.nodes[1].spec.pre_allocate == 12
+    specs = [spec for spec, _ in config.static_nodes()]
+    assert [s.name for s in specs] == ["node-1", "node-2", "node-3"]
+    assert specs[1].pre_allocate == 12
     assert config.kubernetes.lease_duration == 15.0
 
 
@@ -124,3 +125,74 @@ def test_aws_section_is_parsed_by_the_aws_plugin() -> None:
     config = load_config_mapping({"provider": "aws", "aws": {"region": "eu-west-1", "vpc_id": "vpc-1"}})
     assert config.provider_settings.region == "eu-west-1"
     assert config.provider_settings.vpc_id == "vpc-1"
+
+
+def test_a_wrong_type_is_named_rather_than_called_missing() -> None:
+    base = {"provider": "sim", "sim": SIM, "node_source": "memory"}
+    with pytest.raises(ConfigError) as info:
+        load_config_mapping({**base, "nodes": [{"name": "a", "instance": 12345}]})
+    assert info.value.field == "nodes[0].instance"
+    assert info.value.message == "expected a string, got int 12345"
+
+
+def test_node_defaults_apply_to_memory_nodes_under_their_own_keys() -> None:
+    config = load_config_mapping(
+        {
+            "provider": "sim",
+            "sim": SIM,
+            "node_source": "memory",
+            "node_defaults": {"pre_allocate": 20, "min_allocate": 4, "subnet_tags": {"tier": "pods"}},
+            "nodes": [{"name": "a", "instance": "i-1", "min_allocate": 9}, {"name": "b", "instance": "i-2"}],
+        }
+    )
+    (a, _), (b, _) = config.static_nodes()
+    assert (a.pre_allocate, a.min_allocate, dict(a.subnet_tags)) == (20, 9, {"tier": "pods"})
+    assert (b.pre_allocate, b.min_allocate) == (20, 4)
+
+
+def test_two_memory_nodes_on_one_instance_are_refused() -> None:
+    nodes = [{"name": "a", "instance": "i-1"}, {"name": "b", "instance": "i-1"}]
+    with pytest.raises(ConfigError) as info:
+        load_config_mapping({"provider": "sim", "sim": SIM, "node_source": "memory", "nodes": nodes})
+    assert info.value.field == "nodes[1].instance" and "same addresses" in info.value.message
+
+
+def test_a_key_written_twice_in_the_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: sim\nprovider: aws\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == "--config" and "duplicate key 'provider' (line 2; first on line 1)" in str(
+        info.value
+    )
+
+
+def test_structured_environment_values_are_yaml_and_win_over_the_file(tmp_path: Path) -> None:
+    config = load_config_mapping(
+        {"provider": "aws", "settings": {"gc_interval": "5m", "parallel_workers": 5}},
+        environ={
+            "ENI_IPAM_SETTINGS__PARALLEL_WORKERS": "7",
+            "ENI_IPAM_SETTINGS__INTERFACE_TAGS": "{team: a, rack: '12'}",
+            "ENI_IPAM_AWS__SUBNET_IDS_FILTER": "[subnet-1, subnet-2]",
+            "ENI_IPAM_SETTINGS__RELEASE_EXCESS_IPS": "true",
+        },
+    )
+    assert config.settings.parallel_workers == 7 and config.settings.gc_interval == 300.0
+    assert dict(config.settings.interface_tags) == {"team": "a", "rack": "12"}
+    assert config.provider_settings.subnet_ids_filter == ("subnet-1", "subnet-2")
+    assert config.settings.release_excess_ips is True
+
+
+@pytest.mark.parametrize(
+    ("variable", "field", "words"),
+    [
+        ("ENI_IPAM_SETTINGS__PARALLELISM", "settings.parallelism", "unknown key 'parallelism'"),
+        ("ENI_IPAM_COLOUR", "colour", "unknown key 'colour'"),
+        ("ENI_IPAM_LOG_LEVEL__X", "log_level", "non-mapping"),
+        ("ENI_IPAM_SETTINGS____GC_INTERVAL", "settings..gc_interval", "does not name a setting"),
+    ],
+)
+def test_an_environment_variable_naming_no_setting_is_refused(variable: str, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {variable: "1"})
+    assert info.value.field == field and words in info.value.message and variable in str(info.value)

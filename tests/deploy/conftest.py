@@ -1,28 +1,135 @@
-"""Shared paths and renders of the Helm chart (rendered once per session; the renders are read-only)."""
+"""Shared paths, and the Helm chart rendered by the real helm binary (.venv/bin/helm, `make kube-tools`).
+
+A test that renders skips, saying why, when that helm is not installed. Each distinct render runs helm
+once per session; callers get their own copy of the documents.
+"""
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
+import json
+import os
+import subprocess
+import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from eni_ipam.testing.helm import render_chart
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "deploy" / "helm" / "eni-ipam"
+HELM = Path(sysconfig.get_path("scripts")) / "helm"
+"""Where scripts/install_kube_tools.py puts helm: the running virtualenv's bin directory."""
 RELEASE = "eni-ipam"
 NAMESPACE = "kube-system"
 ALL_FEATURES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
 AGENT = {"agent": {"enabled": True}}
-_RENDERS: dict[str, dict[str, Any] | None] = {"default": None, "all-features": ALL_FEATURES, "agent": AGENT}
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
 
 
-def render(overrides: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-    return render_chart(CHART, overrides, **kwargs)
+class HelmError(subprocess.CalledProcessError):
+    """helm exited non-zero (a ``required`` or ``fail`` in a template, say); the message is its stderr."""
+
+    def __str__(self) -> str:
+        return f"{' '.join(map(str, self.cmd))} exited with {self.returncode}: {self.stderr.strip()}"
+
+
+def require_helm() -> None:
+    """Skip the test, saying why, when helm is not installed."""
+    if not os.access(HELM, os.X_OK):
+        pytest.skip(f"{HELM} is missing (make kube-tools installs it)")
+
+
+@functools.cache
+def _empty_home() -> tempfile.TemporaryDirectory[str]:
+    """helm's configuration, cache and data directories for this session: empty, removed at exit."""
+    return tempfile.TemporaryDirectory(prefix="eni-ipam-helm-home-")
+
+
+def helm(*args: str, values: dict[str, Any] | None = None) -> str:
+    """helm's standard output for ``args``, with ``values`` as a values file on its standard input.
+
+    helm runs with an empty kubeconfig and empty home directories, so what a user has configured (a
+    cluster, repositories, plugins) cannot change a render.
+    """
+    require_helm()
+    home = Path(_empty_home().name)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "KUBECONFIG": os.devnull,
+        "HELM_CACHE_HOME": str(home / "helm-cache"),
+        "HELM_CONFIG_HOME": str(home / "helm-config"),
+        "HELM_DATA_HOME": str(home / "helm-data"),
+    }
+    command = [str(HELM), *args]
+    if values is not None:
+        command += ["--values", "-"]  # JSON is YAML; null removes a default, as in a values file
+    done = subprocess.run(
+        command,
+        input=json.dumps(values) if values is not None else None,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise HelmError(done.returncode, command, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _key(overrides: dict[str, Any] | None) -> str:
+    return json.dumps(overrides, sort_keys=True)
+
+
+@functools.cache
+def _template(key: str, release_name: str, namespace: str) -> tuple[dict[str, Any], ...]:
+    overrides = json.loads(key)
+    text = helm("template", release_name, str(CHART), "--namespace", namespace, values=overrides)
+    return tuple(doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None)
+
+
+@functools.cache
+def _notes(key: str, release_name: str, namespace: str) -> str:
+    overrides = json.loads(key)
+    args = ["install", release_name, str(CHART), "--namespace", namespace, "--dry-run=client", "-o", "json"]
+    return str(json.loads(helm(*args, values=overrides))["info"]["notes"])
+
+
+def render(
+    overrides: dict[str, Any] | None = None, release_name: str = RELEASE, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
+    """``helm template`` of the chart with ``overrides`` over values.yaml: its documents, in helm's order."""
+    return copy.deepcopy(list(_template(_key(overrides), release_name, namespace)))
+
+
+def render_notes(
+    overrides: dict[str, Any] | None = None, release_name: str = RELEASE, namespace: str = NAMESPACE
+) -> str:
+    """NOTES.txt as an install prints it. ``helm template`` leaves NOTES.txt out, so this is a client-side
+    dry-run install: it renders the same templates and needs no cluster."""
+    return _notes(_key(overrides), release_name, namespace)
+
+
+@functools.cache
+def _generated() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location(
+        "render_manifests", REPO_ROOT / "scripts" / "render_manifests.py"
+    )
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    files: dict[str, str] = script.generate(HELM)
+    return files
+
+
+def generated_manifests() -> dict[str, str]:
+    """What scripts/render_manifests.py writes to deploy/kubernetes/ today: file name → text."""
+    require_helm()
+    return dict(_generated())
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -65,27 +172,22 @@ def values() -> dict[str, Any]:
     return copy.deepcopy(_VALUES)
 
 
-@functools.cache
-def _cached(name: str) -> list[dict[str, Any]]:
-    return render(_RENDERS[name])
-
-
 @pytest.fixture
 def default_docs() -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached("default"))
+    return render()
 
 
 @pytest.fixture
 def full_docs() -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached("all-features"))
+    return render(ALL_FEATURES)
 
 
-@pytest.fixture(params=["default", "all-features"])
+@pytest.fixture(params=[None, ALL_FEATURES], ids=["default", "all-features"])
 def any_docs(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return copy.deepcopy(_cached(request.param))
+    return render(request.param)
 
 
 @pytest.fixture
 def agent_docs() -> list[dict[str, Any]]:
     """The chart with the node agent enabled (every other value at its default)."""
-    return copy.deepcopy(_cached("agent"))
+    return render(AGENT)

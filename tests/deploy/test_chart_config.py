@@ -9,8 +9,8 @@ import re
 import pytest
 import yaml
 
-from eni_ipam.core.config import Settings
 from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.settings import Settings
 from eni_ipam.kube.settings import KubeSettings
 from providers.aws.settings import AwsSettings
 from tests.deploy.conftest import ALL_FEATURES, CHART, REPO_ROOT, one, render, values
@@ -24,7 +24,9 @@ TOP_KEYS = {"provider", "node_source", "log_level", "shutdown_timeout", "server"
 
 
 def field_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(cls.model_fields)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
@@ -65,15 +67,15 @@ def _load(docs):
 def test_the_configmap_loads_with_the_run_configuration_loader(overrides):
     loaded = _load(render(overrides))
     assert loaded.provider == "aws" and loaded.node_source == "kubernetes"
-    assert loaded.shutdown_timeout == 20.0 and loaded.server_port == 9090
+    assert loaded.shutdown_timeout == 20.0 and loaded.server.port == 9090
 
 
 def test_the_defaults_in_values_are_the_code_defaults():
     loaded = _load(render())
     assert loaded.settings == Settings()
     assert loaded.kubernetes == KubeSettings()
-    assert loaded.provider_settings == dataclasses.replace(AwsSettings(), region="us-east-1")
-    spec = NodeSpec(name="n", instance_id="i", **loaded.node_defaults)
+    assert loaded.provider_settings == AwsSettings(region="us-east-1")
+    spec = loaded.node_defaults.spec(name="n", instance_id="i")
     # pre_allocate 0 in a spec means "the default, 8"; values.yaml spells the 8 out
     assert spec == NodeSpec(name="n", instance_id="i", pre_allocate=8)
 

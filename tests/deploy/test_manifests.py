@@ -4,7 +4,6 @@ permissions the code uses, and the generated plain manifests in deploy/kubernete
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 from typing import Any
 
@@ -13,14 +12,18 @@ import yaml
 
 from eni_ipam.core.config import parse_duration
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
-from eni_ipam.testing.helm import TemplateError
 from tests.deploy.conftest import (
+    AGENT,
+    ALL_FEATURES,
     CHART,
     NAMESPACE,
     RELEASE,
     REPO_ROOT,
+    HelmError,
     container,
     controller_selectors,
+    generated_manifests,
+    helm,
     one,
     pod_spec,
     render,
@@ -43,6 +46,13 @@ def config(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- every object ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [None, {**ALL_FEATURES, **AGENT}], ids=["default", "everything-on"])
+def test_helm_lint_strict_finds_nothing(overrides):
+    out = helm("lint", "--strict", str(CHART), values=overrides)  # a finding exits non-zero: HelmError
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+    assert "[WARNING]" not in out and "[ERROR]" not in out
 
 
 def test_the_default_render_has_the_expected_objects(default_docs, full_docs):
@@ -171,7 +181,7 @@ def test_the_container_runs_the_mounted_configuration(default_docs):
 def test_grace_period_outlasts_the_shutdown_timeout(default_docs):
     grace = pod_spec(default_docs)["terminationGracePeriodSeconds"]
     assert grace == 45
-    assert grace > parse_duration(config(default_docs)["shutdown_timeout"], "shutdown_timeout") + 10
+    assert grace > parse_duration(config(default_docs)["shutdown_timeout"]) + 10
 
 
 def test_config_checksum_follows_the_configmap(default_docs):
@@ -225,7 +235,7 @@ def test_names_and_service_account_overrides():
     other = render(release_name="prod")
     assert one(other, "Deployment")["metadata"]["name"] == "prod-eni-ipam"
     assert one(other, "Deployment")["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "prod"
-    with pytest.raises(TemplateError, match=r"serviceAccount\.name"):
+    with pytest.raises(HelmError, match=r"serviceAccount\.name"):
         render({"serviceAccount": {"create": False}})
 
 
@@ -244,7 +254,7 @@ def test_optional_objects_can_be_turned_off():
 
 
 def test_an_aws_configuration_needs_a_region():
-    with pytest.raises(TemplateError, match=r"config\.aws\.region is required"):
+    with pytest.raises(HelmError, match=r"config\.aws\.region is required"):
         render({"config": {"aws": {"region": ""}}})
 
 
@@ -316,25 +326,15 @@ def test_the_role_follows_the_lease():
 # -- generated plain manifests -------------------------------------------------------------------
 
 
-def _render_script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "render_manifests", REPO_ROOT / "scripts" / "render_manifests.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generated_manifests_are_up_to_date():
-    script = _render_script()
     output = REPO_ROOT / "deploy" / "kubernetes"
-    for name, text in script.generate().items():
+    files = generated_manifests()
+    for name, text in files.items():
         path = output / name
         assert path.exists() and path.read_text() == text, (
             f"deploy/kubernetes/{name} is stale: run python scripts/render_manifests.py"
         )
-    assert sorted(p.name for p in output.iterdir()) == sorted(script.generate())
+    assert sorted(p.name for p in output.iterdir()) == sorted(files)
 
 
 def test_generated_manifests_are_the_default_render(default_docs):

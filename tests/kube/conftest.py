@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx2
 import lightkube
 import pytest
-import yaml
 
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import KubeApi
 from eni_ipam.testing.fake_kube import FakeKube
 
-CRD = Path(__file__).parents[2] / "deploy" / "helm" / "eni-ipam" / "crds" / "enipools.eni-ipam.io.yaml"
-
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube() as server:
-        server.register_crd(yaml.safe_load(CRD.read_text()))
-        yield server
 
 
 def make_api(kube: FakeKube, metrics: Metrics | None = None) -> KubeApi:

@@ -9,6 +9,7 @@ import pytest
 
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
+from eni_ipam.core.spec import NodeSpecFields
 from eni_ipam.kube.resources import (
     FINALIZER,
     SPEC_KEYS,
@@ -62,7 +63,7 @@ def test_every_node_spec_field_but_the_name_has_a_pool_key() -> None:
 def test_pool_for_node_carries_defaults_owner_and_finalizer() -> None:
     body = pool_for_node(
         node(**{"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": "m5.large"}),
-        {"pre_allocate": 4, "subnet_ids": ("s-1",), "subnet_tags": {"k": "v"}},
+        NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"}),
     )
     assert body is not None
     assert body["spec"] == {
@@ -86,7 +87,7 @@ def test_pool_for_node_carries_defaults_owner_and_finalizer() -> None:
 
 
 def test_node_without_provider_id_gets_no_pool_yet() -> None:
-    assert pool_for_node(node(provider_id=""), {}) is None
+    assert pool_for_node(node(provider_id=""), None) is None
 
 
 def test_node_fields_patch_touches_only_node_derived_fields() -> None:
@@ -103,7 +104,7 @@ def test_node_fields_patch_touches_only_node_derived_fields() -> None:
         ({"instanceID": "i-1", "minAllocate": -1}, "enipools/n1.spec.minAllocate"),
         ({"instanceID": "i-1", "maxAllocate": "3"}, "enipools/n1.spec.maxAllocate"),
         ({"instanceID": "i-1", "subnetIDs": "s-1"}, "enipools/n1.spec.subnetIDs"),
-        ({"instanceID": "i-1", "subnetTags": {"k": 1}}, "enipools/n1.spec.subnetTags"),
+        ({"instanceID": "i-1", "subnetTags": {"k": 1}}, "enipools/n1.spec.subnetTags.k"),
         ({"instanceID": "i-1", "disablePrefixDelegation": "yes"}, "enipools/n1.spec.disablePrefixDelegation"),
         ({"instanceID": ""}, "enipools/n1.spec.instanceID"),
     ],

@@ -14,9 +14,10 @@ import pytest
 from lightkube.types import PatchType
 
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeSpecFields
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.resources import FINALIZER
 from eni_ipam.kube.settings import KubeSettings
@@ -40,7 +41,7 @@ class Cluster:
         self.source = KubeNodeSource(
             api,
             settings=KubeSettings(**kube_settings),
-            node_defaults={"pre_allocate": 4},
+            node_defaults=NodeSpecFields(pre_allocate=4),
             clock=self.clock,
             metrics=self.metrics,
         )
@@ -296,9 +297,7 @@ async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
 ) -> None:
     pool = {"metadata": {"name": "x"}, "spec": {"instanceID": "x"}, "status": {"interfaces": []}}
     kube.add_object("enipools", pool)
-    source = KubeNodeSource(
-        api, settings=KubeSettings(), node_defaults={}, clock=LoopClock(), metrics=Metrics()
-    )
+    source = KubeNodeSource(api, settings=KubeSettings(), clock=LoopClock(), metrics=Metrics())
     async with asyncio.TaskGroup() as tg:
         informers = tg.create_task(source.run())
         await until(lambda: source.pools.synced.is_set())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
@@ -10,12 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE, NodeSpec
-from eni_ipam.simulator.simnode import SimulatedNodeSide
-from eni_ipam.store.memory import MemoryStore
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import ZONE, Network
 from tests.waiting import until
@@ -27,26 +25,15 @@ async def reconciling(
 ) -> AsyncIterator[tuple[NodeManager, AwsProvider]]:
     metrics = Metrics()
     provider = network.provider(metrics)
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
-    for spec in specs:
-        side.add(spec)
-    manager = NodeManager(
-        provider=provider,
-        settings=settings,
-        metrics=metrics,
-        clock=LoopClock(),
-        status_sink=store,
-        rng=random.Random(1),
+    cluster = EmbeddedCluster(
+        provider, settings=settings, metrics=metrics, clock=LoopClock(), rng=random.Random(1)
     )
-    store.attach(manager)
-    task = asyncio.create_task(manager.run())
+    for spec in specs:
+        cluster.side.add(spec)
     try:
-        yield manager, provider
+        async with cluster.running():
+            yield cluster.manager, provider
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         provider.close()
 
 

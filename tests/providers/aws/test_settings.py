@@ -6,20 +6,26 @@ from typing import Any
 
 import pytest
 
+from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
-from providers.aws.settings import AwsSettings, aws_settings_from_mapping
+from providers.aws.settings import AwsSettings
+
+
+def _aws_settings(data: Any) -> AwsSettings:
+    """The ``aws:`` section read as the run configuration reads it."""
+    return validate(AwsSettings, {} if data is None else data, path="aws")
 
 
 def test_defaults_follow_ec2_and_botocore_standard_mode() -> None:
-    s = aws_settings_from_mapping(None)
+    s = _aws_settings(None)
     assert s == AwsSettings()
     assert (s.total_max_attempts, s.max_results, s.update_limits_via_api) == (3, 1000, True)
     assert s.buckets() == dict(EC2_BUCKETS)
 
 
 def test_every_field_parses_from_yaml_shaped_data() -> None:
-    s = aws_settings_from_mapping(
+    s = _aws_settings(
         {
             "region": "eu-west-1",
             "endpoint_url": "https://ec2.eu-west-1.amazonaws.com",
@@ -53,7 +59,7 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
         ({"subnet_ids_filter": "subnet-1"}, "aws.subnet_ids_filter"),
         ({"subnet_ids_filter": ["subnet-1", "vpc-2"]}, "aws.subnet_ids_filter[1]"),
         ({"subnet_ids_filter": ["subnet-1", "subnet-1"]}, "aws.subnet_ids_filter"),
-        ({"instance_tags_filter": {"a": 1}}, "aws.instance_tags_filter"),
+        ({"instance_tags_filter": {"a": 1}}, "aws.instance_tags_filter.a"),
         ({"max_results": 2000}, "aws.max_results"),
         ({"max_threads": 0}, "aws.max_threads"),
         ({"total_max_attempts": True}, "aws.total_max_attempts"),
@@ -62,7 +68,7 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
         ({"rate_limits": {"assign": {"burst": 1, "refill": 1}}}, "aws.rate_limits.assign"),
         (
             {"rate_limits": {"AssignPrivateIpAddresses": {"burst": 1}}},
-            "aws.rate_limits.AssignPrivateIpAddresses",
+            "aws.rate_limits.AssignPrivateIpAddresses.refill",
         ),
         (
             {"rate_limits": {"AssignPrivateIpAddresses": {"burst": 1, "refill": -1}}},
@@ -73,5 +79,5 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
 )
 def test_bad_values_name_the_field(data: Any, field: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        aws_settings_from_mapping(data)
+        _aws_settings(data)
     assert caught.value.field == field

@@ -8,7 +8,6 @@ EC2 does, before moto sees the request. botocore's retry machinery is not bypass
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +17,11 @@ from botocore.awsrequest import AWSResponse
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import Settings
-from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import Interface, NodeSpec
 from eni_ipam.core.ratelimit import RateLimiter
-from eni_ipam.simulator.simnode import SimulatedNodeSide
-from eni_ipam.store.memory import MemoryStore
+from eni_ipam.core.settings import Settings
+from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import Network
 
@@ -149,8 +146,14 @@ async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge
     metrics = Metrics()
     clock = LoopClock()
     provider = network.provider(metrics)
-    store = MemoryStore()
-    side = SimulatedNodeSide(store)
+    cluster = EmbeddedCluster(
+        provider,
+        settings=Settings(backoff_initial=0.05, backoff_max=0.2, gc_interval=0, resync_interval=600),
+        metrics=metrics,
+        clock=clock,
+        rng=random.Random(1),
+    )
+    manager, side = cluster.manager, cluster.side
     instances = {name: network.run_instance() for name in ("calm-1", "calm-2", "throttled")}
     primaries = {
         name: network.ec2.describe_instances(InstanceIds=[i])["Reservations"][0]["Instances"][0][
@@ -169,16 +172,6 @@ async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge
     handler = throttle(names_victim)
     event = "before-send.ec2.AssignPrivateIpAddresses"
     network.ec2.meta.events.register_first(event, handler)
-    manager = NodeManager(
-        provider=provider,
-        settings=Settings(backoff_initial=0.05, backoff_max=0.2, gc_interval=0, resync_interval=600),
-        metrics=metrics,
-        clock=clock,
-        status_sink=store,
-        rng=random.Random(1),
-    )
-    store.attach(manager)
-    task = asyncio.create_task(manager.run())
 
     def throttled_calls() -> float:
         return sample(
@@ -189,19 +182,17 @@ async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge
         )
 
     try:
-        async with asyncio.timeout(20):
-            while not all(manager.nodes[n].stats.available >= 4 for n in ("calm-1", "calm-2")):
-                await asyncio.sleep(0.02)
-            while throttled_calls() < 2:  # the throttled node is retried, after its backoff
-                await asyncio.sleep(0.02)
-        assert manager.nodes["throttled"].stats.available == 0
-        assert sample(metrics, "eni_ipam_node_maintenance_failures_total", reason="Throttled") >= 2
-        network.ec2.meta.events.unregister(event, handler)  # EC2's bucket refills
-        async with asyncio.timeout(20):
-            while manager.nodes["throttled"].stats.available < 4:
-                await asyncio.sleep(0.02)
+        async with cluster.running():
+            async with asyncio.timeout(20):
+                while not all(manager.nodes[n].stats.available >= 4 for n in ("calm-1", "calm-2")):
+                    await asyncio.sleep(0.02)
+                while throttled_calls() < 2:  # the throttled node is retried, after its backoff
+                    await asyncio.sleep(0.02)
+            assert manager.nodes["throttled"].stats.available == 0
+            assert sample(metrics, "eni_ipam_node_maintenance_failures_total", reason="Throttled") >= 2
+            network.ec2.meta.events.unregister(event, handler)  # EC2's bucket refills
+            async with asyncio.timeout(20):
+                while manager.nodes["throttled"].stats.available < 4:
+                    await asyncio.sleep(0.02)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         provider.close()

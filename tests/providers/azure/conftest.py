@@ -16,10 +16,17 @@ from typing import Any
 import pytest
 
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import validate
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.testing.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
 from providers.azure import AzureProvider
-from providers.azure.settings import AzureSettings, azure_settings_from_mapping
+from providers.azure.settings import AzureSettings
+
+
+def _azure_settings(data: Any) -> AzureSettings:
+    """The ``azure:`` section read as the run configuration reads it."""
+    return validate(AzureSettings, {} if data is None else data, path="azure")
+
 
 SUBSCRIPTION = DEFAULT_SUBSCRIPTION
 GROUP = "rg-Nodes"
@@ -75,7 +82,7 @@ class World:
             "polling_interval": 1,
             **overrides,
         }
-        return azure_settings_from_mapping(data)
+        return _azure_settings(data)
 
     def provider(
         self, metrics: Metrics | None = None, *, share: float = 1.0, **overrides: Any

@@ -1,4 +1,4 @@
-"""Azure as an ``eni-ipam run`` plug-in: ``parse_settings`` reads the ``azure:`` section and
+"""Azure as an ``eni-ipam run`` plug-in: its ``SETTINGS`` model reads the ``azure:`` section and
 ``open_provider`` opens the provider on ARM, then closes its clients and the credential it made."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.testing.fake_azure import FakeCredential
@@ -21,7 +22,7 @@ def section(world: World) -> dict[str, object]:
 
 async def test_open_provider_resyncs_on_arm_and_closes_the_clients(world: World) -> None:
     vm, _ = world.vm("node")
-    settings = service.parse_settings(section(world), path="azure")
+    settings = validate(service.SETTINGS, section(world), path="azure")
     metrics = Metrics()
     credential = FakeCredential()
     async with service.open_provider(
@@ -50,7 +51,7 @@ async def test_the_default_credential_is_made_for_the_cloud_and_closed_on_exit(
         return made[-1]
 
     monkeypatch.setattr(client, "make_credential", fake_default)
-    settings = service.parse_settings(section(world), path="azure")
+    settings = validate(service.SETTINGS, section(world), path="azure")
     async with service.open_provider(
         settings, clock=LoopClock(), metrics=Metrics(), rate_limit_share=1.0, transport=world.fake
     ) as provider:
@@ -68,15 +69,15 @@ def test_the_default_credential_uses_the_clouds_authority(monkeypatch: pytest.Mo
     monkeypatch.setattr("azure.identity.aio.DefaultAzureCredential", Recorder)
     vnet = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v"
     data = {"subscription_id": SUBSCRIPTION, "resource_groups": ["rg"], "vnet_id": vnet}
-    client.make_credential(service.parse_settings({**data, "cloud": "AzureUSGovernment"}, path="azure"))
+    client.make_credential(validate(service.SETTINGS, {**data, "cloud": "AzureUSGovernment"}, path="azure"))
     assert seen == {"authority": "login.microsoftonline.us"}
-    client.make_credential(service.parse_settings(data, path="azure"))
+    client.make_credential(validate(service.SETTINGS, data, path="azure"))
     assert seen == {"authority": "login.microsoftonline.com"}
 
 
-def test_parse_settings_names_fields_under_the_given_path() -> None:
+def test_the_plugin_section_model_names_fields_under_the_section() -> None:
     with pytest.raises(ConfigError) as caught:
-        service.parse_settings({"subscription_id": "x"}, path="azure")
+        validate(service.SETTINGS, {"subscription_id": "x"}, path="azure")
     assert caught.value.field == "azure.subscription_id"
 
 

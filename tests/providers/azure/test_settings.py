@@ -6,11 +6,17 @@ from typing import Any
 
 import pytest
 
+from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.ratelimit import Bucket
 from providers.azure.operations import BUCKETS
-from providers.azure.service import parse_settings
-from providers.azure.settings import AzureSettings, azure_settings_from_mapping
+from providers.azure.settings import AzureSettings
+
+
+def _azure_settings(data: Any) -> AzureSettings:
+    """The ``azure:`` section read as the run configuration reads it."""
+    return validate(AzureSettings, {} if data is None else data, path="azure")
+
 
 SUB = "0a1b2c3d-0000-4000-8000-00000000abcd"
 VNET = f"/subscriptions/{SUB}/resourceGroups/Net/providers/Microsoft.Network/virtualNetworks/Hub"
@@ -22,7 +28,7 @@ REQUIRED: dict[str, Any] = {
 
 
 def test_defaults_with_only_the_required_fields() -> None:
-    s = azure_settings_from_mapping(REQUIRED)
+    s = _azure_settings(REQUIRED)
     assert s == AzureSettings(
         subscription_id=SUB, resource_groups=("mc_rg_aks_westeurope",), vnet_id=VNET.lower()
     )
@@ -33,7 +39,7 @@ def test_defaults_with_only_the_required_fields() -> None:
 
 
 def test_every_field_parses_from_yaml_shaped_data() -> None:
-    s = parse_settings(
+    s = _azure_settings(
         {
             **REQUIRED,
             "subscription_id": SUB.upper(),
@@ -46,8 +52,7 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
             "max_retry_after": 10,
             "vm_sizes": {"Standard_X4_v9": 4},
             "rate_limits": {"network-writes": {"burst": 10, "refill": 1}},
-        },
-        path="azure",
+        }
     )
     assert s.subscription_id == SUB and s.resource_groups == ("a", "b")
     assert (s.cloud, s.arm_endpoint) == ("AzureChinaCloud", "https://management.example.test")
@@ -85,7 +90,7 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
         ({**REQUIRED, "vm_sizes": {"Standard_D2_v5": 0}}, "azure.vm_sizes.Standard_D2_v5"),
         ({**REQUIRED, "vm_sizes": {"D2 v5": 2}}, "azure.vm_sizes.D2 v5"),
         ({**REQUIRED, "rate_limits": {"writes": {"burst": 1, "refill": 1}}}, "azure.rate_limits.writes"),
-        ({**REQUIRED, "rate_limits": {"arm-writes": {"burst": 1}}}, "azure.rate_limits.arm-writes"),
+        ({**REQUIRED, "rate_limits": {"arm-writes": {"burst": 1}}}, "azure.rate_limits.arm-writes.refill"),
         (
             {**REQUIRED, "rate_limits": {"arm-writes": {"burst": 1, "refill": 0}}},
             "azure.rate_limits.arm-writes.refill",
@@ -95,5 +100,5 @@ def test_every_field_parses_from_yaml_shaped_data() -> None:
 )
 def test_bad_values_name_the_field(data: Any, field: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        azure_settings_from_mapping(data)
+        _azure_settings(data)
     assert caught.value.field == field

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import validate
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.store.records import NodeRecord
+from eni_ipam.core.records import NodeRecord
 from providers.generic.provider import GenericProvider
-from providers.generic.settings import GenericSettings, generic_settings_from_mapping
+from providers.generic.settings import GenericSettings
+
+
+def _generic_settings(data: Any) -> GenericSettings:
+    """The ``generic:`` section read as the run configuration reads it."""
+    return validate(GenericSettings, data, path="generic")
 
 
 @dataclasses.dataclass
@@ -39,7 +46,7 @@ class Records:
 
 
 def settings(**data: object) -> GenericSettings:
-    return generic_settings_from_mapping({"cluster_cidrs": ["10.244.0.0/16"], **data})
+    return _generic_settings({"cluster_cidrs": ["10.244.0.0/16"], **data})
 
 
 @pytest.fixture

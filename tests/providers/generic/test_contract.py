@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.config import validate
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
 from providers.generic.provider import GenericProvider
-from providers.generic.settings import generic_settings_from_mapping
+from providers.generic.settings import GenericSettings
 from tests.providers.generic.conftest import Records
+
+
+def _generic_settings(data: Any) -> GenericSettings:
+    """The ``generic:`` section read as the run configuration reads it."""
+    return validate(GenericSettings, data, path="generic")
+
 
 BIG, SMALL = "10.0.0.0/20", "10.99.0.0/26"
 
@@ -27,7 +36,7 @@ async def test_generic_provider_passes_contract_check(check: Check, mask: int) -
     records.add("contract", subnets=(BIG,))
     records.add("small", subnets=(SMALL,))
     records.add("neighbour")
-    settings = generic_settings_from_mapping(
+    settings = _generic_settings(
         {"cluster_cidrs": [BIG, SMALL], "node_mask_ipv4": mask, "max_blocks_per_node": 64 >> (32 - mask - 2)}
     )
     provider = GenericProvider(settings, records=records, clock=LoopClock(), metrics=Metrics())

@@ -14,7 +14,7 @@ from eni_ipam.app.runconfig import load_config_mapping
 from eni_ipam.app.service import serve
 from eni_ipam.kube.resources import pool_for_node
 from eni_ipam.testing.fake_kube import FakeKube
-from tests.kube.conftest import CRD
+from tests.conftest import CRD
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
@@ -82,7 +82,7 @@ async def test_nodes_get_blocks_and_a_restart_never_hands_one_out_twice(tmp_path
         # forgot the published blocks would hand n0's and n1's to a2.
         for name, wanted in (("a2", 32), ("a3", 16)):
             kube.add_object("nodes", bare_node(name))
-            pool = pool_for_node(kube.get_object("nodes", name) or {}, {}, instance_ids="node-name")
+            pool = pool_for_node(kube.get_object("nodes", name) or {}, None, instance_ids="node-name")
             assert pool is not None
             pool["spec"]["preAllocate"] = wanted
             kube.add_object("enipools", pool)

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
-from providers.generic.settings import generic_settings_from_mapping
+from providers.generic.settings import GenericSettings
+
+
+def _generic_settings(data: Any) -> GenericSettings:
+    """The ``generic:`` section read as the run configuration reads it."""
+    return validate(GenericSettings, data, path="generic")
 
 
 def test_defaults_are_the_range_allocators_one_slash_24_per_node() -> None:
-    s = generic_settings_from_mapping({"cluster_cidrs": ["10.244.0.0/16", "fd00:10:244::/56"]})
+    s = _generic_settings({"cluster_cidrs": ["10.244.0.0/16", "fd00:10:244::/56"]})
     assert (s.node_mask_ipv4, s.node_mask_ipv6, s.blocks_per_node, s.slots_per_node) == (24, 64, 1, 16)
     assert [str(c) for c in s.ipv4] == ["10.244.0.0/16"] and [str(c) for c in s.ipv6] == ["fd00:10:244::/56"]
 
 
 def test_small_blocks_allow_as_many_blocks_as_one_slash_24() -> None:
-    s = generic_settings_from_mapping({"cluster_cidrs": ["10.244.0.0/16"], "node_mask_ipv4": 28})
+    s = _generic_settings({"cluster_cidrs": ["10.244.0.0/16"], "node_mask_ipv4": 28})
     assert (s.blocks_per_node, s.slots_per_node) == (16, 16)
 
 
@@ -40,5 +48,5 @@ def test_small_blocks_allow_as_many_blocks_as_one_slash_24() -> None:
 )
 def test_bad_settings_name_the_field(data: object, field: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        generic_settings_from_mapping(data)
+        _generic_settings(data)
     assert caught.value.field == field

@@ -139,3 +139,65 @@ def test_bad_fault_and_latency_arguments_are_refused() -> None:
         cloud.fail_next(ASSIGN, count=-1)
     with pytest.raises(ValueError):
         cloud.set_latency(ASSIGN, -1.0)
+
+
+async def test_a_fault_limited_to_one_instance_leaves_the_others_alone() -> None:
+    cloud, eni = instance_cloud()
+    cloud.add_instance("i-2", type="m5.xlarge", subnet="s-1", security_groups=["sg-1"])
+    other = primary_id(cloud, "i-2")
+    cloud.fail_next(ASSIGN, 1, "InternalError", when=cloud.on_interfaces_of("i-1"))
+    await cloud.assign_private_ip_addresses(interface_id=other, secondary_count=1)  # not matched: passes
+    with pytest.raises(SimError, match="InternalError"):
+        await cloud.assign_private_ip_addresses(interface_id=eni, secondary_count=1)
+    await cloud.assign_private_ip_addresses(interface_id=eni, secondary_count=1)  # used up
+    assert cloud.gate.pending_faults(ASSIGN) == 0
+
+
+async def test_a_lasting_fault_fails_every_matching_call_until_cleared() -> None:
+    cloud, eni = instance_cloud()
+    cloud.fail_while(ASSIGN, cloud.on_interfaces_of("i-1"), "Throttling", retry_after=30.0)
+    for _ in range(3):
+        with pytest.raises(SimError) as caught:
+            await cloud.assign_private_ip_addresses(interface_id=eni, secondary_count=1)
+        assert caught.value.retry_after == 30.0
+    assert interface(cloud, eni).slots_used == 0
+    cloud.clear_faults()
+    await cloud.assign_private_ip_addresses(interface_id=eni, secondary_count=1)
+
+
+async def test_the_wait_a_fault_asks_for_reaches_the_provider_error() -> None:
+    from eni_ipam.core import errors
+    from eni_ipam.core.clock import LoopClock
+    from eni_ipam.core.metrics import Metrics
+    from providers.sim.provider import SimProvider
+
+    cloud, eni = instance_cloud()
+    cloud.fail_next(ASSIGN, 1, "RequestLimitExceeded", retry_after=12.0)
+    provider = SimProvider(cloud, clock=LoopClock(), metrics=Metrics())
+    with pytest.raises(errors.Throttled) as caught:
+        await provider.assign_addresses(interface_id=eni, count=1)
+    assert caught.value.retry_after == 12.0
+
+
+async def test_watchers_and_wrappers_see_every_call_with_its_request() -> None:
+    cloud, eni = instance_cloud()
+    seen: list[tuple[str, Any]] = []
+    cloud.gate.watch(lambda operation, request: seen.append((operation, dict(request))))
+    order: list[str] = []
+
+    async def outer(operation: str, request: Any, proceed: Any) -> Any:
+        order.append("outer")
+        return await proceed()
+
+    async def inner(operation: str, request: Any, proceed: Any) -> Any:
+        order.append("inner")
+        answer = await proceed()
+        order.append(f"answered {len(answer)}")
+        return answer
+
+    cloud.gate.around(inner)
+    cloud.gate.around(outer)  # the last added runs outermost
+    await cloud.assign_private_ip_addresses(interface_id=eni, secondary_count=2)
+    assert seen == [(ASSIGN, {"interface_id": eni, "secondary_count": 2})]
+    assert order == ["outer", "inner", "answered 2"]
+    assert cloud.calls[ASSIGN] == 1

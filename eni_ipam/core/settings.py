@@ -1,0 +1,90 @@
+"""Operator-wide settings (``settings:`` in the run configuration and in scenario files).
+
+Frozen and validated (:class:`~eni_ipam.core.config.ConfigModel`); every default is justified in its
+field's docstring, which docs/settings.md repeats. Durations accept ``250ms``, ``30s``, ``5m``.
+"""
+
+from __future__ import annotations
+
+from pydantic import model_validator
+
+from eni_ipam.core.config import (
+    EMPTY_TAGS,
+    ConfigModel,
+    Duration,
+    FieldError,
+    Name,
+    NonNegativeInt,
+    PositiveDuration,
+    PositiveInt,
+    TagMap,
+)
+
+
+class Settings(ConfigModel):
+    release_excess_ips: bool = False
+    """Release addresses above the watermarks. Off by default, as in the reference systems: releasing
+    costs API calls and risks churn, while holding a few spare addresses costs nothing."""
+
+    excess_ip_release_delay: Duration = 180.0
+    """Seconds an address must stay continuously excess before it is marked for release, so a node
+    whose pods churn does not give back addresses it is about to need again."""
+
+    prefix_delegation: bool = False
+    """Allocate /28 prefixes (16 addresses a slot) on Nitro instances. Off by default because it
+    needs subnets with free aligned /28 blocks, which fragmented subnets often lack."""
+
+    parallel_workers: PositiveInt = 50
+    """Nodes maintained at once. Bounds memory and concurrent cloud calls; the per-operation rate
+    limiter, not this, is what protects the cloud's API budget."""
+
+    resync_interval: PositiveDuration = 60.0
+    """Seconds between full resyncs: the safety net that catches changes made outside eni-ipam."""
+
+    trigger_min_interval: Duration = 0.01
+    """Minimum seconds between two maintenance passes of one node; events in between fold into one."""
+
+    backoff_initial: PositiveDuration = 1.0
+    """First retry delay of a node whose maintenance failed (doubles per failure, jittered)."""
+
+    backoff_max: Duration = 300.0
+    """Retry delay cap: a broken node is retried at least every five minutes."""
+
+    cluster_name: Name = "default"
+    """Written to every interface eni-ipam creates, so garbage collection only ever touches its own."""
+
+    interface_tags: TagMap = EMPTY_TAGS
+    """Extra tags for created interfaces (cost allocation, ownership). EC2 allows 50 tags per
+    resource and eni-ipam adds 4 of its own, so at most 46."""
+
+    rate_limit_share: float = 1.0
+    """Fraction of each cloud API bucket this controller may spend (lower it when other controllers
+    share the account)."""
+
+    gc_interval: Duration = 300.0
+    """Seconds between garbage-collection runs; an interface must stay detached a whole interval
+    (marked in one run, deleted in the next) before it is deleted. 0 turns garbage collection off
+    (for a second controller sharing the cluster tag, which must not collect twice)."""
+
+    gc_max_per_run: NonNegativeInt = 25
+    """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if not 0 < self.rate_limit_share <= 1:
+            raise FieldError("rate_limit_share", f"must be in (0, 1], got {self.rate_limit_share}")
+        if self.backoff_max < self.backoff_initial:
+            raise FieldError("backoff_max", "must be at least backoff_initial")
+        if len(self.interface_tags) > MAX_EXTRA_TAGS:
+            raise FieldError(
+                "interface_tags",
+                f"at most {MAX_EXTRA_TAGS} (EC2 allows 50 tags per interface and eni-ipam adds "
+                f"{OWN_TAGS}), got {len(self.interface_tags)}",
+            )
+        return self
+
+
+OWN_TAGS = 4
+"""Tags eni-ipam puts on every interface it creates (cluster, managed-by, node, instance)."""
+MAX_EXTRA_TAGS = 50 - OWN_TAGS
+"""EC2's 50 tags per resource, less eni-ipam's own."""

@@ -1,0 +1,59 @@
+"""The command line: exit codes and messages people see before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eni_ipam.cli import _duration, main
+
+
+@pytest.fixture
+def no_aws_region(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An environment in which botocore finds no region: no variables, no profile files."""
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+
+
+def test_check_refuses_an_aws_configuration_without_a_region(
+    no_aws_region: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("provider: aws\nnode_source: memory\n")
+    assert main(["run", "--config", str(config), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "aws.region" in err and "AWS_DEFAULT_REGION" in err
+
+
+def test_check_accepts_a_region_from_the_environment(
+    no_aws_region: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    config = tmp_path / "config.yaml"
+    config.write_text("provider: aws\nnode_source: memory\n")
+    assert main(["run", "--config", str(config), "--check"]) == 0
+    assert "configuration OK: provider aws" in capsys.readouterr().out
+
+
+def test_an_invalid_run_configuration_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("provider: sim\nsettings:\n  gc_interval: 1d\n")
+    assert main(["run", "--config", str(config), "--check"]) == 2
+    assert "settings.gc_interval" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10s", 10.0), ("5m", 300.0), ("90", 90.0), ("0", 0.0)])
+def test_durations_on_the_command_line_are_written_as_in_files(text: str, seconds: float) -> None:
+    assert _duration(text) == seconds
+
+
+def test_a_bad_command_line_duration_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--duration", "1d"])
+    assert info.value.code == 2
+    assert "--duration" in capsys.readouterr().err

@@ -1,0 +1,40 @@
+"""The reference pages list every setting the models have, so a new field cannot go undocumented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.kube.settings import KubeSettings
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def documented(page: str) -> set[str]:
+    """The names in the first column of the page's tables (`| \\`name\\` |`, or several per cell)."""
+    names: set[str] = set()
+    for line in (DOCS / page).read_text().splitlines():
+        cells = line.split("|")
+        if len(cells) > 2:
+            names.update(re.findall(r"`([a-z_]+)`", cells[1]))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("model", "page"),
+    [(Settings, "settings.md"), (NodeSpecFields, "settings.md"), (KubeSettings, "configuration.md")],
+)
+def test_every_field_is_on_its_reference_page(model: type[BaseModel], page: str) -> None:
+    missing = set(model.model_fields) - documented(page)
+    assert not missing, f"{page} does not list {sorted(missing)}"
+
+
+@pytest.mark.parametrize("model", [Settings, NodeSpecFields, KubeSettings])
+def test_every_field_says_why_in_its_docstring(model: type[BaseModel]) -> None:
+    undocumented = [name for name, field in model.model_fields.items() if not field.description]
+    assert not undocumented, f"{model.__name__}: no docstring for {undocumented}"
