@@ -58,7 +58,7 @@ class StatusSink(Protocol):
 class _Slot:
     """The manager's scheduling state of one node."""
 
-    __slots__ = ("backoff", "deleted", "dirty", "idle", "node", "not_before", "queued", "running", "timer")
+    __slots__ = ("_idle", "backoff", "deleted", "dirty", "node", "not_before", "queued", "running", "timer")
 
     def __init__(self, node: Node, backoff: Backoff) -> None:
         self.node = node
@@ -72,8 +72,25 @@ class _Slot:
         """No pass before this time (the minimum interval, or a failure's backoff)."""
         self.timer: tuple[Handle, float] | None = None
         """The armed timer and when it fires."""
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self._idle: asyncio.Event | None = None
+        """Made only when someone waits for the running pass to end (ten thousand nodes need none)."""
+
+    def start(self) -> None:
+        self.queued = False
+        self.running = True
+        self.dirty = False
+
+    def stop(self) -> None:
+        self.running = False
+        if self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    async def idle(self) -> None:
+        if self.running:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def has_work(self) -> bool:
         if self.node.stopped:
@@ -107,7 +124,7 @@ class Departure:
 
     async def idle(self) -> None:
         """Return once no pass of the node is running (at once if none is)."""
-        await self._slot.idle.wait()
+        await self._slot.idle()
 
 
 class _NodeTable(Mapping[str, Node]):
@@ -341,15 +358,12 @@ class NodeManager:
             slot = self._slots.get(name)
             if slot is None or not slot.queued:
                 continue
-            slot.queued = False
-            slot.running = True
-            slot.dirty = False
-            slot.idle.clear()
+            slot.start()
             try:
                 result = await slot.node.maintain()
-            finally:
-                slot.running = False
-                slot.idle.set()
+            except BaseException:  # cancelled
+                slot.stop()
+                raise
             self._finish(slot, result)
 
     def _finish(self, slot: _Slot, result: PassResult) -> None:
@@ -358,7 +372,10 @@ class NodeManager:
         self._set_gauges(node)
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
+            # Published while the pass still counts as running: an event the status causes (the
+            # node side's answer) makes one follow-up pass, after the minimum interval.
             self.status_sink.publish(node.name, result.status)
+        slot.stop()
         now = self.clock.monotonic()
         error = result.error
         if error is None:

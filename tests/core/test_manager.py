@@ -266,3 +266,23 @@ async def test_a_node_removed_during_its_pass_leaves_no_gauges_and_can_be_awaite
         assert world.clock.monotonic() - started >= 5.0  # idle() returned when the pass ended, not before
         assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "available"}) is None
         assert world.manager.delete("n1") is None
+
+
+async def test_an_event_caused_by_a_pass_own_status_waits_for_the_minimum_interval(make_world):
+    async with make_world(Settings(trigger_min_interval=0.5)) as world:
+        world.add_node("n1")
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        maintain = node.maintain
+        starts: list[float] = []
+
+        async def timed() -> PassResult:
+            starts.append(world.clock.monotonic())
+            return await maintain()
+
+        node.maintain = timed  # type: ignore[method-assign]
+        await asyncio.sleep(1.0)  # out of the minimum interval of the last pass
+        world.side.update("n1", used=12)  # the pass allocates; the node side answers its status
+        await world.settle()
+        assert len(starts) >= 2  # the answer (addresses now in use) made one follow-up pass
+        assert starts[1] - starts[0] >= 0.5  # ...coalesced behind the minimum interval, not at once
