@@ -3,7 +3,7 @@
 When the loop would sleep until its next timer, it jumps its clock there instead: a simulated hour
 of reconciling takes milliseconds. Real I/O still works — the selector is polled without blocking
 first — so only idle waiting is skipped. Everything that reads ``loop.time()`` (the injected
-:class:`~eni_ipam.core.clock.LoopClock`, ``aiolimiter``, ``asyncio.sleep``) sees the virtual clock.
+:class:`~eni_ipam.core.clock.LoopClock`, the rate limiter, ``asyncio.sleep``) sees the virtual clock.
 """
 
 from __future__ import annotations

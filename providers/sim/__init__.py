@@ -1,8 +1,9 @@
-"""In-memory EC2: the embedded cloud of ``demo`` and ``simulate``, and the reconciler's test double.
+"""In-memory EC2: the embedded cloud of ``demo``, ``simulate`` and ``run`` with ``provider: sim``.
 
 :class:`SimCloud` is the cloud (setup, fault injection, EC2 operations, inspection) and
 :class:`SimProvider` the :class:`~eni_ipam.core.provider.Provider` over it — a provider like any other, so
-everything above the provider runs unchanged against it.
+everything above the provider runs unchanged against it (which is also why the tests, benchmarks
+and soak run the reconciler on it).
 """
 
 from providers.ec2_limits import instance_limits, load_limits

@@ -70,3 +70,19 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text("pools: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_agent_config(bad)
+
+
+def test_a_key_written_twice_is_refused_with_its_lines(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("node_source: memory\nipv6: true\nipv6: false\n")
+    with pytest.raises(ConfigError) as info:
+        load_agent_config(path)
+    assert "duplicate key 'ipv6' (line 3; first on line 2)" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_a_range_without_an_end_is_refused_rather_than_read_as_one_address() -> None:
+    pools = {"default": {"cidr": "10.0.0.0/24", "ranges": ["10.0.0.5-"]}}
+    with pytest.raises(ConfigError) as info:
+        agent_config_from_mapping({"node_source": "memory", "pools": pools})
+    assert info.value.field == "pools.default.ranges[0]" and "no end" in info.value.message
