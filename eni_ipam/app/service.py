@@ -181,7 +181,12 @@ class Service:
         api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
         ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
         source = KubeNodeSource(
-            api, settings=ks, node_defaults=self.config.node_defaults, clock=self.clock, metrics=metrics
+            api,
+            settings=ks,
+            node_defaults=self.config.node_defaults,
+            clock=self.clock,
+            metrics=metrics,
+            provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,
         )
         self.records.target = source
         elector = LeaderElector(

@@ -130,6 +130,13 @@ class Metrics:
             namespace=ns,
             registry=r,
         )
+        self.nodes_ignored = Gauge(
+            "nodes_ignored",
+            "Nodes given no pool, by reason (provider-id-scheme: the Node belongs to another cloud)",
+            ["reason"],
+            namespace=ns,
+            registry=r,
+        )
         self.kube_requests = Counter(
             "kube_requests",
             "Requests to the Kubernetes API by verb, resource and HTTP status code",

@@ -320,6 +320,9 @@ class NodeStatus:
     address's prefix length and gateway from it)."""
     message: str = ""
     """Why the node is not progressing, when it is not (unknown limits, at capacity, …)."""
+    problem: str = ""
+    """A reason the node's pool cannot be maintained at all, for its Ready condition
+    (``DuplicateInstance``: another node's pool holds the instance); empty when there is none."""
 
 
 # --- plans -------------------------------------------------------------------------------------

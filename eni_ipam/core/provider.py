@@ -160,6 +160,12 @@ class ProviderPlugin(Protocol):
         """Whether the section must be written (True when no default could be right)."""
         ...
 
+    @property
+    def PROVIDER_ID_SCHEMES(self) -> tuple[str, ...]:
+        """The ``spec.providerID`` schemes of this cloud's Kubernetes Nodes (``aws``); a Node with
+        another scheme gets no pool. Empty: any."""
+        ...
+
     def check(self, settings: Any) -> None:
         """What can be checked of ``settings`` before the cloud is reached (by ``run --check`` and
         before ``run`` binds its port): a region that resolves, credentials that are configured.

@@ -59,6 +59,7 @@ def _resource(kind: Kind) -> Any:
 NODES = Kind("", "v1", "Node", "nodes", namespaced=False)
 PODS = Kind("", "v1", "Pod", "pods", namespaced=True)
 LEASES = Kind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
+EVENTS = Kind("", "v1", "Event", "events", namespaced=True)
 ENIPOOLS = Kind(
     permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
 )

@@ -30,6 +30,9 @@ CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         (GROUP, PLURAL, "patch"),
         (GROUP, f"{PLURAL}/status", "get"),
         (GROUP, f"{PLURAL}/status", "patch"),
+        # Events on Nodes (in the default namespace, as for every cluster-scoped object): a pool
+        # deleted by hand and made again.
+        ("", "events", "create"),
     }
 )
 """(API group, resource, verb) granted cluster-wide by the ClusterRole."""

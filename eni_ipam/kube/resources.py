@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -140,6 +141,12 @@ def instance_id_from_provider_id(provider_id: str) -> str:
     return path.lstrip("/")
 
 
+def provider_id_scheme(node: Mapping[str, Any]) -> str:
+    """The scheme of a Node's ``spec.providerID`` (``aws``, ``azure``, ``gce``), or ``""``."""
+    match = _PROVIDER_ID.match((node.get("spec") or {}).get("providerID", "") or "")
+    return match.group("scheme") if match else ""
+
+
 def instance_id_of(node: Mapping[str, Any], instance_ids: str = "provider-id") -> str:
     """The instance a Node's pool names: from its provider id, or its name (``node-name``)."""
     if instance_ids == "node-name":
@@ -147,11 +154,18 @@ def instance_id_of(node: Mapping[str, Any], instance_ids: str = "provider-id") -
     return instance_id_from_provider_id((node.get("spec") or {}).get("providerID", ""))
 
 
+DEFAULTS_ANNOTATION = "eni-ipam.io/defaults"
+"""The spec values the controller last wrote from ``node_defaults`` (JSON, ENIPool keys). A field
+holding the value recorded here follows ``node_defaults``; a field someone set to another value is
+theirs, and the controller leaves it alone (docs/configuration.md, ``node_defaults``)."""
+
+
 def pool_for_node(
     node: Mapping[str, Any], defaults: NodeSpecFields | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:
-    """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there), or
-    None while the Node has no instance id. Owned by the Node, so it goes when the Node goes."""
+    """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there, recorded in
+    :data:`DEFAULTS_ANNOTATION`), or None while the Node has no instance id. Owned by the Node, so it
+    goes when the Node goes."""
     metadata = node.get("metadata", {})
     instance_id = instance_id_of(node, instance_ids)
     if not instance_id:
@@ -162,14 +176,15 @@ def pool_for_node(
         spec["instanceType"] = labels[INSTANCE_TYPE_LABEL]
     if labels.get(ZONE_LABEL):
         spec["zone"] = labels[ZONE_LABEL]
-    if defaults is not None:
-        spec.update(defaults.as_pool_spec())
+    written = defaults.as_pool_spec() if defaults is not None else {}
+    spec.update(written)
     return {
         "apiVersion": ENIPOOLS.api_version,
         "kind": ENIPOOLS.kind,
         "metadata": {
             "name": metadata["name"],
             "labels": {"app.kubernetes.io/managed-by": "eni-ipam"},
+            "annotations": {DEFAULTS_ANNOTATION: json.dumps(written, sort_keys=True)},
             "finalizers": [FINALIZER],
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": metadata["name"], "uid": metadata.get("uid", "")}
@@ -177,6 +192,50 @@ def pool_for_node(
         },
         "spec": spec,
     }
+
+
+def recorded_defaults(pool: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The defaults the controller last wrote into ``pool``, or None when it recorded none (a pool
+    made by hand, or by a version that did not record them: every field of it is people's)."""
+    text = ((pool.get("metadata") or {}).get("annotations") or {}).get(DEFAULTS_ANNOTATION)
+    if not isinstance(text, str):
+        return None
+    try:
+        recorded = json.loads(text)
+    except ValueError:
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpecFields | None) -> Obj | None:
+    """A merge patch bringing the fields that follow ``node_defaults`` to today's defaults, or None.
+
+    A field follows the defaults while it holds the value the controller last wrote (recorded in
+    :data:`DEFAULTS_ANNOTATION`); one that someone changed or removed is theirs and is left alone,
+    as is one set before its default existed. A new default is written where the field is unset; a
+    default that is no longer set is removed from the fields that still hold it. A pool with no
+    record is left alone entirely."""
+    recorded = recorded_defaults(pool)
+    if recorded is None:
+        return None
+    current: Mapping[str, Any] = pool.get("spec") or {}
+    wanted = defaults.as_pool_spec() if defaults is not None else {}
+    changes: dict[str, Any] = {}
+    for key in set(recorded) | set(wanted):
+        follows = key in recorded and key in current and current[key] == recorded[key]
+        new_default = key not in recorded and key not in current
+        if key in wanted and (follows or new_default) and current.get(key) != wanted[key]:
+            changes[key] = wanted[key]
+        elif key not in wanted and follows:
+            changes[key] = None  # the default went: the field falls back to the code's default
+        # Otherwise the field is people's: changed, set before the default existed, or removed.
+    annotation = json.dumps(wanted, sort_keys=True)
+    if not changes and annotation == json.dumps(recorded, sort_keys=True):
+        return None
+    patch: Obj = {"metadata": {"annotations": {DEFAULTS_ANNOTATION: annotation}}}
+    if changes:
+        patch["spec"] = changes
+    return patch
 
 
 def node_fields_patch(
@@ -210,7 +269,9 @@ def _interface(iface: Interface) -> dict[str, Any]:
 
 def _conditions(status: NodeStatus) -> list[tuple[str, bool, str, str]]:
     s = status.stats
-    if not s.running:
+    if status.problem:
+        ready = (False, status.problem, status.message)
+    elif not s.running:
         ready = (False, "InstanceNotRunning", status.message or "the instance is not running")
     elif not s.limits_known:
         ready = (False, "LimitsUnknown", status.message or "the instance type's limits are unknown")

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import dataclasses
 import random
+from collections.abc import Collection
 from typing import Any
 
 import structlog
@@ -35,17 +36,19 @@ from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeResource
+from eni_ipam.core.model import NodeResource, NodeStatus
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeSpecFields
-from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi, Obj
+from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
     FINALIZER,
     being_deleted,
+    defaults_patch,
     node_fields_patch,
     node_record,
     pool_for_node,
+    provider_id_scheme,
     resource_from_pool,
 )
 from eni_ipam.kube.settings import KubeSettings
@@ -88,9 +91,14 @@ class KubeNodeSource:
         clock: Clock,
         metrics: Metrics,
         rng: random.Random | None = None,
+        provider_id_schemes: Collection[str] = (),
     ) -> None:
+        """``provider_id_schemes``: the ``spec.providerID`` schemes of the configured provider's Nodes
+        (``aws``); a Node of another cloud gets no pool. Empty: any scheme (and ``node-name`` ids)."""
         self.api = api
         self.settings = settings
+        self.schemes = frozenset(provider_id_schemes)
+        self.metrics = metrics
         self.instance_ids = settings.instance_ids or "provider-id"
         self.term = 0
         """Leadership terms begun (:class:`~eni_ipam.core.records.NodeRecords`)."""
@@ -126,6 +134,13 @@ class KubeNodeSource:
         self._listed_at = 0.0
         self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
         self._wake = asyncio.Event()
+        self._foreign: set[str] = set()
+        """Nodes whose provider id names another cloud (ignored, said once each)."""
+        self._pool_instance: dict[str, str] = {}
+        self._instance_pools: dict[str, set[str]] = collections.defaultdict(set)
+        """Pools by the instance they name: one instance, one pool holding addresses."""
+        self._deleted_by_hand: set[str] = set()
+        """Pools deleted while their Node exists: recreated, with an event saying so."""
 
     @property
     def synced(self) -> bool:
@@ -203,6 +218,10 @@ class KubeNodeSource:
         if event == "DELETED":
             # Gone, or no longer selected: stop maintaining it now (its pool, if the Node is really
             # gone, follows through the garbage collector and the finalizer).
+            self._deleted_by_hand.discard(name)
+            if name in self._foreign:
+                self._foreign.discard(name)
+                self.metrics.nodes_ignored.labels(reason="provider-id-scheme").set(len(self._foreign))
             self._forget(name)
             return
         self._queue(name, "ensure")
@@ -216,12 +235,18 @@ class KubeNodeSource:
             return
         name = obj["metadata"]["name"]
         if event == "DELETED":
+            self._index(name, None)
             self._forget(name)
+            node = self.nodes.store.get(name)
+            if node is not None and _owned_by(obj, node):
+                self._deleted_by_hand.add(name)  # its Node is still here: someone deleted the pool
             self._todo[name] = "ensure"  # the Node may still be there (re-created): a new pool then
             self._wake.set()
         elif being_deleted(obj):
+            self._index(name, None)
             self._queue(name, "finalize")
         else:
+            self._index(name, obj)
             self._deliver(name, obj)
 
     def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
@@ -247,6 +272,12 @@ class KubeNodeSource:
         node = self.nodes.store.get(name)
         if node is None or not _owned_by(obj, node):
             return  # only the pools of selected Nodes are maintained (a stale pool waits for the GC)
+        if self._foreign_node(node):
+            return
+        holder = self._holder(name, obj)
+        if holder != name:
+            self._duplicate(name, obj, holder)
+            return
         try:
             resource = resource_from_pool(obj, pending_pods=self.pending_pods.get(name, 0))
         except errors.ConfigError as exc:
@@ -267,6 +298,84 @@ class KubeNodeSource:
         departure = self.manager.delete(name) if self.manager is not None else None
         if departure is not None:
             self._leaving[name] = departure
+        self._redeliver_instance(self._pool_instance.get(name, ""), but=name)
+
+    # -- one instance, one pool -----------------------------------------------------------------
+
+    def _index(self, name: str, obj: Obj | None) -> None:
+        """Keep the instance index of pools current (``obj`` None: the pool is going)."""
+        old = self._pool_instance.pop(name, None)
+        if old is not None:
+            self._instance_pools[old].discard(name)
+            if not self._instance_pools[old]:
+                del self._instance_pools[old]
+        instance = (obj.get("spec") or {}).get("instanceID") if obj is not None else None
+        if isinstance(instance, str) and instance:
+            self._pool_instance[name] = instance
+            self._instance_pools[instance].add(name)
+        if old is not None and old != instance and self.manager is not None:
+            self._redeliver_instance(old, but=name)  # the instance may be free for another pool now
+
+    def _holder(self, name: str, obj: Obj) -> str:
+        """The pool that holds ``obj``'s instance: the oldest live pool naming it (then by name)."""
+        instance = (obj.get("spec") or {}).get("instanceID")
+        rivals = self._instance_pools.get(instance, set()) if isinstance(instance, str) else set()
+        candidates = []
+        for other in rivals | {name}:
+            pool = obj if other == name else self.pools.store.get(other)
+            node = self.nodes.store.get(other)
+            if pool is None or node is None or being_deleted(pool) or not _owned_by(pool, node):
+                continue
+            if self._foreign_node(node):
+                continue
+            candidates.append((str(pool["metadata"].get("creationTimestamp", "")), other))
+        return min(candidates)[1] if candidates else name
+
+    def _duplicate(self, name: str, obj: Obj, holder: str) -> None:
+        instance = (obj.get("spec") or {}).get("instanceID")
+        if name in self._delivered or (self.manager is not None and name in self.manager.nodes):
+            self._delivered.pop(name, None)
+            departure = self.manager.delete(name) if self.manager is not None else None
+            if departure is not None:
+                self._leaving[name] = departure
+        if self._invalid.get(name) != f"duplicate:{holder}":
+            self._invalid[name] = f"duplicate:{holder}"
+            log.warning("pool_duplicate_instance", pool=name, instance=instance, held_by=holder)
+        message = (
+            f"instance {instance} is node {holder}'s already: its pool holds the addresses, and this "
+            "pool gets none (two nodes on one instance would hand out the same addresses)"
+        )
+        self.writer.publish(name, NodeStatus(problem="DuplicateInstance", message=message))
+
+    def _redeliver_instance(self, instance: str, *, but: str) -> None:
+        if not instance or self.manager is None:
+            return
+        for other in sorted(self._instance_pools.get(instance, ())):
+            pool = self.pools.store.get(other)
+            if other != but and pool is not None and not being_deleted(pool):
+                self._deliver(other, pool)
+
+    # -- Nodes of another cloud -----------------------------------------------------------------
+
+    def _foreign_node(self, node: Obj) -> bool:
+        """Whether ``node`` belongs to another cloud than the configured provider's (said once)."""
+        name = node["metadata"]["name"]
+        scheme = provider_id_scheme(node)
+        foreign = bool(
+            self.schemes and self.instance_ids == "provider-id" and scheme and scheme not in self.schemes
+        )
+        if foreign and name not in self._foreign:
+            self._foreign.add(name)
+            log.warning(
+                "node_of_another_cloud",
+                node=name,
+                provider_id=(node.get("spec") or {}).get("providerID"),
+                expected=sorted(self.schemes),
+            )
+        elif not foreign and name in self._foreign:
+            self._foreign.discard(name)
+        self.metrics.nodes_ignored.labels(reason="provider-id-scheme").set(len(self._foreign))
+        return foreign
 
     def _queue(self, name: str, action: str) -> None:
         if self._todo.get(name) != "finalize":  # a finalize is never downgraded
@@ -303,6 +412,8 @@ class KubeNodeSource:
         node = self.nodes.store.get(name)
         if node is None:
             return  # no Node (or not selected): the pool, if any, is people's or goes with its Node
+        if self._foreign_node(node):
+            return  # a Node of another cloud: no pool
         pool = self.pools.store.get(name)
         if pool is None:
             body = pool_for_node(node, self.node_defaults, instance_ids=self.instance_ids)
@@ -314,13 +425,50 @@ class KubeNodeSource:
             except errors.KubeConflict:
                 return  # created meanwhile; its event follows
             log.info("pool_created", pool=name, instance=created["spec"]["instanceID"])
+            if name in self._deleted_by_hand:
+                self._deleted_by_hand.discard(name)
+                await self._recreated(node)
             return
         if being_deleted(pool) or not _owned_by(pool, node):
             return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
-        patch = node_fields_patch(pool, node, instance_ids=self.instance_ids)
-        if patch is not None:
+        patch = node_fields_patch(pool, node, instance_ids=self.instance_ids) or {}
+        defaults = defaults_patch(pool, self.node_defaults)
+        if defaults is not None:
+            patch = {**defaults, "spec": {**patch.get("spec", {}), **defaults.get("spec", {})}}
+        if patch.get("spec") or patch.get("metadata"):
+            if not patch.get("spec"):
+                patch.pop("spec", None)
             await self.api.patch(ENIPOOLS, name, patch)
-            log.info("pool_updated_from_node", pool=name, fields=sorted(patch["spec"]))
+            log.info("pool_updated", pool=name, fields=sorted(patch.get("spec", {})))
+
+    async def _recreated(self, node: Obj) -> None:
+        """Say on the Node, as an event, that its pool was deleted by hand and made again."""
+        name = node["metadata"]["name"]
+        now = self.clock.now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "metadata": {"generateName": f"{name}.", "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": name,
+                "uid": node["metadata"].get("uid", ""),
+            },
+            "reason": "PoolRecreated",
+            "message": (
+                f"ENIPool {name} was deleted while its Node exists; eni-ipam created it again from "
+                "node_defaults (edits made to the deleted pool are not restored)"
+            ),
+            "type": "Warning",
+            "source": {"component": "eni-ipam"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        log.warning("pool_recreated", pool=name)
+        try:
+            await self.api.create(EVENTS, event)
+        except errors.KubeError as exc:
+            log.warning("event_failed", pool=name, error=str(exc))
 
     async def _finalize(self, name: str) -> None:
         departure = self.manager.delete(name) if self.manager is not None else None

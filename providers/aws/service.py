@@ -15,6 +15,8 @@ from eni_ipam.core.records import NodeRecords
 from providers.aws.settings import AwsSettings
 
 SETTINGS = AwsSettings
+PROVIDER_ID_SCHEMES = ("aws",)
+"""Nodes of EC2 carry ``aws:///<zone>/<instance id>``."""
 REQUIRED = False
 
 

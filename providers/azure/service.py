@@ -13,6 +13,8 @@ from eni_ipam.core.records import NodeRecords
 from providers.azure.settings import AzureSettings
 
 SETTINGS = AzureSettings
+PROVIDER_ID_SCHEMES = ("azure",)
+"""Nodes of Azure carry ``azure:///subscriptions/…/virtualMachines/<name>``."""
 REQUIRED = True
 
 

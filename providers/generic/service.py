@@ -17,6 +17,8 @@ from eni_ipam.core.records import NodeRecords
 from providers.generic.settings import GenericSettings
 
 SETTINGS = GenericSettings
+PROVIDER_ID_SCHEMES = ()
+"""Any: a generic cluster names its instances by node (or by whatever provider id it has)."""
 REQUIRED = True
 
 

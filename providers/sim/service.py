@@ -28,6 +28,8 @@ class SimSettings(ConfigModel):
 
 
 SETTINGS = SimSettings
+PROVIDER_ID_SCHEMES = ("aws", "sim")
+"""The in-memory cloud is EC2-like: its Nodes may carry ``aws:///<zone>/<id>`` (or ``sim://``)."""
 REQUIRED = True
 
 

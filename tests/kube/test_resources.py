@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 
 import pytest
 
@@ -11,8 +12,10 @@ from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.core.spec import NodeSpecFields
 from eni_ipam.kube.resources import (
+    DEFAULTS_ANNOTATION,
     FINALIZER,
     SPEC_KEYS,
+    defaults_patch,
     instance_id_from_provider_id,
     node_fields_patch,
     pool_for_node,
@@ -275,3 +278,62 @@ def test_agent_status_patch_writes_only_the_agents_fields_and_their_changes() ->
         "10.0.0.9",
         "10.0.0.10",
     ]
+
+
+def _pool_with(spec: dict, recorded: dict | None) -> dict:
+    annotations = {} if recorded is None else {DEFAULTS_ANNOTATION: json.dumps(recorded)}
+    return {"metadata": {"name": "n1", "annotations": annotations}, "spec": {"instanceID": "i-1", **spec}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "recorded", "defaults", "changes"),
+    [
+        # a field holding the default it was given follows the new default
+        ({"preAllocate": 4}, {"preAllocate": 4}, NodeSpecFields(pre_allocate=5), {"preAllocate": 5}),
+        # a field someone changed is theirs
+        ({"preAllocate": 6}, {"preAllocate": 4}, NodeSpecFields(pre_allocate=5), None),
+        # a field someone removed is theirs too
+        ({}, {"minAllocate": 2}, NodeSpecFields(min_allocate=3), None),
+        # a new default is written where the field is unset
+        ({}, {}, NodeSpecFields(min_allocate=3), {"minAllocate": 3}),
+        # ...but not over a value set before the default existed
+        ({"minAllocate": 1}, {}, NodeSpecFields(min_allocate=3), None),
+        # a default no longer set is removed where it still holds
+        ({"minAllocate": 2}, {"minAllocate": 2}, NodeSpecFields(), {"minAllocate": None}),
+        ({"minAllocate": 7}, {"minAllocate": 2}, NodeSpecFields(), None),
+    ],
+)
+def test_defaults_patch_changes_only_the_fields_that_follow_the_defaults(
+    spec: dict, recorded: dict, defaults: NodeSpecFields, changes: dict | None
+) -> None:
+    patch = defaults_patch(_pool_with(spec, recorded), defaults)
+    assert (patch or {}).get("spec") == changes
+    if patch is not None:  # the record is today's defaults
+        written = json.loads(patch["metadata"]["annotations"][DEFAULTS_ANNOTATION])
+        assert written == defaults.as_pool_spec()
+
+
+def test_a_pool_without_a_record_of_defaults_is_left_alone() -> None:
+    assert defaults_patch(_pool_with({"preAllocate": 4}, None), NodeSpecFields(pre_allocate=9)) is None
+
+
+def test_a_pool_made_from_defaults_records_them() -> None:
+    body = pool_for_node(node(), NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",)))
+    assert body is not None
+    assert json.loads(body["metadata"]["annotations"][DEFAULTS_ANNOTATION]) == {
+        "preAllocate": 4,
+        "subnetIDs": ["s-1"],
+    }
+    assert defaults_patch(body, NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",))) is None
+
+
+def test_a_problem_becomes_the_ready_conditions_reason() -> None:
+    status = NodeStatus(problem="DuplicateInstance", message="instance i-1 is node n0's already")
+    patch = status_patch(status, {"metadata": {"name": "n1"}}, now=NOW)
+    assert patch is not None
+    ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "DuplicateInstance",
+        "instance i-1 is node n0's already",
+    )

@@ -313,3 +313,99 @@ async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
         records = {r.name: r for r in source.node_records() or []}
         assert records["x"].prefixes == ("10.0.0.0/28",)
         informers.cancel()
+
+
+# -- one pool per instance, Nodes of another cloud, defaults that flow, a pool deleted by hand --------
+
+
+def conditions(pool: dict | None) -> dict[str, tuple[str, str]]:
+    status = (pool or {}).get("status") or {}
+    return {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions") or ()}
+
+
+async def test_a_node_of_another_cloud_gets_no_pool_and_is_counted(cluster: Cluster) -> None:
+    cluster.source.schemes = frozenset({"aws"})
+    cluster.add_node("n1")
+    foreign = node("gke-1", "vm1")
+    foreign["spec"]["providerID"] = "gce://project/us-east1-b/vm1"
+    cluster.kube.add_object("nodes", foreign)
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        await asyncio.sleep(0.3)
+        assert cluster.pool("gke-1") is None
+        assert cluster.metrics.sample("eni_ipam_nodes_ignored", {"reason": "provider-id-scheme"}) == 1
+        await cluster.api.client.delete(NODES.resource(), "gke-1")  # people, not the controller
+        await until(
+            lambda: cluster.metrics.sample("eni_ipam_nodes_ignored", {"reason": "provider-id-scheme"}) == 0
+        )
+
+
+async def test_a_second_node_on_the_same_instance_gets_no_addresses_and_says_why(cluster: Cluster) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        twin = node("n2", "i-n1")  # the same instance as n1
+        cluster.kube.add_object("nodes", twin)
+        await until(lambda: conditions(cluster.pool("n2")).get("Ready") == ("False", "DuplicateInstance"))
+        status = cluster.pool("n2")["status"]
+        assert not status.get("pool") and "n1" in status["message"]
+        assert cluster.available("n1") == 4 and "n2" not in cluster.manager.nodes
+        await cluster.api.client.delete(NODES.resource(), "n1")  # the holder goes: n2 may have it
+        await until(lambda: cluster.available("n2") == 4)
+        assert conditions(cluster.pool("n2"))["Ready"] == ("True", "PoolReady")
+
+
+def restarted(cluster: Cluster, defaults: NodeSpecFields) -> Cluster:
+    """The controller started again (a new process: fresh caches) with other ``node_defaults``."""
+    again = Cluster(cluster.kube, cluster.api)
+    again.cloud = cluster.cloud
+    again.manager = NodeManager(
+        provider=SimProvider(cluster.cloud, clock=again.clock, metrics=again.metrics),
+        settings=Settings(resync_interval=3600),
+        metrics=again.metrics,
+        clock=again.clock,
+        status_sink=again.source.writer,
+        rng=random.Random(1),
+    )
+    again.source.node_defaults = defaults
+    return again
+
+
+async def test_defaults_flow_to_the_fields_people_did_not_set(cluster: Cluster) -> None:
+    cluster.source.node_defaults = NodeSpecFields(pre_allocate=4, max_above_watermark=2)
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") >= 4)
+        await cluster.api.client.patch(
+            ENIPOOLS.resource(), "n1", {"spec": {"preAllocate": 6}}, patch_type=PatchType.MERGE
+        )  # someone's edit
+    # The chart's defaults change and the controller starts again with them.
+    upgraded = restarted(cluster, NodeSpecFields(pre_allocate=5, max_above_watermark=3, min_allocate=1))
+    async with leading(upgraded):
+        await until(lambda: (cluster.pool("n1") or {}).get("spec", {}).get("minAllocate") == 1)
+        spec = cluster.pool("n1")["spec"]
+        assert spec["preAllocate"] == 6  # people's value stays
+        assert spec["maxAboveWatermark"] == 3  # the default's new value
+    trimmed = restarted(cluster, NodeSpecFields(pre_allocate=5))  # those defaults are no longer set
+    async with leading(trimmed):
+        await until(lambda: "minAllocate" not in (cluster.pool("n1") or {}).get("spec", {}))
+        assert "maxAboveWatermark" not in cluster.pool("n1")["spec"]
+        assert cluster.pool("n1")["spec"]["preAllocate"] == 6
+
+
+async def test_a_pool_deleted_by_hand_comes_back_with_an_event(cluster: Cluster) -> None:
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        first_uid = cluster.pool("n1")["metadata"]["uid"]
+        await cluster.api.client.delete(ENIPOOLS.resource(), "n1")  # by hand
+        await until(lambda: (cluster.pool("n1") or {}).get("metadata", {}).get("uid", first_uid) != first_uid)
+        await until(lambda: cluster.available("n1") == 4)
+        events = [e for e in cluster.kube.objects("events", "default") if e["reason"] == "PoolRecreated"]
+        assert len(events) == 1
+        assert events[0]["involvedObject"] == {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "n1",
+            "uid": cluster.kube.get_object("nodes", "n1")["metadata"]["uid"],
+        }
