@@ -1,7 +1,8 @@
 """Shared paths, and the Helm chart rendered by the real helm binary (.venv/bin/helm, `make kube-tools`).
 
 A test that renders skips, saying why, when that helm is not installed. Each distinct render runs helm
-once per session; callers get their own copy of the documents.
+once per session; callers get their own copy of the documents. Renders start from REQUIRED_VALUES, the
+values the chart has no default for, unless a test asks for the chart's bare defaults.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ HELM = Path(sysconfig.get_path("scripts")) / "helm"
 """Where scripts/install_kube_tools.py puts helm: the running virtualenv's bin directory."""
 RELEASE = "eni-ipam"
 NAMESPACE = "kube-system"
+REGION = "eu-west-1"
+REQUIRED_VALUES: dict[str, Any] = {"config": {"aws": {"region": REGION}}}
+"""What every installation must set: with the default provider, aws, the region (values.yaml leaves it
+empty, and the chart refuses to render without it)."""
 ALL_FEATURES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
 AGENT = {"agent": {"enabled": True}}
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
@@ -50,8 +55,10 @@ def _empty_home() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="eni-ipam-helm-home-")
 
 
-def helm(*args: str, values: dict[str, Any] | None = None) -> str:
-    """helm's standard output for ``args``, with ``values`` as a values file on its standard input.
+def helm_run(*args: str, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    """helm run with ``args``, and ``values`` as a values file on its standard input; a non-zero exit
+    raises :class:`HelmError`. helm 4 reports some findings (a ``required`` value missing during
+    ``helm lint``) on standard error only, hence the whole result.
 
     helm runs with an empty kubeconfig and empty home directories, so what a user has configured (a
     cluster, repositories, plugins) cannot change a render.
@@ -78,7 +85,29 @@ def helm(*args: str, values: dict[str, Any] | None = None) -> str:
     )
     if done.returncode != 0:
         raise HelmError(done.returncode, command, done.stdout, done.stderr)
-    return done.stdout
+    return done
+
+
+def helm(*args: str, values: dict[str, Any] | None = None) -> str:
+    """helm's standard output for ``args``, with ``values`` as a values file on its standard input."""
+    return helm_run(*args, values=values).stdout
+
+
+def merge_values(base: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """``overrides`` over ``base`` as helm merges two values files: maps merge key by key, anything else
+    (a list, a scalar, null) replaces what was there; a null then removes the chart's default."""
+    merged = copy.deepcopy(base)
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_values(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def with_required(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """REQUIRED_VALUES with ``overrides`` over them: what a user's values file holds."""
+    return merge_values(REQUIRED_VALUES, overrides)
 
 
 def _key(overrides: dict[str, Any] | None) -> str:
@@ -100,29 +129,42 @@ def _notes(key: str, release_name: str, namespace: str) -> str:
 
 
 def render(
-    overrides: dict[str, Any] | None = None, release_name: str = RELEASE, namespace: str = NAMESPACE
+    overrides: dict[str, Any] | None = None,
+    release_name: str = RELEASE,
+    namespace: str = NAMESPACE,
+    *,
+    required: bool = True,
 ) -> list[dict[str, Any]]:
-    """``helm template`` of the chart with ``overrides`` over values.yaml: its documents, in helm's order."""
-    return copy.deepcopy(list(_template(_key(overrides), release_name, namespace)))
+    """``helm template`` of the chart with ``overrides`` over REQUIRED_VALUES over values.yaml (over
+    values.yaml alone with ``required=False``): its documents, in helm's order."""
+    values = with_required(overrides) if required else overrides
+    return copy.deepcopy(list(_template(_key(values), release_name, namespace)))
 
 
 def render_notes(
     overrides: dict[str, Any] | None = None, release_name: str = RELEASE, namespace: str = NAMESPACE
 ) -> str:
-    """NOTES.txt as an install prints it. ``helm template`` leaves NOTES.txt out, so this is a client-side
-    dry-run install: it renders the same templates and needs no cluster."""
-    return _notes(_key(overrides), release_name, namespace)
+    """NOTES.txt as an install prints it (``overrides`` over REQUIRED_VALUES). ``helm template`` leaves
+    NOTES.txt out, so this is a client-side dry-run install: it renders the same templates and needs no
+    cluster."""
+    return _notes(_key(with_required(overrides)), release_name, namespace)
 
 
 @functools.cache
-def _generated() -> dict[str, str]:
+def render_manifests_script() -> Any:
+    """scripts/render_manifests.py, imported."""
     spec = importlib.util.spec_from_file_location(
         "render_manifests", REPO_ROOT / "scripts" / "render_manifests.py"
     )
     assert spec and spec.loader
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    files: dict[str, str] = script.generate(HELM)
+    return script
+
+
+@functools.cache
+def _generated() -> dict[str, str]:
+    files: dict[str, str] = render_manifests_script().generate(HELM)
     return files
 
 
@@ -174,6 +216,7 @@ def values() -> dict[str, Any]:
 
 @pytest.fixture
 def default_docs() -> list[dict[str, Any]]:
+    """The chart with its defaults and the values it requires (REQUIRED_VALUES)."""
     return render()
 
 

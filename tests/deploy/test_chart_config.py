@@ -13,7 +13,7 @@ from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.settings import Settings
 from eni_ipam.kube.settings import KubeSettings
 from providers.aws.settings import AwsSettings
-from tests.deploy.conftest import ALL_FEATURES, CHART, REPO_ROOT, one, render, values
+from tests.deploy.conftest import ALL_FEATURES, CHART, REGION, one, render, values
 
 SECTIONS = {
     "settings": Settings,
@@ -74,7 +74,7 @@ def test_the_defaults_in_values_are_the_code_defaults():
     loaded = _load(render())
     assert loaded.settings == Settings()
     assert loaded.kubernetes == KubeSettings()
-    assert loaded.provider_settings == AwsSettings(region="us-east-1")
+    assert loaded.provider_settings == AwsSettings(region=REGION)  # the one value without a default
     spec = loaded.node_defaults.spec(name="n", instance_id="i")
     # pre_allocate 0 in a spec means "the default, 8"; values.yaml spells the 8 out
     assert spec == NodeSpec(name="n", instance_id="i", pre_allocate=8)
@@ -85,22 +85,6 @@ def test_a_bad_value_in_config_is_refused_by_the_loader():
 
     with pytest.raises(ConfigError, match=r"settings\.rate_limit_share"):
         _load(render({"config": {"settings": {"rate_limit_share": 2}}}))
-
-
-def test_the_docs_set_only_values_that_exist():
-    """Every ``--set a.b=…`` in docs/deploy.md names a key of values.yaml."""
-    text = (REPO_ROOT / "docs" / "deploy.md").read_text()
-    paths = re.findall(r"--set(?:-string)? ([A-Za-z0-9_.\\/-]+?)=", text)
-    assert paths
-    for path in paths:
-        node = values()
-        keys = re.split(r"(?<!\\)\.", path)
-        for key in keys[:-1]:
-            assert isinstance(node, dict) and key in node, f"docs/deploy.md: --set {path}: no {key!r}"
-            node = node[key]
-        assert isinstance(node, dict), path
-        if node:  # an open map (annotations, labels) takes any key
-            assert keys[-1].replace("\\", "") in node, f"docs/deploy.md: --set {path}"
 
 
 SUB = "00000000-0000-0000-0000-00000000abcd"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from eni_ipam.core.config import parse_duration
+from eni_ipam.core.errors import ConfigError
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
 from tests.deploy.conftest import (
     AGENT,
@@ -23,11 +24,13 @@ from tests.deploy.conftest import (
     container,
     controller_selectors,
     generated_manifests,
-    helm,
+    helm_run,
     one,
     pod_spec,
     render,
+    render_manifests_script,
     values,
+    with_required,
 )
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -50,9 +53,10 @@ def config(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("overrides", [None, {**ALL_FEATURES, **AGENT}], ids=["default", "everything-on"])
 def test_helm_lint_strict_finds_nothing(overrides):
-    out = helm("lint", "--strict", str(CHART), values=overrides)  # a finding exits non-zero: HelmError
-    assert "1 chart(s) linted, 0 chart(s) failed" in out
-    assert "[WARNING]" not in out and "[ERROR]" not in out
+    done = helm_run("lint", "--strict", str(CHART), values=with_required(overrides))  # findings: HelmError
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout
+    assert "level=WARN" not in done.stderr, done.stderr  # helm 4 reports a missing required value here
 
 
 def test_the_default_render_has_the_expected_objects(default_docs, full_docs):
@@ -253,9 +257,21 @@ def test_optional_objects_can_be_turned_off():
     assert kinds == {"ServiceAccount", "ConfigMap", "Service", "Deployment"}
 
 
-def test_an_aws_configuration_needs_a_region():
-    with pytest.raises(HelmError, match=r"config\.aws\.region is required"):
-        render({"config": {"aws": {"region": ""}}})
+@pytest.mark.parametrize(
+    "overrides",
+    [None, {"config": {"aws": {"region": "  "}}}, {"config": {"aws": None}}],
+    ids=["values.yaml-alone", "blank", "no-aws-section"],
+)
+def test_an_aws_configuration_needs_a_region(overrides):
+    assert values()["config"]["aws"]["region"] == ""  # no default region: the chart must not guess one
+    with pytest.raises(HelmError, match=r"config\.aws\.region is required with provider aws"):
+        render(overrides, required=False)
+
+
+def test_lint_warns_when_the_region_is_missing():
+    # helm 4 lints a missing `required` value as a warning on stderr and exits 0
+    done = helm_run("lint", "--strict", str(CHART))
+    assert "config.aws.region is required" in done.stderr
 
 
 def test_extra_labels_of_monitoring_objects():
@@ -337,11 +353,25 @@ def test_generated_manifests_are_up_to_date():
     assert sorted(p.name for p in output.iterdir()) == sorted(files)
 
 
-def test_generated_manifests_are_the_default_render(default_docs):
+def test_generated_manifests_are_the_default_render_with_the_region_placeholder():
+    placeholder = render_manifests_script().REGION_PLACEHOLDER
     text = (REPO_ROOT / "deploy" / "kubernetes" / "eni-ipam.yaml").read_text()
-    assert [d for d in yaml.safe_load_all(text) if d] == default_docs
+    assert f"config.aws.region={placeholder}" in text.split("\n---\n", 1)[0]  # the header says so
+    assert [d for d in yaml.safe_load_all(text) if d] == render({"config": {"aws": {"region": placeholder}}})
     crd = yaml.safe_load((REPO_ROOT / "deploy" / "kubernetes" / "crd.yaml").read_text())
     assert crd == yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())
+
+
+def test_the_generated_manifests_refuse_to_start_until_the_region_is_set():
+    from eni_ipam.app.runconfig import load_config_mapping
+
+    text = (REPO_ROOT / "deploy" / "kubernetes" / "eni-ipam.yaml").read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    with pytest.raises(ConfigError, match=r"aws\.region"):
+        load_config_mapping(config(docs))
+    edited = config(docs)
+    edited["aws"]["region"] = "eu-west-1"
+    assert load_config_mapping(edited).provider_settings.region == "eu-west-1"
 
 
 def test_chart_metadata():

@@ -57,10 +57,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.config.kubernetes.lease_namespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* The run configuration file: the ConfigMap's config.yaml, and the pods' checksum/config. */}}
+{{/* The run configuration file: the ConfigMap's config.yaml, and the pods' checksum/config.
+The AWS region has no default: a guessed one would point the controller at another region's
+instances. An empty section (`aws: null`) or a blank region gets the same message as a missing one. */}}
 {{- define "eni-ipam.config" -}}
 {{- if eq .Values.config.provider "aws" -}}
-{{- $_ := required "config.aws.region is required with provider aws (--set config.aws.region=eu-west-1)" .Values.config.aws.region -}}
+{{- $aws := .Values.config.aws | default dict -}}
+{{- $_ := required "config.aws.region is required with provider aws: set your cluster's region (--set config.aws.region=eu-west-1)" ($aws.region | default "" | trim) -}}
 {{- end -}}
 {{- toYaml .Values.config -}}
 {{- end -}}
