@@ -45,6 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
 
+    dev = sub.add_parser(
+        "dev-cluster",
+        help="a local Kubernetes API server to try the chart and `eni-ipam run` against (no nodes run)",
+    )
+    dev.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
+    dev.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+
     demo = sub.add_parser("demo", help="a live simulated cluster in real time, with /metrics")
     demo.add_argument(
         "--cloud",
@@ -67,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "agent":
         return _agent(args)
+    if args.command == "dev-cluster":
+        return _dev_cluster(args)
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
     if args.cloud == "moto":
         from eni_ipam.app.demo_aws import run_moto_demo
@@ -151,6 +160,38 @@ def _agent(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _dev_cluster(args: argparse.Namespace) -> int:
+    """The fake API server of the test suite, standalone: real kubectl and helm work against it."""
+    import asyncio
+
+    from eni_ipam.app.service import stop_on_signals
+    from eni_ipam.testing.fake_kube import FakeKube
+
+    configure(level=args.log_level or "warning")
+
+    async def main() -> int:
+        stop = stop_on_signals()
+        try:
+            kube = FakeKube(port=args.port)
+            await kube.start()
+        except OSError as exc:
+            print(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
+            return 2
+        try:
+            kube.write_kubeconfig(args.kubeconfig)
+            print(f"Kubernetes API (fake) on {kube.url}; admin kubeconfig written to {args.kubeconfig}")
+            print("Nothing runs pods or nodes here: create Nodes with kubectl. Ctrl-C stops it.", flush=True)
+            await stop.wait()
+        finally:
+            await kube.close()
+        return 0
+
+    try:
+        return asyncio.run(main())
     except KeyboardInterrupt:
         return 0
 

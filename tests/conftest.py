@@ -125,8 +125,10 @@ def kube_crds() -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def kube(kube_crds: list[dict[str, Any]]) -> AsyncIterator[FakeKube]:
-    """The fake API server on 127.0.0.1, serving ``kube_crds``."""
+    """The fake API server on 127.0.0.1, serving ``kube_crds`` (created through its API, as an admin
+    would apply them); the requests that did it are not kept in ``kube.requests``."""
     async with FakeKube() as server:
         for crd in kube_crds:
-            server.register_crd(crd)
+            await server.apply_manifest(crd)
+        server.requests.clear()
         yield server

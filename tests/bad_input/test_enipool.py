@@ -120,9 +120,12 @@ class PoolApi:
 @pytest.fixture
 async def pools() -> AsyncIterator[PoolApi]:
     async with FakeKube() as kube:
-        kube.register_crd(yaml.safe_load(CRD.read_text()))
+        await kube.apply_manifest(yaml.safe_load(CRD.read_text()))
         token = kube.kubeconfig()["users"][0]["user"]["token"]
-        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
+        connector = aiohttp.TCPConnector(ssl=kube.ssl_context())
+        async with aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {token}"}, connector=connector
+        ) as session:
             yield PoolApi(kube, session)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
@@ -12,26 +13,28 @@ from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
-from eni_ipam.testing.fake_kube import FakeKube, RequestRecord
+from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, RequestRecord
 
 
 def raw_client(kube: FakeKube, *, auth: bool = True) -> httpx2.AsyncClient:
-    """Plain HTTP, for what lightkube hides (list kinds, headers) or refuses to send."""
-    headers = {"Authorization": "Bearer fake-kube-token"} if auth else {}
-    return httpx2.AsyncClient(base_url=kube.url, headers=headers)
+    """Raw HTTPS, for what lightkube hides (list kinds, headers) or refuses to send."""
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"} if auth else {}
+    return httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context())
 
 
 async def node_names(client: AsyncClient, **selectors: object) -> list[str]:
     return [n.metadata.name async for n in client.list(Node, **selectors)]  # type: ignore[arg-type]
 
 
-async def test_list_reports_the_current_resource_version(kube: FakeKube, client: AsyncClient) -> None:
+async def test_list_reports_the_current_resource_version(
+    kube: FakeKube, client: AsyncClient, rv: Callable[[int], str]
+) -> None:
     for name in ("n1", "n2", "n3"):
         await client.create(Node(metadata=ObjectMeta(name=name)))
     listing = client.list(Node)
     names = [n.metadata.name async for n in listing]
     assert names == ["n1", "n2", "n3"]
-    assert listing.resourceVersion == kube.resource_version == "3"
+    assert listing.resourceVersion == kube.resource_version == rv(3)
     async with raw_client(kube) as http:
         body = (await http.get("/api/v1/nodes")).json()
     assert body["kind"] == "NodeList" and body["apiVersion"] == "v1"
@@ -39,7 +42,7 @@ async def test_list_reports_the_current_resource_version(kube: FakeKube, client:
 
 
 async def test_list_pages_are_one_snapshot_even_when_objects_change_between_pages(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Callable[[int], str]
 ) -> None:
     for i in range(5):
         await client.create(Node(metadata=ObjectMeta(name=f"n{i}")))
@@ -51,7 +54,7 @@ async def test_list_pages_are_one_snapshot_even_when_objects_change_between_page
             await client.delete(Node, "n4")
             await client.create(Node(metadata=ObjectMeta(name="n5")))
     assert seen == ["n0", "n1", "n2", "n3", "n4"]
-    assert listing.resourceVersion == "5"
+    assert listing.resourceVersion == rv(5)
     pages = [r for r in kube.requests if r.verb == "list"]
     assert [r.params.get("limit") for r in pages] == ["2", "2", "2"]
     assert ["continue" in r.params for r in pages] == [False, True, True]

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 import httpx2
@@ -18,10 +18,11 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 
-from eni_ipam.testing.fake_kube import FakeKube, Fault
+from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, Fault
 from tests.waiting import until
 
 Seen = tuple[str, str | None, str | None]
+Versions = Callable[[int], str]
 
 
 async def take(stream: AsyncIterable[tuple[str, Any]], count: int, within: float = 5) -> list[Seen]:
@@ -40,7 +41,7 @@ def node(name: str, **labels: str) -> Node:
 
 
 async def test_watch_from_a_version_replays_later_events_in_order(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     await client.create(node("n1"))
     since = kube.resource_version
@@ -49,11 +50,11 @@ async def test_watch_from_a_version_replays_later_events_in_order(
     await client.create(node("n2"))
     await client.delete(Node, "n1")
     events = await take(client.watch(Node, resource_version=since), 3)
-    assert events == [("MODIFIED", "n1", "3"), ("ADDED", "n2", "4"), ("DELETED", "n1", "5")]
+    assert events == [("MODIFIED", "n1", rv(3)), ("ADDED", "n2", rv(4)), ("DELETED", "n1", rv(5))]
 
 
 async def test_watch_without_a_version_starts_with_current_objects_then_follows(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     await client.create(node("n1"))
     await client.create(node("n2"))
@@ -66,20 +67,22 @@ async def test_watch_without_a_version_starts_with_current_objects_then_follows(
     writer = asyncio.create_task(change_once_watching())
     events = await take(stream, 3)
     await writer
-    assert events == [("ADDED", "n1", "1"), ("ADDED", "n2", "2"), ("ADDED", "n3", "3")]
+    assert events == [("ADDED", "n1", rv(1)), ("ADDED", "n2", rv(2)), ("ADDED", "n3", rv(3))]
 
 
-async def test_watch_from_compacted_version_gets_410(kube: FakeKube, client: AsyncClient) -> None:
+async def test_watch_from_compacted_version_gets_410(
+    kube: FakeKube, client: AsyncClient, rv: Versions
+) -> None:
     await client.create(node("n1"))
     await client.create(node("n2"))
     kube.compact()
     with pytest.raises(ApiError) as caught:
-        await take(client.watch(Node, resource_version="1"), 1)
+        await take(client.watch(Node, resource_version=rv(1)), 1)
     assert caught.value.status.code == 410
     assert caught.value.status.reason == "Expired"
     # The current version is still watchable after a compaction.
     await client.create(node("n3"))
-    assert await take(client.watch(Node, resource_version="2"), 1) == [("ADDED", "n3", "3")]
+    assert await take(client.watch(Node, resource_version=rv(2)), 1) == [("ADDED", "n3", rv(3))]
 
 
 async def test_watch_older_than_the_bounded_history_gets_410() -> None:
@@ -97,7 +100,7 @@ async def test_watch_older_than_the_bounded_history_gets_410() -> None:
 
 
 async def test_objects_leaving_and_entering_a_selector_arrive_as_deleted_and_added(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     await client.create(node("n1", pool="on"))
     await client.create(node("n2"))
@@ -109,22 +112,22 @@ async def test_objects_leaving_and_entering_a_selector_arrive_as_deleted_and_add
     await client.delete(Node, "n2")
     events = await take(client.watch(Node, labels={"pool": "on"}, resource_version=since), 4)
     assert events == [
-        ("DELETED", "n1", "3"),
-        ("ADDED", "n2", "4"),
-        ("MODIFIED", "n2", "5"),
-        ("DELETED", "n2", "7"),
+        ("DELETED", "n1", rv(3)),
+        ("ADDED", "n2", rv(4)),
+        ("MODIFIED", "n2", rv(5)),
+        ("DELETED", "n2", rv(7)),
     ]
 
 
 async def test_pod_field_selector_transitions_follow_binding_to_a_node(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))
     since = kube.resource_version
     await client.patch(Pod, "p1", {"spec": {"nodeName": "n1"}})
     await client.patch(Pod, "p1", {"spec": {"nodeName": "n2"}})
     events = await take(client.watch(Pod, fields={"spec.nodeName": "n1"}, resource_version=since), 2)
-    assert events == [("ADDED", "p1", "2"), ("DELETED", "p1", "3")]
+    assert events == [("ADDED", "p1", rv(2)), ("DELETED", "p1", rv(3))]
 
 
 async def test_watch_in_a_namespace_sees_only_that_namespace(kube: FakeKube, client: AsyncClient) -> None:
@@ -144,44 +147,46 @@ async def test_watch_in_a_namespace_sees_only_that_namespace(kube: FakeKube, cli
 
 
 async def test_bookmarks_carry_the_latest_version_through_lightkube(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     # lightkube's public watch() cannot ask for bookmarks; its request layer can, and decodes them.
     kube.bookmark_interval = 0.05
     await client.create(node("n1"))
     await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))
     request = client._client.prepare_request(
-        "list", res=Node, watch=True, params={"allowWatchBookmarks": "true", "resourceVersion": "1"}
+        "list", res=Node, watch=True, params={"allowWatchBookmarks": "true", "resourceVersion": rv(1)}
     )
     stream = client._client.watch(request)
     events = await take(stream, 1)
-    assert events == [("BOOKMARK", None, "2")]  # the pod's version: nothing for nodes is pending
+    assert events == [("BOOKMARK", None, rv(2))]  # the pod's version: nothing for nodes is pending
     started = kube.requests[-1]
     assert (started.verb, started.params["allowWatchBookmarks"]) == ("watch", "true")
 
 
-async def test_no_bookmarks_unless_the_watch_allows_them(kube: FakeKube, client: AsyncClient) -> None:
+async def test_no_bookmarks_unless_the_watch_allows_them(
+    kube: FakeKube, client: AsyncClient, rv: Versions
+) -> None:
     kube.bookmark_interval = 0.01
     stream = client.watch(Node)
     consumer = asyncio.create_task(take(stream, 1))
     await until(lambda: kube.open_watches == 1, limit=5)
     await asyncio.sleep(0.1)
     await client.create(node("n1"))
-    assert await consumer == [("ADDED", "n1", "1")]
+    assert await consumer == [("ADDED", "n1", rv(1))]
 
 
 @pytest.mark.looptime
-async def test_long_watch_timeout_and_bookmarks_run_on_virtual_time(kube: FakeKube) -> None:
+async def test_long_watch_timeout_and_bookmarks_run_on_virtual_time(kube: FakeKube, rv: Versions) -> None:
     kube.bookmark_interval = 40
     loop = asyncio.get_running_loop()
     started_virtual, started_real = loop.time(), time.perf_counter()
     params = {"watch": "true", "timeoutSeconds": "300", "allowWatchBookmarks": "true"}
-    headers = {"Authorization": "Bearer fake-kube-token"}
-    http = httpx2.AsyncClient(base_url=kube.url, headers=headers, timeout=None)
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    http = httpx2.AsyncClient(base_url=kube.url, headers=headers, timeout=None, verify=kube.ssl_context())
     async with http, http.stream("GET", "/api/v1/nodes", params=params) as response:
         lines = [json.loads(line) async for line in response.aiter_lines() if line]
     assert [e["type"] for e in lines] == ["BOOKMARK"] * 7  # at 40, 80, ..., 280 s; the stream ends at 300 s
-    assert lines[0]["object"] == {"apiVersion": "v1", "kind": "Node", "metadata": {"resourceVersion": "0"}}
+    assert lines[0]["object"] == {"apiVersion": "v1", "kind": "Node", "metadata": {"resourceVersion": rv(0)}}
     assert loop.time() - started_virtual == pytest.approx(300, abs=1)
     assert time.perf_counter() - started_real < 0.5
     assert kube.open_watches == 0
@@ -189,7 +194,7 @@ async def test_long_watch_timeout_and_bookmarks_run_on_virtual_time(kube: FakeKu
 
 @pytest.mark.looptime
 async def test_lightkube_rewatches_from_the_last_version_after_a_server_timeout(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -199,9 +204,9 @@ async def test_lightkube_rewatches_from_the_last_version_after_a_server_timeout(
     await until(lambda: kube.open_watches == 1, limit=5)
     await asyncio.sleep(450)  # one timeout has passed: lightkube reconnected on its own
     await client.create(node("n2"))
-    assert await consumer == [("ADDED", "n1", "1"), ("ADDED", "n2", "2")]
+    assert await consumer == [("ADDED", "n1", rv(1)), ("ADDED", "n2", rv(2))]
     watches = [r for r in kube.requests if r.verb == "watch"]
-    assert [w.params.get("resourceVersion") for w in watches] == [None, "1"]
+    assert [w.params.get("resourceVersion") for w in watches] == [None, rv(1)]
     assert watches[0].params["timeoutSeconds"] == "300"
     assert 450 <= loop.time() - start < 460
 
@@ -217,7 +222,7 @@ async def test_dropped_watch_surfaces_as_a_remote_protocol_error(kube: FakeKube,
 
 
 async def test_retrying_after_a_dropped_watch_resumes_without_losing_events(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
     await client.create(node("n1"))
     consumer = asyncio.create_task(take(client.watch(Node, on_error=on_error_retry), 3))
@@ -226,8 +231,8 @@ async def test_retrying_after_a_dropped_watch_resumes_without_losing_events(
     await client.create(node("n2"))  # while no watch is open
     await until(lambda: kube.open_watches == 1, limit=5)
     await client.create(node("n3"))
-    assert await consumer == [("ADDED", "n1", "1"), ("ADDED", "n2", "2"), ("ADDED", "n3", "3")]
-    assert [r.params.get("resourceVersion") for r in kube.requests if r.verb == "watch"] == [None, "1"]
+    assert await consumer == [("ADDED", "n1", rv(1)), ("ADDED", "n2", rv(2)), ("ADDED", "n3", rv(3))]
+    assert [r.params.get("resourceVersion") for r in kube.requests if r.verb == "watch"] == [None, rv(1)]
 
 
 async def test_watch_fault_is_a_plain_http_error_response(kube: FakeKube, client: AsyncClient) -> None:
@@ -241,9 +246,11 @@ async def test_watch_fault_is_a_plain_http_error_response(kube: FakeKube, client
     assert kube.requests[-1].status == 429
 
 
-async def test_client_closing_a_watch_ends_it_on_the_server(kube: FakeKube, client: AsyncClient) -> None:
+async def test_client_closing_a_watch_ends_it_on_the_server(
+    kube: FakeKube, client: AsyncClient, rv: Versions
+) -> None:
     await client.create(node("n1"))
-    assert await take(client.watch(Node), 1) == [("ADDED", "n1", "1")]  # take() closes the stream
+    assert await take(client.watch(Node), 1) == [("ADDED", "n1", rv(1))]  # take() closes the stream
     await until(lambda: kube.open_watches == 0, limit=5)
     await client.create(node("n2"))  # no stream is left to write to
     assert kube.open_watches == 0

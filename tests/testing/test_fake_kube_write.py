@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -18,7 +19,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from eni_ipam.testing.fake_kube import FakeKube, Fault
+from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, Fault
 
 ENIPool = create_global_resource("eni-ipam.io", "v1alpha1", "ENIPool", "enipools")
 
@@ -62,8 +63,9 @@ Pool = create_global_resource("strict.example.io", "v1", "Pool", "pools")
 
 
 @pytest.fixture(autouse=True)
-def _strict_crd(kube: FakeKube) -> None:
-    kube.register_crd(STRICT_CRD)
+async def _strict_crd(kube: FakeKube) -> None:
+    await kube.apply_manifest(STRICT_CRD)
+    kube.requests.clear()
 
 
 async def events_since(client: AsyncClient, res: Any, since: str, count: int) -> list[tuple[str, str, str]]:
@@ -168,7 +170,7 @@ async def test_json_patch_operations_apply_and_a_failed_test_is_422(client: Asyn
 async def test_apply_without_a_field_manager_is_a_bad_request(kube: FakeKube) -> None:
     # lightkube refuses to send this itself (ValueError), so go over plain HTTP.
     async with httpx2.AsyncClient(
-        base_url=kube.url, headers={"Authorization": "Bearer fake-kube-token"}
+        base_url=kube.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, verify=kube.ssl_context()
     ) as http:
         response = await http.patch(
             "/apis/eni-ipam.io/v1alpha1/enipools/n1",
@@ -208,7 +210,7 @@ async def test_create_of_an_existing_name_is_already_exists_and_generate_name_is
 
 
 async def test_delete_with_finalizers_waits_until_they_are_removed(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Callable[[int], str]
 ) -> None:
     await client.create(ENIPool(metadata=ObjectMeta(name="n1", finalizers=["eni-ipam.io/release"])))
     since = kube.resource_version
@@ -225,11 +227,14 @@ async def test_delete_with_finalizers_waits_until_they_are_removed(
     assert caught.value.status.code == 422
     await client.patch(ENIPool, "n1", {"metadata": {"finalizers": None}}, patch_type=PatchType.MERGE)
     assert kube.get_object("enipools", "n1") is None
-    assert await events_since(client, ENIPool, since, 2) == [("MODIFIED", "n1", "2"), ("DELETED", "n1", "3")]
+    assert await events_since(client, ENIPool, since, 2) == [
+        ("MODIFIED", "n1", rv(2)),
+        ("DELETED", "n1", rv(3)),
+    ]
 
 
 async def test_deleting_an_owner_collects_its_dependents_after_it(
-    kube: FakeKube, client: AsyncClient
+    kube: FakeKube, client: AsyncClient, rv: Callable[[int], str]
 ) -> None:
     owner = await client.create(Node(metadata=ObjectMeta(name="n1")))
     other = await client.create(Node(metadata=ObjectMeta(name="n2")))
@@ -249,13 +254,13 @@ async def test_deleting_an_owner_collects_its_dependents_after_it(
     await client.delete(Node, "n1")
     node_events = await events_since(client, Node, since, 1)
     lease_events = await events_since(client, Lease, since, 3)
-    assert node_events == [("DELETED", "n1", "7")]
+    assert node_events == [("DELETED", "n1", rv(7))]
     assert [(kind, name) for kind, name, _ in lease_events] == [
         ("DELETED", "plain"),
         ("MODIFIED", "guarded"),  # has a finalizer: only marked for deletion
         ("MODIFIED", "shared"),  # another owner lives: only the dangling reference goes
     ]
-    assert all(int(rv) > 7 for _, _, rv in lease_events)
+    assert all(int(version) > int(rv(7)) for _, _, version in lease_events)
     guarded = kube.get_object("leases", "guarded", namespace="default") or {}
     assert "deletionTimestamp" in guarded["metadata"]
     shared = kube.get_object("leases", "shared", namespace="default") or {}

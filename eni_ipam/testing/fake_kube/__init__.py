@@ -1,58 +1,81 @@
-"""A fake Kubernetes API server that speaks the real list/watch protocol over HTTP on 127.0.0.1.
+"""A fake Kubernetes API server that the real kubectl, helm and lightkube use unchanged.
 
-Role: the test double for the project's Kubernetes code. That code talks to the API server through
-the real lightkube client; here the client talks over real HTTP to :class:`FakeKube` instead of a
-cluster, so resourceVersions, watches, conflicts, expiries and faults behave as in production and
-a test can drive every edge the informer and the lease elector must handle::
+Role: the test double for the project's Kubernetes code and for checks of its Helm chart. It serves
+HTTPS on ``127.0.0.1`` from the test's own event loop, so resourceVersions, watches, conflicts,
+expiries, faults, RBAC denials and validation errors reach the real clients as a cluster sends them::
 
     async with FakeKube() as kube:
-        kube.register_crd(ENIPOOL_CRD_DEFAULT)
+        await kube.apply_manifest(ENIPOOL_CRD_DEFAULT)  # CRDs arrive through the API, as on a cluster
         client = lightkube.AsyncClient(lightkube.KubeConfig.from_dict(kube.kubeconfig()))
+        kube.write_kubeconfig(path)  # for kubectl, helm or ``eni-ipam run`` in a subprocess
+        kube.kubeconfig(service_account=("kube-system", "eni-ipam"))  # RBAC applies to this one
         ...
         kube.faults.append(Fault(verb="patch", plural="enipools", status=409))
         await kube.drop_watches()
         kube.compact()
 
-Served: core ``v1`` ``nodes``, ``namespaces`` (cluster-scoped), ``pods`` and ``events``
-(namespaced), ``coordination.k8s.io/v1`` ``leases`` (namespaced), and custom resources after
-:meth:`FakeKube.register_crd`. Any other path is a 404 ``Status``.
+Served (:mod:`~eni_ipam.testing.fake_kube.resources`): core ``v1`` nodes, namespaces, pods, events,
+serviceaccounts, configmaps, secrets and services; ``apps/v1`` deployments and daemonsets;
+``coordination.k8s.io/v1`` leases; ``policy/v1`` poddisruptionbudgets; ``rbac.authorization.k8s.io/v1``
+roles, clusterroles and their bindings; ``apiextensions.k8s.io/v1`` customresourcedefinitions and the
+custom resources of every stored CRD; ``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
+``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam.testing.fake_kube.discovery`),
+OpenAPI v2 and v3 (:mod:`~eni_ipam.testing.fake_kube.openapi`) and health paths. Any other path is a
+404 ``Status``. No controller runs: objects are stored, and nothing acts on them.
 
 Semantics kept (as the real kube-apiserver does it):
 
+* TLS with a process-wide CA (:mod:`~eni_ipam.testing.fake_kube.certs`); bearer tokens for the admin
+  (``system:masters``) and for ServiceAccounts, RBAC for everyone but the admin
+  (:mod:`~eni_ipam.testing.fake_kube.auth`), with the real 401 and 403 answers;
 * one global, monotonically increasing ``resourceVersion``; ``uid``, ``creationTimestamp`` and a
   ``generation`` that moves only when something other than metadata (and status, for resources
   with a status subresource) changes; a write that changes nothing is a no-op;
 * list: ``<Kind>List`` at the current version, label selectors (``=``, ``==``, ``!=``, ``in``,
   ``notin``, ``key``, ``!key``), field selectors on ``metadata.name``/``metadata.namespace`` and
   each type's registered field labels (any other field is a 400), ``limit``/``continue`` pages
-  read from one snapshot (410 once its version is compacted);
+  read from one snapshot (410 once its version is compacted); ``meta.k8s.io/v1`` Tables on request
+  (:mod:`~eni_ipam.testing.fake_kube.tables`), with a CRD's printer columns;
 * watch: initial ``ADDED`` events for an unset/``"0"`` version, replay from a version kept in the
   bounded event log, an in-stream ``ERROR`` 410 for an older one, selector transitions as
   ``ADDED``/``DELETED``, ``timeoutSeconds``, ``BOOKMARK`` events every
   :attr:`FakeKube.bookmark_interval` when ``allowWatchBookmarks`` is set;
 * create (201, AlreadyExists, ``generateName``), get (NotFound), update (409 Conflict on a stale
-  ``resourceVersion``; custom resources require one), patch (merge, strategic as merge, JSON patch,
-  simplified server-side apply requiring ``fieldManager``; a ``resourceVersion`` left in the
-  patched object is a precondition), status subresource rules for create, PUT and PATCH;
+  ``resourceVersion``; custom resources require one), patch (JSON patch, merge, strategic merge on
+  built-in types following their OpenAPI patch metadata and a 415 on custom resources, simplified
+  server-side apply requiring ``fieldManager``; a ``resourceVersion`` left in the patched object is a
+  precondition), status subresource rules for create, PUT and PATCH, ``dryRun=All``;
+* fields a type does not have are pruned with a ``Warning`` header, or refused under
+  ``fieldValidation=Strict`` (400 on create and update, 422 on patch);
 * delete with finalizers (``deletionTimestamp`` first, removal when the finalizers are emptied, no
   new finalizers meanwhile), ``Orphan`` propagation, and owner-reference garbage collection;
-* structural-schema pruning, defaulting and validation of custom resources (422 ``Invalid``
-  naming the field path), see :mod:`eni_ipam.testing.fake_kube.schema`;
-* bearer-token authentication (401 without the token from :meth:`FakeKube.kubeconfig`).
+* custom resources: structural-schema pruning, defaulting and validation (422 ``Invalid`` in the
+  real wording, see :mod:`~eni_ipam.testing.fake_kube.schema`); a CRD is served, Established, from
+  the write that stores it (:mod:`~eni_ipam.testing.fake_kube.crds`), and deleting it deletes its
+  resources; a Node's ``spec.providerID`` is set once;
+* Protobuf request bodies of the types typed clients send that way
+  (:mod:`~eni_ipam.testing.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
-Not emulated: discovery (``/api``, ``/apis``, ``/version``, OpenAPI), RBAC and admission, any
-controller (no scheduler or kubelet: pods stay ``Pending`` and are deleted at once; no namespace
-controller: deleting a namespace leaves its objects, and objects may be created in namespaces that
-do not exist), ``Foreground`` propagation (treated as ``Background``), strategic-merge list merging,
-managedFields and apply conflicts, ``dryRun`` (rejected with 400), ``resourceVersion``/
-``resourceVersionMatch`` on list (always the latest state), ``sendInitialEvents``, CEL validation
-rules, conversion webhooks, Protobuf, HTTP/2 and TLS. The garbage collector runs synchronously.
+Not emulated (docs/testing.md lists every difference): controllers, admission beyond the checks
+above, validation of built-in objects beyond unknown fields, managedFields and apply conflicts,
+``Foreground`` propagation (treated as ``Background``), ``resourceVersion``/``resourceVersionMatch``
+on list (always the latest state), ``sendInitialEvents``, CEL validation rules, conversion webhooks,
+Protobuf responses, OpenAPI v2 in Protobuf, HTTP/2, client certificates and anonymous requests,
+impersonation, RBAC aggregation and escalation checks. The garbage collector runs synchronously.
 
-Time: only the running event loop's clock is used, so everything runs on virtual time under
-``looptime``; timestamps written to objects come from the wall clock.
+Time: the wall clock is read once per server, when it first writes a timestamp, and advanced by the
+running event loop's clock from then on, so everything runs on virtual time under ``looptime``.
 """
 
 from eni_ipam.testing.fake_kube.resources import ENIPOOL_CRD_DEFAULT, ResourceType, StatusError
-from eni_ipam.testing.fake_kube.server import FakeKube, Fault, RequestRecord
+from eni_ipam.testing.fake_kube.server import ADMIN_TOKEN, FakeKube, Fault, RequestRecord
 
-__all__ = ["ENIPOOL_CRD_DEFAULT", "FakeKube", "Fault", "RequestRecord", "ResourceType", "StatusError"]
+__all__ = [
+    "ADMIN_TOKEN",
+    "ENIPOOL_CRD_DEFAULT",
+    "FakeKube",
+    "Fault",
+    "RequestRecord",
+    "ResourceType",
+    "StatusError",
+]

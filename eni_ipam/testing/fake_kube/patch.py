@@ -2,8 +2,14 @@
 
 * ``application/merge-patch+json``: RFC 7386 — objects merge recursively, ``null`` deletes a key,
   anything else (lists included) replaces.
-* ``application/strategic-merge-patch+json``: treated as a merge patch. The real server merges some
-  lists by key (``containers`` by name, ``conditions`` by type, ...); here every list is replaced.
+* ``application/strategic-merge-patch+json`` (built-in types only; the server refuses it for custom
+  resources with a 415, as the real one does): a merge patch that follows the type's OpenAPI patch
+  metadata: lists whose ``x-kubernetes-patch-strategy`` is ``merge`` are merged by their
+  ``x-kubernetes-patch-merge-key`` (``containers`` by name, ``conditions`` by type; primitive lists
+  such as ``finalizers`` by value), and the directives ``$patch`` (``replace``, ``delete``,
+  ``merge``), ``$retainKeys``, ``$deleteFromPrimitiveList/<list>`` and ``$setElementOrder/<list>``
+  are honoured (the order directive only drops out: merged lists keep the stored order, new items
+  last).
 * ``application/json-patch+json``: RFC 6902 ``add``, ``remove``, ``replace``, ``move``, ``copy`` and
   ``test``. A failed operation (a ``test`` that does not hold, a missing path) is a 422.
 * ``application/apply-patch+yaml``: the applied configuration (YAML or JSON) merged into the object
@@ -18,17 +24,19 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import yaml
 
+from eni_ipam.testing.fake_kube.openapi import resolve_schema
 from eni_ipam.testing.fake_kube.resources import JSON, StatusError
 
 MERGE: Final = "application/merge-patch+json"
 STRATEGIC: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 APPLY: Final = "application/apply-patch+yaml"
-PATCH_TYPES: Final = (MERGE, STRATEGIC, JSON_PATCH, APPLY)
+PATCH_TYPES: Final = (JSON_PATCH, MERGE, STRATEGIC, APPLY)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -163,17 +171,132 @@ def json_patch(doc: Any, operations: Any) -> Any:
     return result
 
 
-def apply_patch(content_type: str, raw: bytes, current: JSON) -> JSON:
-    """The object that results from applying a PATCH body of ``content_type`` to ``current``."""
+Schema = Mapping[str, Any]
+_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_applied(raw: bytes) -> Any:
+    """An applied configuration: JSON (what client-go sends) read as JSON, else as YAML."""
+    try:
+        return json.loads(raw or b"null")
+    except ValueError:
+        return yaml.load(raw.decode() or "null", Loader=_LOADER)
+
+
+_DIRECTIVES: Final = ("$patch", "$retainKeys")
+
+
+def _member_schema(schema: Schema | None, key: str) -> Schema | None:
+    if schema is None:
+        return None
+    schema = resolve_schema(schema)
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping) and key in properties:
+        return dict(properties[key])
+    additional = schema.get("additionalProperties")
+    return dict(additional) if isinstance(additional, Mapping) else None
+
+
+def _items_schema(schema: Schema | None) -> Schema | None:
+    if schema is None:
+        return None
+    items = resolve_schema(schema).get("items")
+    return dict(items) if isinstance(items, Mapping) else None
+
+
+def _clean(value: Any) -> Any:
+    """A value from a patch with every directive removed (what lands when nothing is merged)."""
+    if isinstance(value, dict):
+        return {
+            k: _clean(v)
+            for k, v in value.items()
+            if k not in _DIRECTIVES and not k.startswith(("$setElementOrder/", "$deleteFromPrimitiveList/"))
+        }
+    if isinstance(value, list):
+        return [_clean(v) for v in value if not (isinstance(v, dict) and v.get("$patch") == "replace")]
+    return value
+
+
+def strategic_merge(target: Any, patch: Any, schema: Schema | None) -> Any:
+    """A strategic merge patch of ``patch`` into ``target`` following ``schema``'s patch metadata."""
+    if not isinstance(patch, dict):
+        return _clean(patch)
+    directive = patch.get("$patch")
+    if directive == "replace":
+        return _clean(patch)
+    if directive == "delete":
+        return None
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key in _DIRECTIVES or key.startswith("$setElementOrder/"):
+            continue
+        if key.startswith("$deleteFromPrimitiveList/"):
+            field = key.split("/", 1)[1]
+            result[field] = [v for v in result.get(field) or () if v not in (value or ())]
+            continue
+        if value is None:
+            result.pop(key, None)
+            continue
+        member = _member_schema(schema, key)
+        if isinstance(value, list):
+            result[key] = _merge_list(result.get(key), value, member)
+        else:
+            merged = strategic_merge(result.get(key), value, member)
+            if merged is None:
+                result.pop(key, None)
+            else:
+                result[key] = merged
+    retained = patch.get("$retainKeys")
+    if isinstance(retained, list):
+        result = {k: v for k, v in result.items() if k in retained}
+    return result
+
+
+def _merge_list(target: Any, patch: list[Any], schema: Schema | None) -> list[Any]:
+    strategy = str((schema or {}).get("x-kubernetes-patch-strategy", ""))
+    if "merge" not in strategy.split(",") or any(
+        isinstance(item, dict) and item.get("$patch") == "replace" for item in patch
+    ):
+        return list(_clean(patch))
+    current = list(copy.deepcopy(target)) if isinstance(target, list) else []
+    key = (schema or {}).get("x-kubernetes-patch-merge-key")
+    if key is None:  # a primitive list: a union, in order
+        return current + [v for v in patch if v not in current]
+    items = _items_schema(schema)
+    for item in patch:
+        if not isinstance(item, dict):
+            continue
+        index = next(
+            (i for i, c in enumerate(current) if isinstance(c, dict) and c.get(key) == item.get(key)), None
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                del current[index]
+        elif index is None:
+            current.append(_clean(item))
+        else:
+            current[index] = strategic_merge(current[index], item, items)
+    return current
+
+
+def apply_patch(content_type: str, raw: bytes, current: JSON, definition: str | None = None) -> JSON:
+    """The object that results from applying a PATCH body of ``content_type`` to ``current``.
+
+    ``definition`` names a built-in type's OpenAPI definition, whose patch metadata a strategic merge
+    patch follows.
+    """
     try:
         if content_type == APPLY:
-            patch = yaml.safe_load(raw.decode() or "null")
+            patch = _load_applied(raw)
         else:
             patch = json.loads(raw or b"null")
     except (ValueError, RecursionError, yaml.YAMLError) as e:
         raise StatusError(400, f"error decoding patch: {e}") from None
     if content_type == JSON_PATCH:
         result = json_patch(current, patch)
+    elif content_type == STRATEGIC and isinstance(patch, dict):
+        schema = {"$ref": f"#/definitions/{definition}"} if definition is not None else None
+        result = strategic_merge(current, patch, schema) or {}
     elif isinstance(patch, dict):
         result = merge_patch(current, patch)
     else:

@@ -1,20 +1,25 @@
 """Resource types the fake API server serves, request parsing, and the ``Status`` errors it answers with.
 
-A :class:`ResourceType` is one served ``group/version/plural``. Built-in types are listed in
-:data:`BUILTIN_RESOURCES`; custom resources are added by turning a CustomResourceDefinition manifest
-into one type per served version (:func:`resource_types_from_crd`). All versions of one CRD share a
-single storage key (``plural.group``), as on the real server, where a conversion of strategy ``None``
-only rewrites ``apiVersion``.
+A :class:`ResourceType` is one served ``group/version/plural`` with what discovery says about it
+(kind, scope, verbs, short names, categories, subresources). Built-in types are listed in
+:data:`BUILTIN_RESOURCES`; custom resources come from the CustomResourceDefinitions stored in the
+server (:mod:`eni_ipam.testing.fake_kube.crds` turns one into a type per served version). All versions
+of one CRD share a single storage key (``plural.group``), as on the real server, where a conversion
+of strategy ``None`` only rewrites ``apiVersion``.
 
 Every failure the server reports is a :class:`StatusError`, rendered as a ``kind: Status`` body with
 the reason and message wording of the real kube-apiserver, because clients (and the project's own
-code) branch on ``code`` and ``reason`` and people read the message.
+code) branch on ``code`` and ``reason`` and people read the message. Field-level failures are
+:class:`FieldError` values, printed as apimachinery's ``field.Error`` prints them: the aggregated
+message names each field once (``spec.x: Invalid value: -1: ...``), and each cause carries the
+field in ``field`` and the rest in ``message``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 JSON = dict[str, Any]
@@ -29,6 +34,7 @@ REASONS: Final[Mapping[int, str]] = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
+    406: "NotAcceptable",
     409: "Conflict",
     410: "Expired",
     415: "UnsupportedMediaType",
@@ -38,6 +44,10 @@ REASONS: Final[Mapping[int, str]] = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+ALL_VERBS: Final = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+"""The verbs of an ordinary stored resource, in the order discovery lists them."""
+STATUS_VERBS: Final = ("get", "patch", "update")
 
 
 class StatusError(Exception):
@@ -77,6 +87,105 @@ class StatusError(Exception):
         return body
 
 
+class Printed(str):
+    """A bad value apimachinery prints verbatim (Go's ``%#v`` of an unset version is ``0x0``)."""
+
+
+def go_value(value: Any) -> str:
+    """A bad value as apimachinery prints it: numbers and booleans bare, strings quoted, else JSON."""
+    if isinstance(value, Printed):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+_OMITTED: Final = object()
+# Types whose message never shows the value (apimachinery's ErrorBody).
+_NO_VALUE: Final = ("FieldValueRequired", "FieldValueForbidden", "FieldValueTooLong", "FieldValueTooShort")
+_TYPE_WORDS: Final[Mapping[str, str]] = {
+    "FieldValueNotFound": "Not found",
+    "FieldValueRequired": "Required value",
+    "FieldValueDuplicate": "Duplicate value",
+    "FieldValueInvalid": "Invalid value",
+    "FieldValueNotSupported": "Unsupported value",
+    "FieldValueForbidden": "Forbidden",
+    "FieldValueTooLong": "Too long",
+    "FieldValueTooMany": "Too many",
+    "FieldValueTypeInvalid": "Invalid value",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldError:
+    """One field-level validation failure, as apimachinery's ``field.Error``."""
+
+    type: str
+    field: str
+    value: Any = _OMITTED
+    detail: str = ""
+
+    def body(self) -> str:
+        """The message without the field: what a ``Status`` cause carries in ``message``."""
+        text = _TYPE_WORDS.get(self.type, self.type)
+        if self.type not in _NO_VALUE and self.value is not _OMITTED:
+            text += f": {go_value(self.value)}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+
+def invalid(field: str, value: Any, detail: str) -> FieldError:
+    return FieldError("FieldValueInvalid", field, value, detail)
+
+
+def type_invalid(field: str, value: Any, detail: str) -> FieldError:
+    return FieldError("FieldValueTypeInvalid", field, value, detail)
+
+
+def required(field: str, detail: str = "") -> FieldError:
+    return FieldError("FieldValueRequired", field, "", detail)
+
+
+def forbidden(field: str, detail: str) -> FieldError:
+    return FieldError("FieldValueForbidden", field, "", detail)
+
+
+def not_supported(field: str, value: Any, supported: Sequence[Any]) -> FieldError:
+    quoted = ", ".join(json.dumps(v if isinstance(v, str) else go_value(v)) for v in supported)
+    return FieldError("FieldValueNotSupported", field, value, f"supported values: {quoted}" if quoted else "")
+
+
+def too_long(field: str, limit: int) -> FieldError:
+    unit = "byte" if limit == 1 else "bytes"
+    return FieldError("FieldValueTooLong", field, "<value omitted>", f"may not be more than {limit} {unit}")
+
+
+def too_many(field: str, actual: int, limit: int) -> FieldError:
+    unit = "item" if limit == 1 else "items"
+    return FieldError("FieldValueTooMany", field, actual, f"must have at most {limit} {unit}")
+
+
+def invalid_error(
+    qualified_kind: str, name: str, group: str, kind: str, errors: Sequence[FieldError]
+) -> StatusError:
+    """422 ``Invalid`` as apimachinery's ``NewInvalid`` builds it (identical messages are listed once)."""
+    messages = list(dict.fromkeys(str(e) for e in errors))
+    joined = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+    details = {
+        "name": name,
+        "group": group,
+        "kind": kind,
+        "causes": [{"reason": e.type, "message": e.body(), "field": e.field} for e in errors],
+    }
+    return StatusError(422, f'{qualified_kind} "{name}" is invalid: {joined}', details=details)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResourceType:
     """One served ``group/version/plural``."""
@@ -86,15 +195,31 @@ class ResourceType:
     kind: str
     plural: str
     namespaced: bool
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ALL_VERBS
     status_subresource: bool = False
     schema: Mapping[str, Any] | None = None
-    """The version's ``openAPIV3Schema`` (custom resources only; built-ins are not validated)."""
+    """The version's ``openAPIV3Schema`` (custom resources only)."""
+    definition: str | None = None
+    """The name of a built-in type's OpenAPI definition (``io.k8s.api.core.v1.Node``)."""
     field_labels: frozenset[str] = frozenset()
     """Field selector labels beyond ``metadata.name`` and ``metadata.namespace``."""
     unconditional_update: bool = True
     """Whether PUT without ``metadata.resourceVersion`` is allowed (it is not for custom resources)."""
     initial_status: Mapping[str, Any] | None = None
     """What create does with the body's ``status``: None keeps it, ``{}`` drops it, else replaces it."""
+    printer_columns: tuple[Mapping[str, Any], ...] = ()
+    """A custom resource version's ``additionalPrinterColumns`` (its Table columns after Name)."""
+    crd: str | None = None
+    """The name of the CustomResourceDefinition serving this type (custom resources only)."""
+    stored: bool = True
+    """False for a virtual resource answered without storage (access reviews)."""
+
+    @property
+    def custom(self) -> bool:
+        return self.crd is not None
 
     @property
     def api_version(self) -> str:
@@ -110,6 +235,14 @@ class ResourceType:
         """The kind as named in ``Invalid`` messages: ``Pod``, ``ENIPool.eni-ipam.io``."""
         return f"{self.kind}.{self.group}" if self.group else self.kind
 
+    @property
+    def singular_name(self) -> str:
+        return self.singular or self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
     def not_found(self, name: str) -> StatusError:
         return StatusError(404, f'{self.resource} "{name}" not found', details=self._details(name))
 
@@ -124,17 +257,9 @@ class ResourceType:
         )
         return StatusError(409, message, details=self._details(name))
 
-    def invalid(self, name: str, causes: list[tuple[str, str]]) -> StatusError:
-        """422 ``Invalid``; ``causes`` are ``(field path, "field: Reason: detail")`` pairs."""
-        messages = [message for _, message in causes]
-        joined = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
-        details = {
-            "name": name,
-            "group": self.group,
-            "kind": self.kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
-        }
-        return StatusError(422, f'{self.qualified_kind} "{name}" is invalid: {joined}', details=details)
+    def invalid(self, name: str, errors: Sequence[FieldError]) -> StatusError:
+        """422 ``Invalid`` naming this kind."""
+        return invalid_error(self.qualified_kind, name, self.group, self.kind, errors)
 
     def _details(self, name: str) -> JSON:
         return {"name": name, "group": self.group, "kind": self.plural}
@@ -144,11 +269,16 @@ def _builtin(
     group: str,
     kind: str,
     plural: str,
+    definition: str,
     *,
     namespaced: bool,
-    status: bool,
+    status: bool = False,
+    short: str = "",
+    categories: str = "",
+    verbs: tuple[str, ...] = ALL_VERBS,
     fields: str = "",
     initial_status: Mapping[str, Any] | None = None,
+    stored: bool = True,
 ) -> ResourceType:
     return ResourceType(
         group=group,
@@ -156,47 +286,88 @@ def _builtin(
         kind=kind,
         plural=plural,
         namespaced=namespaced,
+        short_names=tuple(short.split()),
+        categories=tuple(categories.split()),
+        verbs=verbs,
         status_subresource=status,
+        definition=definition,
         field_labels=frozenset(fields.split()),
         initial_status=initial_status,
+        stored=stored,
     )
 
 
-# Field labels are the ones the real server registers for these types (a subset for events). On create,
-# nodes keep the status they are registered with, pods start Pending and namespaces Active.
+_CORE, _APPS, _RBAC = "io.k8s.api.core.v1", "io.k8s.api.apps.v1", "io.k8s.api.rbac.v1"
+_RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+_EXT = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1"
+_NO_DELETECOLLECTION: Final = tuple(v for v in ALL_VERBS if v != "deletecollection")
+
+# Field labels are the ones the real server registers for these types (a subset for events); short
+# names, categories and verbs are what its discovery lists. On create, nodes keep the status they are
+# registered with, pods start Pending and namespaces Active; the other types with a status subresource
+# start with an empty status, as their real create strategies leave it.
 BUILTIN_RESOURCES: Final[tuple[ResourceType, ...]] = (
-    _builtin("", "Node", "nodes", namespaced=False, status=True, fields="spec.unschedulable"),
     _builtin(
-        "",
-        "Pod",
-        "pods",
-        namespaced=True,
-        status=True,
+        "", "Node", "nodes", f"{_CORE}.Node", namespaced=False, status=True, short="no",
+        fields="spec.unschedulable",
+    ),
+    _builtin(
+        "", "Pod", "pods", f"{_CORE}.Pod", namespaced=True, status=True, short="po", categories="all",
         fields="spec.nodeName spec.restartPolicy spec.schedulerName spec.serviceAccountName "
         "spec.hostNetwork status.phase status.podIP status.nominatedNodeName",
         initial_status={"phase": "Pending"},
     ),
     _builtin(
-        "",
-        "Namespace",
-        "namespaces",
-        namespaced=False,
-        status=True,
-        fields="status.phase",
-        initial_status={"phase": "Active"},
+        "", "Namespace", "namespaces", f"{_CORE}.Namespace", namespaced=False, status=True, short="ns",
+        verbs=_NO_DELETECOLLECTION, fields="status.phase", initial_status={"phase": "Active"},
     ),
     _builtin(
-        "",
-        "Event",
-        "events",
-        namespaced=True,
-        status=False,
+        "", "Event", "events", f"{_CORE}.Event", namespaced=True, short="ev",
         fields="involvedObject.kind involvedObject.namespace involvedObject.name involvedObject.uid "
         "involvedObject.apiVersion involvedObject.resourceVersion involvedObject.fieldPath "
         "reason reportingComponent source type",
     ),
-    _builtin("coordination.k8s.io", "Lease", "leases", namespaced=True, status=False),
-)
+    _builtin("", "ServiceAccount", "serviceaccounts", f"{_CORE}.ServiceAccount", namespaced=True, short="sa"),
+    _builtin("", "ConfigMap", "configmaps", f"{_CORE}.ConfigMap", namespaced=True, short="cm"),
+    _builtin("", "Secret", "secrets", f"{_CORE}.Secret", namespaced=True, fields="type"),
+    _builtin(
+        "", "Service", "services", f"{_CORE}.Service", namespaced=True, status=True, short="svc",
+        categories="all", verbs=ALL_VERBS, initial_status={},
+    ),
+    _builtin(
+        "apps", "Deployment", "deployments", f"{_APPS}.Deployment", namespaced=True, status=True,
+        short="deploy", categories="all", initial_status={},
+    ),
+    _builtin(
+        "apps", "DaemonSet", "daemonsets", f"{_APPS}.DaemonSet", namespaced=True, status=True, short="ds",
+        categories="all", initial_status={},
+    ),
+    _builtin("coordination.k8s.io", "Lease", "leases", "io.k8s.api.coordination.v1.Lease", namespaced=True),
+    _builtin(
+        "policy", "PodDisruptionBudget", "poddisruptionbudgets", "io.k8s.api.policy.v1.PodDisruptionBudget",
+        namespaced=True, status=True, short="pdb", initial_status={},
+    ),
+    _builtin(_RBAC_GROUP, "Role", "roles", f"{_RBAC}.Role", namespaced=True),
+    _builtin(_RBAC_GROUP, "RoleBinding", "rolebindings", f"{_RBAC}.RoleBinding", namespaced=True),
+    _builtin(_RBAC_GROUP, "ClusterRole", "clusterroles", f"{_RBAC}.ClusterRole", namespaced=False),
+    _builtin(
+        _RBAC_GROUP, "ClusterRoleBinding", "clusterrolebindings", f"{_RBAC}.ClusterRoleBinding",
+        namespaced=False,
+    ),
+    _builtin(
+        "apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions",
+        f"{_EXT}.CustomResourceDefinition", namespaced=False, status=True, short="crd crds",
+        categories="api-extensions", initial_status={},
+    ),
+    _builtin(
+        "authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
+        "io.k8s.api.authorization.v1.SelfSubjectAccessReview", namespaced=False, verbs=("create",),
+        stored=False,
+    ),
+)  # fmt: skip
+
+CRDS: Final = "customresourcedefinitions.apiextensions.k8s.io"
+"""The storage key of CustomResourceDefinitions."""
 
 ENIPOOL_CRD_DEFAULT: Final[JSON] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -220,49 +391,6 @@ ENIPOOL_CRD_DEFAULT: Final[JSON] = {
     },
 }
 """A schema-less ENIPool CRD for tests that do not care about validation. Treat it as read-only."""
-
-
-def resource_types_from_crd(manifest: Mapping[str, Any]) -> list[ResourceType]:
-    """One :class:`ResourceType` per served version of a ``apiextensions.k8s.io/v1`` CRD manifest."""
-    if (
-        manifest.get("apiVersion") != "apiextensions.k8s.io/v1"
-        or manifest.get("kind") != "CustomResourceDefinition"
-    ):
-        raise ValueError("expected an apiextensions.k8s.io/v1 CustomResourceDefinition manifest")
-    spec = manifest.get("spec")
-    if not isinstance(spec, Mapping):
-        raise ValueError("CRD manifest has no spec")
-    names = spec.get("names") or {}
-    group, kind, plural = spec.get("group"), names.get("kind"), names.get("plural")
-    if not (isinstance(group, str) and group and isinstance(kind, str) and isinstance(plural, str)):
-        raise ValueError("CRD manifest needs spec.group, spec.names.kind and spec.names.plural")
-    scope = spec.get("scope")
-    if scope not in ("Namespaced", "Cluster"):
-        raise ValueError(f"CRD scope must be Namespaced or Cluster, not {scope!r}")
-    types = []
-    for version in spec.get("versions") or ():
-        if not version.get("served", False):
-            continue
-        schema = (version.get("schema") or {}).get("openAPIV3Schema")
-        if not isinstance(schema, Mapping):
-            raise ValueError(f"CRD version {version.get('name')!r} has no schema.openAPIV3Schema")
-        subresources = version.get("subresources") or {}
-        types.append(
-            ResourceType(
-                group=group,
-                version=str(version["name"]),
-                kind=kind,
-                plural=plural,
-                namespaced=scope == "Namespaced",
-                status_subresource="status" in subresources,
-                schema=schema,
-                initial_status={} if "status" in subresources else None,
-                unconditional_update=False,
-            )
-        )
-    if not types:
-        raise ValueError("CRD manifest serves no version")
-    return types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +428,12 @@ def parse_path(path: str, types: Mapping[tuple[str, str, str], ResourceType]) ->
         return None
     name = rest[1] if len(rest) > 1 else None
     subresource = rest[2] if len(rest) > 2 else None
-    if subresource is not None and not (subresource == "status" and rtype.status_subresource):
+    token_request = subresource == "token" and rtype.plural == "serviceaccounts" and not rtype.group
+    if (
+        subresource is not None
+        and not (subresource == "status" and rtype.status_subresource)
+        and not token_request
+    ):
         return None
     if name is not None and rtype.namespaced and namespace is None:
         return None

@@ -18,12 +18,21 @@ Deletion follows the real server and garbage collector: an object with finalizer
 removing an object deletes its dependents (``ownerReferences`` naming its uid) unless another owner
 still exists, in which case only the dangling reference is dropped. The collector runs synchronously
 after the owner's DELETED event (the real one is asynchronous, so real clients must not rely on timing).
+Removing a CustomResourceDefinition removes its custom resources with it (at once: their finalizers are
+not waited for).
+
+Every write runs with :class:`WriteOptions`: ``dry_run`` does everything but commit (the answer is what
+would have been stored), and ``field_validation`` says what happens to fields the type does not have
+(``Ignore``: pruned silently, ``Warn``: pruned with a warning, ``Strict``: the write is refused, with the
+real server's 400 for a create or update and 422 for a patch). A type's :class:`Strategy` adds what the
+real server's REST strategy does for it (defaults, derived status, validation against the old object).
 """
 
 from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -32,12 +41,22 @@ import json
 import random
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
+from eni_ipam.testing.fake_kube.openapi import prune_builtin
 from eni_ipam.testing.fake_kube.patch import APPLY, apply_patch
-from eni_ipam.testing.fake_kube.resources import JSON, ResourceType, StatusError
-from eni_ipam.testing.fake_kube.schema import check_custom_resource
+from eni_ipam.testing.fake_kube.resources import (
+    CRDS,
+    JSON,
+    FieldError,
+    Printed,
+    ResourceType,
+    StatusError,
+    invalid,
+    invalid_error,
+)
+from eni_ipam.testing.fake_kube.schema import OBJECT_META_FIELDS, check_custom_resource
 from eni_ipam.testing.fake_kube.selectors import Filter
 
 Key = tuple[str, str]  # (namespace or "", name)
@@ -70,6 +89,29 @@ class Event:
     prev: JSON | None  # the object before the change; None for ADDED
 
 
+@dataclasses.dataclass
+class WriteOptions:
+    """How one write runs, and the warnings it collects for the response."""
+
+    dry_run: bool = False
+    field_validation: str = "Warn"
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    patched: bool = False
+    """Set by :meth:`Store.patch`: a strict refusal is then the patch handler's 422, not a 400."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """A type's additions to the generic write path, called on every candidate object.
+
+    ``prepare(new, old, now)`` changes the candidate in place (defaults, derived status) before it is
+    validated; ``validate(new, old)`` returns field errors (``old`` is None on create).
+    """
+
+    prepare: Callable[[JSON, JSON | None, str], None] | None = None
+    validate: Callable[[JSON, JSON | None], list[FieldError]] | None = None
+
+
 def _meta(obj: JSON) -> JSON:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -82,7 +124,7 @@ def _key(obj: JSON) -> Key:
     return meta.get("namespace") or "", meta["name"]
 
 
-def _now() -> str:
+def _wall_clock() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -93,10 +135,17 @@ def _spec_part(obj: JSON, rtype: ResourceType) -> JSON:
 
 
 class Store:
-    def __init__(self, history: int) -> None:
+    def __init__(self, history: int, *, now: Callable[[], str] = _wall_clock) -> None:
         if history < 0:
             raise ValueError("history must be >= 0")
         self.history = history
+        self.now = now
+        """Timestamps written to objects (``creationTimestamp``, ``deletionTimestamp``)."""
+        self.strategies: dict[str, Strategy] = {}
+        """Per storage key (``nodes``): what the real server's strategy adds for that type."""
+        self.changes: dict[str, int] = {}
+        """Per storage key: the version of its last committed change."""
+        self._options = WriteOptions()
         self.rv = 0
         self.floor = 0
         self._objects: dict[str, dict[Key, JSON]] = collections.defaultdict(dict)
@@ -178,7 +227,21 @@ class Store:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def create(self, rtype: ResourceType, namespace: str | None, body: object) -> JSON:
+    @contextlib.contextmanager
+    def _writing(self, options: WriteOptions | None) -> Iterator[WriteOptions]:
+        previous, self._options = self._options, options or WriteOptions()
+        try:
+            yield self._options
+        finally:
+            self._options = previous
+
+    def create(
+        self, rtype: ResourceType, namespace: str | None, body: object, options: WriteOptions | None = None
+    ) -> JSON:
+        with self._writing(options):
+            return self._create(rtype, namespace, body)
+
+    def _create(self, rtype: ResourceType, namespace: str | None, body: object) -> JSON:
         obj = self._envelope(rtype, body)
         meta = _meta(obj)
         if namespace is not None and meta.get("namespace") not in (None, "", namespace):
@@ -190,8 +253,8 @@ class Store:
         if not name:
             generate = meta.get("generateName")
             if not generate:
-                message = "metadata.name: Required value: name or generateName is required"
-                raise rtype.invalid("", [("metadata.name", message)])
+                message = "name or generateName is required"
+                raise rtype.invalid("", [FieldError("FieldValueRequired", "metadata.name", "", message)])
             for _ in range(16):  # retry suffix collisions (the real server returns AlreadyExists)
                 name = generate + "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
                 if (namespace or "", name) not in self._objects[rtype.resource]:
@@ -199,7 +262,7 @@ class Store:
         self._check_name(rtype, name)
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(field, None)
-        meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=self.now(), generation=1)
         if rtype.namespaced:
             meta["namespace"] = namespace
         else:
@@ -208,12 +271,24 @@ class Store:
             obj.pop("status", None)
             if rtype.initial_status:
                 obj["status"] = copy.deepcopy(dict(rtype.initial_status))
-        self._validate(rtype, obj)
+        self._validate(rtype, obj, None)
         if _key(obj) in self._objects[rtype.resource]:
             raise rtype.already_exists(name)
         return self._commit(rtype.resource, "ADDED", obj, None)
 
     def update(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: object,
+        subresource: str | None,
+        options: WriteOptions | None = None,
+    ) -> JSON:
+        with self._writing(options):
+            return self._update(rtype, namespace, name, body, subresource)
+
+    def _update(
         self, rtype: ResourceType, namespace: str | None, name: str, body: object, subresource: str | None
     ) -> JSON:
         current = self.get(rtype, namespace, name)
@@ -228,8 +303,8 @@ class Store:
             raise StatusError(400, _NAMESPACE_MISMATCH)
         rv = meta.get("resourceVersion")
         if not rv and not rtype.unconditional_update:
-            message = "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
-            raise rtype.invalid(name, [("metadata.resourceVersion", message)])
+            error = invalid("metadata.resourceVersion", Printed("0x0"), "must be specified for an update")
+            raise rtype.invalid(name, [error])
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise rtype.conflict(name)
         return self._replace(rtype, current, candidate, subresource)
@@ -242,25 +317,51 @@ class Store:
         content_type: str,
         raw: bytes,
         subresource: str | None,
+        options: WriteOptions | None = None,
     ) -> tuple[JSON, bool]:
         """Apply a PATCH; returns ``(object, created)`` (an apply of a missing object creates it)."""
+        with self._writing(options) as opts:
+            opts.patched = True
+            return self._patch(rtype, namespace, name, content_type, raw, subresource)
+
+    def _patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        raw: bytes,
+        subresource: str | None,
+    ) -> tuple[JSON, bool]:
         current = self.find(rtype.resource, namespace, name)
         if current is None:
             if content_type != APPLY or subresource is not None:
                 raise rtype.not_found(name)
-            applied = apply_patch(content_type, raw, {})
+            applied = apply_patch(content_type, raw, {}, rtype.definition)
             _meta(applied).setdefault("name", name)
             if applied["metadata"]["name"] != name:
                 raise StatusError(400, "the name of the object does not match the name on the URL")
-            return self.create(rtype, namespace, applied), True
-        patched = apply_patch(content_type, raw, current)
+            self._options.patched = False
+            return self._create(rtype, namespace, applied), True
+        patched = apply_patch(content_type, raw, current, rtype.definition)
         rv = _meta(patched).get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise rtype.conflict(name)
         return self._replace(rtype, current, patched, subresource), False
 
-    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: JSON) -> JSON:
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        options: JSON,
+        write: WriteOptions | None = None,
+    ) -> JSON:
         """Delete (or start deleting) an object; ``options`` is a DeleteOptions body merged with the query."""
+        with self._writing(write):
+            return self._delete_request(rtype, namespace, name, options)
+
+    def _delete_request(self, rtype: ResourceType, namespace: str | None, name: str, options: JSON) -> JSON:
         current = self.get(rtype, namespace, name)
         preconditions = options.get("preconditions") or {}
         for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
@@ -269,7 +370,7 @@ class Store:
                 message = f"Precondition failed: {label} in precondition: {wanted}, "
                 message += f"{label} in object meta: {actual}"
                 raise StatusError(409, message, reason="Conflict")
-        if options.get("propagationPolicy") == "Orphan":
+        if options.get("propagationPolicy") == "Orphan" and not self._options.dry_run:
             self._release_dependents(current["metadata"]["uid"], orphan=True)
         return self._delete(rtype.resource, current)
 
@@ -293,18 +394,49 @@ class Store:
     def _check_name(rtype: ResourceType, name: str) -> None:
         if len(name) > 253 or not _NAME_RE.match(name):
             message = (
-                f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
+                "a lowercase RFC 1123 subdomain must consist of "
                 "lower case alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character"
+                "alphanumeric character (e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
             )
-            raise rtype.invalid(name, [("metadata.name", message)])
+            raise rtype.invalid(name, [invalid("metadata.name", name, message)])
 
-    @staticmethod
-    def _validate(rtype: ResourceType, obj: JSON) -> None:
+    def _validate(self, rtype: ResourceType, obj: JSON, old: JSON | None) -> None:
+        """Prepare, prune and validate a candidate object in place; raise if it cannot be stored."""
+        strategy = self.strategies.get(rtype.resource)
+        if strategy is not None and strategy.prepare is not None:
+            strategy.prepare(obj, old, self.now())
+        errors: list[FieldError] = []
         if rtype.schema is not None:
-            causes = check_custom_resource(obj, rtype.schema)
-            if causes:
-                raise rtype.invalid(obj["metadata"].get("name", ""), causes)
+            found = check_custom_resource(obj, rtype.schema)
+            errors, unknown = found.errors, found.unknown
+        else:
+            unknown = prune_builtin(obj, rtype.definition) if rtype.definition is not None else []
+            meta = obj["metadata"]
+            for key in [k for k in meta if k not in OBJECT_META_FIELDS and rtype.definition is None]:
+                unknown.append(f"metadata.{key}")
+                del meta[key]
+        if unknown:
+            self._unknown_fields(rtype, obj, unknown)
+        if strategy is not None and strategy.validate is not None:
+            errors = [*errors, *strategy.validate(obj, old)]
+        if errors:
+            raise rtype.invalid(obj["metadata"].get("name", ""), errors)
+
+    def _unknown_fields(self, rtype: ResourceType, obj: JSON, unknown: list[str]) -> None:
+        """Warn about pruned fields, or refuse the write under ``fieldValidation=Strict``."""
+        mode = self._options.field_validation
+        messages = [f'unknown field "{path}"' for path in unknown]
+        if mode == "Warn":
+            self._options.warnings.extend(messages)
+        if mode != "Strict":
+            return
+        strict = "strict decoding error: " + ", ".join(messages)
+        if self._options.patched:
+            patched = json.dumps(obj, separators=(",", ":"), sort_keys=True)
+            raise invalid_error("", "", "", "", [invalid("patch", patched, strict)])
+        message = f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {strict}'
+        raise StatusError(400, message)
 
     def _replace(self, rtype: ResourceType, current: JSON, candidate: JSON, subresource: str | None) -> JSON:
         """Commit ``candidate`` over ``current`` under the status-subresource and metadata rules."""
@@ -326,11 +458,13 @@ class Store:
             added = [f for f in meta.get("finalizers") or () if f not in (old_meta.get("finalizers") or ())]
             if added:
                 message = (
-                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being "
+                    "no new finalizers can be added if the object is being "
                     f"deleted, found new finalizers {added}"
                 )
-                raise rtype.invalid(meta["name"], [("metadata.finalizers", message)])
-        self._validate(rtype, new)
+                raise rtype.invalid(
+                    meta["name"], [FieldError("FieldValueForbidden", "metadata.finalizers", "", message)]
+                )
+        self._validate(rtype, new, current)
         if _spec_part(new, rtype) != _spec_part(current, rtype):
             meta["generation"] = int(old_meta.get("generation", 0)) + 1
         if new == current:
@@ -347,7 +481,7 @@ class Store:
             return self._remove(resource, obj)
         marked = copy.deepcopy(obj)
         marked["metadata"].update(
-            deletionTimestamp=_now(),
+            deletionTimestamp=self.now(),
             deletionGracePeriodSeconds=0,
             generation=int(meta.get("generation", 0)) + 1,
         )
@@ -355,6 +489,11 @@ class Store:
 
     def _remove(self, resource: str, obj: JSON) -> JSON:
         deleted = self._commit(resource, "DELETED", None, obj)
+        if self._options.dry_run:
+            return deleted
+        if resource == CRDS:  # the CRD's name is its resources' storage key
+            for instance in self.objects_of(obj["metadata"]["name"]):
+                self._remove(obj["metadata"]["name"], instance)
         self._release_dependents(obj["metadata"]["uid"], orphan=False)
         return deleted
 
@@ -384,7 +523,15 @@ class Store:
         return {obj["metadata"]["uid"] for objects in self._objects.values() for obj in objects.values()}
 
     def _commit(self, resource: str, kind: str, new: JSON | None, prev: JSON | None) -> JSON:
+        if self._options.dry_run:  # the answer is what would have been stored; nothing is
+            if new is None:
+                assert prev is not None
+                return prev
+            if prev is not None:
+                new["metadata"]["resourceVersion"] = prev["metadata"]["resourceVersion"]
+            return new
         self.rv += 1
+        self.changes[resource] = self.rv
         if new is None:
             assert prev is not None
             obj = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(self.rv)}}

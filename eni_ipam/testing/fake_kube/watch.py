@@ -6,7 +6,8 @@ commits. Each store event is converted for this watcher the way the real watch c
 object that starts matching the selectors arrives as ``ADDED``, one that stops matching as
 ``DELETED`` (carrying its previous content at the event's version), and events for objects that
 match neither before nor after are skipped. A version older than the log is answered with HTTP 200
-and a single ``ERROR`` event holding a 410 ``Expired`` Status.
+and a single ``ERROR`` event holding a 410 ``Expired`` Status. A watch that asked for a Table
+(``kubectl get -w``) gets each event's object as a one-row ``Table``, as the real server sends it.
 
 The stream ends cleanly (terminating chunk) after ``timeoutSeconds`` or when the watcher falls so far
 behind that the log no longer holds its next event (the real server also closes slow watchers);
@@ -54,6 +55,7 @@ class WatchStream:
         timeout: float,
         bookmarks: bool,
         bookmark_interval: Callable[[], float | None],
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> None:
         self._request = request
         self._store = store
@@ -63,6 +65,7 @@ class WatchStream:
         self._timeout = timeout
         self._bookmarks = bookmarks
         self._bookmark_interval = bookmark_interval
+        self._transform = transform
         self._wakeup = asyncio.Event()
         self._dropped = False
         self.done = asyncio.Event()
@@ -76,8 +79,13 @@ class WatchStream:
         query: Mapping[str, str],
         store: Store,
         bookmark_interval: Callable[[], float | None],
+        *,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> WatchStream:
-        """A stream for a watch request; raises StatusError 400 for bad parameters."""
+        """A stream for a watch request; raises StatusError 400 for bad parameters.
+
+        ``transform`` turns each event's object into what the client asked for (a Table).
+        """
         where = Filter.from_query(query, target.rtype, target.namespace)
         if target.name is not None:  # a watch on one object is a watch with a name field selector
             by_name = FieldSelector((*where.fields.terms, ("metadata.name", True, target.name)))
@@ -92,6 +100,7 @@ class WatchStream:
             timeout=float(timeout) if timeout and timeout > 0 else _DEFAULT_TIMEOUT,
             bookmarks=bool_param(query, "allowWatchBookmarks"),
             bookmark_interval=bookmark_interval,
+            transform=transform,
         )
 
     def drop(self) -> None:
@@ -187,4 +196,6 @@ class WatchStream:
     async def _send(self, response: web.StreamResponse, kind: str, obj: JSON) -> None:
         if kind not in ("ERROR", "BOOKMARK"):
             obj = render(obj, self._rtype)
+            if self._transform is not None:
+                obj = self._transform(obj)
         await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")

@@ -67,7 +67,7 @@ async def run_until(kube_config: dict, done) -> None:
 
 async def test_nodes_get_blocks_and_a_restart_never_hands_one_out_twice(tmp_path: Path) -> None:
     async with FakeKube() as kube:
-        kube.register_crd(yaml.safe_load(CRD.read_text()))
+        await kube.apply_manifest(yaml.safe_load(CRD.read_text()))
         kubeconfig = tmp_path / "kubeconfig"
         kube.write_kubeconfig(kubeconfig)
         for name in ("n0", "n1"):

@@ -1,0 +1,164 @@
+"""CustomResourceDefinitions: their validation, defaults and status, and the types they serve.
+
+A CRD is stored like any object (``apiextensions.k8s.io/v1`` ``customresourcedefinitions``, created,
+patched and deleted through the API). What the real server's apiextensions controllers do after a
+write happens here within the write itself, so a CRD is served from the response on:
+
+* defaults: ``names.singular`` (the kind in lower case), ``names.listKind`` (``<Kind>List``) and
+  ``conversion.strategy: None``;
+* status: ``acceptedNames`` (the names), ``storedVersions`` (the storage versions seen so far) and the
+  conditions ``NamesAccepted`` and ``Established``, both ``True`` (a condition keeps its
+  ``lastTransitionTime`` while its status holds, so a write that changes nothing stays a no-op);
+* validation of what a server needs to serve it: the name is ``<plural>.<group>``, a group with a
+  dot, a kind, a plural, a scope, exactly one storage version and a schema per version; ``scope`` and
+  ``group`` cannot change.
+
+:func:`resource_types_from_crd` gives one :class:`ResourceType` per served version. Printer columns
+default to ``Age`` as on the real server. Name conflicts between CRDs, conversion webhooks and
+structural-schema rules beyond the above are not checked.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+from eni_ipam.testing.fake_kube.resources import (
+    JSON,
+    FieldError,
+    ResourceType,
+    forbidden,
+    invalid,
+    not_supported,
+    required,
+)
+
+DEFAULT_COLUMNS: Final = (
+    {
+        "name": "Age",
+        "type": "date",
+        "jsonPath": ".metadata.creationTimestamp",
+        "description": "CreationTimestamp is a timestamp representing the server time when this object was "
+        "created.",
+    },
+)
+
+
+def apply_defaults(crd: JSON) -> None:
+    """Fill in the names and conversion defaults, in place."""
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict) and isinstance(names.get("kind"), str):
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", f"{names['kind']}List")
+    spec.setdefault("conversion", {"strategy": "None"})
+
+
+def validate(crd: JSON, old: JSON | None) -> list[FieldError]:
+    """What keeps a CRD from being served, as field errors."""
+    errors: list[FieldError] = []
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return [required("spec")]
+    group = spec.get("group")
+    names: JSON = spec["names"] if isinstance(spec.get("names"), dict) else {}
+    if not group:
+        errors.append(required("spec.group"))
+    elif not isinstance(group, str) or "." not in group:
+        errors.append(invalid("spec.group", group, "should be a domain with at least one dot"))
+    for field in ("plural", "kind"):
+        if not names.get(field):
+            errors.append(required(f"spec.names.{field}"))
+    name = crd["metadata"].get("name", "")
+    if names.get("plural") and group and name != f"{names['plural']}.{group}":
+        errors.append(invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
+    scope = spec.get("scope")
+    if scope not in ("Cluster", "Namespaced"):
+        errors.append(not_supported("spec.scope", scope or "", ["Cluster", "Namespaced"]))
+    versions = spec.get("versions")
+    if not isinstance(versions, list) or not versions:
+        errors.append(required("spec.versions", "must have exactly one version marked as storage version"))
+    else:
+        storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
+        if len(storage) != 1:
+            errors.append(
+                invalid("spec.versions", versions, "must have exactly one version marked as storage version")
+            )
+        for index, version in enumerate(versions):
+            schema = ((version if isinstance(version, dict) else {}).get("schema") or {}).get(
+                "openAPIV3Schema"
+            )
+            if not isinstance(schema, dict):
+                errors.append(
+                    required(f"spec.versions[{index}].schema.openAPIV3Schema", "schemas are required")
+                )
+            elif schema.get("type") != "object":
+                path = f"spec.versions[{index}].schema.openAPIV3Schema.type"
+                errors.append(required(path, "must be object at the root"))
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for field in ("scope", "group"):
+            if old_spec.get(field) != spec.get(field):
+                errors.append(forbidden(f"spec.{field}", "field is immutable"))
+    return errors
+
+
+def _condition(kind: str, reason: str, message: str, old: Mapping[str, Any] | None, now: str) -> JSON:
+    previous = next((c for c in (old or {}).get("conditions") or () if c.get("type") == kind), None)
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == "True" else now
+    return {"type": kind, "status": "True", "lastTransitionTime": since, "reason": reason, "message": message}
+
+
+def set_status(crd: JSON, old: JSON | None, now: str) -> None:
+    """The status the real controllers would write: names accepted, established, stored versions."""
+    spec: JSON = crd["spec"] if isinstance(crd.get("spec"), dict) else {}
+    previous = (old or {}).get("status") or {}
+    stored = list(previous.get("storedVersions") or ())
+    versions: list[Any] = spec["versions"] if isinstance(spec.get("versions"), list) else []
+    for version in versions:
+        if isinstance(version, dict) and version.get("storage") and version.get("name") not in stored:
+            stored.append(version["name"])
+    crd["status"] = {
+        "conditions": [
+            _condition("NamesAccepted", "NoConflicts", "no conflicts found", previous, now),
+            _condition(
+                "Established", "InitialNamesAccepted", "the initial names have been accepted", previous, now
+            ),
+        ],
+        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
+        "storedVersions": stored,
+    }
+
+
+def resource_types_from_crd(crd: Mapping[str, Any]) -> list[ResourceType]:
+    """One :class:`ResourceType` per served version of a stored (so valid) CRD."""
+    spec = crd["spec"]
+    names = spec["names"]
+    types = []
+    for version in spec.get("versions") or ():
+        if not version.get("served", False):
+            continue
+        subresources = version.get("subresources") or {}
+        columns = tuple(version.get("additionalPrinterColumns") or DEFAULT_COLUMNS)
+        types.append(
+            ResourceType(
+                group=spec["group"],
+                version=str(version["name"]),
+                kind=names["kind"],
+                plural=names["plural"],
+                namespaced=spec["scope"] == "Namespaced",
+                singular=names.get("singular", ""),
+                short_names=tuple(names.get("shortNames") or ()),
+                categories=tuple(names.get("categories") or ()),
+                status_subresource="status" in subresources,
+                schema=version["schema"]["openAPIV3Schema"],
+                initial_status={} if "status" in subresources else None,
+                unconditional_update=False,
+                printer_columns=columns,
+                crd=crd["metadata"]["name"],
+            )
+        )
+    return types
