@@ -3,8 +3,10 @@
 The fake API server (TLS, discovery, OpenAPI, RBAC) stands in for a cluster. helm installs the
 chart (the CRD through the API, RBAC, the ConfigMap); ``eni-ipam run`` runs as a subprocess with the
 configuration helm rendered into the ConfigMap and the token of the chart's ServiceAccount, so the
-chart's RBAC is what it gets; Nodes are created, pools edited and Nodes deleted with kubectl; a
-``helm upgrade`` changes a default; ``helm uninstall`` leaves only what docs/deploy.md says stays.
+chart's RBAC is what it gets; so does a node agent, under the agent's ServiceAccount, whose
+allocation is reported back in its pool's status. Nodes are created, pools edited and Nodes deleted
+with kubectl; a ``helm upgrade`` changes a default; ``helm uninstall`` leaves only what
+docs/deploy.md says stays.
 It runs against the in-memory cloud and, in a second test, against moto's EC2 over HTTP.
 """
 
@@ -20,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -67,6 +70,7 @@ class Operator:
             "HELM_DATA_HOME": str(home / "helm-data"),
         }
         self.controller: asyncio.subprocess.Process | None = None
+        self.agents: list[asyncio.subprocess.Process] = []
 
     async def run(self, *command: str | Path, stdin: str | None = None, check: bool = True) -> str:
         """Run a command without blocking the loop (the fake API server answers on this loop)."""
@@ -123,6 +127,50 @@ class Operator:
             sys.executable, "-m", "eni_ipam.cli", "run", "--config", str(self.home / "config.yaml"), env=env
         )
 
+    async def start_agent(self, node: str) -> Path:
+        """``eni-ipam agent`` for ``node`` as the DaemonSet runs it: the agent ConfigMap's
+        configuration (its paths moved into the test's directory, as a hostPath would hold them)
+        and the chart's agent ServiceAccount. Returns the socket of its CNI API."""
+        text = await self.kubectl(
+            "get",
+            "configmap",
+            f"{RELEASE}-agent",
+            "--namespace",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.data.config\\.yaml}",
+        )
+        config = yaml.safe_load(text)
+        base = self.home / f"agent-{node}"
+        base.mkdir()
+        config.update(
+            socket=str(base / "agent.sock"),
+            state_dir=str(base / "state"),
+            cni_cache_dir=str(base / "cni-cache"),
+            server={"host": "127.0.0.1", "port": 0},
+        )
+        (base / "agent.yaml").write_text(yaml.safe_dump(config))
+        account = base / "agent.kubeconfig"
+        self.kube.write_kubeconfig(account, service_account=(NAMESPACE, f"{RELEASE}-agent"))
+        config["kubernetes"] = {**(config.get("kubernetes") or {}), "kubeconfig": str(account)}
+        (base / "agent.yaml").write_text(yaml.safe_dump(config))
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}, "NODE_NAME": node}
+        log = (base / "agent.log").open("w")
+        self.agents.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "eni_ipam.cli",
+                "agent",
+                "--config",
+                str(base / "agent.yaml"),
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
+        )
+        return base / "agent.sock"
+
     async def stop_controller(self) -> int:
         assert self.controller is not None
         self.controller.send_signal(signal.SIGTERM)
@@ -156,13 +204,15 @@ async def operator(tmp_path: Path) -> AsyncIterator[Operator]:
         try:
             yield op
         finally:
-            if op.controller is not None and op.controller.returncode is None:
-                op.controller.kill()
-                await op.controller.wait()
+            for process in [op.controller, *op.agents]:
+                if process is not None and process.returncode is None:
+                    process.kill()
+                    await process.wait()
 
 
 def sim_values(pre_allocate: int) -> dict[str, Any]:
     return {
+        "agent": {"enabled": True, "config": {"claims": False}},
         "config": {
             "provider": "sim",
             "aws": None,
@@ -170,7 +220,7 @@ def sim_values(pre_allocate: int) -> dict[str, Any]:
             "node_defaults": {"pre_allocate": pre_allocate},
             "shutdown_timeout": "5s",
             "kubernetes": {"lease_duration": "3s", "renew_deadline": "2s", "retry_period": "0.5s"},
-        }
+        },
     }
 
 
@@ -193,6 +243,13 @@ async def test_an_operator_installs_runs_edits_upgrades_and_uninstalls_on_the_in
             return len(pools) == 3 and all(available(p) == 4 for p in pools.values())
 
         await op.wait("every node's pool filled", filled)
+
+        # The node agent of n2, under the chart's agent RBAC: an ADD it answers from the pool is
+        # reported back in the pool's status (a patch of enipools/status as the agent).
+        socket = await op.start_agent("n2")
+        await op.wait("the agent's socket", lambda: _exists(socket))
+        address = await _cni_add(socket, "pod-1")
+        await op.wait("n2 reports the address used", lambda: _used(op, "n2", address))
 
         # The printer columns, with real values.
         table = await op.kubectl("get", "enipools")
@@ -231,6 +288,29 @@ async def test_an_operator_installs_runs_edits_upgrades_and_uninstalls_on_the_in
         assert left.strip() == ""
         stays = await op.kubectl("get", "crd", "-o", "name")
         assert "customresourcedefinition.apiextensions.k8s.io/enipools.eni-ipam.io" in stays.split()
+
+
+async def _exists(path: Path) -> bool:
+    return await asyncio.to_thread(path.exists)
+
+
+async def _cni_add(socket: Path, container: str) -> str:
+    """What the CNI plugin asks the agent for a container's interface: its address."""
+    connector = aiohttp.UnixConnector(path=str(socket))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(100):  # the agent answers "try again" until it has read its pool
+            async with session.post(
+                "http://agent/v1/cni/add", json={"containerID": container, "ifname": "eth0"}
+            ) as response:
+                body = await response.json()
+            if response.status == 200:
+                return str(body["ips"][0]["address"]).split("/")[0]
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"the agent refused the ADD: {body}")
+
+
+async def _used(op: Operator, name: str, address: str) -> bool:
+    return address in (((await op.pools()).get(name) or {}).get("status") or {}).get("used", [])
 
 
 async def _available_is(op: Operator, name: str, count: int) -> bool:
