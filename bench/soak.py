@@ -21,7 +21,9 @@ Invariants, checked every virtual second and at every release call:
    process whose garbage collection did not fail in that time;
 4. once faults stop, every node converges;
 5. a restarted process adopts what the previous one created: a create it retries is answered from
-   its idempotency token (counted), and at the end no detached interface of ours is left.
+   its idempotency token (counted), and at the end no detached interface of ours is left;
+6. the exported cluster totals (``eni_ipam_ips``, ``eni_ipam_nodes``) equal the sums of the per-node
+   series of the same read, whatever the faults.
 
 Results go to docs/RELIABILITY.md (``--quick``: a short run, printed).
 """
@@ -277,6 +279,9 @@ class Soak:
         for iface_id in list(self.detached_since):
             if iface_id not in detached_now:
                 del self.detached_since[iface_id]
+        if self.task is not None:
+            for problem in self.metrics.totals_problems():
+                self.report.violate(now, f"metrics: {problem}")
         if self.manager is not None and self.manager.ready and self.gc_started is None:
             self.gc_started = now  # garbage collection starts with the first successful resync
         if self.task is not None and self.gc_started is not None:
@@ -453,6 +458,12 @@ class Soak:
         self.report.events["interfaces of ours at the end"] = len(ours)
 
 
+INVARIANTS = (
+    (__doc__ or "").split("at every release call:\n")[1].split("\nResults go to")[0].strip().splitlines()
+)
+"""The invariants as this module's docstring numbers them (one source for the code and the report)."""
+
+
 def render(report: SoakReport) -> str:
     cfg = report.config
     mutating = sum(n for op, n in report.operations.items() if not op.startswith(READ_PREFIX))
@@ -483,6 +494,10 @@ def render(report: SoakReport) -> str:
         f"- An instance terminated about every {cfg.terminate_every / 60:.0f} min (its node replaced),"
         f" a subnet exhausted for 1 to 5 min about every {cfg.exhaust_every / 60:.0f} min, pods churning"
         f" every {cfg.churn_every:.0f} s, garbage collection every {cfg.gc_interval:.0f} s.",
+        "",
+        "## Invariants",
+        "",
+        *INVARIANTS,
         "",
         "## Results",
         "",

@@ -40,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = sub.add_parser("agent", help="run the node agent (allocator, CNI API, libnetwork driver)")
     agent.add_argument("--node", default=None, help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--config", default=None, help="agent configuration YAML (docs/node.md)")
+    agent.add_argument(
+        "--server-host",
+        default=None,
+        help="address /metrics, /healthz and /readyz listen on, instead of the file's server.host "
+        "(the chart passes the node's own address on the host network)",
+    )
 
     sim = sub.add_parser("simulate", help="run a scenario file on the in-memory cloud, on virtual time")
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
@@ -135,7 +141,7 @@ def _agent(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from eni_ipam.agent.config import load_agent_config
+    from eni_ipam.agent.config import listen_address, load_agent_config
     from eni_ipam.app.service import stop_on_signals
     from eni_ipam.core.errors import ConfigError
 
@@ -144,6 +150,8 @@ def _agent(args: argparse.Namespace) -> int:
         if not node:
             raise ConfigError("--node", "required (or set NODE_NAME)")
         config = load_agent_config(args.config)
+        if args.server_host is not None:
+            config = config.replace(server=config.server.replace(host=listen_address(args.server_host)))
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2

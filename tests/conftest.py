@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import yaml
 
 from eni_ipam.core.clock import LoopClock
@@ -23,6 +24,15 @@ from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.testing.fake_kube import FakeKube
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
+
+
+@pytest.fixture(autouse=True)
+def _structlog_configuration_restored() -> Any:
+    """A test that runs the CLI in-process configures logging (a level, a stream); the next test
+    starts from the configuration before it, whatever the order tests run in."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 class World:

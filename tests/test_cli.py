@@ -57,3 +57,23 @@ def test_a_bad_command_line_duration_is_a_usage_error(capsys: pytest.CaptureFixt
         main(["demo", "--duration", "1d"])
     assert info.value.code == 2
     assert "--duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["$(HOST_IP)", "", "10.0.0.300", "a b"])
+def test_the_agent_refuses_a_listen_address_that_is_none(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unset HOST_IP reaches the agent as the literal ``$(HOST_IP)``: it must say so, not bind."""
+    assert main(["agent", "--node", "n1", "--server-host", host]) == 2
+    err = capsys.readouterr().err
+    assert "--server-host" in err and repr(host) in err
+    if host.startswith("$("):
+        assert "status.hostIP" in err
+
+
+@pytest.mark.parametrize("host", ["10.0.3.7", "fd00::7", "node-1.internal"])
+def test_listen_addresses_the_agent_takes(host: str) -> None:
+    from eni_ipam.agent.config import listen_address, load_agent_config
+
+    config = load_agent_config(None)
+    assert config.replace(server=config.server.replace(host=listen_address(host))).server_host == host

@@ -32,7 +32,7 @@ from eni_ipam.agent.types import DEFAULT_POOL, Allocation
 from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.metrics import MetricSet
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi, Obj
 from eni_ipam.kube.informer import Informer, object_key
 from eni_ipam.kube.permissions import CLAIMS_GROUP, GROUP, KIND
@@ -55,7 +55,7 @@ def claim_owner(namespace: str, name: str) -> str:
 
 class ClaimReconciler:
     def __init__(
-        self, api: KubeApi, allocator: Allocator, *, node: str, clock: Clock, metrics: Metrics
+        self, api: KubeApi, allocator: Allocator, *, node: str, clock: Clock, metrics: MetricSet
     ) -> None:
         self.api = api
         self.allocator = allocator

@@ -9,6 +9,7 @@ project's configuration layer (:mod:`eni_ipam.core.config`); the format is in do
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -184,6 +185,27 @@ class AgentConfig(ConfigModel):
     @property
     def kubeconfig(self) -> str:
         return self.kubernetes.kubeconfig
+
+
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def listen_address(host: str) -> str:
+    """``host`` if it is an IP address or a host name to listen on.
+
+    Raises:
+        ConfigError: naming ``--server-host`` (an unset ``$(HOST_IP)`` arrives here unexpanded).
+    """
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        # A dotted name whose last label is all digits is a mistyped address, not a host name.
+        if _HOSTNAME.match(host) and not host.rsplit(".", 1)[-1].isdigit():
+            return host
+    hint = " (is HOST_IP set from the pod's status.hostIP?)" if "$(" in host else ""
+    raise ConfigError("--server-host", f"expected an IP address or a host name, got {host!r}{hint}")
 
 
 def agent_config_from_mapping(data: Any) -> AgentConfig:

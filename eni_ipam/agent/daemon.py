@@ -35,12 +35,12 @@ from aiohttp import web
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
+from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock, LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ReleaseState
 from eni_ipam.core.server import make_app, start_server
 
@@ -78,14 +78,15 @@ class Agent:
         *,
         node: str,
         clock: Clock | None = None,
-        metrics: Metrics | None = None,
+        metrics: AgentMetrics | None = None,
         kube: Any = None,
     ) -> None:
         """``kube``: a KubeApi to use instead of one made from the configuration (tests)."""
         self.config = config
         self.node = node
         self.clock = clock or LoopClock()
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or AgentMetrics()
+        self.metrics.report_ready(lambda: self.readiness()[0])
         self.state_dir = Path(config.state_dir)
         self.allocator = Allocator(
             clock=self.clock,

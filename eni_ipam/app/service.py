@@ -122,8 +122,7 @@ class Service:
                     await self._run_elected(fenced)
         finally:
             await runner.cleanup()
-            self.metrics.leader.set(0)
-            self.metrics.ready.set(0)
+            self.metrics.report_role(leader=lambda: False, ready=lambda: False)
         log.info("service_stopped")
         return 0
 
@@ -146,12 +145,10 @@ class Service:
         else:
             log.warning("mutations_cancelled", in_flight=self.fence.in_flight, timeout=limit)
 
-    async def _track_ready(self) -> None:
-        while True:
-            manager = self.state.manager
-            ready = manager is not None and manager.ready and self.state.role != "standby"
-            self.metrics.ready.set(1 if ready else 0)
-            await self.clock.sleep(1.0)
+    def _reconciling(self) -> bool:
+        """What ``eni_ipam_ready`` says: this replica leads (or runs alone) and has resynced."""
+        manager = self.state.manager
+        return manager is not None and manager.ready and self.state.role in ("leader", "single")
 
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
@@ -161,15 +158,13 @@ class Service:
         manager = self._manager(provider, store)
         store.attach(manager)
         self.state.role, self.state.manager = "single", manager
-        self.metrics.leader.set(1)
+        self.metrics.report_role(leader=lambda: True, ready=self._reconciling)
         self.fence.open()
         async with asyncio.TaskGroup() as tg:
             reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
-            readiness = tg.create_task(self._track_ready(), name="eni-ipam-ready")
             await self.stop.wait()
             await self._drain()
             reconciler.cancel()
-            readiness.cancel()
 
     async def _run_elected(self, provider: FencedProvider) -> None:
         from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
@@ -201,6 +196,7 @@ class Service:
             retry_period=ks.retry_period,
         )
         state.role, state.caches_synced = "candidate", False
+        metrics.report_role(ready=self._reconciling)  # the elector sets eni_ipam_leader
 
         async def lead() -> None:
             manager = self._manager(provider, source.writer)
@@ -230,7 +226,6 @@ class Service:
                 tasks = [
                     tg.create_task(source.run(), name="eni-ipam-informers"),
                     tg.create_task(watch_role(), name="eni-ipam-role"),
-                    tg.create_task(self._track_ready(), name="eni-ipam-ready"),
                 ]
                 election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
                 await self.stop.wait()

@@ -43,9 +43,6 @@ from eni_ipam.core.view import CloudView
 
 log = structlog.get_logger("eni_ipam.core.manager")
 
-TOTALS_INTERVAL = 1.0
-"""Cluster-wide gauges are recomputed at most once a second (O(nodes) each time)."""
-
 
 class StatusSink(Protocol):
     """Where node statuses go (the memory store, or the Kubernetes status writer)."""
@@ -169,7 +166,6 @@ class NodeManager:
         """The nodes maintained, by name (read-only)."""
         self._queue: asyncio.PriorityQueue[tuple[tuple[int, int], int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self._last_totals = float("-inf")
         self.last_resync: float | None = None
 
     @property
@@ -243,7 +239,7 @@ class NodeManager:
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
-        self._update_totals(force=True)
+        self.metrics.show_totals()
 
     # -- node table -----------------------------------------------------------------------------
 
@@ -369,6 +365,7 @@ class NodeManager:
     def _finish(self, slot: _Slot, result: PassResult) -> None:
         """Act on a pass's result: publish, then schedule what comes next."""
         node = slot.node
+        self.metrics.node_passes.inc()
         self._set_gauges(node)
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
@@ -385,7 +382,6 @@ class NodeManager:
             # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
             # retry; whoever reconciles next starts from a fresh resync.
             log.debug("maintenance_fenced", node=node.name)
-            self._update_totals()
             return
         else:
             delay = slot.backoff.next_delay()
@@ -404,7 +400,6 @@ class NodeManager:
             slot.dirty = True
         if result.again_at is not None and not slot.deleted:
             self._arm(slot, result.again_at)
-        self._update_totals()
         if slot.dirty and not slot.deleted:
             slot.dirty = False
             self._trigger(slot)
@@ -416,11 +411,7 @@ class NodeManager:
         self._set_gauges(node)
 
     def _set_gauges(self, node: Node) -> None:
-        if self._slots.get(node.name) is not None and self._slots[node.name].node is node:
-            self.metrics.set_node(node.name, node.stats)  # a removed node's gauges stay removed
-
-    def _update_totals(self, *, force: bool = False) -> None:
-        now = self.clock.monotonic()
-        if force or now - self._last_totals >= TOTALS_INTERVAL:
-            self._last_totals = now
-            self.metrics.set_totals(slot.node.stats for slot in self._slots.values())
+        """The node's series, and with them the cluster totals (kept equal to their sums)."""
+        slot = self._slots.get(node.name)
+        if slot is not None and slot.node is node:  # a removed node's series stay removed
+            self.metrics.set_node(node.name, node.stats, capacity=node.capacity_limit())

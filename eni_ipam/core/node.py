@@ -59,6 +59,8 @@ AT_CAPACITY_LOG_INTERVAL = 3600.0
 """At most one "at capacity" log line per node per hour: it is a state, not an event."""
 MAX_REPLANS = 3
 """Replans within one pass after a recoverable surprise (no /28 left, device index taken)."""
+_SHORTFALL_REASONS = {"no-subnet": "subnet", "no-security-groups": "security-groups"}
+"""A plan's shortfall reason → the capacity reason a node short of addresses reports."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +99,9 @@ class Node:
         self.needs_refresh = True
         self.blocked = ""
         """Why the last pass could not place the deficit (``at-capacity``, ``no-subnet``); reset on change."""
+        self.shortfall = ""
+        """Why the last plan fell short (as ``blocked``, but kept across resyncs until the next plan
+        says otherwise: what the node's capacity series reports)."""
         self.deficit_since: float | None = None
         self.marked: dict[str, float] = {}
         """Addresses chosen for release → when they were first seen excess."""
@@ -169,6 +174,22 @@ class Node:
             self.env.metrics.time_to_ip.observe(now - self.deficit_since)
             self.deficit_since = None
         return self.stats
+
+    def capacity_limit(self) -> str:
+        """Why the pool cannot grow, if it cannot (:data:`~eni_ipam.core.metrics.CAPACITY_REASONS`):
+        ``limits-unknown`` (the instance type's limits are unknown: nothing is allocated),
+        ``instance-limit`` (every usable interface is full and no adapter slot is free), or — for
+        a node short of addresses — ``subnet`` / ``security-groups`` (the last plan found no
+        subnet with room / no security group for a new interface). Empty otherwise."""
+        if self.stopped or self.instance is None:
+            return ""
+        if not self.stats.limits_known:
+            return "limits-unknown"
+        if self.stats.at_capacity:
+            return "instance-limit"
+        if self.stats.needed > 0:
+            return _SHORTFALL_REASONS.get(self.shortfall, "")
+        return ""
 
     @property
     def stopped(self) -> bool:
@@ -320,7 +341,9 @@ class Node:
                 prefix_delegation=m.settings.prefix_delegation,
                 no_prefix_subnets=no_prefix,
             )
-            self.blocked = plan.reason if not plan.actions else ""
+            # Short even after what the plan places: nothing more until the view changes (a resync,
+            # a change of the node), so the node does not claim work nobody will do.
+            self.blocked = self.shortfall = plan.reason if plan.shortfall else ""
             if plan.reason == "at-capacity":
                 self._log_at_capacity(plan.shortfall)
             elif plan.reason and not plan.actions:

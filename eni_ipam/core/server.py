@@ -13,13 +13,13 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.metrics import MetricSet
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""
 
 
-def make_app(metrics: Metrics, ready: Readiness) -> web.Application:
+def make_app(metrics: MetricSet, ready: Readiness) -> web.Application:
     async def metrics_handler(_: web.Request) -> web.Response:
         return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -67,9 +67,7 @@ class CloudView:
         self._planner_view = None
         self.security_groups = dict(snapshot.security_groups)
         self._limits.update(snapshot.limits)
-        self._metrics.set_subnets(
-            {s.id: (s.zone, s.available) for s in snapshot.subnets.values()}, replace=True
-        )
+        self._metrics.replace_subnets(snapshot.subnets.values())
         self.ready = True
 
     # -- subnets ----------------------------------------------------------------------------------
@@ -111,8 +109,7 @@ class CloudView:
         if subnet_id in self._free:
             self._free[subnet_id] += delta
             self._planner_view = None
-            subnet = self.subnets[subnet_id]
-            self._metrics.set_subnets({subnet_id: (subnet.zone, max(self._free[subnet_id], 0))})
+            self._metrics.set_subnet_free(self.subnets[subnet_id], self._free[subnet_id])
 
     # -- instance-type limits ---------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.types import PatchType
 
 from eni_ipam.core import errors
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.metrics import MetricSet
 from eni_ipam.kube import permissions
 
 T = TypeVar("T")
@@ -142,7 +142,7 @@ class KubeApi:
         self,
         client: lightkube.AsyncClient,
         *,
-        metrics: Metrics,
+        metrics: MetricSet,
         allowed: frozenset[tuple[str, str, str]] = permissions.PERMISSIONS,
     ) -> None:
         """``allowed``: the permissions of this process (the controller's, or the agent's)."""

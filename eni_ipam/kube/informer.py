@@ -24,7 +24,7 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.metrics import MetricSet
 from eni_ipam.kube.api import Kind, KubeApi, Obj
 
 log = structlog.get_logger("eni_ipam.kube.informer")
@@ -56,7 +56,7 @@ class Informer:
         kind: Kind,
         *,
         clock: Clock,
-        metrics: Metrics,
+        metrics: MetricSet,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         watch_timeout: float = 300.0,

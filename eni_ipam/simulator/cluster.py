@@ -51,6 +51,8 @@ class EmbeddedCluster:
             rng=rng,
         )
         self.store.attach(self.manager)
+        # Alone, as ``eni-ipam run`` without Kubernetes: it leads, and is ready once resynced.
+        metrics.report_role(leader=lambda: True, ready=lambda: self.manager.ready)
         self.task: asyncio.Task[None] | None = None
         """The manager's task while :meth:`running`."""
 

@@ -138,7 +138,10 @@ class NodeExpectation(ConfigModel):
 
 
 _API_CALLS: TypeAdapter[dict[str, int]] = TypeAdapter(dict[str, NonNegativeInt], config={"strict": True})
-_METRICS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, Number], config={"strict": True})
+_METRICS: TypeAdapter[dict[str, float | None]] = TypeAdapter(
+    dict[str, Number | None], config={"strict": True}
+)
+"""A sample's expected value; ``null``: no such series is exported."""
 
 
 def _expect(value: Any) -> Any:

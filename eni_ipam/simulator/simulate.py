@@ -3,7 +3,8 @@
 The reconciler, planner, rate limiter and metrics are the production ones; only the cloud
 (:mod:`providers.sim`), the node source (:class:`~eni_ipam.store.memory.MemoryStore`) and the node
 side (:class:`~eni_ipam.simulator.simnode.SimulatedNodeSide`) are simulated. Steps run in order; the first
-failing ``expect`` ends the run with a readable diff.
+failing ``expect`` ends the run with a readable diff. After every step the exported metrics must
+agree with themselves (cluster totals = sums of the per-node series), or the step fails.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Simulation:
             try:
                 for n, step in enumerate(self.scenario.steps):
                     failures = await self.execute(step)
+                    # The exported cluster totals agree with the per-node series after every step.
+                    failures += [f"{step.path}: metrics: {p}" for p in self.metrics.totals_problems()]
                     result = StepResult(n, step.kind, self.now(), failures, self.state())
                     results.append(result)
                     if on_step:
@@ -191,7 +194,12 @@ class Simulation:
                 for sample, value in wanted.items():
                     name, labels = parse_sample(sample)
                     got_metric = self.metrics.sample(name, labels)
-                    if got_metric is None or abs(got_metric - value) > 1e-9:
+                    if value is None:
+                        if got_metric is not None:
+                            failures.append(
+                                f"{path}.metrics.{sample}: expected no such series, got {got_metric}"
+                            )
+                    elif got_metric is None or abs(got_metric - value) > 1e-9:
                         failures.append(f"{path}.metrics.{sample}: expected {value}, got {got_metric}")
             else:
                 state = self.node_state(key)

@@ -11,9 +11,9 @@ import pytest
 
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.claims import PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
+from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.fake_kube import FakeKube
@@ -47,7 +47,7 @@ class Served:
         self.api: KubeApi = make_api(kube)
         self.api.allowed = AGENT_PERMISSIONS
         self.reconciler = ClaimReconciler(
-            self.api, self.allocator, node="n1", clock=LoopClock(), metrics=Metrics()
+            self.api, self.allocator, node="n1", clock=LoopClock(), metrics=AgentMetrics()
         )
 
     def claim(self, name: str) -> dict[str, Any] | None:

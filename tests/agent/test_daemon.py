@@ -14,7 +14,7 @@ import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping
 from eni_ipam.agent.daemon import Agent, pool_addresses
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.fake_kube import FakeKube
@@ -52,7 +52,7 @@ async def running_agent(kube: FakeKube, tmp_path: Path, **options: Any) -> Async
             **options,
         }
     )
-    metrics = Metrics()
+    metrics = AgentMetrics()
     api = make_api(kube, metrics)
     api.allowed = AGENT_PERMISSIONS
     agent = Agent(config, node="n1", kube=api, metrics=metrics)

@@ -286,3 +286,40 @@ async def test_an_event_caused_by_a_pass_own_status_waits_for_the_minimum_interv
         await world.settle()
         assert len(starts) >= 2  # the answer (addresses now in use) made one follow-up pass
         assert starts[1] - starts[0] >= 0.5  # ...coalesced behind the minimum interval, not at once
+
+
+async def test_a_node_that_cannot_grow_says_why_and_stops_saying_it_once_it_can(make_world):
+    async with make_world() as world:
+        # No security group named, none tagged, none on the primary interface: no new interface.
+        world.cloud.add_instance("i-bare", type="m5.large", subnet="s-1", security_groups=[])
+        world.side.add(NodeSpec(name="bare", instance_id="i-bare", pre_allocate=20))
+        await world.settle()
+        stats = world.manager.nodes["bare"].stats
+        assert stats.needed > 0 and not stats.at_capacity
+        assert world.metrics.samples("eni_ipam_node_at_capacity") == {
+            (("node", "bare"), ("reason", "security-groups")): 1.0
+        }
+        # The pods go: nothing is needed any more, so nothing stops the node from growing.
+        world.side.update(
+            "bare", spec=dataclasses.replace(world.store.resources["bare"].spec, pre_allocate=2)
+        )
+        await world.settle()
+        assert world.metrics.samples("eni_ipam_node_at_capacity") == {}
+        assert world.metrics.totals_problems() == []
+
+
+async def test_every_pass_that_ends_is_counted_failed_ones_included(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        passes = world.count_passes("n1")
+        before = world.metrics.sample("eni_ipam_node_maintenance_passes_total")
+        world.cloud.fail_next("AssignPrivateIpAddresses", 1)
+        world.side.update("n1", used=6)
+        await world.settle()
+        assert passes() >= 2  # the failed pass and its retry
+        assert world.metrics.sample("eni_ipam_node_maintenance_passes_total") == before + passes()
+        assert (
+            world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "TransientError"})
+            == 1
+        )

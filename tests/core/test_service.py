@@ -1,10 +1,14 @@
-"""The service's readiness: a leader waits for its resync, a standby is ready and names the leader."""
+"""The service's readiness: a leader waits for its resync, a standby is ready and names the leader;
+``eni_ipam_ready`` says whether this replica reconciles, as it is at each scrape."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 
-from eni_ipam.app.service import ServiceState
+from eni_ipam.app.runconfig import load_config
+from eni_ipam.app.service import Service, ServiceState
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.server import make_app, start_server
 
@@ -45,3 +49,16 @@ async def test_readyz_body_states_the_role() -> None:
                 assert await r.text() == "not ready: leader, initial resync has not succeeded yet\n"
     finally:
         await runner.cleanup()
+
+
+def test_the_ready_gauge_says_whether_this_replica_reconciles_at_each_scrape() -> None:
+    service = Service(load_config(None), stop=asyncio.Event(), environ={})
+    service.metrics.report_role(ready=service._reconciling)
+    ready = lambda: service.metrics.sample("eni_ipam_ready")  # noqa: E731
+    assert ready() == 0  # a candidate
+    service.state.role, service.state.manager = "leader", FakeManager(False)  # type: ignore[assignment]
+    assert ready() == 0  # leads, not resynced yet
+    service.state.manager.ready = True  # type: ignore[union-attr]
+    assert ready() == 1
+    service.state.role = "standby"  # the lease was lost to another replica
+    assert ready() == 0

@@ -197,7 +197,9 @@ def controller_selectors(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]
     deployment = one(docs, "Deployment")
     selectors = {
         "Deployment": deployment["spec"]["selector"]["matchLabels"],
-        "Service": one(docs, "Service")["spec"]["selector"],
+        "Service": one(
+            [d for d in docs if d["metadata"]["name"] == deployment["metadata"]["name"]], "Service"
+        )["spec"]["selector"],
         "PodDisruptionBudget": one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
     }
     affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]

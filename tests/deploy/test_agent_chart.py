@@ -40,7 +40,7 @@ from tests.deploy.conftest import pod_spec as shared_pod_spec
 AGENT_NAME = f"{RELEASE}-agent"
 CONFIG_PATH = "/etc/eni-ipam-agent/config.yaml"
 PLUGIN_IN_IMAGE = "/opt/eni-ipam/eni-ipam-cni"
-AGENT_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+AGENT_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"]
 NESTED_KEYS = {
     "server": {"host": "server_host", "port": "server_port"},
     "kubernetes": {"kubeconfig": "kubeconfig"},
@@ -199,7 +199,7 @@ def test_the_binding_gives_the_role_to_the_agents_service_account(agent_docs):
 
 def test_rbac_create_false_leaves_the_roles_to_the_operator():
     kinds = [d["kind"] for d in agent_objects(render({**AGENT, "rbac": {"create": False}}))]
-    assert kinds == ["ServiceAccount", "ConfigMap", "DaemonSet"]
+    assert kinds == ["ServiceAccount", "ConfigMap", "Service", "DaemonSet"]
 
 
 # -- the configuration file ----------------------------------------------------------------------
@@ -269,7 +269,13 @@ def test_the_config_checksum_follows_the_configmap(agent_docs):
 
 def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
     ctr, pod = container(agent_docs), pod_spec(agent_docs)
-    assert ctr["command"] + ctr["args"] == ["eni-ipam", "agent", "--config", CONFIG_PATH]
+    assert ctr["command"] + ctr["args"] == [
+        "eni-ipam",
+        "agent",
+        "--config",
+        CONFIG_PATH,
+        "--server-host=$(HOST_IP)",
+    ]
     assert "--node" not in ctr["args"]  # NODE_NAME names the node
     mount = next(m for m in ctr["volumeMounts"] if m["mountPath"] == posixpath.dirname(CONFIG_PATH))
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
@@ -280,9 +286,12 @@ def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
 
 def test_node_name_comes_from_the_downward_api_and_extra_env_follows(agent_docs):
     env = container(agent_docs)["env"]
-    assert env == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert env == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
     docs = agent({"extraEnv": [{"name": "TZ", "value": "UTC"}]})
-    assert [e["name"] for e in container(docs)["env"]] == ["NODE_NAME", "TZ"]
+    assert [e["name"] for e in container(docs)["env"]] == ["NODE_NAME", "HOST_IP", "TZ"]
 
 
 def test_volumes_follow_the_configured_paths(agent_docs):
@@ -477,3 +486,63 @@ def test_the_docs_set_only_values_that_exist():
             assert isinstance(node, dict) and key in node, f"docs/node.md: --set {path}: no {key!r}"
             node = node[key]
         assert isinstance(node, dict) and (not node or keys[-1].replace("\\", "") in node), path
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def test_on_the_host_network_the_endpoint_listens_on_the_nodes_own_address(agent_docs):
+    ctr = container(agent_docs)
+    flag = "--server-host=$(HOST_IP)"
+    assert flag in ctr["args"]
+    # Kubernetes expands $(HOST_IP) in args only from a variable the container declares.
+    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in ctr["env"]
+    for overrides in ({"listenOnNodeAddress": False}, {"hostNetwork": False}):
+        ctr = container(agent(overrides))
+        assert flag not in ctr["args"] and "HOST_IP" not in [e["name"] for e in ctr["env"]], overrides
+
+
+def test_the_headless_service_exposes_every_agents_metrics_port(agent_docs):
+    service = one(agent_objects(agent_docs), "Service")
+    pods = one(agent_docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pods.items()
+    assert service["spec"]["ports"] == [
+        {
+            "name": "agent-http",
+            "port": AgentConfig().server_port,
+            "targetPort": "agent-http",
+            "protocol": "TCP",
+        }
+    ]
+    moved = one(agent_objects(agent({"config": {"server": {"port": 9191}}})), "Service")
+    assert moved["spec"]["ports"][0]["port"] == 9191
+    # the controller's Service never lists an agent, nor the agent's Service a controller
+    controller = one([d for d in agent_docs if not is_agents(d)], "Service")["spec"]["selector"]
+    assert not controller.items() <= pods.items()
+    deployment_pods = one(agent_docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= deployment_pods.items()
+
+
+def test_the_service_monitor_switch_scrapes_the_agents_too():
+    monitoring = {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}, "interval": "15s"}}
+    docs = render({**AGENT, **monitoring})
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {RELEASE, AGENT_NAME}
+    monitor = monitors[AGENT_NAME]
+    service = one(agent_objects(docs), "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "agent-http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
+    controller_monitor = monitors[RELEASE]["spec"]["selector"]["matchLabels"]
+    assert not controller_monitor.items() <= service["metadata"]["labels"].items()
+    # without the agent, one ServiceMonitor; without the switch, none
+    assert [
+        d["metadata"]["name"]
+        for d in render({"serviceMonitor": {"enabled": True}})
+        if d["kind"] == "ServiceMonitor"
+    ] == [RELEASE]
+    assert not [d for d in agent() if d["kind"] == "ServiceMonitor"]

@@ -252,7 +252,7 @@ def test_the_cached_validators_judge_as_kubernetes_validate_does():
     broken = [
         {**deployment, "spec": {**deployment["spec"], "replicas": "2"}},
         {**deployment, "spec": {**deployment["spec"], "replica": 2}},
-        {**one(docs, "Service"), "spec": {"ports": [{"port": "http"}]}},
+        {**one(docs, "DaemonSet"), "spec": {"selector": "all"}},
     ]
     for kube_version in KUBE_VERSIONS:
         for doc in docs + broken:
@@ -325,7 +325,7 @@ def test_an_unchanged_copy_of_the_chart_validates(tmp_path):
         ),
         pytest.param(
             "prometheusrule.yaml",
-            "for: 5m",
+            "for: {{ $rule.severalLeadersFor }}",
             "for: 5 minutes",
             {"prometheusRule": {"enabled": True}},
             r"^PrometheusRule eni-ipam: spec\.groups\.0\.rules\.1\.for: '5 minutes' does not match",

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
+from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.core.metrics import Metrics
-from tests.deploy.conftest import REPO_ROOT, one, render
+from tests.deploy.conftest import REPO_ROOT, one, render, values
 
 DASHBOARD = json.loads((REPO_ROOT / "deploy" / "grafana" / "eni-ipam.json").read_text())
 NAME = re.compile(r"eni_ipam_[a-z_]+")
@@ -21,14 +22,19 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 
 def exported() -> dict[str, tuple[str, set[str]]]:
-    """Sample name → (family name, label names) for every sample a query may use."""
-    metrics = Metrics()
-    labels = {m._name: set(m._labelnames) for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    """Sample name → (family name, label names) for every sample a query may use: the controller's
+    and the node agent's metrics."""
     out: dict[str, tuple[str, set[str]]] = {}
-    for family in metrics.registry.collect():
-        for suffix in SUFFIXES[family.type]:
-            extra = {"le"} if suffix == "_bucket" else set()
-            out[family.name + suffix] = (family.name, labels[family.name] | extra)
+    for metrics in (Metrics(), AgentMetrics()):
+        labels = {
+            m._name: set(m._labelnames) for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)
+        }
+        for family in metrics.registry.collect():
+            # Families a collector computes (the cluster totals) declare their labels themselves.
+            names = labels.get(family.name, set(getattr(family, "_labelnames", ())))
+            for suffix in SUFFIXES[family.type]:
+                extra = {"le"} if suffix == "_bucket" else set()
+                out[family.name + suffix] = (family.name, names | extra)
     return out
 
 
@@ -151,39 +157,163 @@ def test_every_alert_is_complete():
         assert "{{" not in rule["expr"], rule["alert"]
 
 
+SHARE = r"\s*/\s*"
+"""A division, however the expression is laid out."""
+
+
 @pytest.mark.parametrize(
-    ("pattern", "duration"),
+    ("alert", "patterns", "duration"),
     [
-        (r"eni_ipam_available_ips_per_subnet\) < \d+", None),
-        (r"predict_linear\(eni_ipam_available_ips_per_subnet\[", None),
-        (r'eni_ipam_nodes\{category="in-deficit"\}\) > 0', "5m"),
-        (r'eni_ipam_nodes\{category="at-capacity"\}\) > 0', None),
-        (r"rate\(eni_ipam_api_throttled_total\[5m\]\)\) > 0", None),
-        (r"sum\(eni_ipam_ready\) < 1 or absent\(eni_ipam_ready\)", "5m"),
-        (r"eni_ipam_node_maintenance_failures_total", None),
-        (r"eni_ipam_gc_run_failures_total", None),
-        (r'eni_ipam_gc_interfaces_total\{action="failed"\}', None),
+        ("EniIpamNotReady", [r"^sum\(eni_ipam_ready\) < 1 or absent\(eni_ipam_ready\)$"], "5m"),
+        ("EniIpamSeveralLeaders", [r"^sum by \(namespace, job\) \(eni_ipam_leader\) > 1$"], "5m"),
+        (
+            "EniIpamSubnetLow",
+            [
+                r"^max by \(subnet, zone\) \(eni_ipam_available_ips_per_subnet\) < 64\s+and",
+                rf"\(eni_ipam_available_ips_per_subnet\){SHARE}max by \(subnet, zone\) "
+                r"\(eni_ipam_subnet_size_ips\)\s*\) < 0.25$",
+            ],
+            "10m",
+        ),
+        (
+            "EniIpamSubnetExhaustionPredicted",
+            # Little left AND the long trend reaching 0 (kubernetes-mixin's KubePersistentVolumeFillingUp).
+            [
+                rf"\(eni_ipam_available_ips_per_subnet\){SHARE}max by \(subnet, zone\) "
+                r"\(eni_ipam_subnet_size_ips\)\s*\) < 0.15\s+and\s+",
+                r"predict_linear\(\s*max by \(subnet, zone\) \(eni_ipam_available_ips_per_subnet\)"
+                r"\[6h:5m\],\s*14400\s*\) < 0$",
+            ],
+            "1h",
+        ),
+        (
+            "EniIpamNodesInDeficit",
+            # Per node, and not the nodes the capacity alert reports.
+            [
+                r'^max by \(node\) \(eni_ipam_node_ips\{type="needed"\}\) > 0\s+'
+                r"unless on \(node\)\s+max by \(node\) \(eni_ipam_node_at_capacity\)$"
+            ],
+            "5m",
+        ),
+        (
+            "EniIpamNodesAtCapacity",
+            [
+                r'^max by \(node, reason\) \(eni_ipam_node_at_capacity\{reason!="instance-limit"\}\)\s+or',
+                r'\(eni_ipam_node_at_capacity\{reason="instance-limit"\}\)\s+and on \(node\)\s+'
+                r'max by \(node\) \(eni_ipam_node_ips\{type="needed"\}\) > 0',
+            ],
+            "15m",
+        ),
+        (
+            "EniIpamCloudApiThrottled",
+            [
+                rf"^sum by \(operation\) \(rate\(eni_ipam_api_throttled_total\[10m\]\)\){SHARE}"
+                r"sum by \(operation\) \(rate\(eni_ipam_api_requests_total\[10m\]\)\)\s+> 0.1$"
+            ],
+            "20m",
+        ),
+        (
+            "EniIpamMaintenanceFailing",
+            [
+                r"^sum by \(reason\) \(rate\(eni_ipam_node_maintenance_failures_total\[10m\]\)\)\s*"
+                r"/ on \(\) group_left\s*"
+                r"sum\(rate\(eni_ipam_node_maintenance_passes_total\[10m\]\)\)\s+> 0.1$"
+            ],
+            "20m",
+        ),
+        (
+            "EniIpamResyncFailing",
+            # Failures and no success in the window: the view is getting stale.
+            [
+                r"^sum\(increase\(eni_ipam_resync_failures_total\[15m\]\)\) > 0\s+unless\s+"
+                r"sum\(increase\(eni_ipam_resync_total\[15m\]\)\) > 0$"
+            ],
+            "5m",
+        ),
+        (
+            "EniIpamGarbageCollectionFailing",
+            [
+                r"^sum\(rate\(eni_ipam_gc_run_failures_total\[10m\]\)\) > 0\s+or\s+",
+                r'sum\(rate\(eni_ipam_gc_interfaces_total\{action="failed"\}\[10m\]\)\) > 0$',
+            ],
+            "30m",
+        ),
+        (
+            "EniIpamStatusWritesFailing",
+            [
+                rf'^sum\(rate\(eni_ipam_status_writes_total\{{outcome="failed"\}}\[10m\]\)\){SHARE}'
+                r"sum\(rate\(eni_ipam_status_writes_total\[10m\]\)\)\s+> 0.1$"
+            ],
+            "20m",
+        ),
     ],
 )
-def test_the_required_alerts_exist(pattern, duration):
-    matching = [r for r in alert_rules() if re.search(pattern, r["expr"])]
-    assert matching, f"no alert matches {pattern!r}"
-    if duration:
-        assert matching[0]["for"] == duration
+def test_the_required_alerts_exist(alert: str, patterns: list[str], duration: str) -> None:
+    rules = {r["alert"]: r for r in alert_rules()}
+    assert alert in rules, f"no alert {alert}"
+    expr = rules[alert]["expr"]
+    for pattern in patterns:
+        assert re.search(pattern, expr), f"{alert}: {pattern!r} not in {expr!r}"
+    assert rules[alert]["for"] == duration, alert
 
 
-def test_alert_thresholds_come_from_values():
-    docs = render(
-        {
-            "prometheusRule": {
-                "enabled": True,
-                "subnetFreeAddressesBelow": 7,
-                "deficitFor": "9m",
-                "warningSeverity": "page",
-            }
-        }
-    )
+THRESHOLDS: dict[str, Any] = {
+    "notReadyFor": "7m",
+    "severalLeadersFor": "8m",
+    "subnetFreeAddressesBelow": 7,
+    "subnetLowFreeShareBelow": 0.31,
+    "subnetLowFor": "11m",
+    "subnetExhaustionFreeShareBelow": 0.17,
+    "subnetTrendWindow": "12h",
+    "subnetTrendResolution": "10m",
+    "subnetExhaustionSeconds": 7200,
+    "subnetExhaustionFor": "2h",
+    "deficitFor": "9m",
+    "atCapacityFor": "17m",
+    "rateWindow": "6m",
+    "throttledShareAbove": 0.2,
+    "throttlingFor": "25m",
+    "maintenanceFailureShareAbove": 0.3,
+    "statusWriteFailureShareAbove": 0.4,
+    "failuresFor": "21m",
+    "resyncStaleAfter": "19m",
+    "resyncFailingFor": "3m",
+    "gcWindow": "13m",
+    "gcFailingFor": "41m",
+    "criticalSeverity": "wake-up",
+    "warningSeverity": "page",
+}
+"""A value, unlike its default, for every threshold, duration and severity under prometheusRule."""
+EXPECTED: dict[str, tuple[str, list[str], str]] = {
+    "EniIpamNotReady": ("7m", [], "wake-up"),
+    "EniIpamSeveralLeaders": ("8m", [], "wake-up"),
+    "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31"], "page"),
+    "EniIpamSubnetExhaustionPredicted": ("2h", ["< 0.17\n", "[12h:10m]", "7200"], "wake-up"),
+    "EniIpamNodesInDeficit": ("9m", [], "page"),
+    "EniIpamNodesAtCapacity": ("17m", [], "page"),
+    "EniIpamCloudApiThrottled": ("25m", ["_throttled_total[6m]", "_requests_total[6m]", "> 0.2"], "page"),
+    "EniIpamMaintenanceFailing": ("21m", ["_failures_total[6m]", "_passes_total[6m]", "> 0.3"], "page"),
+    "EniIpamResyncFailing": ("3m", ["_failures_total[19m]", "_resync_total[19m]"], "page"),
+    "EniIpamGarbageCollectionFailing": ("41m", ["_run_failures_total[13m]", 'failed"}[13m]'], "page"),
+    "EniIpamStatusWritesFailing": ("21m", ['failed"}[6m]', "_writes_total[6m]", "> 0.4"], "page"),
+}
+"""Alert → its ``for``, what its expression holds, and its severity, with THRESHOLDS."""
+
+
+def test_every_alert_setting_of_values_is_exercised_by_the_threshold_test() -> None:
+    settings = set(values()["prometheusRule"]) - {"enabled", "labels"}
+    assert settings == set(THRESHOLDS), "THRESHOLDS must set every value under prometheusRule"
+
+
+def test_alert_thresholds_come_from_values() -> None:
+    docs = render({"prometheusRule": {"enabled": True, **THRESHOLDS}})
     rules = {r["alert"]: r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
-    assert rules["EniIpamSubnetLow"]["expr"].endswith("< 7")
-    assert rules["EniIpamNodesInDeficit"]["for"] == "9m"
-    assert rules["EniIpamNodesInDeficit"]["labels"]["severity"] == "page"
+    assert set(rules) == set(EXPECTED)
+    for alert, (duration, parts, severity) in EXPECTED.items():
+        rule = rules[alert]
+        assert rule["for"] == duration, alert
+        assert rule["labels"]["severity"] == severity, alert
+        for part in parts:
+            assert part in rule["expr"], f"{alert}: {part!r} not in {rule['expr']!r}"
+        # Nothing of the defaults is left where a value should be.
+        assert not re.search(r"\[(5m|10m|15m|6h)[]:]", rule["expr"]), f"{alert}: a fixed window"

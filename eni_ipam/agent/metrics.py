@@ -1,0 +1,41 @@
+"""The node agent's metrics: what its pools may hand out and have handed out, the release
+handshake's answers, its status reports and readiness — and nothing of the controller's, so a
+scraped agent never exports a ``ready 0`` or an empty pool total that dashboards would sum."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from eni_ipam.core.metrics import MetricSet
+
+
+class AgentMetrics(MetricSet):
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        self.agent_ready = self.gauge(
+            "agent_ready", "1 while the node agent is ready (state restored, socket served, ENIPool seen)"
+        )
+        self.agent_pool_addresses = self.gauge(
+            "agent_pool_addresses",
+            "Addresses a node agent's pool may hand out, by node and pool",
+            ["node", "pool"],
+        )
+        self.agent_allocations = self.gauge(
+            "agent_allocations", "Addresses a node agent has handed out, by node and pool", ["node", "pool"]
+        )
+        self.agent_release_answers = self.gauge(
+            "agent_release_answers",
+            "A node agent's answers in the release handshake, by answer",
+            ["node", "answer"],
+        )
+        self.agent_status_reports = self.counter(
+            "agent_status_reports",
+            "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed)",
+            ["outcome"],
+        )
+
+    def report_ready(self, ready: Callable[[], bool]) -> None:
+        """Export ``ready`` as it is at each scrape."""
+        self.agent_ready.set_function(lambda: float(ready()))
