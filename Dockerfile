@@ -16,8 +16,11 @@ RUN mkdir -p eni_ipam providers \
     && /opt/venv/bin/pip uninstall --yes eni-ipam
 COPY eni_ipam ./eni_ipam
 COPY providers ./providers
+COPY scripts/build_cni_plugin.py ./scripts/
 RUN /opt/venv/bin/pip install --no-deps . \
-    && /opt/venv/bin/eni-ipam --version
+    && /opt/venv/bin/eni-ipam --version \
+    && mkdir -p /opt/eni-ipam \
+    && python scripts/build_cni_plugin.py --output /opt/eni-ipam/eni-ipam-cni
 
 # -- runtime: the interpreter and the virtual environment, nothing to build with -----------------
 FROM ${PYTHON_IMAGE}
@@ -34,12 +37,9 @@ RUN groupadd --system --gid 65532 eni-ipam \
        --shell /usr/sbin/nologin eni-ipam
 COPY --from=builder /opt/venv /opt/venv
 # The CNI plugin, for the node agent's init container to copy to the host (deploy/helm: agent.installCNI):
-# eni_ipam/agent/cni.py alone, standard library only, as a zipapp that the host's python3 (>= 3.11) runs.
-RUN mkdir -p /tmp/eni-ipam-cni /opt/eni-ipam \
-    && cp "$(python -c 'import eni_ipam.agent.cni as m; print(m.__file__)')" /tmp/eni-ipam-cni/__main__.py \
-    && python -m zipapp /tmp/eni-ipam-cni -p "/usr/bin/env python3" -o /opt/eni-ipam/eni-ipam-cni \
-    && chmod 755 /opt/eni-ipam/eni-ipam-cni \
-    && rm -rf /tmp/eni-ipam-cni
+# one file, standard library only, run by the host's python3 (>= 3.11) as `python3 -I -S`
+# (scripts/build_cni_plugin.py; docs/node.md, "The CNI plugin").
+COPY --from=builder /opt/eni-ipam/eni-ipam-cni /opt/eni-ipam/eni-ipam-cni
 USER 65532:65532
 EXPOSE 9090
 ENTRYPOINT ["eni-ipam"]

@@ -19,8 +19,10 @@ Invariants:
   holds a stale allocation, never a missing one, until the next save.)
 * An expiration timer belongs to one allocation: releasing stops it, a timer releases only the allocation
   it was started for (matched by UUID), and a restored allocation gets its timer back, with its full timeout.
-* Exclusions, holds and the serial cursor are not persisted: they come from configuration and the node's
-  ENIPool status, which the daemon applies (``set_pool``, ``exclude``, ``answer_release``) before serving.
+* Exclusions and holds are not persisted: they come from configuration and the node's ENIPool status,
+  which the daemon applies (``set_pool``, ``exclude``, ``answer_release``) before serving. The serial
+  cursors are saved with the allocations: after a restart, serial allocation goes on after the last
+  address handed out rather than handing out again the one just released.
 * Not thread-safe: calls and timer callbacks run on one event loop.
 
 Pool membership and address order are :mod:`~eni_ipam.agent.members`'s; the handshake's answers and
@@ -47,7 +49,7 @@ from eni_ipam.core.model import ReleaseState
 from .handshake import ReleaseHolds
 from .members import FAMILY_LABEL, PoolMembers, address_family, address_key, canonical_address, parse_address
 from .state import RestoreReport, StateFile, recover
-from .types import DEFAULT_POOL, Allocation, Family, PoolAddress
+from .types import DEFAULT_POOL, Allocation, Attachment, Family, PoolAddress, RuntimeEntry
 
 __all__ = ["Allocator", "RestoreReport"]
 
@@ -115,7 +117,9 @@ class Allocator:
         """Forget the pool; its allocations are kept until released."""
         self._pool(name)
         del self._pools[name]
-        self._cursors = {k: v for k, v in self._cursors.items() if k[0] != name}
+        if any(k[0] == name for k in self._cursors):
+            with self._change() if self._restored else contextlib.nullcontext():
+                self._cursors = {k: v for k, v in self._cursors.items() if k[0] != name}
         log.info("pool_removed", pool=name, kept=len(self.allocations(pool=name)))
 
     def pools(self) -> list[str]:
@@ -142,32 +146,97 @@ class Allocator:
             1 for a in self._pool(pool).members if self._enabled[address_family(a)] and a not in excluded
         )
 
+    def free(self, pool: str = DEFAULT_POOL) -> int:
+        """Members of enabled families that could be handed out now (not excluded, held or allocated)."""
+        return sum(
+            1
+            for a in self._pool(pool).members
+            if self._enabled[address_family(a)] and not self._refusal(a, pool)
+        )
+
     # -- allocation --------------------------------------------------------------------------------
 
-    def allocate(self, address: str, owner: str, pool: str = DEFAULT_POOL) -> Allocation:
+    def enabled(self, family: Family) -> bool:
+        """Whether addresses of ``family`` are handed out on this node."""
+        return self._enabled[family]
+
+    def allocate(
+        self, address: str, owner: str, pool: str = DEFAULT_POOL, *, attachment: Attachment | None = None
+    ) -> Allocation:
         """Allocate ``address``; the same owner asking again (same pool) gets its existing allocation."""
+        return self.allocate_addresses([address], owner, pool, attachment=attachment)[0]
+
+    def allocate_addresses(
+        self,
+        addresses: Collection[str],
+        owner: str,
+        pool: str = DEFAULT_POOL,
+        *,
+        attachment: Attachment | None = None,
+    ) -> list[Allocation]:
+        """Allocate exactly ``addresses`` to ``owner``, all or nothing; what the owner already holds of
+        them is kept (and, given an ``attachment``, updated to it).
+
+        Raises NotInPool for an address that is not a member (or is excluded, or held for release),
+        AlreadyAllocated for one another owner holds, FamilyDisabled for a disabled family.
+        """
         _check(owner)
-        canonical = parse_address(address, pool)
-        if not self._enabled[family := address_family(canonical)]:
-            raise errors.FamilyDisabled(
-                f"{FAMILY_LABEL[family]} allocation disabled", address=canonical, pool=pool
-            )
         self._pool(pool)
-        if (existing := self._allocations.get(canonical)) is not None:
-            if existing.owner == owner and existing.pool == pool:
-                return existing
-            why = f"{canonical} is allocated to {existing.owner} (pool {existing.pool})"
-            raise errors.AlreadyAllocated(why, address=canonical, pool=pool)
-        if refusal := self._refusal(canonical, pool):
-            why = f"{canonical} is not available in pool {pool}: {refusal}"
-            raise errors.NotInPool(why, address=canonical, pool=pool)
-        with self._change():
-            allocation = self._allocations[canonical] = self._allocation(canonical, owner, pool)
-        log.debug("address_allocated", address=canonical, owner=owner, pool=pool)
-        return allocation
+        wanted: list[str] = []
+        for address in addresses:
+            canonical = parse_address(address, pool)
+            if not self._enabled[family := address_family(canonical)]:
+                raise errors.FamilyDisabled(
+                    f"{FAMILY_LABEL[family]} allocation disabled", address=canonical, pool=pool
+                )
+            if (existing := self._allocations.get(canonical)) is not None:
+                if existing.owner != owner or existing.pool != pool:
+                    why = f"{canonical} is allocated to {existing.owner} (pool {existing.pool})"
+                    raise errors.AlreadyAllocated(why, address=canonical, pool=pool)
+            elif refusal := self._refusal(canonical, pool):
+                why = f"{canonical} is not available in pool {pool}: {refusal}"
+                raise errors.NotInPool(why, address=canonical, pool=pool)
+            if canonical not in wanted:
+                wanted.append(canonical)
+        made = [a for a in wanted if a not in self._allocations]
+        stale = [
+            a
+            for a in wanted
+            if a in self._allocations
+            and attachment is not None
+            and self._allocations[a].attachment() != attachment
+        ]
+        if made or stale:
+            with self._change():
+                for address in made:
+                    self._allocations[address] = self._allocation(address, owner, pool, attachment)
+                for address in stale:
+                    self._allocations[address] = self._allocations[address].with_attachment(
+                        attachment or Attachment()
+                    )
+            for address in made:
+                log.debug("address_allocated", address=address, owner=owner, pool=pool)
+        return [self._allocations[a] for a in wanted]
+
+    def annotate(self, owner: str, attachment: Attachment) -> list[Allocation]:
+        """Record ``attachment`` on every allocation of ``owner`` (a repeated ADD names a new network
+        namespace after a restart of the container); the owner's allocations."""
+        mine = self.allocations(owner=owner)
+        if any(a.attachment() != attachment for a in mine):
+            with self._change():
+                for allocation in mine:
+                    self._allocations[allocation.address] = allocation.with_attachment(attachment)
+            mine = self.allocations(owner=owner)
+        return mine
 
     def allocate_next(
-        self, owner: str, pool: str = DEFAULT_POOL, family: Family | None = None, *, serial: bool = False
+        self,
+        owner: str,
+        pool: str = DEFAULT_POOL,
+        family: Family | None = None,
+        *,
+        serial: bool = False,
+        attachment: Attachment | None = None,
     ) -> tuple[Allocation | None, Allocation | None]:
         """The next free address of each requested family (None: every enabled one), ``(ipv4, ipv6)``.
 
@@ -175,7 +244,7 @@ class Allocator:
         """
         _check(owner)
         with self._change():
-            result = self._allocate_next(owner, pool, family, serial)
+            result = self._allocate_next(owner, pool, family, serial, attachment)
         for allocation in filter(None, result):
             log.debug("address_allocated", address=allocation.address, owner=owner, pool=pool, serial=serial)
         return result
@@ -308,21 +377,26 @@ class Allocator:
 
     # -- restore -----------------------------------------------------------------------------------
 
-    def restore(self, *, runtime: Mapping[str, str] | None = None) -> RestoreReport:
+    def restore(self, *, runtime: Mapping[str, str | RuntimeEntry] | None = None) -> RestoreReport:
         """Load the state file, or — when it is corrupt (then moved aside) or missing — rebuild from
-        ``runtime`` (address → owner: what the container runtime says is in use), each address in the first
-        pool listing it, else in the default pool (reported in ``not_in_pool``). Call once, after
-        ``set_pool`` of the default pool, before any allocation."""
+        ``runtime`` (address → owner, or a :class:`RuntimeEntry`: what the container runtime says is in
+        use), each address in the first pool listing it, else in the default pool (reported in
+        ``not_in_pool``). Call once, after ``set_pool`` of the default pool, before any allocation."""
         if self._allocations:
             raise errors.AllocatorError("restore() must run before any allocation")
-        report, timeouts = recover(self._state, runtime or {}, self._place)
+        entries = {
+            address: entry if isinstance(entry, RuntimeEntry) else RuntimeEntry(owner=entry)
+            for address, entry in (runtime or {}).items()
+        }
+        report, snapshot = recover(self._state, entries, self._place)
         self._restored = True
         try:
             with self._change():
                 for allocation in (*report.restored, *report.rebuilt):
                     self._allocations[allocation.address] = allocation
                     if uuid := allocation.expiration_uuid:
-                        self._timers[allocation.address] = _Timer(uuid, timeouts[allocation.address])
+                        self._timers[allocation.address] = _Timer(uuid, snapshot.timeouts[allocation.address])
+                self._cursors.update(_parse_cursors(snapshot.cursors))
         except BaseException:
             self._restored = False
             raise
@@ -337,8 +411,9 @@ class Allocator:
         event("state_restored", **counts, corrupt=report.corrupt, missing=report.missing)
         return report
 
-    def _place(self, address: str, owner: str) -> Allocation | None:
-        """The allocation ``owner`` would have of ``address`` in the first pool holding it (default first).
+    def _place(self, address: str, entry: RuntimeEntry) -> Allocation | None:
+        """The allocation ``entry``'s owner would have of ``address`` in the first pool holding it
+        (default first), with what the runtime said of the container.
 
         An address no pool holds (yet: the node's pool may still be filling in) is kept in the default
         pool all the same — a running container holds it, so it must never be handed to another."""
@@ -347,9 +422,16 @@ class Allocator:
         pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
         pool = next((p for p in pools if canonical in self._pools[p].members), None)
         if pool is not None:
-            return self._allocation(canonical, owner, pool)
+            return self._allocation(canonical, entry.owner, pool, entry.attachment)
         host = 32 if address_family(canonical) is Family.IPV4 else 128
-        return Allocation(address=canonical, pool=DEFAULT_POOL, owner=owner, prefix_length=host, gateway="")
+        return Allocation(
+            address=canonical,
+            pool=DEFAULT_POOL,
+            owner=entry.owner,
+            prefix_length=host,
+            gateway="",
+            **entry.attachment.fields(),
+        )
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -372,7 +454,11 @@ class Allocator:
             self._depth -= 1
         if self._state is not None:
             try:
-                self._state.save(self._allocations.values(), {a: t.timeout for a, t in self._timers.items()})
+                self._state.save(
+                    self._allocations.values(),
+                    {a: t.timeout for a, t in self._timers.items()},
+                    {f"{pool}/{family}": address for (pool, family), address in self._cursors.items()},
+                )
             except OSError as exc:
                 log.error(
                     "state_save_failed", path=str(self._state.path), error=str(exc), undone=undo_on_save_error
@@ -400,7 +486,12 @@ class Allocator:
         )
 
     def _allocate_next(
-        self, owner: str, pool: str, family: Family | None, serial: bool = False
+        self,
+        owner: str,
+        pool: str,
+        family: Family | None,
+        serial: bool = False,
+        attachment: Attachment | None = None,
     ) -> tuple[Allocation | None, Allocation | None]:
         if family is None:
             families = [f for f in Family if self._enabled[f]]
@@ -417,7 +508,7 @@ class Allocator:
             address = next((a for a in members.walk(f, cursor) if not self._refusal(a, pool)), None)
             if address is None:
                 raise errors.PoolExhausted(f"no free {FAMILY_LABEL[f]} address in pool {pool}", pool=pool)
-            result[f] = self._allocations[address] = self._allocation(address, owner, pool)
+            result[f] = self._allocations[address] = self._allocation(address, owner, pool, attachment)
             self._cursors[(pool, f)] = address
         return result.get(Family.IPV4), result.get(Family.IPV6)
 
@@ -437,7 +528,9 @@ class Allocator:
             return "held for release"
         return "allocated" if address in self._allocations else ""
 
-    def _allocation(self, address: str, owner: str, pool: str) -> Allocation:
+    def _allocation(
+        self, address: str, owner: str, pool: str, attachment: Attachment | None = None
+    ) -> Allocation:
         m = self._pools[pool].members[address]
         return Allocation(
             address=address,
@@ -447,6 +540,7 @@ class Allocator:
             gateway=m.gateway,
             interface_id=m.interface_id,
             subnet_id=m.subnet_id,
+            **(attachment or Attachment()).fields(),
         )
 
     def _start_timer(self, allocation: Allocation, timeout: float) -> Allocation:
@@ -472,3 +566,15 @@ class Allocator:
         if (pool := self._pools.get(name)) is None:
             raise errors.UnknownPool(f"no pool {name!r}", pool=name)
         return pool
+
+
+def _parse_cursors(saved: Mapping[str, str]) -> dict[tuple[str, Family], str]:
+    """The saved ``<pool>/<family>`` → address map, minus entries this version cannot read (a cursor
+    only orders the search: losing one is harmless)."""
+    cursors: dict[tuple[str, Family], str] = {}
+    for key, address in saved.items():
+        pool, _, family = key.rpartition("/")
+        canonical = canonical_address(address)
+        if pool and family in (Family.IPV4, Family.IPV6) and canonical is not None:
+            cursors[(pool, Family(family))] = canonical
+    return cursors

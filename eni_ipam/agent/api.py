@@ -2,13 +2,24 @@
 
 Routes (bodies are JSON objects; field names as the CNI spec spells them):
 
-* ``POST /v1/cni/add`` ``{containerID, ifname, netns?, pool?, family?}`` → 200
-  ``{owner, pool, existing, ips: [{address, prefixLength, gateway, family, pool, interfaceID, subnetID}]}``.
-  ``family``: ``ipv4``, ``ipv6``, ``dual`` (both, or nothing), or absent (every enabled family).
+* ``POST /v1/cni/add`` ``{containerID, ifname, netns?, pool?, family?, ips?, network?, podUID?,
+  podNamespace?, podName?}`` → 200 ``{owner, pool, existing, ips: [{address, prefixLength, gateway,
+  family, pool, interfaceID, subnetID}]}``. ``family``: ``ipv4``, ``ipv6``, ``dual`` (both, or
+  nothing), or absent (every enabled family). ``ips``: the addresses the container asks for (CNI_ARGS
+  ``IP=``, the ``ips`` capability): exactly those are handed out, or the request fails —
+  ``not_in_pool`` for an address the pool does not offer, ``already_allocated`` for one another owner
+  holds; never another address instead. ``network``, ``netns`` and the pod fields are recorded with
+  the allocation: ``GC`` is per network, and the sweep releases an owner whose pod or network
+  namespace is gone.
 * ``POST /v1/cni/del`` ``{containerID, ifname}`` → 200 ``{owner, released: [...]}``; unknown is success.
 * ``POST /v1/cni/check`` ``{containerID, ifname, ips?: [address, ...]}`` → 200 ``{owner, ips}`` when the
   container still holds addresses, every one of them is among ``ips`` (the previous result), and none of
   ``ips`` is held by someone else.
+* ``POST /v1/cni/gc`` ``{network, pool?, validAttachments: [{containerID, ifname}]}`` → 200
+  ``{released: [...], kept}``: every CNI allocation recorded for ``network`` (in ``pool`` when given)
+  whose attachment is not listed is released. Allocations with no recorded network are left alone.
+* ``POST /v1/cni/status`` ``{pool?}`` → 200 ``{ready: true, available}`` when an ADD can be served;
+  503 ``not_ready`` (state not restored, or the node's pool not seen yet) or ``pool_exhausted``.
 * ``GET /v1/status`` → ``{ipv4: {address: owner}, ipv6: {...}, status, pools: {name: {capacity, addresses}},
   allocations: [...]}``.
 
@@ -36,8 +47,8 @@ from aiohttp import web
 
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.cni import FAMILIES, container_id_problem, ifname_problem
-from eni_ipam.agent.runtime import cni_owner
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+from eni_ipam.agent.runtime import CNI_PREFIX, cni_owner
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Attachment, Family
 from eni_ipam.core.errors import (
     AllocatorError,
     AlreadyAllocated,
@@ -62,7 +73,7 @@ ERRORS: tuple[tuple[type[AllocatorError], int, str], ...] = (
 """Allocator exception → (HTTP status, error code); the first matching class wins."""
 
 ERROR_CODES = frozenset(
-    {"bad_request", "owner_conflict", "address_mismatch", *(code for _, _, code in ERRORS)}
+    {"bad_request", "owner_conflict", "address_mismatch", "not_ready", *(code for _, _, code in ERRORS)}
 )
 """Every ``error.code`` this API answers with."""
 
@@ -165,13 +176,57 @@ def _addresses(body: Mapping[str, Any]) -> list[str] | None:
     return canonical
 
 
+def _attachment(body: Mapping[str, Any]) -> Attachment:
+    fields: dict[str, str] = {}
+    for field in ("network", "netns", "podUID", "podNamespace", "podName"):
+        value = body.get(field)
+        if value is not None and not isinstance(value, str):
+            raise _bad(field, f"expected a string, got {type(value).__name__}")
+        if value is not None and len(value) > MAX_FIELD:
+            raise _bad(field, f"longer than {MAX_FIELD} characters")
+        fields[field] = value or ""
+    # podman passes K8S_POD_NAME (the container's name) without a namespace: no pod, then.
+    pod = (
+        f"{fields['podNamespace']}/{fields['podName']}"
+        if fields["podNamespace"] and fields["podName"]
+        else ""
+    )
+    return Attachment(network=fields["network"], netns=fields["netns"], pod_uid=fields["podUID"], pod=pod)
+
+
+MAX_FIELD = 4096
+"""Longest network name, namespace path or pod field recorded (they are saved with every change)."""
+
+
+def _valid_attachments(body: Mapping[str, Any]) -> set[str]:
+    raw = body.get("validAttachments")
+    if not isinstance(raw, list):
+        raise _bad("validAttachments", "required: a list of {containerID, ifname}")
+    owners: set[str] = set()
+    for n, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise _bad(f"validAttachments[{n}]", "expected an object with containerID and ifname")
+        try:
+            owners.add(_owner(item))
+        except ApiError as exc:
+            raise _bad(f"validAttachments[{n}].{exc.field}", exc.msg.split(": ", 1)[-1]) from None
+    return owners
+
+
 # --- the operations (synchronous: no await between reading and changing the allocator) ---------
 
 
 def cni_add(
-    allocator: Allocator, owner: str, pool: str, families: tuple[Family, ...] | None
+    allocator: Allocator,
+    owner: str,
+    pool: str,
+    families: tuple[Family, ...] | None,
+    *,
+    requested: list[str] | None = None,
+    attachment: Attachment | None = None,
 ) -> tuple[list[Allocation], bool]:
     """The owner's addresses in ``pool``, allocating what is missing; (allocations, all existed)."""
+    attachment = attachment or Attachment()
     held = allocator.allocations(owner=owner)
     elsewhere = sorted({a.pool for a in held if a.pool != pool})
     if elsewhere:
@@ -181,17 +236,23 @@ def cni_add(
             f"{owner} holds addresses in pool {', '.join(elsewhere)}: DEL it before an ADD to pool {pool}",
             "pool",
         )
+    if requested:
+        return _add_requested(allocator, owner, pool, families, requested, held, attachment)
+    if held:
+        held = allocator.annotate(owner, attachment)  # a restarted container has a new namespace
     if families is None:
         if held:
             return held, True
-        v4, v6 = allocator.allocate_next(owner, pool)
+        v4, v6 = allocator.allocate_next(owner, pool, attachment=attachment)
         return [a for a in (v4, v6) if a is not None], False
     missing = [f for f in families if not any(a.family == f for a in held)]
     if not missing:
         return [a for a in held if a.family in families], True
     # One allocator call: all or nothing. Both families missing (dual): every enabled family, and
     # undo when one of the two is disabled on this node.
-    v4, v6 = allocator.allocate_next(owner, pool, missing[0] if len(missing) == 1 else None)
+    v4, v6 = allocator.allocate_next(
+        owner, pool, missing[0] if len(missing) == 1 else None, attachment=attachment
+    )
     made = [a for a in (v4, v6) if a is not None]
     absent = [f for f in missing if not any(a.family == f for a in made)]
     if absent:
@@ -201,6 +262,49 @@ def cni_add(
         raise FamilyDisabled(f"{label} allocation disabled (family dual needs both)", pool=pool)
     chosen = [a for a in held if a.family in families] + made
     return sorted(chosen, key=lambda a: a.family != Family.IPV4), False
+
+
+def _add_requested(
+    allocator: Allocator,
+    owner: str,
+    pool: str,
+    families: tuple[Family, ...] | None,
+    requested: list[str],
+    held: list[Allocation],
+    attachment: Attachment,
+) -> tuple[list[Allocation], bool]:
+    """Exactly the requested addresses, or an error: never another address instead."""
+    asked = {Family.of(a) for a in requested}
+    if len(asked) != len(requested):
+        raise _bad("ips", "at most one address per family")
+    if families is not None and not asked <= set(families):
+        raise _bad("ips", f"an address of a family the request does not ask for ({', '.join(families)})")
+    others = [a.address for a in held if a.address not in requested]
+    if others:
+        raise ApiError(
+            409,
+            "address_mismatch",
+            f"{owner} already holds {', '.join(others)}, not the requested {', '.join(requested)}: "
+            "DEL it first",
+            "ips",
+        )
+    existed = len(held) == len(requested)
+    return allocator.allocate_addresses(requested, owner, pool, attachment=attachment), existed
+
+
+def cni_gc(allocator: Allocator, network: str, pool: str | None, valid: set[str]) -> list[Allocation]:
+    """Release the CNI allocations of ``network`` whose owner is not among ``valid``."""
+    stale = sorted(
+        {
+            a.owner
+            for a in allocator.allocations(pool=pool)
+            if a.owner.startswith(CNI_PREFIX) and a.network == network and a.owner not in valid
+        }
+    )
+    released: list[Allocation] = []
+    for owner in stale:
+        released.extend(allocator.release_owner(owner))
+    return released
 
 
 def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> list[Allocation]:
@@ -228,8 +332,9 @@ def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> 
     return held
 
 
-def add_routes(app: web.Application, allocator: Allocator) -> None:
-    """Serve the CNI plugin's API from ``allocator`` on ``app``."""
+def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], str] | None = None) -> None:
+    """Serve the CNI plugin's API from ``allocator`` on ``app``. ``ready()`` says why an ADD cannot be
+    served now (empty: it can), for ``/v1/cni/status``."""
 
     async def add(request: web.Request) -> web.Response:
         try:
@@ -237,18 +342,27 @@ def add_routes(app: web.Application, allocator: Allocator) -> None:
             owner = _owner(body)
             pool = _optional_string(body, "pool", DEFAULT_POOL)
             families = _families(body)
-            netns = body.get("netns")
-            if netns is not None and not isinstance(netns, str):
-                raise _bad("netns", f"expected a string, got {type(netns).__name__}")
+            requested = _addresses(body)
+            attachment = _attachment(body)
             try:
-                allocations, existing = cni_add(allocator, owner, pool, families)
+                allocations, existing = cni_add(
+                    allocator, owner, pool, families, requested=requested, attachment=attachment
+                )
             except AllocatorError as exc:
                 raise _from_allocator(exc) from None
         except ApiError as exc:
             log.warning("cni_add_refused", code=exc.code, field=exc.field, error=exc.msg)
             return exc.response()
         addresses = [a.address for a in allocations]
-        log.info("cni_add", owner=owner, pool=pool, addresses=addresses, existing=existing, netns=netns)
+        log.info(
+            "cni_add",
+            owner=owner,
+            pool=pool,
+            addresses=addresses,
+            existing=existing,
+            requested=bool(requested),
+            **{k: v for k, v in attachment.fields().items() if v},
+        )
         return web.json_response(
             {
                 "owner": owner,
@@ -284,6 +398,42 @@ def add_routes(app: web.Application, allocator: Allocator) -> None:
             return exc.response()
         return web.json_response({"owner": owner, "ips": [allocation_json(a) for a in held]})
 
+    async def gc(request: web.Request) -> web.Response:
+        try:
+            body = await _body(request)
+            network = _string(body, "network")
+            pool = _optional_string(body, "pool", "") or None
+            valid = _valid_attachments(body)
+        except ApiError as exc:
+            log.warning("cni_gc_refused", code=exc.code, field=exc.field, error=exc.msg)
+            return exc.response()
+        try:
+            released = cni_gc(allocator, network, pool, valid)
+        except AllocatorError as exc:
+            error = _from_allocator(exc)
+            log.error("cni_gc_failed", network=network, code=error.code, error=error.msg)
+            return error.response()
+        kept = sum(1 for a in allocator.allocations() if a.network == network)
+        log.info("cni_gc", network=network, released=[a.address for a in released], kept=kept)
+        return web.json_response({"released": [allocation_json(a) for a in released], "kept": kept})
+
+    async def cni_status(request: web.Request) -> web.Response:
+        try:
+            body = await _body(request) if request.can_read_body else {}
+            pool = _optional_string(body, "pool", DEFAULT_POOL)
+        except ApiError as exc:
+            return exc.response()
+        why = ready() if ready is not None else ""
+        if why:
+            return ApiError(503, "not_ready", why).response()
+        try:
+            free = allocator.free(pool)
+        except AllocatorError as exc:
+            return _from_allocator(exc).response()
+        if free == 0:
+            return ApiError(503, "pool_exhausted", f"no free address in pool {pool}", "pool").response()
+        return web.json_response({"ready": True, "available": free})
+
     async def status(_: web.Request) -> web.Response:
         v4, v6, line = allocator.dump()
         pools = {
@@ -301,4 +451,6 @@ def add_routes(app: web.Application, allocator: Allocator) -> None:
     app.router.add_post("/v1/cni/add", add)
     app.router.add_post("/v1/cni/del", delete)
     app.router.add_post("/v1/cni/check", check)
+    app.router.add_post("/v1/cni/gc", gc)
+    app.router.add_post("/v1/cni/status", cni_status)
     app.router.add_get("/v1/status", status)

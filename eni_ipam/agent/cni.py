@@ -3,41 +3,56 @@
 The container runtime (or a main plugin such as ``bridge`` or ``ptp`` delegating to it) execs this
 program once per container and operation. It reads the CNI environment and the network
 configuration on stdin, asks the node agent over its unix socket (``POST /v1/cni/add``, ``/del``,
-``/check``; see :mod:`eni_ipam.agent.api`) and prints a CNI result or a CNI error on stdout.
+``/check``, ``/gc``, ``/status``; see :mod:`eni_ipam.agent.api`) and prints a CNI result or a CNI
+error on stdout.
 
 Invariants:
 
-* Pure standard library and synchronous: it starts in milliseconds and never imports aiohttp.
-* Spec versions 1.0.0 and 0.4.0 (``ips[].version`` only in 0.4.0). Every failure prints the spec's
-  error object (``cniVersion``, ``code``, ``msg``, ``details``) on stdout and exits non-zero; the
-  message names the offending environment variable or configuration field. stderr carries
+* Spec versions 1.1.0, 1.0.0 and 0.4.0 (``ips[].version`` only in 0.4.0). Every failure prints the
+  spec's error object (``cniVersion``, ``code``, ``msg``, ``details``) on stdout and exits non-zero;
+  the message names the offending environment variable or configuration field. stderr carries
   unstructured logs, and only on failures.
 * Input is validated completely before the agent is contacted: bad input never changes state.
 * DEL of something the agent does not know succeeds; an unreachable agent is code 11 (try again
-  later) for every command, so the runtime retries rather than leaking or double-booking an address.
+  later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS.
+* A requested address (CNI_ARGS ``IP=``, the ``ips`` capability) is handed out exactly, or the ADD
+  fails with a code naming why; another address is never handed out instead.
 * The allocation owner is ``cni:<CNI_CONTAINERID>:<CNI_IFNAME>`` (the agent derives it).
+
+Start-up cost is the plugin's latency (a runtime execs it for every pod), so this module imports
+only interpreter built-ins on the common path: ``_json`` and ``_socket`` (the C halves of ``json``
+and ``socket``; the Python halves and ``http.client`` cost 3x a bare interpreter start), with a
+fallback to ``json`` where the private API differs. ``ipaddress`` is imported only to check
+routes, requested and previous addresses. ``scripts/build_cni_plugin.py`` turns this file into the
+installed plugin: an isolated interpreter (``-I -S``) and a cached compiled copy.
 """
 
 from __future__ import annotations
 
-import http.client
-import ipaddress
-import json
-import os
-import re
-import socket
+import _socket
 import sys
-from collections.abc import Mapping
-from typing import Any, NoReturn, TextIO
 
-SUPPORTED_VERSIONS = ("0.4.0", "1.0.0")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs start-up time
+    from collections.abc import Callable, Mapping
+    from typing import Any, NoReturn, TextIO
+
+try:  # the C half only (see the module docstring)
+    import _json
+except ImportError:  # pragma: no cover - an interpreter without the accelerator
+    _json = None  # type: ignore[assignment]
+
+SUPPORTED_VERSIONS = ("0.4.0", "1.0.0", "1.1.0")
 DEFAULT_SOCKET = "/run/eni-ipam/agent.sock"
 MAX_SOCKET_PATH = 107
 """Longest unix socket path Linux accepts (sun_path is 108 bytes with its terminating NUL)."""
 DEFAULT_POOL = "default"
 FAMILIES = ("ipv4", "ipv6", "dual")
 REQUEST_TIMEOUT = 30.0
-"""Seconds to wait for the agent (connect + answer); runtimes time a plugin out after minutes."""
+"""Seconds to wait for the agent (connect, and then each read); runtimes time a plugin out after
+minutes."""
+MAX_ANSWER = 4 << 20
+"""Largest agent answer read (bytes): a pool's addresses fit many times over."""
 
 # The spec's well-known error codes (0-99) used here.
 INCOMPATIBLE_VERSION = 1
@@ -48,6 +63,8 @@ IO_FAILURE = 5
 DECODE_FAILURE = 6
 INVALID_CONFIG = 7
 TRY_AGAIN_LATER = 11
+NOT_AVAILABLE = 50
+"""STATUS: the plugin cannot serve ADDs (agent unreachable or not ready, pool exhausted)."""
 # Plugin-specific codes (100+).
 AGENT_ERROR = 100
 FAMILY_DISABLED = 101
@@ -59,6 +76,7 @@ ADDRESS_MISMATCH = 106
 
 AGENT_ERROR_CODES: Mapping[str, int] = {
     "pool_exhausted": TRY_AGAIN_LATER,
+    "not_ready": TRY_AGAIN_LATER,
     "family_disabled": FAMILY_DISABLED,
     "unknown_pool": UNKNOWN_POOL,
     "not_in_pool": NOT_IN_POOL,
@@ -70,21 +88,26 @@ AGENT_ERROR_CODES: Mapping[str, int] = {
 }
 """The agent API's error ``code`` → the CNI error code this plugin reports. ``bad_request`` is mapped
 by its ``field``: the container's identity → 4 (invalid environment), anything else → 7; an unknown
-code is 11 for a 5xx answer (the agent is not ready) and 100 otherwise."""
+code is 11 for a 5xx answer (the agent is not ready) and 100 otherwise. STATUS reports every
+failure to serve as 50."""
 
-ENV_FIELDS = frozenset({"containerID", "ifname", "netns"})
+ENV_FIELDS = frozenset({"containerID", "ifname", "netns", "podUID", "podNamespace", "podName"})
 """Fields of an agent request that come from the CNI environment rather than the configuration."""
 
 IPAM_KEYS = frozenset({"type", "socket", "pool", "family", "routes", "defaultRoute"})
+COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+POD_ARGS = {"K8S_POD_UID": "podUID", "K8S_POD_NAMESPACE": "podNamespace", "K8S_POD_NAME": "podName"}
+"""CNI_ARGS keys (set by the kubelet's runtime, and by podman) recorded with the allocation."""
+VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
-_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
 def container_id_problem(value: str) -> str:
     """Why ``value`` is not a valid CNI container id ("" when it is)."""
     if not value:
         return "must not be empty"
-    if not _CONTAINER_ID.fullmatch(value):
+    if not value[0].isascii() or not value[0].isalnum() or not _ID_CHARS.issuperset(value):
         return "must start with a letter or digit, followed by letters, digits, '_', '.' or '-'"
     return ""
 
@@ -116,25 +139,129 @@ def _fail(code: int, msg: str, details: str = "") -> NoReturn:
     raise CniError(code, msg, details)
 
 
-# --- the agent client: HTTP/1.1 over a unix socket ---------------------------------------------
+# --- JSON on the C accelerator alone ---------------------------------------------------------
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` speaking to a unix socket (the Host header is a placeholder)."""
+def dumps(value: Any) -> str:
+    """``json.dumps(value)`` (same text) for the JSON types this plugin writes."""
+    if isinstance(value, str):
+        return _quote(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_quote(str(k))}: {dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    raise TypeError(f"not JSON: {type(value).__name__}")  # pragma: no cover - plugin bug
 
-    def __init__(self, path: str, timeout: float = REQUEST_TIMEOUT) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class _Context:
+    """What ``_json.make_scanner`` reads from ``json.JSONDecoder`` (strict, plain types)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+
+
+def _quote(text: str) -> str:
+    if _json is None:  # pragma: no cover
+        import json
+
+        return json.dumps(text)
+    return _json.encode_basestring_ascii(text)
+
+
+def _scanner() -> Callable[[str, int], tuple[Any, int]] | None:
+    try:
+        scanner: Any = _json.make_scanner if _json is not None else None
+        return scanner(_Context()) if scanner is not None else None
+    except Exception:  # pragma: no cover - a private API that changed: use json
+        return None
+
+
+_SCAN = _scanner()
+_SPACE = " \t\n\r"
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``; raises ValueError (or RecursionError) on anything else."""
+    if _SCAN is None:  # pragma: no cover
+        import json
+
+        return json.loads(text)
+    start = len(text) - len(text.lstrip(_SPACE))
+    try:
+        value, end = _SCAN(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"expecting a value at character {exc.value}") from None
+    if text[end:].strip(_SPACE):
+        raise ValueError(f"extra data at character {end}")
+    return value
+
+
+# --- the agent client: HTTP/1.1 over a unix socket, one request per connection ----------------
+
+
+def _unreachable(path: str, socket_path: str, exc: BaseException) -> NoReturn:
+    _fail(
+        TRY_AGAIN_LATER,
+        "the eni-ipam agent is not reachable",
+        f"{path} on {socket_path}: {exc or type(exc).__name__}",
+    )
+
+
+def _http_body(raw: bytes) -> tuple[int, bytes]:
+    """(status, body) of a complete HTTP/1.x answer; ValueError when it is not one."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("the answer ended inside its headers")
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP status line: {lines[0][:80]!r}")
+    chunked, length = False, -1
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value.strip())
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+    if chunked:
+        body = _unchunk(body)
+    elif length >= 0:
+        if len(body) < length:
+            raise ValueError(f"the answer ended after {len(body)} of {length} bytes")
+        body = body[:length]
+    return int(parts[1]), body
+
+
+def _unchunk(data: bytes) -> bytes:
+    out: list[bytes] = []
+    while True:
+        size_line, sep, data = data.partition(b"\r\n")
+        if not sep:
+            raise ValueError("the chunked answer ended early")
+        size = int(size_line.split(b";", 1)[0], 16)
+        if size == 0:
+            return b"".join(out)
+        if len(data) < size + 2:
+            raise ValueError("the chunked answer ended inside a chunk")
+        out.append(data[:size])
+        data = data[size + 2 :]
 
 
 class AgentClient:
@@ -144,21 +271,34 @@ class AgentClient:
 
     def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
         """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11."""
-        conn = UnixHTTPConnection(self.socket_path, self.timeout)
+        payload = dumps(body).encode()
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        ).encode() + payload
+        chunks: list[bytes] = []
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            raw = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            _fail(
-                TRY_AGAIN_LATER,
-                "the eni-ipam agent is not reachable",
-                f"{path} on {self.socket_path}: {exc or type(exc).__name__}",
-            )
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            sock.sendall(request)
+            size = 0
+            while size <= MAX_ANSWER:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            _unreachable(path, self.socket_path, exc)
         finally:
-            conn.close()
+            sock.close()
         try:
-            return response.status, json.loads(raw)
+            status, raw = _http_body(b"".join(chunks))
+        except ValueError as exc:
+            _unreachable(path, self.socket_path, exc)
+        try:
+            return status, loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):
             _fail(
                 AGENT_ERROR,
@@ -171,7 +311,7 @@ def _agent_error(status: int, body: Any) -> NoReturn:
     """Translate an agent error answer into the CNI error the runtime sees."""
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
-        _fail(AGENT_ERROR, f"the eni-ipam agent failed (HTTP {status})", json.dumps(body)[:300])
+        _fail(AGENT_ERROR, f"the eni-ipam agent failed (HTTP {status})", dumps(body)[:300])
     code = str(error.get("code", ""))
     msg = str(error.get("msg", "")) or f"HTTP {status}"
     field = str(error.get("field", ""))
@@ -189,7 +329,15 @@ class Invocation:
     """The validated environment and configuration of one call."""
 
     def __init__(
-        self, *, command: str, version: str, container_id: str, ifname: str, netns: str, conf: dict[str, Any]
+        self,
+        *,
+        command: str,
+        version: str,
+        container_id: str,
+        ifname: str,
+        netns: str,
+        conf: dict[str, Any],
+        args: Mapping[str, list[str]] | None = None,
     ) -> None:
         self.command = command
         self.version = version
@@ -197,12 +345,15 @@ class Invocation:
         self.ifname = ifname
         self.netns = netns
         self.conf = conf
+        self.args = args or {}
         ipam = conf["ipam"]
         self.socket: str = ipam.get("socket", DEFAULT_SOCKET)
         self.pool: str = ipam.get("pool", DEFAULT_POOL)
         self.family: str | None = ipam.get("family")
         self.routes: list[dict[str, str]] = [dict(r) for r in ipam.get("routes", [])]
         self.default_route: bool = ipam.get("defaultRoute", True)
+        name = conf.get("name")
+        self.network: str = name if isinstance(name, str) else ""
 
 
 def _env(environ: Mapping[str, str], name: str, required: bool) -> str:
@@ -215,7 +366,7 @@ def _env(environ: Mapping[str, str], name: str, required: bool) -> str:
 def parse_config(raw: str) -> dict[str, Any]:
     """Decode the network configuration and check the version (code 6 / 7 / 1)."""
     try:
-        conf = json.loads(raw)
+        conf = loads(raw)
     except (ValueError, RecursionError) as exc:
         _fail(DECODE_FAILURE, "the network configuration on stdin is not valid JSON", str(exc))
     if not isinstance(conf, dict):
@@ -230,6 +381,27 @@ def parse_config(raw: str) -> dict[str, Any]:
             f"supported versions: {', '.join(SUPPORTED_VERSIONS)}",
         )
     return conf
+
+
+def _check_network(value: Any, where: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(str(value), strict=False)
+    except ValueError:
+        _fail(INVALID_CONFIG, f"{where} must be a network such as 10.0.0.0/8, got {value!r}")
+
+
+def _check_address(value: Any, code: int, where: str) -> str:
+    """The canonical address of ``value`` (``10.0.0.5`` or ``10.0.0.5/24``), or error ``code``."""
+    import ipaddress
+
+    if isinstance(value, str):
+        try:
+            return str(ipaddress.ip_interface(value).ip)
+        except ValueError:
+            pass
+    _fail(code, f"{where} must be an address such as 10.0.0.5 or 10.0.0.5/24, got {value!r}")
 
 
 def validate_ipam(conf: Mapping[str, Any]) -> None:
@@ -247,9 +419,10 @@ def validate_ipam(conf: Mapping[str, Any]) -> None:
     sock = ipam.get("socket", DEFAULT_SOCKET)
     if not isinstance(sock, str) or not sock.startswith("/"):
         _fail(INVALID_CONFIG, f"ipam.socket must be an absolute path, got {sock!r}")
-    if len(sock.encode()) > MAX_SOCKET_PATH:
+    if len(sock.encode()) > MAX_SOCKET_PATH or "\0" in sock:
         _fail(
-            INVALID_CONFIG, f"ipam.socket is longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes)"
+            INVALID_CONFIG,
+            f"ipam.socket must be a unix socket path: at most {MAX_SOCKET_PATH} bytes, no NUL",
         )
     pool = ipam.get("pool", DEFAULT_POOL)
     if not isinstance(pool, str) or not pool:
@@ -270,24 +443,51 @@ def validate_ipam(conf: Mapping[str, Any]) -> None:
         for key in route:
             if key not in ("dst", "gw"):
                 _fail(UNSUPPORTED_FIELD, f"{where}.{key} is not a route field (dst, gw)")
-        try:
-            ipaddress.ip_network(str(route.get("dst", "")), strict=False)
-        except ValueError:
-            _fail(
-                INVALID_CONFIG, f"{where}.dst must be a network such as 10.0.0.0/8, got {route.get('dst')!r}"
-            )
+        _check_network(route.get("dst", ""), f"{where}.dst")
+        if "gw" in route and "/" in str(route["gw"]):
+            _fail(INVALID_CONFIG, f"{where}.gw must be an address, got {route['gw']!r}")
         if "gw" in route:
-            try:
-                ipaddress.ip_address(str(route["gw"]))
-            except ValueError:
-                _fail(INVALID_CONFIG, f"{where}.gw must be an address, got {route['gw']!r}")
+            _check_address(route["gw"], INVALID_CONFIG, f"{where}.gw")
+
+
+def parse_args(raw: str) -> dict[str, list[str]]:
+    """CNI_ARGS (``K=V;K2=V2``) → {key: [values]}; a repeated key keeps every value (code 4)."""
+    args: dict[str, list[str]] = {}
+    for n, pair in enumerate(raw.split(";")):
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            _fail(INVALID_ENV, f"CNI_ARGS item {n + 1} must be KEY=VALUE, got {pair[:100]!r}")
+        args.setdefault(key, []).append(value)
+    return args
+
+
+def requested_addresses(inv: Invocation) -> list[str]:
+    """The addresses the runtime asks for: CNI_ARGS ``IP=`` (comma-separated, repeatable) and the
+    ``ips`` capability (``runtimeConfig.ips``), canonical and without duplicates."""
+    asked: list[str] = []
+    for value in inv.args.get("IP", []):
+        for item in value.split(","):
+            asked.append(_check_address(item.strip(), INVALID_ENV, "CNI_ARGS IP"))
+    runtime = inv.conf.get("runtimeConfig")
+    ips = runtime.get("ips") if isinstance(runtime, dict) else None
+    if ips is not None:
+        if not isinstance(ips, list):
+            _fail(INVALID_CONFIG, f"runtimeConfig.ips must be a list of addresses, got {ips!r}")
+        for n, item in enumerate(ips):
+            asked.append(_check_address(item, INVALID_CONFIG, f"runtimeConfig.ips[{n}]"))
+    return list(dict.fromkeys(asked))
 
 
 def read_env(environ: Mapping[str, str]) -> tuple[str, str, str, str]:
-    """(command, container id, ifname, netns) for ADD / DEL / CHECK; code 4 naming the variable."""
+    """(command, container id, ifname, netns); code 4 naming the variable. GC and STATUS are about
+    the network, not a container: they need none of the three."""
     command = environ.get("CNI_COMMAND", "")
-    if command not in ("ADD", "DEL", "CHECK"):
-        _fail(INVALID_ENV, f"CNI_COMMAND must be one of ADD, DEL, CHECK, VERSION, got {command!r}")
+    if command not in COMMANDS:
+        _fail(INVALID_ENV, f"CNI_COMMAND must be one of {', '.join(COMMANDS)}, got {command!r}")
+    if command in ("GC", "STATUS"):
+        return command, "", "", ""
     container_id = _env(environ, "CNI_CONTAINERID", True)
     problem = container_id_problem(container_id)
     if problem:
@@ -334,7 +534,7 @@ def build_result(version: str, ips: list[dict[str, Any]], inv: Invocation) -> di
     for ip in ips:
         address, prefix, gateway = str(ip["address"]), int(ip["prefixLength"]), str(ip.get("gateway") or "")
         entry: dict[str, Any] = {}
-        v6 = ipaddress.ip_address(address).version == 6
+        v6 = ":" in address
         if version == "0.4.0":
             entry["version"] = "6" if v6 else "4"
         entry["address"] = f"{address}/{prefix}"
@@ -348,12 +548,22 @@ def build_result(version: str, ips: list[dict[str, Any]], inv: Invocation) -> di
 
 
 def cmd_add(inv: Invocation, client: AgentClient) -> dict[str, Any]:
-    status, body = client.post("/v1/cni/add", _request(inv))
+    body = _request(inv)
+    requested = requested_addresses(inv)
+    if requested:
+        body["ips"] = requested
+    if inv.network:
+        body["network"] = inv.network
+    for arg, field in POD_ARGS.items():
+        values = inv.args.get(arg)
+        if values and values[-1]:
+            body[field] = values[-1]
+    status, answer = client.post("/v1/cni/add", body)
     if status != 200:
-        _agent_error(status, body)
-    ips = body.get("ips") if isinstance(body, dict) else None
+        _agent_error(status, answer)
+    ips = answer.get("ips") if isinstance(answer, dict) else None
     if not isinstance(ips, list) or not ips:
-        _fail(AGENT_ERROR, "the eni-ipam agent answered ADD without addresses", json.dumps(body)[:300])
+        _fail(AGENT_ERROR, "the eni-ipam agent answered ADD without addresses", dumps(answer)[:300])
     try:
         return build_result(inv.version, ips, inv)
     except (KeyError, TypeError, ValueError) as exc:
@@ -373,13 +583,7 @@ def _prev_addresses(prev: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for n, ip in enumerate(ips):
         address = ip.get("address") if isinstance(ip, dict) else None
-        try:
-            out.append(str(ipaddress.ip_interface(str(address)).ip))
-        except ValueError:
-            _fail(
-                INVALID_CONFIG,
-                f"prevResult.ips[{n}].address must be an address in CIDR form, got {address!r}",
-            )
+        out.append(_check_address(address, INVALID_CONFIG, f"prevResult.ips[{n}].address"))
     return out
 
 
@@ -391,8 +595,54 @@ def cmd_check(inv: Invocation, client: AgentClient) -> None:
         _agent_error(status, answer)
 
 
-def version_info() -> dict[str, Any]:
-    return {"cniVersion": SUPPORTED_VERSIONS[-1], "supportedVersions": list(SUPPORTED_VERSIONS)}
+def cmd_gc(inv: Invocation, client: AgentClient) -> None:
+    """Release every address of this network whose attachment the runtime no longer lists."""
+    raw = inv.conf.get(VALID_ATTACHMENTS, [])
+    if not isinstance(raw, list):
+        _fail(INVALID_CONFIG, f"{VALID_ATTACHMENTS} must be a list of {{containerID, ifname}}")
+    valid: list[dict[str, str]] = []
+    for n, item in enumerate(raw):
+        where = f"{VALID_ATTACHMENTS}[{n}]"
+        if not isinstance(item, dict):
+            _fail(INVALID_CONFIG, f"{where} must be an object with containerID and ifname")
+        container_id, ifname = item.get("containerID"), item.get("ifname")
+        if not isinstance(container_id, str) or container_id_problem(container_id):
+            _fail(INVALID_CONFIG, f"{where}.containerID must be a container id, got {container_id!r}")
+        if not isinstance(ifname, str) or ifname_problem(ifname):
+            _fail(INVALID_CONFIG, f"{where}.ifname must be an interface name, got {ifname!r}")
+        valid.append({"containerID": container_id, "ifname": ifname})
+    if not inv.network:
+        _fail(INVALID_CONFIG, "name (the network's) is required for GC: only its addresses are collected")
+    body = {"network": inv.network, "pool": inv.pool, "validAttachments": valid}
+    status, answer = client.post("/v1/cni/gc", body)
+    if status != 200:
+        _agent_error(status, answer)
+
+
+def cmd_status(inv: Invocation, client: AgentClient) -> None:
+    """Succeed when an ADD can be served now; code 50 (with the reason) otherwise."""
+    try:
+        status, answer = client.post("/v1/cni/status", {"pool": inv.pool})
+        if status != 200:
+            _agent_error(status, answer)
+    except CniError as exc:
+        if exc.code in (INVALID_CONFIG, INVALID_ENV, UNSUPPORTED_FIELD):
+            raise
+        raise CniError(NOT_AVAILABLE, exc.msg, exc.details) from None
+
+
+def version_info(version: str) -> dict[str, Any]:
+    return {"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}
+
+
+def _input_version(raw: str) -> str:
+    """VERSION's answer names the configuration's version when it is one this plugin speaks."""
+    try:
+        conf = loads(raw) if raw.strip() else None
+    except (ValueError, RecursionError):
+        conf = None
+    version = conf.get("cniVersion") if isinstance(conf, dict) else None
+    return version if version in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
 
 
 def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
@@ -401,11 +651,15 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
     command = environ.get("CNI_COMMAND", "")
     output: dict[str, Any] | None = None
     try:
+        # Read first: an error names the configuration's version whenever it has a supported one.
+        raw = read_stdin(stdin)
+        version = _input_version(raw)
         if command == "VERSION":
-            output = version_info()
+            output = version_info(version)
         else:
             command, container_id, ifname, netns = read_env(environ)
-            conf = parse_config(read_stdin(stdin))
+            args = parse_args(environ.get("CNI_ARGS", ""))
+            conf = parse_config(raw)
             version = conf["cniVersion"]
             validate_ipam(conf)
             if command == "CHECK" and not isinstance(conf.get("prevResult"), dict):
@@ -417,36 +671,48 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
                 ifname=ifname,
                 netns=netns,
                 conf=conf,
+                args=args,
             )
             client = AgentClient(inv.socket)
             if command == "ADD":
                 output = cmd_add(inv, client)
             elif command == "DEL":
                 cmd_del(inv, client)
-            else:
+            elif command == "CHECK":
                 cmd_check(inv, client)
+            elif command == "GC":
+                cmd_gc(inv, client)
+            else:
+                cmd_status(inv, client)
     except CniError as exc:
         error: dict[str, Any] = {"cniVersion": version, "code": exc.code, "msg": exc.msg}
         if exc.details:
             error["details"] = exc.details
-        json.dump(error, stdout)
-        stdout.write("\n")
+        stdout.write(dumps(error) + "\n")
         # One log line per failure whatever the input holds: values from the runtime are escaped.
-        ident = json.dumps(environ.get("CNI_CONTAINERID", ""))
-        details = f" ({json.dumps(exc.details)})" if exc.details else ""
-        what = f"{json.dumps(command or '?')} {ident}"
-        print(f"eni-ipam-cni: {what}: error {exc.code}: {json.dumps(exc.msg)}{details}", file=stderr)
+        ident = dumps(environ.get("CNI_CONTAINERID", ""))
+        details = f" ({dumps(exc.details)})" if exc.details else ""
+        what = f"{dumps(command or '?')} {ident}"
+        stderr.write(f"eni-ipam-cni: {what}: error {exc.code}: {dumps(exc.msg)}{details}\n")
         return 1
     if output is not None:
-        json.dump(output, stdout)
-        stdout.write("\n")
+        stdout.write(dumps(output) + "\n")
     return 0
 
 
 def main() -> int:
     """Console entry point (``eni-ipam-cni``)."""
+    import os
+
     return run(os.environ, sys.stdin, sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from posix import environ as _environ
+
+    # os.environ without importing os: the raw environment, decoded as os.environ decodes it.
+    _env_str = {
+        k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+        for k, v in _environ.items()
+    }
+    sys.exit(run(_env_str, sys.stdin, sys.stdout, sys.stderr))

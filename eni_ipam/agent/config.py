@@ -20,6 +20,7 @@ from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.core.config import (
     Cidr,
     ConfigModel,
+    Duration,
     FieldError,
     LogLevel,
     Name,
@@ -149,6 +150,19 @@ class AgentConfig(ConfigModel):
     server: ServerSection = ServerSection()
     report_interval: PositiveDuration = 1.0
     """Seconds between reports of the addresses in use and the handshake answers (changes only)."""
+    sweep_interval: Annotated[Duration, Field(ge=0)] = 30.0
+    """How often addresses whose owner is gone are looked for (0: never). Runtimes do not retry a DEL
+    or a release that failed while the agent was down; without the sweep such an address stays
+    allocated for good. Half a minute finds them well within the grace period below."""
+    sweep_grace: PositiveDuration = 60.0
+    """How long an owner must have been judged gone, at every sweep, before its addresses are released.
+    A pod or container being created may not be visible to the judge yet; a minute covers that and a
+    slow API server, while a leaked address comes back within two minutes."""
+    docker_socket: str = ""
+    """Docker's API socket (``/run/docker.sock`` on a Docker host): the libnetwork driver's addresses
+    and pools are then reconciled with the endpoints Docker reports. Empty: no reconciliation."""
+    docker_ipam_driver: Name = "eni-ipam"
+    """The name networks use for this driver (``--ipam-driver``): the plugin's ``.spec`` or socket name."""
     kubernetes: KubernetesSection = KubernetesSection()
     claims: bool = True
     """Serve Cluster API IPAddressClaims whose poolRef names this node's ENIPool."""

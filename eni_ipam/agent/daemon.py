@@ -38,6 +38,7 @@ from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
+from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock, LoopClock
@@ -109,6 +110,8 @@ class Agent:
         self.endpoint: web.AppRunner | None = None
         """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
         self.restored = False
+        self.sweeper: Sweeper | None = None
+        """Releases what runtimes forgot to release, while running (``sweep_interval`` > 0)."""
         self.pool_seen = asyncio.Event()
         self._pool: dict[str, Any] | None = None
         self._marks: dict[str, ReleaseState] = {}
@@ -125,7 +128,7 @@ class Agent:
 
     def socket_app(self) -> web.Application:
         app = web.Application()
-        api.add_routes(app, self.allocator)
+        api.add_routes(app, self.allocator, ready=lambda: "" if self.readiness()[0] else self.readiness()[1])
         libnetwork.add_routes(app, self.driver)
         return app
 
@@ -237,10 +240,29 @@ class Agent:
                 # or CHECK must work even while the API server is out of reach.
                 self._restore()
                 tasks = []
+                judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
-                    tasks += self._start_kubernetes(tg)
+                    tasks += self._start_kubernetes(tg, judges)
                 else:
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
+                    judges.append(NamespaceJudge(self.allocator, cni_cache_dir=self.config.cni_cache_dir))
+                if self.config.docker_socket:
+                    judges.append(
+                        DockerJudge(
+                            self.allocator,
+                            self.driver,
+                            socket=self.config.docker_socket,
+                            driver_name=self.config.docker_ipam_driver,
+                        )
+                    )
+                if self.config.sweep_interval > 0:
+                    self.sweeper = Sweeper(
+                        judges,
+                        clock=self.clock,
+                        interval=self.config.sweep_interval,
+                        grace=self.config.sweep_grace,
+                    )
+                    tasks.append(tg.create_task(self.sweeper.run(), name="eni-ipam-agent-sweep"))
                 if self.config.claims and self.kube is not None:
                     from eni_ipam.agent.claims import ClaimReconciler
 
@@ -269,8 +291,8 @@ class Agent:
             lock.close()
         log.info("agent_stopped", node=self.node)
 
-    def _start_kubernetes(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
-        from eni_ipam.kube.api import ENIPOOLS, KubeApi, client_from_kubeconfig
+    def _start_kubernetes(self, tg: asyncio.TaskGroup, judges: list[Judge]) -> list[asyncio.Task[None]]:
+        from eni_ipam.kube.api import ENIPOOLS, PODS, KubeApi, client_from_kubeconfig
         from eni_ipam.kube.informer import Informer
         from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 
@@ -288,6 +310,12 @@ class Agent:
             tg.create_task(pools.run(), name="eni-ipam-agent-pool"),
             tg.create_task(self._report(), name="eni-ipam-agent-report"),
         ]
+        if self.config.sweep_interval > 0:
+            pods = Informer(
+                self.kube, PODS, clock=self.clock, metrics=self.metrics, fields={"spec.nodeName": self.node}
+            )
+            judges.append(PodJudge(self.allocator, pods))
+            tasks.append(tg.create_task(pods.run(), name="eni-ipam-agent-pods"))
         return tasks
 
 

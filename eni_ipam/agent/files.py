@@ -34,6 +34,24 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.close(directory)
 
 
+def write_in_place(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite ``len(data)`` bytes of ``path`` at ``offset`` and wait for the data to reach the disk.
+
+    The file must already extend past ``offset + len(data)``: its size and blocks do not change, so
+    ``fdatasync`` flushes the data alone (no journal commit, no directory entry), and the write needs
+    no free space. A crash can leave the range half written; callers keep a second copy.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def move_aside(path: Path) -> Path:
     """Rename ``path`` to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
     n = 1

@@ -50,7 +50,48 @@ class Allocation:
     subnet_id: str = ""
     expiration_uuid: str = ""
     """Set while an expiration timer runs (allocate-with-expiration); empty otherwise."""
+    network: str = ""
+    """The CNI network configuration's name the address was added for (``GC`` is per network)."""
+    netns: str = ""
+    """The network namespace the runtime named at ADD (the sweep: gone namespace, gone owner)."""
+    pod_uid: str = ""
+    """The Kubernetes pod the runtime named at ADD (``K8S_POD_UID``): gone pod, gone owner."""
+    pod: str = ""
+    """``namespace/name`` of that pod, for people reading logs and the status."""
 
     @property
     def family(self) -> Family:
         return Family.of(self.address)
+
+    def attachment(self) -> Attachment:
+        return Attachment(network=self.network, netns=self.netns, pod_uid=self.pod_uid, pod=self.pod)
+
+    def with_attachment(self, attachment: Attachment) -> Allocation:
+        return dataclasses.replace(
+            self,
+            network=attachment.network,
+            netns=attachment.netns,
+            pod_uid=attachment.pod_uid,
+            pod=attachment.pod,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Attachment:
+    """What the runtime said about the container an allocation is for (all optional)."""
+
+    network: str = ""
+    netns: str = ""
+    pod_uid: str = ""
+    pod: str = ""
+
+    def fields(self) -> dict[str, str]:
+        return {"network": self.network, "netns": self.netns, "pod_uid": self.pod_uid, "pod": self.pod}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeEntry:
+    """One address the container runtime says is in use: by whom, and what it said of the container."""
+
+    owner: str
+    attachment: Attachment = Attachment()

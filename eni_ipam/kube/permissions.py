@@ -55,6 +55,10 @@ CLAIMS_GROUP = "ipam.cluster.x-k8s.io"
 
 AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     {
+        # The pods on its node (field selector spec.nodeName): an address whose pod is gone is released
+        # by the sweep, whatever happened to the pod's CNI DEL.
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
         # Its own node's pool (watched by name): the addresses to hand out and the handshake marks.
         (GROUP, PLURAL, "list"),
         (GROUP, PLURAL, "watch"),

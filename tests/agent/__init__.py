@@ -1,18 +1,39 @@
 """Tests of the node side. :class:`FakeClock` drives the allocator's expiration timers by hand;
-:func:`unix_server` serves an aiohttp app on a unix socket, as the agent does."""
+:func:`unix_server` serves an aiohttp app on a unix socket, as the agent does; :func:`built_plugin`
+is the CNI plugin as it is installed."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import datetime
+import functools
 import heapq
 import itertools
+import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def built_plugin() -> Path:
+    """``eni-ipam-cni`` as it is installed (scripts/build_cni_plugin.py), for this interpreter; built
+    once per test run into a directory of its own (what a runtime's CNI_PATH names)."""
+    directory = tempfile.mkdtemp(prefix="eni-ipam-cni-")
+    atexit.register(shutil.rmtree, directory, True)
+    plugin = Path(directory) / "eni-ipam-cni"
+    script = ROOT / "scripts" / "build_cni_plugin.py"
+    command = [sys.executable, str(script), "--output", str(plugin), "--interpreter", sys.executable]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    return plugin
 
 
 @contextlib.asynccontextmanager

@@ -289,7 +289,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def restart(self) -> None:
         before = self.allocator.allocations()
         self.clock.kill()  # the process dies, and its timers with it
-        self.cursors.clear()  # the serial cursor is not persisted
+        # the serial cursors are saved with the allocations: they survive the restart
         self.timers = {a: (u, self.clock.now + t, t) for a, (u, _, t) in self.timers.items()}
         self.allocator = self.start()
         assert self.allocator.allocations() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -57,9 +58,9 @@ def test_saved_allocations_load_back_with_their_timers(path: Path) -> None:
     state.save([V6, V4], {"2001:db8::5": 30.0})
     assert state.load() == [V4, V6]
     assert state.read().timeouts == {"2001:db8::5": 30.0}
-    document = json.loads(path.read_text())
-    assert document["version"] == 1
-    assert document["checksum"] == checksum(document["allocations"])
+    document = json.loads(path.read_text())  # one document, and an empty slot: spaces
+    assert (document["version"], document["generation"]) == (3, 1)
+    assert document["checksum"] == checksum(covered(document))
 
 
 def test_a_missing_file_is_an_empty_state(path: Path) -> None:
@@ -88,21 +89,97 @@ def test_save_fsyncs_the_file_and_its_directory_and_leaves_no_temporary(
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
-def test_a_failed_write_leaves_the_previous_file_and_no_temporary(
+def test_a_failed_write_leaves_the_previous_state_and_no_temporary(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = StateFile(path)
     state.save([V4])
-    before = path.read_bytes()
+    state.save([V4, dataclasses.replace(V4, address="10.0.0.6")])
 
-    def refuse(src: object, dst: object) -> None:
-        raise OSError(28, "No space left on device")
+    def refuse(*_: object) -> int:
+        raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "replace", refuse)
+    monkeypatch.setattr(os, "pwrite", refuse)
     with pytest.raises(OSError):
         state.save([])
-    assert path.read_bytes() == before
+    assert [a.address for a in StateFile(path).load()] == ["10.0.0.5", "10.0.0.6"]
     assert [p.name for p in path.parent.iterdir()] == [path.name]
+    monkeypatch.undo()
+    state.save([])
+    assert StateFile(path).load() == []
+
+
+def test_a_change_overwrites_the_older_slot_in_place_and_waits_for_fdatasync_alone(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = StateFile(path)
+    state.save([V4])
+    size = path.stat().st_size
+    synced: list[str] = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append("data"))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append("fsync"))
+    monkeypatch.setattr(os, "replace", lambda *_: pytest.fail("a change must not replace the file"))
+    first = path.read_bytes()[: size // 2]
+    state.save([])
+    assert synced == ["data"]
+    assert path.stat().st_size == size
+    assert path.read_bytes()[: size // 2] == first  # the newest state was in slot 0: slot 1 was written
+    assert StateFile(path).load() == []
+
+
+def test_a_torn_slot_is_ignored_for_the_previous_state_and_written_again(path: Path) -> None:
+    state = StateFile(path)
+    state.save([V4])  # generation 1, slot 0
+    state.save([])  # generation 2, slot 1
+    raw = bytearray(path.read_bytes())
+    half = len(raw) // 2
+    raw[half + 10 : half + 20] = b"#" * 10  # a write of generation 2 cut short (a crash, a kill)
+    path.write_bytes(bytes(raw))
+    with capture_logs() as logs:
+        assert StateFile(path).load() == [V4]
+    assert [e["event"] for e in logs] == ["state_slot_ignored"]
+    again = StateFile(path)
+    again.read()
+    again.save([])  # generation 2 again, into the torn slot: slot 0 keeps generation 1
+    assert path.read_bytes()[:half] == bytes(raw[:half])
+    assert StateFile(path).load() == []
+
+
+def test_a_file_with_no_valid_slot_is_corrupt_naming_both(path: Path) -> None:
+    state = StateFile(path)
+    state.save([V4])
+    state.save([])
+    raw = bytearray(path.read_bytes())
+    half = len(raw) // 2
+    raw[10:20] = raw[half + 10 : half + 20] = b"#" * 10
+    path.write_bytes(bytes(raw))
+    with pytest.raises(errors.CorruptState, match=r"slot 0: .*slot 1: "):
+        StateFile(path).load()
+
+
+def test_a_state_that_outgrows_its_slots_moves_to_a_file_twice_the_size(path: Path) -> None:
+    state = StateFile(path)
+    state.save([V4])
+    small = path.stat().st_size
+    many = [
+        dataclasses.replace(V4, address=f"10.1.{n // 250}.{n % 250 + 1}", owner=f"c{n}") for n in range(600)
+    ]
+    state.save(many)
+    assert path.stat().st_size >= 2 * small
+    assert StateFile(path).load() == many
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_a_version_2_file_is_read_and_replaced_by_slots_on_the_first_write(path: Path) -> None:
+    entries = [dataclasses.asdict(V4)]
+    covered2 = {"allocations": entries, "cursors": {"default/ipv4": "10.0.0.5"}}
+    path.write_text(json.dumps({"version": 2, "checksum": checksum(covered2), **covered2}))
+    state = StateFile(path)
+    assert state.read().allocations == [V4] and state.read().cursors == {"default/ipv4": "10.0.0.5"}
+    state.save([V4])
+    document = json.loads(path.read_text())
+    assert (document["version"], document["generation"]) == (3, 1)
+    assert path.stat().st_size >= 2 * 64 * 1024
 
 
 def checksum(entries: object) -> str:
@@ -113,13 +190,26 @@ def checksum(entries: object) -> str:
     )
 
 
+def covered(document: dict) -> object:
+    """What the checksum covers: version 3, the allocations, the cursors and the generation; version 2,
+    the allocations and the cursors; version 1, the allocations."""
+    if document.get("version") == 1:
+        return document["allocations"]
+    if document.get("version") == 2:
+        return {"allocations": document["allocations"], "cursors": document.get("cursors")}
+    return {k: document.get(k) for k in ("allocations", "cursors", "generation")}
+
+
 def rewrite(path: Path, change: Callable[[dict], None], *, fix_checksum: bool = True) -> None:
-    """Apply ``change`` to the saved document, recomputing its checksum unless told not to."""
-    document = json.loads(path.read_text())
+    """Apply ``change`` to the document of a file saved once (slot 0; slot 1 is empty), recomputing its
+    checksum unless told not to; the file keeps its slots."""
+    raw = path.read_bytes()
+    document = json.loads(raw)
     change(document)
     if fix_checksum:
-        document["checksum"] = checksum(document["allocations"])
-    path.write_text(json.dumps(document))
+        document["checksum"] = checksum(covered(document))
+    half = len(raw) // 2
+    path.write_bytes(json.dumps(document).encode().ljust(half) + raw[half:])
 
 
 def entry(**changes: object) -> Callable[[dict], None]:
@@ -132,7 +222,9 @@ CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "garbage": lambda p: p.write_bytes(b"\x00\xff garbage \x17"),
     "not an object": lambda p: p.write_text("[]"),
     "checksum mismatch": lambda p: rewrite(p, entry(owner="c9"), fix_checksum=False),
-    "wrong version": lambda p: rewrite(p, lambda d: d.update(version=2)),
+    "wrong version": lambda p: rewrite(p, lambda d: d.update(version=4)),
+    "no generation": lambda p: rewrite(p, lambda d: d.pop("generation")),
+    "cursors not a map": lambda p: rewrite(p, lambda d: d.update(cursors=["default/ipv4"])),
     "no allocation list": lambda p: rewrite(p, lambda d: d.update(allocations={})),
     "bad address": lambda p: rewrite(p, entry(address="10.0.0.256")),
     "non-canonical address": lambda p: rewrite(p, entry(address="2001:DB8::5")),
@@ -222,10 +314,15 @@ class FailingState(StateFile):
 
     failing = False
 
-    def save(self, allocations: Iterable[Allocation], timeouts: Mapping[str, float] | None = None) -> None:
+    def save(
+        self,
+        allocations: Iterable[Allocation],
+        timeouts: Mapping[str, float] | None = None,
+        cursors: Mapping[str, str] | None = None,
+    ) -> None:
         if self.failing:
             raise OSError(28, "No space left on device")
-        super().save(allocations, timeouts)
+        super().save(allocations, timeouts, cursors)
 
 
 def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
@@ -398,3 +495,32 @@ def test_an_allocator_without_a_state_file_restores_from_the_runtime_only() -> N
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
     report = allocator.restore(runtime={"10.0.0.6": "c1"})
     assert report.missing and [a.address for a in report.rebuilt] == ["10.0.0.6"]
+
+
+def test_a_version_1_file_is_read_as_it_is(path: Path) -> None:
+    entries = [
+        {k: v for k, v in dataclasses.asdict(V4).items() if k not in ("network", "netns", "pod_uid", "pod")}
+    ]
+    path.write_text(json.dumps({"version": 1, "checksum": checksum(entries), "allocations": entries}))
+    assert StateFile(path).read().allocations == [V4]
+    assert StateFile(path).read().cursors == {}
+
+
+def test_what_the_runtime_said_of_the_container_is_saved_with_the_allocation(path: Path) -> None:
+    attached = dataclasses.replace(V4, network="podnet", netns="/run/netns/x", pod_uid="u-1", pod="ns/p")
+    StateFile(path).save([attached], cursors={"default/ipv4": "10.0.0.9"})
+    snapshot = StateFile(path).read()
+    assert snapshot.allocations == [attached]
+    assert snapshot.cursors == {"default/ipv4": "10.0.0.9"}
+
+
+def test_serial_allocation_goes_on_after_a_restart_instead_of_reusing_the_address_just_released(
+    path: Path,
+) -> None:
+    first = start(path, FakeClock())
+    v4, _ = first.allocate_next("c1", serial=True)
+    assert v4 is not None
+    first.release(v4.address)
+    again = start(path, FakeClock())  # a new process on the same file
+    after, _ = again.allocate_next("c2", serial=True)
+    assert after is not None and after.address != v4.address

@@ -258,9 +258,153 @@ async def test_status_dumps_owners_pools_and_allocations(serve: Any) -> None:
 
 def test_every_error_code_of_the_api_has_a_cni_code_in_the_plugin() -> None:
     assert api.ERROR_CODES - {"bad_request"} <= set(cni.AGENT_ERROR_CODES)
-    assert cni.AGENT_ERROR_CODES["pool_exhausted"] == cni.TRY_AGAIN_LATER
+    assert (
+        cni.AGENT_ERROR_CODES["pool_exhausted"] == cni.AGENT_ERROR_CODES["not_ready"] == cni.TRY_AGAIN_LATER
+    )
     assert all(
         code >= 100
         for name, code in cni.AGENT_ERROR_CODES.items()
-        if name not in ("pool_exhausted", "not_allocated")
+        if name not in ("pool_exhausted", "not_ready", "not_allocated")
+    )
+
+
+# -- requested addresses -------------------------------------------------------------------------
+
+
+async def test_a_requested_address_is_handed_out_exactly_and_again_on_a_repeated_add(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(ips=["10.99.0.15"]))
+    assert status == 200 and [ip["address"] for ip in body["ips"]] == ["10.99.0.15"]
+    status, again = await post(client, "/v1/cni/add", ident(ips=["10.99.0.15"]))
+    assert status == 200 and again["existing"] is True and again["ips"] == body["ips"]
+
+
+@pytest.mark.parametrize(
+    ("held", "requested", "status", "code"),
+    [
+        ({}, ["10.50.0.1"], 409, "not_in_pool"),  # the pool does not offer it
+        ({"10.99.0.12": "cni:other:eth0"}, ["10.99.0.12"], 409, "already_allocated"),
+        ({"10.99.0.10": "cni:c1:eth0"}, ["10.99.0.11"], 409, "address_mismatch"),  # holds another
+        ({}, ["10.99.0.11", "10.99.0.12"], 400, "bad_request"),  # two of one family
+        ({}, ["not-an-address"], 400, "bad_request"),
+    ],
+)
+async def test_a_requested_address_that_cannot_be_given_is_an_error_never_another_address(
+    serve: Any, held: dict[str, str], requested: list[str], status: int, code: str
+) -> None:
+    allocator = make_allocator()
+    for address, owner in held.items():
+        allocator.allocate(address, owner)
+    before = allocator.allocations()
+    client = await serve(allocator)
+    got, body = await post(client, "/v1/cni/add", ident(ips=requested))
+    assert (got, body["error"]["code"]) == (status, code), body
+    assert allocator.allocations() == before
+
+
+async def test_a_requested_ipv6_address_on_a_node_without_ipv6_is_refused(serve: Any) -> None:
+    allocator = make_allocator(pool=V4 + V6)
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(ips=["fd00:99::10"]))
+    assert (status, body["error"]["code"]) == (409, "family_disabled")
+    assert allocator.allocations() == []
+
+
+# -- what the runtime said of the container ------------------------------------------------------
+
+
+async def test_add_records_the_network_namespace_and_pod_and_a_repeated_add_updates_them(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    pod = {"network": "podnet", "podUID": "u-1", "podNamespace": "ns", "podName": "web"}
+    await post(client, "/v1/cni/add", ident(netns="/run/netns/a", **pod))
+    [allocation] = allocator.allocations()
+    assert (allocation.network, allocation.netns, allocation.pod_uid, allocation.pod) == (
+        "podnet",
+        "/run/netns/a",
+        "u-1",
+        "ns/web",
+    )
+    # The container restarted: a new namespace, the same owner, the same address.
+    status, body = await post(client, "/v1/cni/add", ident(netns="/run/netns/b", **pod))
+    assert status == 200 and body["existing"] is True
+    assert [(a.address, a.netns) for a in allocator.allocations()] == [(allocation.address, "/run/netns/b")]
+
+
+@pytest.mark.parametrize("field", ["network", "netns", "podUID", "podNamespace", "podName"])
+async def test_attachment_fields_must_be_strings(serve: Any, field: str) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(**{field: 7}))
+    assert (status, body["error"]["field"]) == (400, field)
+    assert allocator.allocations() == []
+
+
+# -- GC and STATUS -------------------------------------------------------------------------------
+
+
+async def test_gc_releases_the_networks_attachments_not_listed_and_nothing_else(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    for container, network in (("keep", "podnet"), ("stale", "podnet"), ("other", "othernet")):
+        await post(client, "/v1/cni/add", ident(container, network=network))
+    allocator.allocate("10.99.0.20", "cni:legacy:eth0")  # made before networks were recorded
+    allocator.allocate("10.99.0.19", "claim:ns/c")  # not a CNI allocation
+    status, body = await post(
+        client,
+        "/v1/cni/gc",
+        {"network": "podnet", "validAttachments": [{"containerID": "keep", "ifname": "eth0"}]},
+    )
+    assert status == 200
+    assert [ip["address"] for ip in body["released"]] == ["10.99.0.11"]
+    assert body["kept"] == 1
+    assert {a.owner for a in allocator.allocations()} == {
+        "cni:keep:eth0",
+        "cni:other:eth0",
+        "cni:legacy:eth0",
+        "claim:ns/c",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"validAttachments": []}, "network"),
+        ({"network": "n"}, "validAttachments"),
+        ({"network": "n", "validAttachments": [{"containerID": "c"}]}, "validAttachments[0].ifname"),
+        ({"network": "n", "validAttachments": ["c/eth0"]}, "validAttachments[0]"),
+    ],
+)
+async def test_a_malformed_gc_is_400_naming_the_field_and_releases_nothing(
+    serve: Any, body: dict[str, Any], field: str
+) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    await post(client, "/v1/cni/add", ident(network="n"))
+    status, answer = await post(client, "/v1/cni/gc", body)
+    assert (status, answer["error"]["field"]) == (400, field)
+    assert len(allocator.allocations()) == 1
+
+
+async def test_status_says_whether_an_add_can_be_served(serve: Any) -> None:
+    allocator = make_allocator(pool=V4[:1])
+    client = await serve(allocator)
+    assert await post(client, "/v1/cni/status", {}) == (200, {"ready": True, "available": 1})
+    await post(client, "/v1/cni/add", ident())
+    status, body = await post(client, "/v1/cni/status", {"pool": "default"})
+    assert (status, body["error"]["code"]) == (503, "pool_exhausted")
+    status, body = await post(client, "/v1/cni/status", {"pool": "nope"})
+    assert (status, body["error"]["code"]) == (404, "unknown_pool")
+
+
+async def test_status_of_an_agent_not_ready_says_why() -> None:
+    app = web.Application()
+    api.add_routes(app, make_allocator(), ready=lambda: "allocations not restored yet")
+    async with TestClient(TestServer(app)) as client:
+        status, body = await post(client, "/v1/cni/status", {})
+    assert (status, body["error"]["code"], body["error"]["msg"]) == (
+        503,
+        "not_ready",
+        "allocations not restored yet",
     )

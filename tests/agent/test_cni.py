@@ -1,5 +1,6 @@
-"""The ``eni-ipam-cni`` plugin, run as a process with the CNI environment and stdin, against the agent API
-served on a unix socket by the test's event loop (real Allocator)."""
+"""The ``eni-ipam-cni`` plugin as it is installed (built by scripts/build_cni_plugin.py), run as a
+process with the CNI environment and stdin, against the agent API served on a unix socket by the
+test's event loop (real Allocator)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,19 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
-from tests.agent import unix_server
+from tests.agent import built_plugin, unix_server
 
 V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
 V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]
@@ -64,9 +66,7 @@ class Plugin:
                 environ[key] = value
         data = stdin if stdin is not None else json.dumps(self.conf() if conf is None else conf).encode()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "eni_ipam.agent.cni",
+            str(built_plugin()),
             env=environ,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -88,10 +88,10 @@ async def agent() -> AsyncIterator[Callable[..., Awaitable[tuple[Allocator, Plug
     """Start an agent (its API on a unix socket) over a fresh Allocator; the plugin runner for it."""
     async with contextlib.AsyncExitStack() as stack:
 
-        async def start(**kwargs: Any) -> tuple[Allocator, Plugin]:
+        async def start(ready: Callable[[], str] | None = None, **kwargs: Any) -> tuple[Allocator, Plugin]:
             allocator = make_allocator(**kwargs)
             app = web.Application()
-            api.add_routes(app, allocator)
+            api.add_routes(app, allocator, ready=ready)
             return allocator, Plugin(await stack.enter_async_context(unix_server(app)))
 
         yield start
@@ -106,9 +106,16 @@ def expect_error(rc: int, out: Any, err: str, code: int, *, names: str = "", ver
     assert f"error {code}" in err  # one log line on stderr
 
 
-async def test_version_lists_the_supported_spec_versions() -> None:
-    rc, out, err = await Plugin("/nonexistent")("VERSION", stdin=b'{"cniVersion": "1.0.0"}')
-    assert (rc, out, err) == (0, {"cniVersion": "1.0.0", "supportedVersions": ["0.4.0", "1.0.0"]}, "")
+@pytest.mark.parametrize(("stdin", "answered"), [(b'{"cniVersion": "1.0.0"}', "1.0.0"), (b"", "1.1.0")])
+async def test_version_lists_the_supported_spec_versions_in_the_version_asked(
+    stdin: bytes, answered: str
+) -> None:
+    rc, out, err = await Plugin("/nonexistent")("VERSION", stdin=stdin)
+    assert (rc, out, err) == (
+        0,
+        {"cniVersion": answered, "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]},
+        "",
+    )
 
 
 async def test_add_prints_a_1_0_0_result_with_the_address_gateway_and_default_route(agent: Any) -> None:
@@ -211,7 +218,7 @@ async def test_allocator_refusals_are_plugin_specific_codes(
     assert allocator.allocations() == []
 
 
-@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "GC"])
 async def test_an_unreachable_agent_is_try_again_later_for_every_command(command: str) -> None:
     plugin = Plugin("/nonexistent/agent.sock")
     conf = {**plugin.conf(), "prevResult": {"ips": [{"address": "10.99.0.10/24"}]}}
@@ -310,22 +317,27 @@ async def test_a_bad_configuration_is_reported_with_the_spec_code_naming_the_fie
 ) -> None:
     allocator, plugin = await agent()
     allocator.allocate("10.99.0.10", "cni:c1:eth0")
-    rc, out, err = await plugin(command, mutate(plugin.conf()))
-    expect_error(rc, out, err, code, names=names)
+    conf = mutate(plugin.conf())
+    rc, out, err = await plugin(command, conf)
+    # The error speaks the configuration's version, or the newest when it has no supported one.
+    stated = conf.get("cniVersion") if isinstance(conf, dict) else None
+    expect_error(
+        rc, out, err, code, names=names, version=stated if stated in cni.SUPPORTED_VERSIONS else "1.1.0"
+    )
     assert [a.address for a in allocator.allocations()] == ["10.99.0.10"]
 
 
 async def test_stdin_that_is_not_json_is_code_6(agent: Any) -> None:
     allocator, plugin = await agent()
     rc, out, err = await plugin("ADD", stdin=b'{"cniVersion": ')
-    expect_error(rc, out, err, cni.DECODE_FAILURE, names="not valid JSON")
+    expect_error(rc, out, err, cni.DECODE_FAILURE, names="not valid JSON", version="1.1.0")
     assert allocator.allocations() == []
 
 
 async def test_stdin_that_is_not_utf8_is_code_6(agent: Any) -> None:
     _, plugin = await agent()
     rc, out, err = await plugin("ADD", stdin=b'{"cniVersion": "1.0.0", "name": "\xff"}')
-    expect_error(rc, out, err, cni.DECODE_FAILURE, names="UTF-8")
+    expect_error(rc, out, err, cni.DECODE_FAILURE, names="UTF-8", version="1.1.0")
 
 
 async def test_errors_after_the_version_is_known_are_written_in_that_version(agent: Any) -> None:
@@ -373,3 +385,149 @@ async def test_an_agent_answer_that_is_not_json_is_code_100() -> None:
     async with unix_server(app) as path:
         rc, out, err = await Plugin(path)("DEL")
     expect_error(rc, out, err, cni.AGENT_ERROR, names="oops")
+
+
+# --- requested addresses, the pod's identity, GC and STATUS (CNI 1.1) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "conf"),
+    [
+        ({"CNI_ARGS": "IgnoreUnknown=1;IP=10.99.0.15"}, {}),
+        ({"CNI_ARGS": "IP=10.99.0.15/24"}, {}),
+        ({}, {"runtimeConfig": {"ips": ["10.99.0.15/24"]}}),
+        ({"CNI_ARGS": "IP=10.99.0.15"}, {"runtimeConfig": {"ips": ["10.99.0.15/24"]}}),
+    ],
+)
+async def test_a_requested_address_is_the_one_handed_out(
+    agent: Any, env: dict[str, str], conf: dict[str, Any]
+) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", {**plugin.conf(), **conf}, env=env)
+    assert (rc, err) == (0, "")
+    assert out["ips"] == [{"address": "10.99.0.15/24", "gateway": "10.99.0.1"}]
+    assert [(a.address, a.owner) for a in allocator.allocations()] == [("10.99.0.15", "cni:c1:eth0")]
+
+
+async def test_a_requested_address_outside_the_pool_or_taken_fails_and_nothing_else_is_handed_out(
+    agent: Any,
+) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", env={"CNI_ARGS": "IP=10.98.0.5"})
+    expect_error(rc, out, err, cni.NOT_IN_POOL, names="10.98.0.5")
+    allocator.allocate("10.99.0.15", "cni:other:eth0")
+    rc, out, err = await plugin("ADD", env={"CNI_ARGS": "IP=10.99.0.15"})
+    expect_error(rc, out, err, cni.ALREADY_ALLOCATED, names="10.99.0.15")
+    assert [(a.address, a.owner) for a in allocator.allocations()] == [("10.99.0.15", "cni:other:eth0")]
+
+
+@pytest.mark.parametrize(
+    ("env", "conf", "code", "names"),
+    [
+        ({"CNI_ARGS": "IP=10.99.0.300"}, {}, cni.INVALID_ENV, "CNI_ARGS IP"),
+        ({"CNI_ARGS": "IgnoreUnknown"}, {}, cni.INVALID_ENV, "CNI_ARGS"),
+        ({}, {"runtimeConfig": {"ips": "10.99.0.15"}}, cni.INVALID_CONFIG, "runtimeConfig.ips"),
+        ({}, {"runtimeConfig": {"ips": ["10.99.0.15", 7]}}, cni.INVALID_CONFIG, "runtimeConfig.ips[1]"),
+    ],
+)
+async def test_a_malformed_request_for_an_address_names_where_it_came_from(
+    agent: Any, env: dict[str, str], conf: dict[str, Any], code: int, names: str
+) -> None:
+    allocator, plugin = await agent()
+    rc, out, err = await plugin("ADD", {**plugin.conf(), **conf}, env=env)
+    expect_error(rc, out, err, code, names=names)
+    assert allocator.allocations() == []
+
+
+async def test_add_records_the_network_namespace_and_pod_with_the_allocation(agent: Any) -> None:
+    allocator, plugin = await agent()
+    args = "K8S_POD_NAMESPACE=web;K8S_POD_NAME=api-0;K8S_POD_UID=5f1c;K8S_POD_INFRA_CONTAINER_ID=c1"
+    rc, _, err = await plugin("ADD", env={"CNI_ARGS": args}, netns="/var/run/netns/cni-1")
+    assert (rc, err) == (0, "")
+    [allocation] = allocator.allocations()
+    assert (allocation.network, allocation.netns, allocation.pod_uid, allocation.pod) == (
+        "podnet",
+        "/var/run/netns/cni-1",
+        "5f1c",
+        "web/api-0",
+    )
+
+
+def _gc_conf(plugin: Plugin, valid: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
+    return {**plugin.conf("1.1.0"), cni.VALID_ATTACHMENTS: valid, **extra}
+
+
+async def test_gc_releases_the_networks_attachments_that_are_not_valid_and_nothing_else(agent: Any) -> None:
+    allocator, plugin = await agent()
+    for container in ("c1", "c2", "c3"):
+        assert (await plugin("ADD", container=container))[0] == 0
+    other = {**plugin.conf(), "name": "othernet"}
+    assert (await plugin("ADD", other, container="c4"))[0] == 0
+    allocator.allocate("10.99.0.20", "docker:ep1")  # not a CNI owner
+    rc, out, err = await plugin(
+        "GC", _gc_conf(plugin, [{"containerID": "c1", "ifname": "eth0"}]), env={"CNI_CONTAINERID": None}
+    )
+    assert (rc, out, err) == (0, None, "")
+    assert sorted(a.owner for a in allocator.allocations()) == ["cni:c1:eth0", "cni:c4:eth0", "docker:ep1"]
+
+
+@pytest.mark.parametrize(
+    ("conf", "names"),
+    [
+        ({cni.VALID_ATTACHMENTS: {}}, cni.VALID_ATTACHMENTS),
+        ({cni.VALID_ATTACHMENTS: [{"containerID": "c1"}]}, f"{cni.VALID_ATTACHMENTS}[0].ifname"),
+        ({cni.VALID_ATTACHMENTS: [{"containerID": "-x", "ifname": "eth0"}]}, "[0].containerID"),
+        ({"name": None}, "name"),
+    ],
+)
+async def test_a_malformed_gc_changes_nothing(agent: Any, conf: dict[str, Any], names: str) -> None:
+    allocator, plugin = await agent()
+    await plugin("ADD")
+    rc, out, err = await plugin("GC", _gc_conf(plugin, [], **conf))
+    expect_error(rc, out, err, cni.INVALID_CONFIG, names=names, version="1.1.0")
+    assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
+
+
+async def test_status_succeeds_silently_when_an_add_can_be_served(agent: Any) -> None:
+    _, plugin = await agent()
+    rc, out, err = await plugin(
+        "STATUS", plugin.conf("1.1.0"), env={"CNI_CONTAINERID": None, "CNI_NETNS": None}
+    )
+    assert (rc, out, err) == (0, None, "")
+
+
+async def test_status_is_code_50_when_the_agent_is_unreachable_not_ready_or_the_pool_exhausted(
+    agent: Any,
+) -> None:
+    rc, out, err = await Plugin("/nonexistent/agent.sock")("STATUS", Plugin("/x").conf("1.1.0"))
+    expect_error(rc, out, err, cni.NOT_AVAILABLE, names="not reachable", version="1.1.0")
+    _, plugin = await agent(ready=lambda: "the state is being restored")
+    rc, out, err = await plugin("STATUS", plugin.conf("1.1.0"))
+    expect_error(rc, out, err, cni.NOT_AVAILABLE, names="restored", version="1.1.0")
+    _, plugin = await agent(pool=V4[:1])
+    assert (await plugin("ADD"))[0] == 0
+    rc, out, err = await plugin("STATUS", plugin.conf("1.1.0"))
+    expect_error(rc, out, err, cni.NOT_AVAILABLE, names="pool_exhausted", version="1.1.0")
+
+
+# --- the plugin's own JSON (the C accelerator alone) ---------------------------------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_the_plugins_json_writes_and_reads_what_the_json_module_does(value: Any) -> None:
+    text = cni.dumps(value)
+    assert text == json.dumps(value)
+    assert cni.loads(text) == value
+    assert cni.loads(f" \n{json.dumps(value, indent=2)}\t") == value
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a": 1} x', "[NaN]", "Infinity", "{'a': 1}", '"\\x"'])
+def test_the_plugins_json_refuses_what_is_not_json(text: str) -> None:
+    with pytest.raises(ValueError):
+        cni.loads(text)

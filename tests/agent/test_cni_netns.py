@@ -1,6 +1,7 @@
-"""End to end: the reference ``bridge`` and ``ptp`` plugins (/usr/lib/cni) delegate IPAM to the installed
-``eni-ipam-cni`` script, which asks a real Allocator served on a unix socket; the pool address must end up
-on the interface inside a real network namespace, and DEL must release it and remove the interface.
+"""End to end: the reference ``bridge`` and ``ptp`` plugins (/usr/lib/cni) delegate IPAM to
+``eni-ipam-cni`` as it is installed (scripts/build_cni_plugin.py), which asks a real Allocator served
+on a unix socket; the pool address must end up on the interface inside a real network namespace,
+and DEL must release it and remove the interface.
 
 Needs root, ``ip netns`` and Debian's containernetworking-plugins (``make test`` installs it when it can);
 skips otherwise, saying which is missing.
@@ -13,7 +14,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,7 +26,7 @@ from eni_ipam.agent import api
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
-from tests.agent import unix_server
+from tests.agent import built_plugin, unix_server
 
 CNI_DIR = Path("/usr/lib/cni")
 POOL = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
@@ -58,10 +58,8 @@ def netns() -> Iterator[str]:
 
 @pytest.fixture
 def plugin_dir() -> str:
-    """The directory of the installed ``eni-ipam-cni`` console script (what a runtime puts in CNI_PATH)."""
-    script = Path(sys.executable).parent / "eni-ipam-cni"
-    assert script.is_file(), f"{script} is missing: pip install -e . installs the eni-ipam-cni script"
-    return str(script.parent)
+    """The directory of the installed ``eni-ipam-cni`` (what a runtime puts in CNI_PATH)."""
+    return str(built_plugin().parent)
 
 
 @contextlib.asynccontextmanager

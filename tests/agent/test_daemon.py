@@ -251,3 +251,70 @@ async def test_a_dual_stack_agent_hands_out_addresses_from_its_pools_ipv6_block(
     async with running_agent(kube, tmp_path / "v4only") as agent:  # IPv6 off: the block is ignored
         await until(lambda: serving(agent))
         assert all(":" not in a.address for a in agent.allocator.pool_addresses("default"))
+
+
+async def test_an_address_whose_network_namespace_is_gone_comes_back_after_the_grace_period(
+    tmp_path: Path,
+) -> None:
+    """The runtime's DEL never came (the agent was down, podman does not retry): the sweep releases the
+    address once the container's namespace is gone — and never the one of a live container."""
+    netns = tmp_path / "netns"
+    netns.mkdir()
+    for name in ("live", "stopped"):
+        (netns / name).touch()
+    config = agent_config_from_mapping(
+        {
+            "node_source": "memory",
+            "socket": str(tmp_path / "run" / "agent.sock"),
+            "state_dir": str(tmp_path / "state"),
+            "cni_cache_dir": str(tmp_path / "cni-cache"),
+            "server": {"host": "127.0.0.1", "port": 0},
+            "pools": {"default": {"cidr": "10.99.0.0/29"}},
+            "sweep_interval": "50ms",
+            "sweep_grace": "200ms",
+        }
+    )
+    agent = Agent(config, node="n1")
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await until(lambda: agent.restored and Path(config.socket).exists())
+        connector = aiohttp.UnixConnector(path=config.socket)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for name in ("live", "stopped"):
+                body = {"containerID": name, "ifname": "eth0", "netns": str(netns / name), "network": "n"}
+                async with session.post("http://agent/v1/cni/add", json=body) as response:
+                    assert response.status == 200
+        (netns / "stopped").unlink()
+        await until(lambda: [a.owner for a in agent.allocator.allocations()] == ["cni:live:eth0"], limit=5)
+        await asyncio.sleep(0.5)  # many more sweeps: the live container keeps its address
+        assert [a.owner for a in agent.allocator.allocations()] == ["cni:live:eth0"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_stays(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    from eni_ipam.agent.types import Attachment
+    from eni_ipam.kube.api import PODS
+
+    await set_pool(controller, POOL)
+    pods = {}
+    for name, node_name in (("web", "n1"), ("job", "n1"), ("elsewhere", "n2")):
+        spec = {"nodeName": node_name, "containers": []}
+        pods[name] = kube.add_object("pods", {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+    controller.allowed = frozenset(controller.allowed) | {("", "pods", "delete")}  # the test's own power
+    async with running_agent(kube, tmp_path, sweep_interval="50ms", sweep_grace="200ms") as agent:
+        await until(lambda: agent.restored and len(agent.allocator.pool_addresses("default")) == len(POOL))
+        for name, pod in pods.items():
+            uid = pod["metadata"]["uid"]
+            agent.allocator.allocate_next(
+                f"cni:{name}:eth0", attachment=Attachment(pod_uid=uid, pod=f"ns/{name}")
+            )
+        await controller.delete(PODS, "job", namespace="ns")  # its DEL never came
+        # The pod on another node is not this node's: gone from here too (a stale allocation).
+        await until(lambda: [a.owner for a in agent.allocator.allocations()] == ["cni:web:eth0"], limit=5)
+        await asyncio.sleep(0.5)
+        assert [a.owner for a in agent.allocator.allocations()] == ["cni:web:eth0"]

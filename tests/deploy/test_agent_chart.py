@@ -12,7 +12,6 @@ import posixpath
 import re
 import subprocess
 import sys
-import zipapp
 from typing import Any
 
 import pytest
@@ -427,38 +426,63 @@ def test_install_cni_false_installs_nothing():
 
 def test_the_image_builds_the_plugin_the_init_container_copies():
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
-    final = dockerfile[dockerfile.rindex("\nFROM ") :]
-    runs = [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", final, re.M)]
-    (build,) = [run for run in runs if "zipapp" in run]
-    assert "eni_ipam.agent.cni" in build and "__main__.py" in build
-    assert f'-p "/usr/bin/env python3" -o {PLUGIN_IN_IMAGE}' in build
-    assert f"chmod 755 {PLUGIN_IN_IMAGE}" in build
-    assert final.index("zipapp") < final.index("\nUSER ")  # written while still root
+    final_at = dockerfile.rindex("\nFROM ")
+    builder, final = dockerfile[:final_at], dockerfile[final_at:]
+    runs = [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", builder, re.M)]
+    (build,) = [run for run in runs if "build_cni_plugin.py" in run]
+    assert f"--output {PLUGIN_IN_IMAGE}" in build and "--interpreter" not in build  # /usr/bin/env python3
+    assert "COPY scripts/build_cni_plugin.py" in builder
+    assert f"COPY --from=builder {PLUGIN_IN_IMAGE} {PLUGIN_IN_IMAGE}" in final
+    assert final.index(PLUGIN_IN_IMAGE) < final.index("\nUSER ")
 
 
-def test_the_plugin_is_standard_library_only_and_runs_as_a_zipapp(tmp_path):
+def test_the_plugin_is_standard_library_only_and_runs_on_any_interpreter(tmp_path):
     source = REPO_ROOT / "eni_ipam" / "agent" / "cni.py"
     imported: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "a relative import would not survive the zipapp"
+            assert node.level == 0, "a relative import would not survive the build"
             imported.add((node.module or "").split(".")[0])
     assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "__main__.py").write_bytes(source.read_bytes())
     target = tmp_path / "eni-ipam-cni"
-    zipapp.create_archive(tmp_path / "src", target, interpreter=sys.executable)
-    out = subprocess.run(
-        [sys.executable, str(target)],
-        env={"CNI_COMMAND": "VERSION", "PATH": os.environ.get("PATH", "")},
-        input="",
-        capture_output=True,
-        text=True,
-        check=True,
+    script = REPO_ROOT / "scripts" / "build_cni_plugin.py"
+    subprocess.run(
+        [sys.executable, str(script), "--output", str(target), "--interpreter", sys.executable], check=True
     )
-    assert "1.0.0" in json.loads(out.stdout)["supportedVersions"]
+    # Another interpreter (another bytecode magic): the plugin compiles its source instead.
+    lines = target.read_text().split("\n")
+    marker = lines.index("# eni-ipam-cni payload: magic, code, source")
+    lines[marker + 1] = "#00000000"
+    foreign = tmp_path / "foreign"
+    foreign.write_text("\n".join(lines))
+    foreign.chmod(0o755)
+    for plugin in (target, foreign):
+        out = subprocess.run(
+            [str(plugin)],
+            env={"CNI_COMMAND": "VERSION", "PATH": os.environ.get("PATH", "")},
+            input='{"cniVersion": "1.1.0"}',
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert json.loads(out.stdout) == {
+            "cniVersion": "1.1.0",
+            "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"],
+        }
+
+
+def test_the_plugin_build_refuses_an_interpreter_line_linux_would_split_wrongly(tmp_path):
+    script = REPO_ROOT / "scripts" / "build_cni_plugin.py"
+    for bad in ("python3", "/usr/bin/python3 -X dev"):
+        done = subprocess.run(
+            [sys.executable, str(script), "--output", str(tmp_path / "p"), "--interpreter", bad],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and "--interpreter" in done.stderr
+        assert not (tmp_path / "p").exists()
 
 
 # -- generated manifests and docs ----------------------------------------------------------------

@@ -84,6 +84,8 @@ class AllocatorView(Protocol):
 
     def used(self) -> set[str]: ...
 
+    def enabled(self, family: Family) -> bool: ...
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolGrant:
@@ -124,8 +126,6 @@ class LibnetworkDriver:
         self._allocator = allocator
         self._ids = ids
         self._registry = PoolRegistry(Path(state_path) if state_path is not None else None)
-        self._cursors: dict[str, str] = {}
-        """PoolID → the last address handed out by walking its range (not persisted, as the allocator's)."""
         self.adopt_orphans()
 
     # -- the protocol's answers ------------------------------------------------------------------
@@ -159,6 +159,15 @@ class LibnetworkDriver:
         self.adopt_orphans()
         if sub_pool and not pool:
             raise invalid(ERR_INVALID_SUBPOOL)
+        asked = parse_network(pool) if pool else None
+        family = Family.IPV6 if (asked.version == 6 if asked is not None else v6) else Family.IPV4
+        if not self._allocator.enabled(family):
+            # Refused here, not at the first RequestAddress: Docker would already hold the network's
+            # IPv4 addresses by then, and leave them behind when the IPv6 one fails.
+            label = "IPv6" if family == Family.IPV6 else "IPv4"
+            raise unavailable(
+                f"{label} is disabled on this node ({family}: false in the agent's configuration)"
+            )
         if pool:
             network = parse_network(pool)
             if network is None:
@@ -209,7 +218,6 @@ class LibnetworkDriver:
                 pool_id=pool_id,
                 addresses=sorted(a.address for a in leftovers),
             )
-        self._cursors.pop(pool_id, None)
         self._registry.remove(pool_id)
         log.info("libnetwork_pool_released", pool_id=pool_id, pool=record.pool, released=len(leftovers))
 
@@ -349,7 +357,8 @@ class LibnetworkDriver:
             raise unavailable(ERR_NO_IP_RETURNED)
         if preferred and not _same(gateway, _parse_address(preferred, "Address")):
             raise invalid(
-                f"the gateway of pool {record.pool} is its subnet's router {gateway}; {preferred} cannot be"
+                f"the gateway of pool {record.pool} is its subnet's router {gateway}; "
+                f"{preferred} cannot be the gateway"
             )
         log.info("libnetwork_gateway_requested", pool_id=record.pool_id, gateway=gateway)
         return gateway
@@ -390,7 +399,7 @@ class LibnetworkDriver:
         if len(inside) == len(members):
             # The range is the whole pool (for this family): the allocator chooses, with its own cursor.
             return self._allocate_next_in_allocator(record, family, serial=serial)
-        last = self._cursors.get(record.pool_id)
+        last = record.cursor
         if serial and last:
             cursor = int(ipaddress.ip_address(last))
             inside = [c for c in inside if int(c[0]) > cursor] + [c for c in inside if int(c[0]) <= cursor]
@@ -404,7 +413,8 @@ class LibnetworkDriver:
                 continue
             except FamilyDisabled:
                 raise unavailable(f"address family {family} is disabled on this node") from None
-            self._cursors[record.pool_id] = allocation.address
+            if serial:
+                self._registry.set_cursor(record.pool_id, allocation.address)
             return allocation
         raise unavailable(ERR_NO_AVAILABLE_IPS)
 

@@ -63,6 +63,9 @@ class PoolRecord:
     options: dict[str, str] = dataclasses.field(default_factory=dict)
     adopted: bool = False
     """Re-registered from allocations after its registry entry was lost."""
+    cursor: str = ""
+    """The last address serial allocation handed out from this pool's range (saved, so that a restart
+    does not hand out again the address just released)."""
 
     @property
     def network(self) -> Network:
@@ -119,6 +122,18 @@ class PoolRegistry:
         except IpamRequestError:
             self._pools[pool_id] = record
             raise
+
+    def set_cursor(self, pool_id: str, address: str) -> None:
+        """Remember the serial position; a failed save is logged, not raised (the position only orders
+        the search: losing it costs an early reuse, never a double booking)."""
+        record = self._pools.get(pool_id)
+        if record is None or record.cursor == address:
+            return
+        record.cursor = address
+        try:
+            self._save()
+        except IpamRequestError as exc:
+            log.warning("libnetwork_cursor_not_saved", pool_id=pool_id, error=exc.message)
 
     def adopt(self, records: Iterable[PoolRecord]) -> None:
         """Register pools rebuilt from their allocations; kept even when they cannot be saved (logged)."""
@@ -196,9 +211,15 @@ def _parse(text: str) -> list[PoolRecord]:
             raise ValueError(f"pools[{n}].options: expected a mapping of strings")
         if parse_network(raw["pool"]) is None or (raw["sub_pool"] and parse_network(raw["sub_pool"]) is None):
             raise ValueError(f"pools[{n}]: malformed pool")
+        cursor = raw.get("cursor", "")
+        if not isinstance(cursor, str):
+            raise ValueError(f"pools[{n}].cursor: expected a string")
         records.append(
             PoolRecord(
-                **{k: raw[k] for k in strings}, options=dict(options), adopted=bool(raw.get("adopted"))
+                **{k: raw[k] for k in strings},
+                options=dict(options),
+                adopted=bool(raw.get("adopted")),
+                cursor=cursor,
             )
         )
     return records

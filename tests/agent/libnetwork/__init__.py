@@ -32,9 +32,10 @@ STATIC = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0
 class Node:
     """An agent's allocator + driver served on a unix socket; :meth:`restart` rebuilds both from the files."""
 
-    def __init__(self, directory: Path, default: list[PoolAddress]) -> None:
+    def __init__(self, directory: Path, default: list[PoolAddress], *, ipv6: bool = True) -> None:
         self.directory = directory
         self.default = default
+        self.ipv6 = ipv6
         self.socket = str(directory / "agent.sock")
         self.registry = directory / "libnetwork.json"
         self.allocator: Allocator
@@ -45,7 +46,7 @@ class Node:
     async def start(self) -> None:
         # The daemon's order: pools from configuration, the driver, then the allocator's restore.
         self.allocator = Allocator(
-            clock=LoopClock(), ipv4=True, ipv6=True, state=StateFile(self.directory / "allocations.json")
+            clock=LoopClock(), ipv4=True, ipv6=self.ipv6, state=StateFile(self.directory / "allocations.json")
         )
         self.allocator.set_pool("static", STATIC)
         self.driver = LibnetworkDriver(self.allocator, state_path=self.registry)
@@ -112,10 +113,10 @@ class Node:
         return {a.address: a.owner for a in self.allocator.allocations()}
 
 
-async def started_node(default: Iterable[PoolAddress]) -> AsyncIterator[Node]:
+async def started_node(default: Iterable[PoolAddress], *, ipv6: bool = True) -> AsyncIterator[Node]:
     # A short directory: a unix socket's path is limited to 107 bytes.
     directory = Path(tempfile.mkdtemp(prefix="eni-lnw-", dir="/tmp"))
-    node = Node(directory, list(default))
+    node = Node(directory, list(default), ipv6=ipv6)
     await node.start()
     try:
         yield node

@@ -1,0 +1,342 @@
+"""The sweep: releases the addresses runtimes forgot to release.
+
+Runtimes do not retry. A CNI DEL that failed while the agent was down (podman logs "Unable to clean
+up network" and moves on), or Docker's ReleaseAddress during a dockerd restart with the agent down,
+is never sent again, and the address would stay allocated for good. Every ``sweep_interval`` the
+sweep asks its judges, each a source of truth for some allocations, which of them are gone:
+
+* :class:`PodJudge` (with Kubernetes): a CNI allocation whose pod (``K8S_POD_UID`` at ADD) is no
+  longer on this node, or has finished, is gone; one whose pod is there is alive.
+* :class:`NamespaceJudge` (a host without Kubernetes): a CNI allocation whose network namespace
+  (``CNI_NETNS`` at ADD, or in libcni's cache entry) no longer exists is gone — a container without
+  its namespace cannot use the address; one whose namespace exists is alive. With no namespace
+  known, the allocation is gone only when libcni's cache no longer lists it either.
+* :class:`DockerJudge` (``docker_socket``): a libnetwork allocation whose address no endpoint of a
+  Docker network using this driver holds (nor its gateway or auxiliary addresses) is gone, and so is
+  a libnetwork pool no Docker network uses any more (a ReleasePool that failed).
+
+Invariant (property-tested): an address whose owner may still be alive is never released. A
+finding is released only when it was judged gone at two sweeps at least ``grace`` apart, and at
+every sweep in between: a sweep where any judge says alive, or where its judge has no usable view
+(informer not synced, Docker unreachable) or no opinion (the namespace's directory not visible from
+here), starts the count again. Judges have disjoint domains (CNI owners; libnetwork owners and
+pools). The release itself checks that the allocation is still the one judged (same owner), so an
+address re-allocated meanwhile is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.runtime import CNI_PREFIX, cached, namespace_exists
+from eni_ipam.agent.types import Allocation
+from eni_ipam.core import errors
+from eni_ipam.core.clock import Clock
+
+log = structlog.get_logger("eni_ipam.agent.sweep")
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""A pod in one of these phases has had its sandbox (and network namespace) torn down."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Finding:
+    """One judge's verdict on one thing it can release."""
+
+    key: str
+    """What is judged, stable across sweeps (``owner|address``, ``pool:<PoolID>``)."""
+    gone: bool
+    release: Callable[[], object]
+    """Releases it; called only after the grace period, and must itself check nothing changed."""
+    why: str = ""
+
+
+class Judge(Protocol):
+    """A source of truth for some allocations."""
+
+    name: str
+
+    async def findings(self) -> list[Finding] | None:
+        """Verdicts for what this judge knows about; None when it has no usable view this sweep
+        (then nothing it would judge is released, and their grace starts again)."""
+        ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Suspect:
+    since: float
+    sightings: int = 1
+
+
+class Sweeper:
+    """Asks the judges every ``interval`` and releases what has been gone for ``grace``."""
+
+    def __init__(self, judges: Iterable[Judge], *, clock: Clock, interval: float, grace: float) -> None:
+        if grace <= 0:
+            raise ValueError("the sweep's grace period must be positive")
+        self.judges = list(judges)
+        self.clock = clock
+        self.interval = interval
+        self.grace = grace
+        self._suspects: dict[str, _Suspect] = {}
+        self.released: list[str] = []
+        """Keys released so far (for tests and logs)."""
+
+    async def run(self) -> None:
+        while True:
+            await self.clock.sleep(self.interval)
+            try:
+                await self.sweep_once()
+            except Exception:  # a sweep's bug must not stop the agent: the next sweep tries again
+                log.exception("sweep_failed")
+
+    async def sweep_once(self) -> list[str]:
+        """One sweep; the keys released."""
+        verdicts: dict[str, Finding] = {}
+        alive: set[str] = set()
+        for judge in self.judges:
+            found = await judge.findings()
+            if found is None:
+                # What it would have said is unknown, so its suspects may be alive: their count
+                # starts again (a few sweeps' delay costs nothing; a wrong release costs a container).
+                log.info("sweep_blind", judge=judge.name)
+                continue
+            for finding in found:
+                if finding.gone:
+                    verdicts.setdefault(finding.key, finding)
+                else:
+                    alive.add(finding.key)
+        now = self.clock.monotonic()
+        gone = {key: verdict for key, verdict in verdicts.items() if key not in alive}
+        self._suspects = {key: s for key, s in self._suspects.items() if key in gone}
+        released: list[str] = []
+        for key, finding in gone.items():
+            suspect = self._suspects.get(key)
+            if suspect is None:
+                self._suspects[key] = _Suspect(now)
+                log.info("sweep_suspect", key=key, why=finding.why)
+                continue
+            suspect.sightings += 1
+            if suspect.sightings >= 2 and now - suspect.since >= self.grace:
+                try:
+                    finding.release()
+                except errors.EniIpamError as exc:
+                    log.warning("sweep_release_failed", key=key, error=str(exc))
+                    continue
+                del self._suspects[key]
+                released.append(key)
+                log.warning(
+                    "sweep_released", key=key, why=finding.why, gone_for=round(now - suspect.since, 3)
+                )
+        self.released += released
+        return released
+
+
+def release_allocation(allocator: Allocator, allocation: Allocation) -> Callable[[], object]:
+    """Release ``allocation`` if the allocator still holds it for the same owner (else nothing)."""
+
+    def release() -> object:
+        current = next(
+            (a for a in allocator.allocations(owner=allocation.owner) if a.address == allocation.address),
+            None,
+        )
+        if current is None:
+            return None
+        return allocator.release(current.address, current.pool)
+
+    return release
+
+
+def _cni_allocations(allocator: Allocator) -> list[Allocation]:
+    return [a for a in allocator.allocations() if a.owner.startswith(CNI_PREFIX)]
+
+
+def _key(allocation: Allocation) -> str:
+    return f"{allocation.owner}|{allocation.address}"
+
+
+class NamespaceJudge:
+    """CNI allocations against their network namespaces (a host without Kubernetes)."""
+
+    name = "namespaces"
+
+    def __init__(
+        self,
+        allocator: Allocator,
+        *,
+        cni_cache_dir: str | Path,
+        exists: Callable[[str], bool | None] = namespace_exists,
+    ) -> None:
+        self.allocator = allocator
+        self.cache_dir = Path(cni_cache_dir)
+        self.exists = exists
+
+    async def findings(self) -> list[Finding] | None:
+        allocations = _cni_allocations(self.allocator)
+        if not allocations:
+            return []
+        entries = await asyncio.to_thread(cached, self.cache_dir) if self._cache_visible() else None
+        out: list[Finding] = []
+        for allocation in allocations:
+            verdict, why = self._judge(allocation, entries)
+            if verdict is not None:
+                out.append(
+                    Finding(
+                        _key(allocation), not verdict, release_allocation(self.allocator, allocation), why
+                    )
+                )
+        return out
+
+    def _cache_visible(self) -> bool:
+        return self.cache_dir.is_dir()
+
+    def _judge(self, allocation: Allocation, entries: Mapping[str, Any] | None) -> tuple[bool | None, str]:
+        """(alive, why); alive None: no opinion."""
+        netns = allocation.netns
+        entry = entries.get(allocation.owner) if entries is not None else None
+        if not netns and entry is not None:
+            netns = entry.attachment.netns
+        if netns:
+            if netns.startswith("/proc/"):
+                return None, ""  # a pid's namespace: /proc here may not be the host's
+            exists = self.exists(netns)
+            return exists, "" if exists or exists is None else f"network namespace {netns} is gone"
+        if entries is None:
+            return None, ""
+        if entry is None:
+            return False, "no network namespace recorded, and libcni's cache no longer lists it"
+        return True, ""
+
+
+class PodJudge:
+    """CNI allocations against the pods on this node (with Kubernetes)."""
+
+    name = "pods"
+
+    def __init__(self, allocator: Allocator, pods: Any) -> None:
+        """``pods``: an informer on this node's pods (``store``: key → Pod; ``synced``: an Event)."""
+        self.allocator = allocator
+        self.pods = pods
+
+    async def findings(self) -> list[Finding] | None:
+        if not self.pods.synced.is_set():
+            return None
+        running: set[str] = set()
+        for pod in self.pods.store.values():
+            uid = (pod.get("metadata") or {}).get("uid")
+            if uid and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                running.add(str(uid))
+        out: list[Finding] = []
+        for allocation in _cni_allocations(self.allocator):
+            if not allocation.pod_uid:
+                continue  # the runtime did not say which pod: no opinion
+            alive = allocation.pod_uid in running
+            why = "" if alive else f"pod {allocation.pod or allocation.pod_uid} is no longer on this node"
+            out.append(
+                Finding(_key(allocation), not alive, release_allocation(self.allocator, allocation), why)
+            )
+        return out
+
+
+class DockerJudge:
+    """libnetwork allocations and pools against Docker's own view, from its API on ``socket``."""
+
+    name = "docker"
+
+    def __init__(self, allocator: Allocator, driver: Any, *, socket: str, driver_name: str) -> None:
+        self.allocator = allocator
+        self.driver = driver
+        self.socket = socket
+        self.driver_name = driver_name
+
+    async def findings(self) -> list[Finding] | None:
+        try:
+            networks = await self._networks()
+        except (TimeoutError, OSError, ValueError) as exc:
+            log.info("docker_unreachable", socket=self.socket, error=str(exc))
+            return None
+        ours = [n for n in networks if ((n.get("IPAM") or {}).get("Driver") or "") == self.driver_name]
+        in_use: set[str] = set()
+        subnets: set[str] = set()
+        for network in ours:
+            for config in (network.get("IPAM") or {}).get("Config") or ():
+                subnets.add(_canonical_network(config.get("Subnet", "")))
+                for address in (config.get("Gateway"), *((config.get("AuxiliaryAddresses") or {}).values())):
+                    if address:
+                        in_use.add(_bare(address))
+            for endpoint in (network.get("Containers") or {}).values():
+                for field in ("IPv4Address", "IPv6Address"):
+                    if endpoint.get(field):
+                        in_use.add(_bare(endpoint[field]))
+        out: list[Finding] = []
+        for record in self.driver.pools():
+            if _canonical_network(record.pool) not in subnets:
+                why = f"no Docker network uses pool {record.pool} any more"
+                out.append(Finding(f"pool:{record.pool_id}", True, self._release_pool(record.pool_id), why))
+                continue
+            for allocation in self.allocator.allocations(owner=record.owner):
+                alive = allocation.address in in_use
+                why = "" if alive else f"no Docker endpoint holds {allocation.address}"
+                out.append(
+                    Finding(_key(allocation), not alive, release_allocation(self.allocator, allocation), why)
+                )
+        return out
+
+    def _release_pool(self, pool_id: str) -> Callable[[], object]:
+        def release() -> object:
+            if any(r.pool_id == pool_id for r in self.driver.pools()):
+                self.driver.release_pool(pool_id)
+            return None
+
+        return release
+
+    async def _networks(self) -> list[dict[str, Any]]:
+        """Every Docker network with its endpoints (``GET /networks`` lists none, so each is inspected)."""
+        listed = await self._get("/networks")
+        out = []
+        for item in listed if isinstance(listed, list) else []:
+            if ((item.get("IPAM") or {}).get("Driver") or "") == self.driver_name:
+                out.append(await self._get(f"/networks/{urllib.parse.quote(str(item['Id']), safe='')}"))
+        return out
+
+    async def _get(self, path: str) -> Any:
+        """One GET on Docker's API over its unix socket (HTTP/1.0: the answer ends with the connection)."""
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.socket), 10)
+        try:
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+            await writer.drain()
+            raw = await asyncio.wait_for(reader.read(), 30)
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise ValueError(
+                f"GET {path}: {head.splitlines()[0].decode(errors='replace') if head else 'no answer'}"
+            )
+        return json.loads(body)
+
+
+def _bare(address: str) -> str:
+    from eni_ipam.agent.members import canonical_address
+
+    text = address.split("/")[0]
+    return canonical_address(text) or text
+
+
+def _canonical_network(text: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        return text

@@ -1,0 +1,144 @@
+"""Rebuilding from libcni's cache: only this plugin's results, duplicates resolved by who is alive."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.runtime import cni_cache_view, namespace_exists, parse_cni_owner, uses_this_plugin
+from eni_ipam.agent.types import Attachment, PoolAddress, RuntimeEntry
+from eni_ipam.core.clock import LoopClock
+
+OURS = {
+    "cniVersion": "1.0.0",
+    "name": "podnet",
+    "plugins": [{"type": "bridge", "bridge": "cni0", "ipam": {"type": "eni-ipam-cni"}}],
+}
+HOST_LOCAL = {
+    "cniVersion": "1.0.0",
+    "name": "other",
+    "plugins": [{"type": "bridge", "ipam": {"type": "host-local", "subnet": "10.88.0.0/16"}}],
+}
+
+
+def write_entry(
+    directory: Path,
+    container: str,
+    address: str,
+    *,
+    config: dict[str, Any] = OURS,
+    ifname: str = "eth0",
+    netns: str = "",
+    args: list[list[str]] | None = None,
+    mtime: float | None = None,
+) -> Path:
+    """A cache file as libcni writes it (``results/<network>-<containerID>-<ifname>``)."""
+    entry: dict[str, Any] = {
+        "kind": "cniCacheV1",
+        "containerId": container,
+        "config": base64.b64encode(json.dumps(config).encode()).decode(),
+        "ifName": ifname,
+        "networkName": config["name"],
+        "result": {"cniVersion": "1.0.0", "ips": [{"address": f"{address}/24", "gateway": "10.99.0.1"}]},
+    }
+    if netns:
+        entry["netns"] = netns
+    if args:
+        entry["cniArgs"] = args
+    path = directory / f"{config['name']}-{container}-{ifname}"
+    path.write_text(json.dumps(entry))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_only_results_of_networks_using_this_plugin_are_read(tmp_path: Path) -> None:
+    write_entry(tmp_path, "c1", "10.99.0.10")
+    write_entry(tmp_path, "c2", "10.88.0.2", config=HOST_LOCAL)
+    single = {"cniVersion": "0.4.0", "name": "solo", "type": "ptp", "ipam": {"type": "eni-ipam-cni"}}
+    write_entry(tmp_path, "c3", "10.99.0.11", config=single)
+    assert {a: e.owner for a, e in cni_cache_view(tmp_path).items()} == {
+        "10.99.0.10": "cni:c1:eth0",
+        "10.99.0.11": "cni:c3:eth0",
+    }
+
+
+def test_the_entry_says_the_network_namespace_and_pod(tmp_path: Path) -> None:
+    args = [
+        ["K8S_POD_NAMESPACE", "ns"],
+        ["K8S_POD_NAME", "web"],
+        ["K8S_POD_UID", "u-1"],
+        ["IgnoreUnknown", "1"],
+    ]
+    write_entry(tmp_path, "c1", "10.99.0.10", netns="/run/netns/a", args=args)
+    assert cni_cache_view(tmp_path)["10.99.0.10"] == RuntimeEntry(
+        owner="cni:c1:eth0",
+        attachment=Attachment(network="podnet", netns="/run/netns/a", pod_uid="u-1", pod="ns/web"),
+    )
+
+
+def test_an_address_claimed_twice_goes_to_the_owner_whose_namespace_is_alive(tmp_path: Path) -> None:
+    (tmp_path / "netns").mkdir()
+    (tmp_path / "netns" / "live").touch()
+    cache = tmp_path / "results"
+    cache.mkdir()
+    # The stale entry is the newer file: liveness decides, not file order or age.
+    write_entry(cache, "live", "10.99.0.10", netns=str(tmp_path / "netns" / "live"), mtime=1000)
+    write_entry(cache, "stale", "10.99.0.10", netns=str(tmp_path / "netns" / "gone"), mtime=2000)
+    assert cni_cache_view(cache)["10.99.0.10"].owner == "cni:live:eth0"
+
+
+def test_when_liveness_cannot_tell_the_newer_entry_wins(tmp_path: Path) -> None:
+    write_entry(tmp_path, "old", "10.99.0.10", mtime=1000)
+    write_entry(tmp_path, "new", "10.99.0.10", mtime=2000)
+    assert cni_cache_view(tmp_path)["10.99.0.10"].owner == "cni:new:eth0"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not json", b"[]", b'{"kind": "cniCacheV1"}', b'{"config": "%%%", "containerId": "c", "ifName": "e"}'],
+)
+def test_a_file_that_is_not_a_cache_entry_is_skipped(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "junk").write_bytes(content)
+    write_entry(tmp_path, "c1", "10.99.0.10")
+    assert list(cni_cache_view(tmp_path)) == ["10.99.0.10"]
+
+
+def test_a_fifo_in_the_cache_does_not_block_the_rebuild(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")  # opening it to read would wait for a writer for ever
+    write_entry(tmp_path, "c1", "10.99.0.10")
+    assert list(cni_cache_view(tmp_path)) == ["10.99.0.10"]
+
+
+def test_a_rebuilt_allocation_keeps_what_the_cache_said_of_its_container(tmp_path: Path) -> None:
+    write_entry(tmp_path, "c1", "10.99.0.10", netns="/run/netns/a")
+    allocator = Allocator(clock=LoopClock())
+    allocator.set_pool("default", [PoolAddress(address="10.99.0.10", prefix_length=24, gateway="10.99.0.1")])
+    allocator.restore(runtime=cni_cache_view(tmp_path))
+    [allocation] = allocator.allocations()
+    assert (allocation.owner, allocation.network, allocation.netns) == (
+        "cni:c1:eth0",
+        "podnet",
+        "/run/netns/a",
+    )
+
+
+def test_namespace_existence_is_unknown_where_its_directory_is_not_visible(tmp_path: Path) -> None:
+    (tmp_path / "present").touch()
+    assert namespace_exists(str(tmp_path / "present")) is True
+    assert namespace_exists(str(tmp_path / "absent")) is False
+    assert namespace_exists(str(tmp_path / "no-such-dir" / "ns")) is None
+    assert namespace_exists("") is None
+
+
+def test_owners_parse_back_and_plugin_detection_reads_both_config_shapes() -> None:
+    assert parse_cni_owner("cni:abc:eth0") == ("abc", "eth0")
+    assert parse_cni_owner("libnetwork:x") is None
+    assert uses_this_plugin(OURS) and not uses_this_plugin(HOST_LOCAL)
+    assert uses_this_plugin({"type": "eni-ipam-cni"}) and not uses_this_plugin(["eni-ipam-cni"])
