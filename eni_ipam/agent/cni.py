@@ -708,11 +708,17 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from posix import environ as _environ
+    from posix import _exit, environ
 
     # os.environ without importing os: the raw environment, decoded as os.environ decodes it.
-    _env_str = {
-        k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
-        for k, v in _environ.items()
-    }
-    sys.exit(run(_env_str, sys.stdin, sys.stdout, sys.stderr))
+    _status = run(
+        {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in environ.items()},
+        sys.stdin,
+        sys.stdout,
+        sys.stderr,
+    )
+    # Everything is said: exit without tearing the interpreter down (a plugin's latency is its
+    # whole life, and nothing is left to clean up).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(_status)

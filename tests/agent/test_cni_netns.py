@@ -191,5 +191,10 @@ async def test_ptp_uses_the_pool_address_and_del_after_the_namespace_is_gone_sti
         assert (rc, out) == (0, None), err
         assert allocator.allocations(owner=owner) == []
         assert [a.owner for a in allocator.allocations()] == ["cni:someone-else:eth0"]
-        for veth in host_veths:  # the host end went away with the namespace
+        # The host end goes away with the namespace; the kernel cleans namespaces up asynchronously.
+        for _ in range(100):
+            if all(_ip("link", "show", veth, check=False).returncode != 0 for veth in host_veths):
+                break
+            await asyncio.sleep(0.05)
+        for veth in host_veths:
             assert _ip("link", "show", veth, check=False).returncode != 0
