@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from bench import api_efficiency, convergence, cpu_memory, latency
+from bench import api_efficiency, cni_plugin, convergence, cpu_memory, latency
 from bench.report import Results, machine, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
@@ -25,12 +25,14 @@ FULL: dict[str, tuple[int, ...]] = {
     "convergence": (1000, 5000),
     "cpu": (1000, 10_000),
     "latency": (1000, 300),
+    "plugin": (200,),
 }
 QUICK: dict[str, tuple[int, ...]] = {
     "api": (30,),
     "convergence": (100,),
     "cpu": (200, 1000),
     "latency": (100, 30),
+    "plugin": (10,),
 }
 
 
@@ -50,6 +52,8 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
     step("event to IPs")
     nodes, events = sizes["latency"]
     lat = latency.measure(nodes, events)
+    step("CNI plugin against a bare interpreter and host-local")
+    plugin = cni_plugin.measure(sizes["plugin"][0])
     return Results(
         machine=machine(),
         phases=phases,
@@ -58,6 +62,7 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
         cpu=cpus,
         memory=memories,
         latency=lat,
+        plugin=plugin,
         seconds=time.perf_counter() - started,
     )
 

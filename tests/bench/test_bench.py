@@ -34,5 +34,8 @@ def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     assert results.all_met(), [name for name, ok in results.checks() if not ok]
     assert all(c.speedup is not None and c.speedup > 2 for c in results.convergence)
     assert {p.name for p in results.phases} >= {"fresh cluster", "scale-up"}
+    # The plugin's figures are measured (where this machine can), but too few rounds to judge.
+    plugin = results.plugin
+    assert plugin.skipped or {"eni-ipam-cni ADD", "eni-ipam-cni DEL", "host-local ADD"} <= set(plugin.timings)
     text = render(results)
     assert "| check | result |" in text and "**missed**" not in text
