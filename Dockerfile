@@ -8,12 +8,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-# Dependencies first, so source changes do not invalidate this layer.
+# Dependencies first, so source changes do not invalidate this layer. The stub package is removed with
+# its build directory: left behind, build/lib's empty __init__.py (newer than the sources copied next)
+# would be what the real install packs.
 COPY pyproject.toml README.md ./
 RUN mkdir -p eni_ipam providers \
     && touch eni_ipam/__init__.py providers/__init__.py \
     && /opt/venv/bin/pip install ".[azure]" \
-    && /opt/venv/bin/pip uninstall --yes eni-ipam
+    && /opt/venv/bin/pip uninstall --yes eni-ipam \
+    && rm -rf build eni_ipam providers *.egg-info
 COPY eni_ipam ./eni_ipam
 COPY providers ./providers
 COPY scripts/build_cni_plugin.py ./scripts/

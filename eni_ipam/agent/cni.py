@@ -118,10 +118,10 @@ def ifname_problem(value: str) -> str:
         return "must not be empty"
     if value in (".", ".."):
         return "must not be '.' or '..'"
-    if len(value) > 15:
-        return "must be at most 15 characters"
-    if any(c in "/:" or c.isspace() for c in value):
-        return "must not contain '/', ':' or whitespace"
+    if len(value.encode(errors="surrogateescape")) > 15:
+        return "must be at most 15 bytes (the kernel's IFNAMSIZ)"
+    if any(c in "/:\0" or c.isspace() for c in value):
+        return "must not contain '/', ':', NUL or whitespace"
     return ""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.core.config import (
@@ -46,6 +46,20 @@ class StaticPool(ConfigModel):
     cidr: Network
     gateway: str
     addresses: tuple[PoolAddress, ...]
+
+
+MAX_SOCKET_PATH = 107
+"""Longest unix socket path Linux accepts (``sun_path`` holds 108 bytes with the terminating NUL)."""
+
+
+def _socket_path(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"must be an absolute path, got {short(path)}")
+    if "\0" in path or len(path.encode()) > MAX_SOCKET_PATH:
+        raise ValueError(
+            f"a unix socket path has at most {MAX_SOCKET_PATH} bytes and no NUL, got {short(path)}"
+        )
+    return path
 
 
 def _address(raw: Any) -> str:
@@ -139,7 +153,7 @@ class KubernetesSection(ConfigModel):
 class AgentConfig(ConfigModel):
     node_source: Literal["kubernetes", "memory"] = "kubernetes"
     """kubernetes: the default pool follows the node's ENIPool; memory: it is ``pools.default``."""
-    socket: Name = "/run/eni-ipam/agent.sock"
+    socket: Annotated[str, AfterValidator(_socket_path)] = "/run/eni-ipam/agent.sock"
     """The unix socket of the CNI plugin's API and the libnetwork driver."""
     state_dir: Name = "/var/lib/eni-ipam"
     """Where allocations survive restarts (a hostPath in the DaemonSet)."""

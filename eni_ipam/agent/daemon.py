@@ -35,6 +35,7 @@ from aiohttp import web
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
+from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
@@ -158,6 +159,9 @@ class Agent:
         self.pool_seen.set()
 
     def _restore(self) -> None:
+        leftovers = remove_leftovers(self.state_dir)
+        if leftovers:
+            log.warning("state_leftovers_removed", files=[p.name for p in leftovers])
         report = self.allocator.restore(runtime=cni_cache_view(self.config.cni_cache_dir))
         self.driver.adopt_orphans()  # libnetwork pools whose registry was lost: back from their allocations
         self.restored = True

@@ -52,6 +52,17 @@ def write_in_place(path: Path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
+def remove_leftovers(directory: Path) -> list[Path]:
+    """Remove the temporary files a crash left in ``directory`` (``.<name>.<random>.tmp``, regular
+    files only: nothing else this module writes starts with a dot); returns what was removed."""
+    removed = []
+    for path in sorted(directory.glob(".*.tmp")):
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def move_aside(path: Path) -> Path:
     """Rename ``path`` to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
     n = 1

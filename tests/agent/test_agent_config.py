@@ -55,6 +55,10 @@ def test_ipv6_pool_with_a_gateway() -> None:
         ({"pools": {"p": {"cidr": "10.0.0.0/8"}}}, "pools.p.ranges"),
         ({"server": {"port": "x"}}, "server.port"),
         ({"report_interval": 0}, "report_interval"),
+        ({"server": {"port": 99999}}, "server.port"),
+        ({"socket": "agent.sock"}, "socket"),
+        ({"socket": "/run/" + "x" * 103}, "socket"),
+        ({"socket": "/run/eni\0.sock"}, "socket"),
     ],
 )
 def test_bad_values_name_their_field(data: dict, field: str) -> None:

@@ -236,6 +236,10 @@ async def test_an_unreachable_agent_is_try_again_later_for_every_command(command
         ({"CNI_IFNAME": None}, "CNI_IFNAME"),
         ({"CNI_IFNAME": "an-interface-name-too-long"}, "CNI_IFNAME"),
         ({"CNI_IFNAME": "eth 0"}, "CNI_IFNAME"),
+        (
+            {"CNI_IFNAME": "eth\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"},
+            "CNI_IFNAME",
+        ),  # 10 characters, 17 bytes
         ({"CNI_NETNS": None}, "CNI_NETNS"),
     ],
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eni_ipam.agent.files import checksum, move_aside, write_atomically
+from eni_ipam.agent.files import checksum, move_aside, remove_leftovers, write_atomically
 
 
 def test_write_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -42,3 +42,20 @@ def test_corrupt_files_are_kept_under_the_lowest_free_number(tmp_path: Path) -> 
 def test_checksum_ignores_key_order_but_not_content() -> None:
     assert checksum([{"a": 1, "b": 2}]) == checksum([{"b": 2, "a": 1}])
     assert checksum([{"a": 1}]) != checksum([{"a": 2}])
+
+
+def test_temporary_files_left_by_a_crash_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "allocations.json").write_text("{}")
+    (tmp_path / ".allocations.json.k2j3.tmp").write_text("half")
+    (tmp_path / ".libnetwork.json.x9.tmp").write_text("half")
+    (tmp_path / "allocations.json.corrupt-1").write_text("kept")
+    (tmp_path / ".lock").write_text("")
+    (tmp_path / ".dir.tmp").mkdir()
+    removed = remove_leftovers(tmp_path)
+    assert [p.name for p in removed] == [".allocations.json.k2j3.tmp", ".libnetwork.json.x9.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".dir.tmp",
+        ".lock",
+        "allocations.json",
+        "allocations.json.corrupt-1",
+    ]

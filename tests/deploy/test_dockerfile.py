@@ -100,3 +100,9 @@ def test_dockerignore_keeps_the_build_context_small_but_complete():
     for path in copied - {"--from=builder", "/opt/venv", "/opt/eni-ipam/eni-ipam-cni"}:
         assert path.rstrip("/") not in ignored, f"{path} is copied but excluded by .dockerignore"
         assert (REPO_ROOT / path).exists(), path
+
+
+def test_the_dependency_layer_leaves_no_stub_build_for_the_real_install_to_pick_up():
+    runs = [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", DOCKERFILE, re.M)]
+    (stub,) = [run for run in runs if "touch eni_ipam/__init__.py" in run]
+    assert stub.index("pip uninstall") < stub.index("rm -rf build eni_ipam providers *.egg-info")
