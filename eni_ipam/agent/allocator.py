@@ -94,6 +94,9 @@ class Allocator:
         self._holds = ReleaseHolds()
         self._restored = state is None
         self._depth = 0
+        self.state_error = ""
+        """Why the last write of the state file failed (empty: it succeeded); the agent is not ready
+        meanwhile."""
 
     # -- pools -------------------------------------------------------------------------------------
 
@@ -390,8 +393,10 @@ class Allocator:
         }
         report, snapshot = recover(self._state, entries, self._place)
         self._restored = True
+        # A state read back as it is needs no write: a start on a full disk must not fail.
+        rewrite = bool(report.rebuilt or report.corrupt)
         try:
-            with self._change():
+            with self._change(save=rewrite):
                 for allocation in (*report.restored, *report.rebuilt):
                     self._allocations[allocation.address] = allocation
                     if uuid := allocation.expiration_uuid:
@@ -436,8 +441,9 @@ class Allocator:
     # -- internals ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _change(self, *, undo_on_save_error: bool = True) -> Iterator[None]:
-        """One change of the allocations: undone if the body raises; saved; then timers (re)scheduled."""
+    def _change(self, *, undo_on_save_error: bool = True, save: bool = True) -> Iterator[None]:
+        """One change of the allocations: undone if the body raises; saved (unless ``save`` is false:
+        nothing changed on disk's account); then timers (re)scheduled."""
         if self._depth:
             yield
             return
@@ -452,7 +458,7 @@ class Allocator:
             raise
         finally:
             self._depth -= 1
-        if self._state is not None:
+        if self._state is not None and save:
             try:
                 self._state.save(
                     self._allocations.values(),
@@ -463,9 +469,12 @@ class Allocator:
                 log.error(
                     "state_save_failed", path=str(self._state.path), error=str(exc), undone=undo_on_save_error
                 )
+                self.state_error = f"{self._state.path}: {exc}"
                 if undo_on_save_error:
                     self._allocations, self._timers, self._cursors = before
-                    raise errors.AllocatorError(f"state file not written, change undone: {exc}") from exc
+                    raise errors.StateNotWritten(f"state file not written, change undone: {exc}") from exc
+            else:
+                self.state_error = ""
         for address, timer in before[1].items():
             if self._timers.get(address) is not timer and timer.handle is not None:
                 timer.handle.cancel()

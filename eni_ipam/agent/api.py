@@ -56,6 +56,7 @@ from eni_ipam.core.errors import (
     NotAllocated,
     NotInPool,
     PoolExhausted,
+    StateNotWritten,
     UnknownPool,
 )
 
@@ -68,6 +69,7 @@ ERRORS: tuple[tuple[type[AllocatorError], int, str], ...] = (
     (FamilyDisabled, 409, "family_disabled"),
     (NotInPool, 409, "not_in_pool"),
     (AlreadyAllocated, 409, "already_allocated"),
+    (StateNotWritten, 503, "state_unwritable"),
     (AllocatorError, 409, "allocator_error"),
 )
 """Allocator exception → (HTTP status, error code); the first matching class wins."""

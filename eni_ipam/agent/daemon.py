@@ -123,6 +123,11 @@ class Agent:
     def readiness(self) -> tuple[bool, str]:
         if not self.restored:
             return False, "allocations not restored yet"
+        if self.allocator.state_error:
+            return (
+                False,
+                f"the state file cannot be written ({self.allocator.state_error}): changes are refused",
+            )
         if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
             return False, "waiting for the node's pool (ENIPool); release and check are served meanwhile"
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"

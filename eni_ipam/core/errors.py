@@ -126,6 +126,11 @@ class ExpirationMismatch(AllocatorError):
     """The UUID does not name the address's running expiration timer."""
 
 
+class StateNotWritten(AllocatorError):
+    """The allocator's state file could not be written (a full or failing disk): the change was
+    undone, nothing was handed out or released; try again later."""
+
+
 class CorruptState(AllocatorError):
     """The allocator's state file cannot be trusted: unreadable, not JSON, another format version,
     a checksum mismatch, or an invalid entry. ``path`` names the file."""

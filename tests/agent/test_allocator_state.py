@@ -333,9 +333,10 @@ def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
     allocator.restore()
     kept = allocator.allocate("10.0.0.7", "c1")
     state.failing = True
-    with capture_logs() as logs, pytest.raises(errors.AllocatorError, match="not written"):
+    with capture_logs() as logs, pytest.raises(errors.StateNotWritten, match="not written"):
         allocator.allocate_next_with_expiration("c2", DEFAULT_POOL, None, 5)
     assert any(e["event"] == "state_save_failed" and e["log_level"] == "error" for e in logs)
+    assert "No space left" in allocator.state_error  # the agent is not ready meanwhile
     with pytest.raises(errors.AllocatorError):
         allocator.release("10.0.0.7")
     assert allocator.allocations() == [kept]
@@ -343,6 +344,20 @@ def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
     state.failing = False
     v4, _ = allocator.allocate_next("c2")
     assert v4 is not None and v4.address == "10.0.0.5"  # the undone allocation did not move the cursor either
+    assert allocator.state_error == ""
+
+
+def test_a_start_that_reads_the_state_back_as_it_is_writes_nothing(path: Path) -> None:
+    StateFile(path).save([V4])
+    state = FailingState(path)
+    state.failing = True  # a full disk: the start must not depend on writing
+    allocator = Allocator(clock=FakeClock(), state=state)
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    report = allocator.restore(runtime={"10.0.0.6": "c9"})
+    assert report.restored == (V4,) and allocator.allocations() == [V4]
+    with pytest.raises(errors.StateNotWritten):  # a DEL on a full disk: try again later, nothing lost
+        allocator.release_owner("c1")
+    assert allocator.allocations() == [V4]
 
 
 def test_an_expiry_whose_save_fails_still_frees_the_address(path: Path) -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
 from tests.agent import built_plugin, unix_server
@@ -535,3 +536,32 @@ def test_the_plugins_json_writes_and_reads_what_the_json_module_does(value: Any)
 def test_the_plugins_json_refuses_what_is_not_json(text: str) -> None:
     with pytest.raises(ValueError):
         cni.loads(text)
+
+
+async def test_a_del_the_agent_cannot_write_down_is_try_again_later_and_releases_nothing(
+    tmp_path: Any,
+) -> None:
+    class FullDisk(StateFile):
+        full = False
+
+        def save(self, *args: Any, **kwargs: Any) -> None:
+            if self.full:
+                raise OSError(28, "No space left on device")
+            super().save(*args, **kwargs)
+
+    state = FullDisk(tmp_path / "allocations.json")
+    allocator = Allocator(clock=LoopClock(), state=state)
+    allocator.set_pool("default", V4)
+    allocator.restore()
+    app = web.Application()
+    api.add_routes(app, allocator)
+    async with unix_server(app) as socket:
+        plugin = Plugin(socket)
+        assert (await plugin("ADD"))[0] == 0
+        state.full = True
+        rc, out, err = await plugin("DEL")
+        expect_error(rc, out, err, cni.TRY_AGAIN_LATER, names="state_unwritable")
+        assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
+        state.full = False
+        assert (await plugin("DEL"))[:2] == (0, None)
+        assert allocator.allocations() == []
