@@ -101,6 +101,8 @@ POD_ARGS = {"K8S_POD_UID": "podUID", "K8S_POD_NAMESPACE": "podNamespace", "K8S_P
 """CNI_ARGS keys (set by the kubelet's runtime, and by podman) recorded with the allocation."""
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
+MAX_CONTAINER_ID = 256
+"""Longest container id (runtimes use 64 hexadecimal digits); it is saved with every change."""
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -108,6 +110,8 @@ def container_id_problem(value: str) -> str:
     """Why ``value`` is not a valid CNI container id ("" when it is)."""
     if not value:
         return "must not be empty"
+    if len(value) > MAX_CONTAINER_ID:
+        return f"must be at most {MAX_CONTAINER_ID} characters"
     if not value[0].isascii() or not value[0].isalnum() or not _ID_CHARS.issuperset(value):
         return "must start with a letter or digit, followed by letters, digits, '_', '.' or '-'"
     return ""

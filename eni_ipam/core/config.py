@@ -457,6 +457,11 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_FILE_BYTES = 4 << 20
+"""Largest configuration or scenario file read (4 MiB): a path to /dev/zero or a log is an error,
+not an endless read."""
+
+
 def load_yaml_file(path: str | Path) -> Any:
     """The YAML document in ``path``, checked to be plain data (see :func:`plain_data_problem`).
 
@@ -465,9 +470,14 @@ def load_yaml_file(path: str | Path) -> Any:
             included), nested too deeply, or referring to itself.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB: not a configuration file")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     return load_yaml_text(text, what=str(path))

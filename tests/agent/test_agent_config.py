@@ -74,6 +74,8 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text("pools: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_agent_config(bad)
+    with pytest.raises(ConfigError, match="larger than 4 MiB"):
+        load_agent_config("/dev/zero")  # read with a limit: not for ever
 
 
 def test_a_key_written_twice_is_refused_with_its_lines(tmp_path: Path) -> None:

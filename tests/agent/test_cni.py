@@ -234,6 +234,7 @@ async def test_an_unreachable_agent_is_try_again_later_for_every_command(command
         ({"CNI_COMMAND": "UPDATE"}, "CNI_COMMAND"),
         ({"CNI_CONTAINERID": None}, "CNI_CONTAINERID"),
         ({"CNI_CONTAINERID": "_starts-badly"}, "CNI_CONTAINERID"),
+        ({"CNI_CONTAINERID": "c" * 257}, "CNI_CONTAINERID"),
         ({"CNI_IFNAME": None}, "CNI_IFNAME"),
         ({"CNI_IFNAME": "an-interface-name-too-long"}, "CNI_IFNAME"),
         ({"CNI_IFNAME": "eth 0"}, "CNI_IFNAME"),
