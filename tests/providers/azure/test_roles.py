@@ -1,5 +1,6 @@
-"""docs/azure.md's custom role grants every action the provider's requests need, and nothing more; the
-operation table covers every operation the provider sends.
+"""The shipped custom roles (deploy/azure) grant every action the provider's requests need, and
+nothing more, each on its narrowest scope; the operation table covers every operation the provider
+sends.
 
 Three nets: the operation names written in the provider's source (static), the operation labels of a
 workflow that exercises every code path against the fake ARM (dynamic), and the role in the docs
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -25,21 +25,47 @@ ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs" / "azure.md"
 
 
-def documented_role() -> dict:
-    for block in re.findall(r"```json\n(.*?)```", DOCS.read_text(), flags=re.S):
-        document = json.loads(block)
-        if isinstance(document, dict) and "Actions" in document:
-            return document
-    raise AssertionError("docs/azure.md has no custom role (a json block with Actions)")
+ROLES = {
+    "nodes": ROOT / "deploy" / "azure" / "eni-ipam-nodes-role.json",
+    "subnets": ROOT / "deploy" / "azure" / "eni-ipam-subnets-role.json",
+}
 
 
-def test_the_documented_custom_role_grants_exactly_the_actions_of_the_operation_table() -> None:
-    role = documented_role()
-    granted = set(role["Actions"])
-    assert actions() <= granted, f"docs/azure.md's role lacks {sorted(actions() - granted)}"
-    assert granted <= actions(), f"docs/azure.md's role grants unused {sorted(granted - actions())}"
+def role(name: str) -> dict:
+    document: dict = json.loads(ROLES[name].read_text())
+    return document
+
+
+def test_the_shipped_roles_grant_exactly_the_actions_of_the_operation_table_between_them() -> None:
+    nodes, subnets = set(role("nodes")["Actions"]), set(role("subnets")["Actions"])
+    granted = nodes | subnets
+    assert not nodes & subnets
+    assert actions() <= granted, f"the roles lack {sorted(actions() - granted)}"
+    assert granted <= actions(), f"the roles grant unused {sorted(granted - actions())}"
     assert all("*" not in a for a in granted)
-    assert role["NotActions"] == []
+    for name in ROLES:
+        assert role(name)["NotActions"] == [] and role(name)["DataActions"] == []
+        assert role(name)["IsCustom"] is True
+
+
+def test_the_subnets_role_holds_only_virtual_network_actions_and_is_assigned_on_the_network() -> None:
+    subnets = role("subnets")
+    assert all(a.startswith("Microsoft.Network/virtualNetworks/") for a in subnets["Actions"])
+    assert "Microsoft.Network/virtualNetworks/subnets/join/action" in subnets["Actions"]
+    (scope,) = subnets["AssignableScopes"]
+    assert scope.endswith("/providers/Microsoft.Network/virtualNetworks/<vnet>")
+    (scope,) = role("nodes")["AssignableScopes"]
+    assert scope.endswith("/resourceGroups/<node-resource-group>")
+
+
+def test_the_docs_install_the_shipped_roles_and_do_not_advise_broad_built_in_ones() -> None:
+    text = DOCS.read_text()
+    for path in ROLES.values():
+        assert f"az role definition create --role-definition {path.relative_to(ROOT)}" in text
+    for name in ("eni-ipam nodes", "eni-ipam subnets"):
+        assert name in {role(n)["Name"] for n in ROLES}
+        assert f'--role "{name}"' in text
+    assert '--role "Network Contributor"' not in text
 
 
 def test_every_operation_named_in_the_provider_source_is_in_the_table() -> None:
