@@ -73,6 +73,11 @@ def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress
     return out
 
 
+MAX_BODY = 64 * 1024
+"""Largest request body on the socket (413 beyond): every request of the plugin or of Docker fits in a
+few hundred bytes, and what a body holds may end up in the state file."""
+
+
 class Agent:
     def __init__(
         self,
@@ -133,7 +138,7 @@ class Agent:
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"
 
     def socket_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY)
         api.add_routes(app, self.allocator, ready=lambda: "" if self.readiness()[0] else self.readiness()[1])
         libnetwork.add_routes(app, self.driver)
         return app

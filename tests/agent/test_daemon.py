@@ -18,6 +18,7 @@ from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam.testing.fake_kube import FakeKube
+from tests.agent import unix_server
 from tests.agent.conftest import enipool_status
 from tests.kube.conftest import make_api
 from tests.waiting import until
@@ -214,6 +215,29 @@ async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
     agent.allocator.restore()
     handed = [agent.allocator.allocate_next(f"o{n}")[0] for n in range(3)]
     assert [a.address for a in handed if a] == ["10.99.0.3", "10.99.0.5", "10.99.0.6"]
+
+
+async def test_the_socket_refuses_a_body_larger_than_64_kib_and_changes_nothing(tmp_path: Path) -> None:
+    config = agent_config_from_mapping(
+        {
+            "node_source": "memory",
+            "socket": str(tmp_path / "agent.sock"),
+            "state_dir": str(tmp_path / "state"),
+            "pools": {"default": {"cidr": "10.99.0.0/29"}},
+        }
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(config, node="n1")
+    agent.allocator.restore()
+    async with unix_server(agent.socket_app()) as path:
+        connector = aiohttp.UnixConnector(path=path)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            body = {"containerID": "c1", "ifname": "eth0", "netns": "/x" * 40_000}
+            async with session.post("http://agent/v1/cni/add", json=body) as answer:
+                assert answer.status == 413
+            async with session.post("http://agent/v1/cni/add", json={**body, "netns": "/x"}) as answer:
+                assert answer.status == 200
+    assert [a.owner for a in agent.allocator.allocations()] == ["cni:c1:eth0"]
 
 
 def test_a_subnets_base_and_gateway_are_never_pool_addresses() -> None:
