@@ -172,6 +172,14 @@ class AgentConfig(ConfigModel):
     """How long an owner must have been judged gone, at every sweep, before its addresses are released.
     A pod or container being created may not be visible to the judge yet; a minute covers that and a
     slow API server, while a leaked address comes back within two minutes."""
+    socket_max_connections: Annotated[int, Field(ge=1, le=65_536)] = 256
+    """Most connections the socket serves at once; more are answered 503 (the plugin: try again later)
+    without being read. The plugin opens one per call and Docker a few, so 256 is far above a node's
+    real load, and far below the open-file limit idle connections would otherwise exhaust."""
+    socket_read_timeout: PositiveDuration = 10.0
+    """Seconds a client has to send a whole request (head, then body) once connected or answered.
+    The plugin writes its request at once; only a stuck or hostile client waits this long, and its
+    connection is then closed. Also how long an idle keep-alive connection stays open."""
     docker_socket: str = ""
     """Docker's API socket (``/run/docker.sock`` on a Docker host): the libnetwork driver's addresses
     and pools are then reconciled with the endpoints Docker reports. Empty: no reconciliation."""

@@ -36,6 +36,7 @@ from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.files import remove_leftovers
+from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
@@ -285,9 +286,13 @@ class Agent:
                     )
                     tasks.append(tg.create_task(claims.run(), name="eni-ipam-agent-claims"))
                 _remove_stale(socket)
-                runner = web.AppRunner(self.socket_app(), access_log=None)
-                await runner.setup()
-                await web.UnixSite(runner, str(socket)).start()
+                runner = await serve_unix(
+                    self.socket_app(),
+                    str(socket),
+                    max_connections=self.config.socket_max_connections,
+                    read_timeout=self.config.socket_read_timeout,
+                    refused=lambda reason: self.metrics.agent_socket_refused.labels(reason).inc(),
+                )
                 os.chmod(socket, 0o660)
                 log.info("agent_serving", node=self.node, socket=str(socket))
                 try:

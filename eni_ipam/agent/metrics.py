@@ -35,6 +35,12 @@ class AgentMetrics(MetricSet):
             "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed)",
             ["outcome"],
         )
+        self.agent_socket_refused = self.counter(
+            "agent_socket_refused",
+            "Connections and requests the node agent's socket refused, by reason (connection_limit: "
+            "over socket_max_connections; read_timeout: not sent whole within socket_read_timeout)",
+            ["reason"],
+        )
 
     def report_ready(self, ready: Callable[[], bool]) -> None:
         """Export ``ready`` as it is at each scrape."""

@@ -342,3 +342,19 @@ async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_
         await until(lambda: [a.owner for a in agent.allocator.allocations()] == ["cni:web:eth0"], limit=5)
         await asyncio.sleep(0.5)
         assert [a.owner for a in agent.allocator.allocations()] == ["cni:web:eth0"]
+
+
+async def test_the_socket_serves_within_its_configured_limits(kube: FakeKube, tmp_path: Path) -> None:
+    """socket_max_connections and socket_read_timeout reach the socket; refusals are counted."""
+    async with running_agent(kube, tmp_path, socket_max_connections=1, socket_read_timeout="200ms") as agent:
+        await until(lambda: agent.restored and Path(agent.config.socket).exists())
+        reader, writer = await asyncio.open_unix_connection(agent.config.socket)
+        second_reader, second = await asyncio.open_unix_connection(agent.config.socket)
+        assert (await asyncio.wait_for(second_reader.read(), 5)).startswith(b"HTTP/1.1 503")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # idle: closed after 200 ms
+        refused = agent.metrics.registry.get_sample_value(
+            "eni_ipam_agent_socket_refused_total", {"reason": "connection_limit"}
+        )
+        assert refused == 1
+        writer.close()
+        second.close()
