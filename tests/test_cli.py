@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from eni_ipam.app.runconfig import DEFAULT_CONFIG
 from eni_ipam.cli import _duration, main
 
 
@@ -77,3 +80,35 @@ def test_listen_addresses_the_agent_takes(host: str) -> None:
 
     config = load_agent_config(None)
     assert config.replace(server=config.server.replace(host=listen_address(host))).server_host == host
+
+
+@pytest.fixture
+def port_in_use() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def test_the_agent_exits_2_when_its_port_is_in_use(
+    port_in_use: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        f"node_source: memory\nsocket: {tmp_path}/agent.sock\nstate_dir: {tmp_path}/state\n"
+        f"server: {{host: 127.0.0.1, port: {port_in_use}}}\npools: {{default: {{cidr: 10.9.0.0/28}}}}\n"
+    )
+    assert main(["agent", "--node", "n1", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in err and "in use" in err
+    assert "Traceback" not in err
+
+
+def test_the_controller_exits_2_when_its_port_is_in_use(
+    port_in_use: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(DEFAULT_CONFIG.replace("port: 9090", f"port: {port_in_use}"))
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in err and "Traceback" not in err

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeSpec
@@ -143,8 +144,8 @@ async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: Text
         try:
             runner = await start_server(make_app(metrics, ready), host="127.0.0.1", port=port)
             out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
-        except OSError as exc:
-            out.write(f"metrics endpoint not started (port {port}: {exc.strerror}); the demo runs on\n")
+        except ConfigError as exc:
+            out.write(f"metrics endpoint not started ({exc.message}); the demo runs on\n")
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.metrics import MetricSet
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
@@ -42,8 +43,17 @@ def make_app(metrics: MetricSet, ready: Readiness) -> web.Application:
 
 
 async def start_server(app: web.Application, *, host: str, port: int) -> web.AppRunner:
-    """Start serving ``app``; the caller owns the returned runner and must ``await runner.cleanup()``."""
+    """Start serving ``app``; the caller owns the returned runner and must ``await runner.cleanup()``.
+
+    Raises:
+        ConfigError: naming ``server.port`` when the address cannot be listened on (a port in use).
+    """
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:  # in use, not an address of this host, not allowed: the operator's to fix
+        await runner.cleanup()
+        reason = exc.strerror or str(exc)
+        raise ConfigError("server.port", f"cannot listen on {host}:{port}: {reason}") from exc
     return runner

@@ -25,6 +25,7 @@ SURFACES: Mapping[str, frozenset[str]] = {
     "enipool": frozenset({"write", "input", "text"}),
     "cni": frozenset({"env", "stdin", "stdin_text", "stdin_bytes"}),
     "libnetwork": frozenset({"method", "body", "text", "bytes"}),
+    "agentconfig": frozenset({"input", "text", "bytes", "path"}),
 }
 """Surface → the input keys its files may carry (besides description, expect and xfail)."""
 
@@ -34,6 +35,7 @@ EXPECT_KEYS: Mapping[str, frozenset[str]] = {
     "enipool": frozenset({"api", "convert"}),
     "cni": frozenset({"code", "msg_contains", "version"}),
     "libnetwork": frozenset({"status", "err_contains"}),
+    "agentconfig": frozenset({"field", "message_contains"}),
 }
 
 MIN_CASES = 12

@@ -52,13 +52,33 @@ def _bool(body: Body, field: str) -> bool:
     return value
 
 
+MAX_OPTIONS = 64
+"""Most entries of a request's ``Options`` (a pool's are saved in the registry with every change)."""
+MAX_OPTION_KEY = 256
+"""Longest option name (Docker's own are under 40 characters)."""
+MAX_OPTION_VALUE = 4096
+"""Longest option value."""
+
+
 def _options(body: Body, field: str = "Options") -> dict[str, str]:
     value = body.get(field)
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise invalid(f"field {field} must be an object of strings")
-    return {str(k): v for k, v in value.items()}
+    if len(value) > MAX_OPTIONS:
+        raise invalid(f"field {field} has {len(value)} entries, more than the limit of {MAX_OPTIONS}")
+    for key, option in value.items():
+        if len(key) > MAX_OPTION_KEY:
+            raise invalid(
+                f"field {field} has a key of {len(key)} characters, longer than the limit of {MAX_OPTION_KEY}"
+            )
+        if len(option) > MAX_OPTION_VALUE:
+            raise invalid(
+                f"field {field}[{key!r}] has {len(option)} characters, longer than the limit of "
+                f"{MAX_OPTION_VALUE}"
+            )
+    return dict(value)
 
 
 def _required(body: Body, field: str) -> str:
