@@ -76,9 +76,11 @@ simulate: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Fault-injection soak (bench/soak.py): writes docs/RELIABILITY.md; exits 1 on an invariant violation.
+# Fault-injection soaks: the reconciler (bench/soak.py, docs/RELIABILITY.md) and the node agent under hostile
+# input (bench/agent_soak.py, docs/RELIABILITY-node.md); exits 1 on an invariant violation.
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.agent_soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -475,6 +475,8 @@ def render(report: SoakReport) -> str:
         "keeps a cluster on the in-memory cloud (EC2's buckets enforced, virtual time) while faults are",
         "injected, and invariants are checked every virtual second and at every release call. The same",
         "invariants are checked on small random runs in the test suite (`tests/bench/test_soak.py`).",
+        "The node agent's soak (hostile input, restarts, a full disk) is in",
+        "[RELIABILITY-node.md](RELIABILITY-node.md).",
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in machine().items()) + ".",
         f"The run took {report.real_seconds:.0f} s of real time for {cfg.chaos_seconds / 3600:.1f} h of "

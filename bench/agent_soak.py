@@ -1,0 +1,674 @@
+"""The node agent under hostile and unlucky input, for real: ``python -m bench.agent_soak``.
+
+A real ``eni-ipam agent`` process (static pool, state on disk) serves the real CNI plugin while every
+hostile input the agent is known to meet is thrown at its socket, in random order: floods of idle
+connections, request heads and bodies that never finish, oversized bodies, huge container ids, bad
+interface names, oversized libnetwork options, nesting bombs. It is restarted (SIGTERM and SIGKILL) with
+a FIFO in the libcni cache and temporary files left in its state directory, and, as root, its state
+directory (a tiny tmpfs) is filled up and freed again.
+
+Invariants, checked after every step (any breach is a violation and ``make soak`` fails):
+
+1. every hostile input is refused with its documented answer, and changes no allocation;
+2. a valid ADD, DEL or CHECK is answered with success or "try again later" (CNI code 11), never
+   another error, and succeeds again once the hostile input stops;
+3. every acknowledged ADD holds its address, on one owner, until its DEL, across restarts and kills;
+4. the agent holds at most ``socket_max_connections`` connections (plus its own files), whatever
+   the flood;
+5. the state file stays small (no field of a request reaches it unbounded);
+6. a start never blocks or fails (FIFO in the cache, leftovers, a full disk): ready within seconds,
+   leftovers removed, SIGTERM exits 0;
+7. on a full disk, ADD and DEL answer code 11, CHECK is served, ``/readyz`` is unready after the
+   failed write and ready again once space is back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "RELIABILITY-node.md"
+POOL_CIDR = "10.232.0.0/24"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSoakConfig:
+    seconds: float = 180.0
+    """Real seconds of hostile input."""
+    max_connections: int = 32
+    read_timeout: float = 1.0
+    restart_every: float = 15.0
+    full_disk_every: float = 40.0
+    """Seconds between full-disk episodes (root with a tmpfs only)."""
+    seed: int = 5
+    max_state_bytes: int = 256 * 1024
+
+
+QUICK = AgentSoakConfig(seconds=12.0, restart_every=5.0, full_disk_every=8.0)
+
+
+@dataclasses.dataclass
+class AgentSoakReport:
+    config: AgentSoakConfig
+    hostile: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    valid: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    events: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    violations: list[str] = dataclasses.field(default_factory=list)
+    max_fds: int = 0
+    base_fds: int = 0
+    max_state_bytes: int = 0
+    max_start_seconds: float = 0.0
+    full_disk: str = ""
+    """Why no full-disk episode ran ("" when they did)."""
+    real_seconds: float = 0.0
+
+    def violate(self, what: str) -> None:
+        if len(self.violations) < 50:
+            self.violations.append(what)
+        self.events["violations"] += 1
+
+
+# -- the agent process ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AgentProcess:
+    """``eni-ipam agent`` in ``directory``; restartable, its state directory kept."""
+
+    def __init__(
+        self, directory: Path, config: AgentSoakConfig, state_dir: Path, options: dict[str, Any] | None = None
+    ) -> None:
+        self.directory = directory
+        self.sock = str(directory / "agent.sock")
+        self.port = _free_port()
+        self.state_dir = state_dir
+        self.cache = directory / "cache"
+        self.cache.mkdir(exist_ok=True)
+        self.config_path = directory / "agent.yaml"
+        self.config_path.write_text(
+            json.dumps(
+                {
+                    "node_source": "memory",
+                    "socket": self.sock,
+                    "state_dir": str(state_dir),
+                    "cni_cache_dir": str(self.cache),
+                    "server": {"host": "127.0.0.1", "port": self.port},
+                    "claims": False,
+                    "log_level": "error",
+                    "sweep_interval": "0s",
+                    "socket_max_connections": config.max_connections,
+                    "socket_read_timeout": f"{config.read_timeout}s",
+                    "pools": {"default": {"cidr": POOL_CIDR}},
+                    **(options or {}),
+                }
+            )
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        """Start and wait until ``/healthz`` answers and the socket accepts; the seconds it took."""
+        command = [sys.executable, "-m", "eni_ipam.cli", "agent", "--node", "soak"]
+        command += ["--config", str(self.config_path)]
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = started + 30
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"the agent exited {self.proc.returncode} at start: {err[-2000:]}")
+            if http(self.port, "GET", "/healthz")[0] == 200 and _connects(self.sock):
+                return time.perf_counter() - started
+            time.sleep(0.02)
+        raise RuntimeError("the agent did not start within 30 s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return -999
+        finally:
+            if self.proc.stderr:
+                self.proc.stderr.close()
+
+    def fds(self) -> int:
+        assert self.proc is not None
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return 0
+
+
+def _connects(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+def http(port: int, method: str, path: str) -> tuple[int, str]:
+    """One request to the agent's TCP endpoint; (0, reason) when it does not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(f"{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
+            raw = _read_all(s)
+    except OSError as exc:
+        return 0, str(exc)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    parts = head.split()
+    return (int(parts[1]) if len(parts) > 1 else 0), body.decode(errors="replace")
+
+
+def _read_all(s: socket.socket) -> bytes:
+    chunks = []
+    while chunk := s.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def unix_request(path: str, raw: bytes, timeout: float = 10.0) -> tuple[int, Any]:
+    """Send ``raw`` whole on the agent's socket; (status, decoded body), (0, reason) when cut off."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect(path)
+            s.sendall(raw)
+            answer = _read_all(s)
+        except OSError as exc:
+            return 0, str(exc)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    parts = head.split()
+    if len(parts) < 2:
+        return 0, "no answer"
+    try:
+        return int(parts[1]), json.loads(body)
+    except ValueError:
+        return int(parts[1]), body[:200]
+
+
+def post(route: str, body: bytes) -> bytes:
+    return (
+        f"POST {route} HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+
+
+# -- the soak -------------------------------------------------------------------------------------
+
+
+class AgentSoak:
+    def __init__(
+        self,
+        config: AgentSoakConfig,
+        directory: Path,
+        plugin: Path,
+        state_dir: Path,
+        agent_options: dict[str, Any] | None = None,
+    ) -> None:
+        """``agent_options``: configuration keys of the agent that override the soak's (to prove the
+        soak catches an agent without its bounds)."""
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.directory = directory
+        self.plugin = plugin
+        self.agent = AgentProcess(directory, config, state_dir, agent_options)
+        self.report = AgentSoakReport(config)
+        self.held: dict[str, str] = {}
+        """Acknowledged ADDs not yet deleted: container id → address."""
+        self.serial = 0
+        self.tmpfs = state_dir if state_dir.parent == directory and os.path.ismount(state_dir) else None
+
+    # -- valid requests through the real plugin --
+
+    def cni(self, command: str, container: str, ifname: str = "eth0") -> tuple[int, dict[str, Any]]:
+        conf = {
+            "cniVersion": "1.0.0",
+            "name": "soaknet",
+            "type": "ptp",
+            "ipam": {"type": "eni-ipam-cni", "socket": self.agent.sock},
+        }
+        if command == "CHECK":
+            conf["prevResult"] = {"cniVersion": "1.0.0", "ips": [{"address": f"{self.held[container]}/24"}]}
+        env = {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container,
+            "CNI_NETNS": "/proc/1/ns/net",
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": str(self.plugin.parent),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        }
+        stdin = json.dumps(conf).encode()
+        done = subprocess.run([str(self.plugin)], env=env, input=stdin, capture_output=True, timeout=60)
+        try:
+            out = json.loads(done.stdout) if done.stdout.strip() else {}
+        except ValueError:
+            out = {"code": -1, "msg": done.stdout[:200].decode(errors="replace")}
+        return done.returncode, out
+
+    def valid_add(self, *, must_succeed: bool = False) -> None:
+        self.serial += 1
+        container = f"soak{self.serial:06d}"
+        rc, out = self.cni("ADD", container)
+        if rc == 0:
+            address = out["ips"][0]["address"].split("/")[0]
+            if address in self.held.values():
+                self.report.violate(f"ADD {container} got {address}, already held by another container")
+            self.held[container] = address
+            self.report.valid["ADD ok"] += 1
+        elif out.get("code") == 11 and not must_succeed:
+            self.report.valid["ADD try again later"] += 1
+        else:
+            self.report.violate(f"ADD {container}: rc {rc} {out}")
+
+    def valid_del(self, *, must_succeed: bool = False) -> None:
+        if not self.held:
+            return
+        container = self.rng.choice(sorted(self.held))
+        rc, out = self.cni("DEL", container)
+        if rc == 0:
+            del self.held[container]
+            self.report.valid["DEL ok"] += 1
+        elif out.get("code") == 11 and not must_succeed:
+            self.report.valid["DEL try again later"] += 1
+        else:
+            self.report.violate(f"DEL {container}: rc {rc} {out}")
+
+    def valid_check(self) -> None:
+        if not self.held:
+            return
+        container = self.rng.choice(sorted(self.held))
+        rc, out = self.cni("CHECK", container)
+        if rc == 0:
+            self.report.valid["CHECK ok"] += 1
+        elif out.get("code") == 11:
+            self.report.valid["CHECK try again later"] += 1
+        else:
+            self.report.violate(f"CHECK {container}: rc {rc} {out}")
+
+    # -- what the agent holds --
+
+    def allocations(self) -> dict[str, str] | None:
+        request = b"GET /v1/status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        status, body = unix_request(self.agent.sock, request)
+        if status != 200 or not isinstance(body, dict):
+            return None
+        return {**body.get("ipv4", {}), **body.get("ipv6", {})}
+
+    def check_invariants(self, where: str, *, flooded: bool = False) -> None:
+        """``flooded``: the socket is full on purpose, so only what can be seen from outside is checked."""
+        fds = self.agent.fds()
+        self.report.max_fds = max(self.report.max_fds, fds)
+        if fds > self.report.base_fds + self.config.max_connections + 8:
+            self.report.violate(f"{where}: the agent holds {fds} files (limit {self.config.max_connections})")
+        state = self.agent.state_dir / "allocations.json"
+        size = state.stat().st_size if state.exists() else 0
+        self.report.max_state_bytes = max(self.report.max_state_bytes, size)
+        if size > self.config.max_state_bytes:
+            self.report.violate(f"{where}: the state file is {size} bytes")
+        if flooded:
+            return
+        held = self.allocations()
+        if held is None:
+            self.report.violate(f"{where}: /v1/status did not answer")
+            return
+        for container, address in self.held.items():
+            if held.get(address) != f"cni:{container}:eth0":
+                says = held.get(address)
+                self.report.violate(f"{where}: acknowledged {container} → {address}, the agent says {says}")
+
+    # -- hostile inputs: each returns None when refused as documented, else what went wrong --
+
+    def refused(self, name: str, raw: bytes, status: int, text: str = "") -> None:
+        before = self.allocations()
+        got, body = unix_request(self.agent.sock, raw)
+        self.report.hostile[name] += 1
+        if got != status or (text and text not in json.dumps(body)):
+            self.report.violate(f"{name}: expected {status} {text!r}, got {got} {str(body)[:200]}")
+        if self.allocations() != before:
+            self.report.violate(f"{name}: the allocations changed")
+
+    def hostile_oversized_body(self) -> None:
+        body = json.dumps({"containerID": "x", "ifname": "eth0", "netns": "/n" * 60_000}).encode()
+        self.refused("body over 64 KiB", post("/v1/cni/add", body), 413)
+
+    def hostile_huge_container_id(self) -> None:
+        body = json.dumps({"containerID": "c" * 20_000, "ifname": "eth0", "netns": "/n"}).encode()
+        self.refused("container id of 20,000 characters", post("/v1/cni/add", body), 400, "256")
+
+    def hostile_nul_ifname(self) -> None:
+        body = json.dumps({"containerID": "nul", "ifname": "eth\u00000", "netns": "/n"}).encode()
+        self.refused("interface name with a NUL", post("/v1/cni/add", body), 400, "ifname")
+
+    def hostile_long_ifname(self) -> None:
+        body = json.dumps({"containerID": "long", "ifname": "e" * 16, "netns": "/n"}).encode()
+        self.refused("interface name of 16 bytes", post("/v1/cni/add", body), 400, "ifname")
+
+    def hostile_nesting(self) -> None:
+        self.refused("JSON nested 60,000 deep", post("/v1/cni/add", b"[" * 60_000), 400)
+
+    def hostile_options(self) -> None:
+        options = {f"o{n}": "v" for n in range(100)}
+        body = json.dumps({"AddressSpace": "eni-ipam-local", "Options": options}).encode()
+        self.refused("100 libnetwork options", post("/IpamDriver.RequestPool", body), 400, "64")
+        body = json.dumps({"AddressSpace": "eni-ipam-local", "Options": {"k": "v" * 50_000}}).encode()
+        name = "libnetwork option of 50,000 characters"
+        self.refused(name, post("/IpamDriver.RequestPool", body), 400, "4096")
+
+    def hostile_half_body(self) -> None:
+        conns = []
+        for _ in range(8):
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(self.config.read_timeout * 4 + 5)
+            s.connect(self.agent.sock)
+            s.sendall(b'POST /v1/cni/add HTTP/1.1\r\nHost: a\r\nContent-Length: 500\r\n\r\n{"containerID":')
+            conns.append(s)
+        self.report.hostile["body that never finishes"] += len(conns)
+        for s in conns:
+            with s:
+                try:
+                    answer = _read_all(s)
+                except OSError as exc:
+                    answer = str(exc).encode()
+            if not answer.startswith(b"HTTP/1.1 408"):
+                self.report.violate(f"half-sent body: expected 408, got {answer[:100]!r}")
+
+    def hostile_trickle(self) -> None:
+        conns = [socket.socket(socket.AF_UNIX) for _ in range(8)]
+        for s in conns:
+            s.connect(self.agent.sock)
+            s.sendall(b"POST /v1/cni/add HTTP/1.1\r\n")
+            s.setblocking(False)
+        self.report.hostile["request head trickling in"] += len(conns)
+        deadline = time.perf_counter() + self.config.read_timeout * 3 + 2
+        open_ = set(range(len(conns)))
+        while open_ and time.perf_counter() < deadline:
+            for n in sorted(open_):
+                try:
+                    if conns[n].recv(65536) == b"":  # closed by the agent
+                        open_.discard(n)
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    open_.discard(n)
+                    continue
+                with contextlib.suppress(OSError):
+                    conns[n].send(b"X")
+            time.sleep(self.config.read_timeout / 5)
+        for s in conns:
+            s.close()
+        if open_:
+            self.report.violate(f"{len(open_)} trickling connections still open after 3 read timeouts")
+
+    def hostile_flood(self) -> None:
+        """Four times the limit of idle connections; a valid ADD meanwhile may be told to try again;
+        once they time out, a valid ADD must succeed."""
+        conns = []
+        for _ in range(self.config.max_connections * 4):
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(self.agent.sock)
+            except OSError:
+                s.close()
+                continue
+            conns.append(s)
+        self.report.hostile["idle connection (flood)"] += len(conns)
+        self.valid_add()
+        self.check_invariants("during a flood", flooded=True)
+        time.sleep(self.config.read_timeout * 2)
+        for s in conns:
+            s.close()
+        self.valid_add(must_succeed=True)
+
+    def hostile_plugin_inputs(self) -> None:
+        """What a runtime could pass the plugin: a 300-character container id, a 16-byte interface."""
+        for name, container, ifname in (
+            ("plugin: container id of 300 characters", "c" * 300, "eth0"),
+            ("plugin: interface name of 16 bytes", "shortid", "eth0123456789abc"),
+        ):
+            rc, out = self.cni("ADD", container, ifname)
+            self.report.hostile[name] += 1
+            if rc == 0 or out.get("code") != 4:
+                self.report.violate(f"{name}: expected code 4, got rc {rc} {out}")
+
+    # -- restarts and the disk --
+
+    def restart(self, sig: int) -> None:
+        (self.agent.cache / "a-fifo").unlink(missing_ok=True)
+        os.mkfifo(self.agent.cache / "a-fifo")
+        leftover = self.agent.state_dir / ".allocations.json.soak.tmp"
+        with contextlib.suppress(OSError):
+            leftover.write_text("left by a crash")
+        rc = self.agent.stop(sig)
+        if sig == signal.SIGTERM and rc != 0:
+            self.report.violate(f"SIGTERM: the agent exited {rc}")
+        self.report.events["SIGTERM" if sig == signal.SIGTERM else "SIGKILL"] += 1
+        try:
+            took = self.agent.start()
+        except RuntimeError as exc:
+            self.report.violate(f"restart: {exc}")
+            took = self.agent.start()
+        self.report.max_start_seconds = max(self.report.max_start_seconds, took)
+        if leftover.exists():
+            self.report.violate("a leftover temporary file survived the start")
+        self.check_invariants("after a restart")
+
+    def full_disk(self) -> None:
+        """Fill the state directory's disk. Changes that fit the state file's slots are written in
+        place and succeed; a change that needs the file to grow (large recorded fields) cannot be
+        written: it is answered 503 ``state_unwritable`` and undone, and ``/readyz`` turns unready."""
+        assert self.tmpfs is not None
+        filler = self.tmpfs / "filler"
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        self.report.events["full disk"] += 1
+        self.valid_add()  # in place: succeeds, or code 11
+        refused = False
+        large: list[str] = []
+        for _ in range(64):  # valid ADDs recording 4 KB each, until the file would have to grow
+            self.serial += 1
+            container = f"soak{self.serial:06d}"
+            before = self.allocations()
+            body = {"containerID": container, "ifname": "eth0", "netns": "/run/netns/" + "n" * 4000}
+            status, answer = unix_request(self.agent.sock, post("/v1/cni/add", json.dumps(body).encode()))
+            if status == 200:
+                self.held[container] = answer["ips"][0]["address"]
+                large.append(container)
+                self.report.valid["ADD ok (full disk, in place)"] += 1
+                continue
+            if status != 503 or answer.get("error", {}).get("code") != "state_unwritable":
+                self.report.violate(f"full disk: ADD expected 200 or 503 state_unwritable: {status} {answer}")
+            elif self.allocations() != before:
+                self.report.violate("full disk: a refused ADD changed the allocations")
+            refused = True
+            self.report.valid["ADD refused (full disk)"] += 1
+            break
+        if not refused:
+            self.report.violate("full disk: the state file never had to grow (the episode proved nothing)")
+        elif http(self.agent.port, "GET", "/readyz")[0] != 503:
+            self.report.violate("full disk: /readyz still ready after a failed write")
+        self.valid_check()
+        self.valid_del()  # shrinks: in place, or code 11
+        self.restart(signal.SIGKILL)  # a start on a full disk writes nothing, keeps everything, serves
+        self.valid_check()
+        filler.unlink()
+        self.valid_add(must_succeed=True)
+        for container in large:  # what made the file grow goes: the next episode starts as small
+            if container in self.held:
+                rc, out = self.cni("DEL", container)
+                if rc != 0:
+                    self.report.violate(f"DEL {container} after the full disk: rc {rc} {out}")
+                self.held.pop(container)
+        if http(self.agent.port, "GET", "/readyz")[0] != 200:
+            self.report.violate("space is back: /readyz still unready after a successful write")
+
+    # -- the run --
+
+    def run(self) -> AgentSoakReport:
+        started = time.perf_counter()
+        self.report.max_start_seconds = self.agent.start()
+        self.report.base_fds = self.agent.fds()
+        hostile: list[Callable[[], None]] = [
+            self.hostile_oversized_body,
+            self.hostile_huge_container_id,
+            self.hostile_nul_ifname,
+            self.hostile_long_ifname,
+            self.hostile_nesting,
+            self.hostile_options,
+            self.hostile_half_body,
+            self.hostile_trickle,
+            self.hostile_flood,
+            self.hostile_plugin_inputs,
+        ]
+        next_restart = started + self.config.restart_every
+        next_full = started + self.config.full_disk_every
+        kills = 0
+        try:
+            for action in hostile:  # each at least once, then at random
+                self._step(action)
+            while time.perf_counter() - started < self.config.seconds:
+                self._step(self.rng.choice(hostile))
+                now = time.perf_counter()
+                if now >= next_restart:
+                    kills += 1
+                    self.restart(signal.SIGKILL if kills % 2 else signal.SIGTERM)
+                    next_restart = now + self.config.restart_every
+                if self.tmpfs is not None and now >= next_full:
+                    self.full_disk()
+                    next_full = time.perf_counter() + self.config.full_disk_every
+            while self.held:
+                self.valid_del(must_succeed=True)
+            self.check_invariants("at the end")
+        finally:
+            rc = self.agent.stop(signal.SIGTERM)
+            if rc != 0:
+                self.report.violate(f"final SIGTERM: the agent exited {rc}")
+        self.report.real_seconds = time.perf_counter() - started
+        return self.report
+
+    def _step(self, action: Callable[[], None]) -> None:
+        action()
+        self.check_invariants(action.__name__)
+        for _ in range(self.rng.randint(1, 3)):
+            self.rng.choice([self.valid_add, self.valid_add, self.valid_del, self.valid_check])()
+        self.check_invariants(f"valid requests after {action.__name__}")
+
+
+@contextlib.contextmanager
+def _state_dir(directory: Path) -> Iterator[tuple[Path, str]]:
+    """A 2 MiB tmpfs for the state (so the disk can be filled) when root; a plain directory otherwise,
+    with the reason the full-disk episodes do not run."""
+    state = directory / "state"
+    state.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        yield state, "not root: no tmpfs to fill"
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(state)], capture_output=True)
+    if done.returncode != 0:
+        yield state, f"mount tmpfs failed: {done.stderr.decode().strip()[:200]}"
+        return
+    try:
+        yield state, ""
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def agent_soak(config: AgentSoakConfig, agent_options: dict[str, Any] | None = None) -> AgentSoakReport:
+    with tempfile.TemporaryDirectory(prefix="eni-agent-soak-") as tmp:
+        directory = Path(tmp)
+        plugin = directory / "bin" / "eni-ipam-cni"
+        plugin.parent.mkdir()
+        build = [sys.executable, str(ROOT / "scripts" / "build_cni_plugin.py"), "--output", str(plugin)]
+        subprocess.run([*build, "--interpreter", sys.executable], check=True, capture_output=True, timeout=60)
+        with _state_dir(directory) as (state, why):
+            soak = AgentSoak(config, directory, plugin, state, agent_options)
+            soak.report.full_disk = why
+            return soak.run()
+
+
+def render(report: AgentSoakReport) -> str:
+    c = report.config
+    lines = [
+        "# Reliability of the node agent",
+        "",
+        "Written by `make soak` (`python -m bench.agent_soak`, code in `bench/agent_soak.py`): a real",
+        "`eni-ipam agent` serves the real CNI plugin while hostile input is thrown at its socket, it is",
+        "restarted with a FIFO in the libcni cache and leftovers in its state directory, and its state",
+        "directory is filled up. The invariants are in the module's docstring;",
+        "`tests/bench/test_agent_soak.py` runs a short version in the test suite.",
+        "",
+        f"Set-up: {c.seconds:g} s of hostile input, `socket_max_connections: {c.max_connections}`,"
+        f" `socket_read_timeout: {c.read_timeout:g}s`, a restart every {c.restart_every:g} s (SIGKILL and"
+        f" SIGTERM in turn), a full disk every {c.full_disk_every:g} s"
+        + (f" (not run: {report.full_disk})." if report.full_disk else "."),
+        f"The run took {report.real_seconds:.0f} s.",
+        "",
+        "## Results",
+        "",
+        "| | |",
+        "|---|---:|",
+        f"| **invariant violations** | **{report.events['violations']}** |",
+        f"| files the agent held at most (at rest: {report.base_fds}) | {report.max_fds} |",
+        f"| largest state file (bytes) | {report.max_state_bytes} |",
+        f"| slowest start, to serving (s) | {report.max_start_seconds:.2f} |",
+        "",
+        "Hostile inputs (each refused as documented, nothing changed):",
+        "",
+        "| input | count |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {v} |" for k, v in sorted(report.hostile.items())]
+    lines += ["", "Valid requests through the plugin:", "", "| request | count |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(report.valid.items())]
+    lines += ["", "Events:", "", "| event | count |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(report.events.items()) if k != "violations"]
+    if report.violations:
+        lines += ["", "## Violations", ""] + [f"- {v}" for v in report.violations]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.agent_soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run; print, do not write the report")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    report = agent_soak(QUICK if args.quick else AgentSoakConfig())
+    text = render(report)
+    if args.quick:
+        print(text)
+    else:
+        args.out.write_text(text)
+        print(f"agent soak: wrote {args.out}", file=sys.stderr)
+    return 0 if not report.events["violations"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
