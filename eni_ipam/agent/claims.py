@@ -43,6 +43,9 @@ RELEASE_FINALIZER = "ipam.cluster.x-k8s.io/ReleaseAddress"
 PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 POOL_ANNOTATION = "eni-ipam.io/pool"
+NODE_LABEL = "eni-ipam.io/node"
+"""On every IPAddress an agent creates: its node. The chart's admission policy lets an agent change or
+delete only IPAddresses labelled with the node its token is bound to (docs/node.md)."""
 CRD_CHECK_INTERVAL = 600.0
 """Seconds between checks for Cluster API's CRDs when they are not installed."""
 RETRY_INTERVAL = 10.0
@@ -172,6 +175,7 @@ class ClaimReconciler:
             "metadata": {
                 "name": meta["name"],
                 "namespace": meta.get("namespace", ""),
+                "labels": {NODE_LABEL: self.node},
                 "finalizers": [PROTECT_FINALIZER],
                 "ownerReferences": [
                     {
@@ -207,8 +211,13 @@ class ClaimReconciler:
         # IPAddress still advertises it.
         address = self.addresses.store.get(f"{namespace}/{name}")
         if address is not None:
-            if PROTECT_FINALIZER in (address["metadata"].get("finalizers") or ()):
-                address = await self._finalizers(IPADDRESSES, address, remove=PROTECT_FINALIZER)
+            labels = address["metadata"].get("labels") or {}
+            if PROTECT_FINALIZER in (address["metadata"].get("finalizers") or ()) or NODE_LABEL not in labels:
+                # An IPAddress made before the node label existed is labelled in the same write: the
+                # admission policy then lets this node's agent delete it.
+                address = await self._finalizers(
+                    IPADDRESSES, address, remove=PROTECT_FINALIZER, labels={NODE_LABEL: self.node}
+                )
             if not address["metadata"].get("deletionTimestamp"):
                 with contextlib.suppress(errors.KubeNotFound):
                     await self.api.delete(IPADDRESSES, name, namespace=namespace)
@@ -218,12 +227,18 @@ class ClaimReconciler:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    async def _finalizers(self, kind: Any, obj: Obj, *, add: str = "", remove: str = "") -> Obj:
+    async def _finalizers(
+        self, kind: Any, obj: Obj, *, add: str = "", remove: str = "", labels: dict[str, str] | None = None
+    ) -> Obj:
         meta = obj["metadata"]
         finalizers = [f for f in meta.get("finalizers") or () if f != remove]
         if add and add not in finalizers:
             finalizers.append(add)
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        patch: dict[str, Any] = {
+            "metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}
+        }
+        if labels:
+            patch["metadata"]["labels"] = labels
         try:
             return await self.api.patch(kind, meta["name"], patch, namespace=meta.get("namespace"))
         except errors.KubeNotFound:
@@ -260,4 +275,11 @@ class ClaimReconciler:
             )
 
 
-__all__ = ["CLAIMS_GROUP", "PROTECT_FINALIZER", "RELEASE_FINALIZER", "ClaimReconciler", "claim_owner"]
+__all__ = [
+    "CLAIMS_GROUP",
+    "NODE_LABEL",
+    "PROTECT_FINALIZER",
+    "RELEASE_FINALIZER",
+    "ClaimReconciler",
+    "claim_owner",
+]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.claims import PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
+from eni_ipam.agent.claims import NODE_LABEL, PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
@@ -90,6 +90,7 @@ async def test_claim_gets_an_address_protected_and_owned_by_it(served: Served, p
     assert (address["spec"]["prefix"], address["spec"]["gateway"]) == (24, "10.0.0.1")
     assert address["spec"]["claimRef"] == {"name": "c1"}
     assert address["metadata"]["finalizers"] == [PROTECT_FINALIZER]
+    assert address["metadata"]["labels"] == {NODE_LABEL: "n1"}  # what the admission policy checks
     (owner,) = address["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("IPAddressClaim", "c1", True)
     assert owner["uid"] == served.claim("c1")["metadata"]["uid"]
@@ -181,3 +182,27 @@ async def test_a_claim_never_gets_a_second_address_while_its_first_is_advertised
     )
     assert served.allocator.allocations(owner="claim:capi/c1") == []
     assert served.address("c1")["spec"]["address"] == "10.0.0.10"
+
+
+async def test_an_address_made_before_the_node_label_is_labelled_before_it_is_deleted(
+    served: Served, people: KubeApi
+) -> None:
+    """After an upgrade the admission policy lets an agent delete only IPAddresses labelled with its
+    node: the write that lifts the protect finalizer labels an old one first."""
+    await people.create(IPADDRESSCLAIMS, claim("c1"))
+    await until(lambda: served.address("c1") is not None)
+    await people.patch(IPADDRESSES, "c1", {"metadata": {"labels": None}}, namespace=NS)
+    await until(lambda: not (served.address("c1") or {}).get("metadata", {}).get("labels"))
+    patches: list[tuple[str, dict[str, Any]]] = []
+    patch = served.api.patch
+
+    async def recorded(kind: Any, name: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        patches.append((kind.plural, body))
+        return await patch(kind, name, body, **kwargs)
+
+    served.api.patch = recorded  # type: ignore[method-assign]
+    await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
+    await until(lambda: served.claim("c1") is None)
+    lifted = [body for plural, body in patches if plural == "ipaddresses"]
+    assert lifted and lifted[-1]["metadata"]["labels"] == {NODE_LABEL: "n1"}
+    assert served.address("c1") is None and served.allocator.used() == set()

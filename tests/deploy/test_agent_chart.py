@@ -39,7 +39,16 @@ from tests.deploy.conftest import pod_spec as shared_pod_spec
 AGENT_NAME = f"{RELEASE}-agent"
 CONFIG_PATH = "/etc/eni-ipam-agent/config.yaml"
 PLUGIN_IN_IMAGE = "/opt/eni-ipam/eni-ipam-cni"
-AGENT_KINDS = ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"]
+AGENT_KINDS = [
+    "ServiceAccount",
+    "ConfigMap",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Service",
+    "DaemonSet",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+]
 NESTED_KEYS = {
     "server": {"host": "server_host", "port": "server_port"},
     "kubernetes": {"kubeconfig": "kubeconfig"},
@@ -133,7 +142,7 @@ def test_names_scopes_and_labels(agent_docs):
     for doc in agent_objects(agent_docs):
         name = doc["metadata"]["name"]
         assert len(name) <= 63 and DNS1123_SUBDOMAIN.match(name), (doc["kind"], name)
-        if doc["kind"].startswith("ClusterRole"):
+        if doc["kind"].startswith(("ClusterRole", "ValidatingAdmissionPolicy")):  # cluster-scoped
             assert "namespace" not in doc["metadata"]
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE
@@ -198,7 +207,15 @@ def test_the_binding_gives_the_role_to_the_agents_service_account(agent_docs):
 
 def test_rbac_create_false_leaves_the_roles_to_the_operator():
     kinds = [d["kind"] for d in agent_objects(render({**AGENT, "rbac": {"create": False}}))]
-    assert kinds == ["ServiceAccount", "ConfigMap", "Service", "DaemonSet"]
+    # the admission policy is not RBAC: it narrows whatever roles the operator grants
+    assert kinds == [
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
 
 
 # -- the configuration file ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ Served (:mod:`~eni_ipam.testing.fake_kube.resources`): core ``v1`` nodes, namesp
 serviceaccounts, configmaps, secrets and services; ``apps/v1`` deployments and daemonsets;
 ``coordination.k8s.io/v1`` leases; ``policy/v1`` poddisruptionbudgets; ``rbac.authorization.k8s.io/v1``
 roles, clusterroles and their bindings; ``apiextensions.k8s.io/v1`` customresourcedefinitions and the
-custom resources of every stored CRD; ``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
+custom resources of every stored CRD; ``admissionregistration.k8s.io/v1`` validatingadmissionpolicies
+and their bindings (stored, not enforced); ``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
 ``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam.testing.fake_kube.discovery`),
 OpenAPI v2 and v3 (:mod:`~eni_ipam.testing.fake_kube.openapi`) and health paths. Any other path is a
 404 ``Status``. No controller runs: objects are stored, and nothing acts on them.

@@ -360,6 +360,17 @@ BUILTIN_RESOURCES: Final[tuple[ResourceType, ...]] = (
         categories="api-extensions", initial_status={},
     ),
     _builtin(
+        "admissionregistration.k8s.io", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy", namespaced=False, status=True,
+        categories="api-extensions", initial_status={},
+    ),
+    _builtin(
+        "admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding", namespaced=False,
+        categories="api-extensions",
+    ),
+    _builtin(
         "authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
         "io.k8s.api.authorization.v1.SelfSubjectAccessReview", namespaced=False, verbs=("create",),
         stored=False,

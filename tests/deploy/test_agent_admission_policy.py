@@ -1,0 +1,355 @@
+"""The chart's ValidatingAdmissionPolicy confines each node agent to its own node.
+
+The policy is rendered by the real helm and its CEL evaluated with cel-python against admission
+requests built as the API server builds them (``request``, ``object``, ``oldObject``, ``variables``):
+what an agent does on its own node is allowed, anything it could do to another node is denied, and
+dropping any one validation lets some forbidden request through.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from eni_ipam.agent.claims import NODE_LABEL
+from eni_ipam.kube.resources import agent_status_patch
+from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, one, render
+
+AGENT_SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-agent"
+"""The agent DaemonSet's ServiceAccount (a test checks it against the rendered DaemonSet)."""
+NODE_CLAIM = "authentication.kubernetes.io/node-name"
+AGENT_STATUS_FIELDS = {"used", "releaseAnswers"}
+
+ENV = celpy.Environment()
+
+
+def rendered(**agent: Any) -> dict[str, Any]:
+    docs = render({"agent": {"enabled": True, **agent}})
+    return one(docs, "ValidatingAdmissionPolicy")
+
+
+@pytest.fixture(scope="module")
+def policy() -> dict[str, Any]:
+    return rendered()
+
+
+# -- the admission request ------------------------------------------------------------------------------
+
+RESOURCES = {
+    "enipools": ("eni-ipam.io", "v1alpha1"),
+    "ipaddresses": ("ipam.cluster.x-k8s.io", "v1beta1"),
+    "ipaddressclaims": ("ipam.cluster.x-k8s.io", "v1beta1"),
+}
+
+
+def request(
+    operation: str,
+    resource: str,
+    *,
+    new: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,
+    sub: str = "",
+    node: str | None = "n1",
+    user: str = AGENT_SA,
+) -> dict[str, Any]:
+    group, version = RESOURCES[resource]
+    obj = new if new is not None else old
+    assert obj is not None
+    extra = {NODE_CLAIM: [node]} if node is not None else {}
+    return {
+        "request": {
+            "operation": operation,
+            "resource": {"group": group, "version": version, "resource": resource},
+            "subResource": sub,
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"].get("namespace", ""),
+            "userInfo": {"username": user, "groups": ["system:serviceaccounts"], "extra": extra},
+        },
+        "object": new,
+        "oldObject": old,
+    }
+
+
+def pool(name: str, **status: Any) -> dict[str, Any]:
+    base = {
+        "pool": {"10.0.0.10": {"resource": "eni-1"}},
+        "subnets": {"subnet-1": {"cidr": "10.0.0.0/24"}},
+        "release": {"10.0.0.11": "marked-for-release"},
+        "used": ["10.0.0.10"],
+        "releaseAnswers": {},
+        "observedGeneration": 1,
+    }
+    return {"metadata": {"name": name, "resourceVersion": "7"}, "spec": {}, "status": {**base, **status}}
+
+
+def status_update(old: dict[str, Any], **status: Any) -> dict[str, Any]:
+    new = copy.deepcopy(old)
+    new["status"].update(status)
+    for key, value in status.items():
+        if value is None:
+            del new["status"][key]
+    return request("UPDATE", "enipools", new=new, old=old, sub="status")
+
+
+def address(
+    name: str, *, label: str | None = "n1", pool_node: str = "n1", ip: str = "10.0.0.10"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "capi",
+        "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
+    }
+    if label is not None:
+        meta["labels"] = {NODE_LABEL: label}
+    return {
+        "metadata": meta,
+        "spec": {
+            "address": ip,
+            "prefix": 24,
+            "gateway": "10.0.0.1",
+            "claimRef": {"name": name},
+            "poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": pool_node},
+        },
+    }
+
+
+def claim(name: str, *, pool_node: str = "n1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "capi", "finalizers": []},
+        "spec": {"poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": pool_node}},
+    }
+
+
+def changed(obj: dict[str, Any], **edits: Any) -> dict[str, Any]:
+    """A copy of ``obj`` with ``path.to.key=value`` edits (``None`` removes the key)."""
+    out = copy.deepcopy(obj)
+    for path, value in edits.items():
+        *parents, last = path.split("__")
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return out
+
+
+def own_status_patch() -> dict[str, Any]:
+    """The agent's real status patch (``agent_status_patch``) applied to its own pool, as a merge patch."""
+    old = pool("n1")
+    patch = agent_status_patch(old, used=["10.0.0.10", "10.0.0.12"], answers={})
+    assert patch is not None
+    new = copy.deepcopy(old)
+    new["status"].update(patch["status"])
+    return request("UPDATE", "enipools", new=new, old=old, sub="status")
+
+
+ALLOWED: dict[str, dict[str, Any]] = {
+    "own pool: the agent's real status patch": own_status_patch(),
+    "own pool: used and releaseAnswers": status_update(
+        pool("n1"), used=["10.0.0.10", "10.0.0.12"], releaseAnswers={"10.0.0.11": "ready-for-release"}
+    ),
+    "own pool without a status yet": request(
+        "UPDATE",
+        "enipools",
+        new=changed(pool("n1"), status={"used": []}),
+        old=changed(pool("n1"), status=None),
+        sub="status",
+    ),
+    "create its IPAddress": request("CREATE", "ipaddresses", new=address("c1")),
+    "lift the protect finalizer of its IPAddress": request(
+        "UPDATE", "ipaddresses", new=changed(address("c1"), metadata__finalizers=[]), old=address("c1")
+    ),
+    "label an IPAddress made before the label, from its pool": request(
+        "UPDATE", "ipaddresses", new=address("c1"), old=address("c1", label=None)
+    ),
+    "delete its IPAddress": request("DELETE", "ipaddresses", old=address("c1")),
+    "finalizer on a claim of its pool": request(
+        "UPDATE", "ipaddressclaims", new=changed(claim("c1"), metadata__finalizers=["x"]), old=claim("c1")
+    ),
+    "status of a claim of its pool": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=changed(claim("c1"), status={"addressRef": {"name": "c1"}}),
+        old=claim("c1"),
+        sub="status",
+    ),
+}
+
+FORBIDDEN: dict[str, dict[str, Any]] = {
+    "another node's pool status": status_update(pool("n2"), used=["10.0.0.10", "10.0.0.99"]),
+    "own pool: status.pool changed": status_update(pool("n1"), pool={"10.9.9.9": {"resource": "eni-9"}}),
+    "own pool: status.pool removed": status_update(pool("n1"), pool=None),
+    "own pool: status.release added to": status_update(pool("n1"), release={"10.0.0.10": "released"}),
+    "own pool: status.subnets changed": status_update(pool("n1"), subnets={}),
+    "own pool: status.conditions added": status_update(pool("n1"), conditions=[{"type": "Ready"}]),
+    "own pool: its spec": request(
+        "UPDATE", "enipools", new=changed(pool("n1"), spec={"x": 1}), old=pool("n1")
+    ),
+    "own pool: deleted": request("DELETE", "enipools", old=pool("n1")),
+    "a token bound to no node": request(
+        "UPDATE", "enipools", new=pool("n1", used=[]), old=pool("n1"), sub="status", node=None
+    ),
+    "create an IPAddress labelled for another node": request(
+        "CREATE", "ipaddresses", new=address("c1", label="n2")
+    ),
+    "create an IPAddress without the label": request("CREATE", "ipaddresses", new=address("c1", label=None)),
+    "create an IPAddress in another node's pool": request(
+        "CREATE", "ipaddresses", new=address("c1", pool_node="n2")
+    ),
+    "delete another node's IPAddress": request("DELETE", "ipaddresses", old=address("c1", label="n2")),
+    "delete an unlabelled IPAddress": request("DELETE", "ipaddresses", old=address("c1", label=None)),
+    "lift another node's protect finalizer": request(
+        "UPDATE",
+        "ipaddresses",
+        new=changed(address("c1", label="n2"), metadata__finalizers=[]),
+        old=address("c1", label="n2"),
+    ),
+    "relabel another node's IPAddress as its own": request(
+        "UPDATE",
+        "ipaddresses",
+        new=address("c1", pool_node="n2"),
+        old=address("c1", label="n2", pool_node="n2"),
+    ),
+    "adopt an unlabelled IPAddress of another pool": request(
+        "UPDATE",
+        "ipaddresses",
+        new=address("c1", pool_node="n2"),
+        old=address("c1", label=None, pool_node="n2"),
+    ),
+    "change its IPAddress's address": request(
+        "UPDATE", "ipaddresses", new=address("c1", ip="10.0.0.99"), old=address("c1")
+    ),
+    "finalizer on another node's claim": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=changed(claim("c1", pool_node="n2"), metadata__finalizers=[]),
+        old=claim("c1", pool_node="n2"),
+    ),
+    "move a claim to its pool": request(
+        "UPDATE", "ipaddressclaims", new=claim("c1"), old=claim("c1", pool_node="n2")
+    ),
+    "delete a claim of its pool": request("DELETE", "ipaddressclaims", old=claim("c1")),
+}
+
+
+# -- evaluation -------------------------------------------------------------------------------------------
+
+
+def _true(expression: str, activation: Mapping[str, Any]) -> bool:
+    """An expression's value as the API server takes it: an evaluation error counts as false (the
+    policy's failurePolicy is Fail)."""
+    result = ENV.program(ENV.compile(expression)).evaluate(activation)
+    return not isinstance(result, celpy.CELEvalError) and bool(result)
+
+
+def _matches_rules(policy: Mapping[str, Any], req: Mapping[str, Any]) -> bool:
+    resource = req["resource"]["resource"] + (f"/{req['subResource']}" if req["subResource"] else "")
+    return any(
+        req["resource"]["group"] in rule["apiGroups"]
+        and resource in rule["resources"]
+        and req["operation"] in rule["operations"]
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+    )
+
+
+def admitted(policy: Mapping[str, Any], review: Mapping[str, Any]) -> tuple[bool, str]:
+    """(allowed, why) as the API server decides: a request the policy does not match is allowed;
+    otherwise every validation must hold (``why``: the first failed validation's message)."""
+    spec = policy["spec"]
+    if not _matches_rules(policy, review["request"]):
+        return True, "not matched by the rules"
+    activation: dict[str, Any] = {k: celpy.json_to_cel(v) for k, v in review.items()}
+    if not all(_true(c["expression"], activation) for c in spec.get("matchConditions", [])):
+        return True, "not matched by the conditions"
+    variables: dict[Any, Any] = {}
+    for variable in spec.get("variables", []):
+        program = ENV.program(ENV.compile(variable["expression"]))
+        value = program.evaluate({**activation, "variables": celpy.celtypes.MapType(variables)})
+        variables[celpy.celtypes.StringType(variable["name"])] = value
+    activation["variables"] = celpy.celtypes.MapType(variables)
+    for validation in spec["validations"]:
+        if not _true(validation["expression"], activation):
+            return False, validation.get("message") or validation.get("messageExpression", "")
+    return True, ""
+
+
+@pytest.mark.parametrize("case", sorted(ALLOWED))
+def test_an_agent_may_do_what_it_does_on_its_own_node(policy: dict[str, Any], case: str) -> None:
+    allowed, why = admitted(policy, ALLOWED[case])
+    assert allowed, why
+    assert "not matched" not in why, "the policy must judge this request, not skip it"
+
+
+@pytest.mark.parametrize("case", sorted(FORBIDDEN))
+def test_an_agent_may_not_reach_another_node_or_the_controllers_fields(
+    policy: dict[str, Any], case: str
+) -> None:
+    allowed, _ = admitted(policy, FORBIDDEN[case])
+    assert not allowed
+
+
+def test_other_users_are_not_judged(policy: dict[str, Any]) -> None:
+    controller = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+    review = status_update(pool("n2"), pool={})
+    review["request"]["userInfo"]["username"] = controller
+    assert admitted(policy, review) == (True, "not matched by the conditions")
+
+
+def test_every_validation_is_needed(policy: dict[str, Any]) -> None:
+    """Drop each validation in turn: some forbidden request must then get through."""
+    for n, validation in enumerate(policy["spec"]["validations"]):
+        weakened = copy.deepcopy(policy)
+        del weakened["spec"]["validations"][n]
+        if validation["expression"] == "variables.node != ''":
+            # Every other rule compares with the node name, so a token bound to no node is refused
+            # anyway; this one is there to say why.
+            review = FORBIDDEN["a token bound to no node"]
+            assert "not bound to a node" in admitted(policy, review)[1]
+            assert "not bound to a node" not in admitted(weakened, review)[1]
+            continue
+        through = [case for case, review in FORBIDDEN.items() if admitted(weakened, review)[0]]
+        assert through, f"validation {n} ({validation['expression'][:60]}...) stops nothing on its own"
+
+
+def test_the_controllers_status_fields_are_the_crds_but_the_agents() -> None:
+    crd = yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    properties = set(version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"])
+    expression = next(
+        v["expression"] for v in rendered()["spec"]["validations"] if "has(object.status." in v["expression"]
+    )
+    guarded = set(re.findall(r"has\(object\.status\.(\w+)\)", expression))
+    assert guarded == properties - AGENT_STATUS_FIELDS
+    assert properties >= AGENT_STATUS_FIELDS
+
+
+def test_the_binding_denies_and_names_the_policy() -> None:
+    docs = render({"agent": {"enabled": True}})
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": one(docs, "ValidatingAdmissionPolicy")["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    assert one(docs, "ValidatingAdmissionPolicy")["spec"]["failurePolicy"] == "Fail"
+
+
+def test_the_policy_can_be_turned_off_and_is_absent_without_agents() -> None:
+    kinds = {d["kind"] for d in render({"agent": {"enabled": True, "confineToNode": False}})}
+    assert "ValidatingAdmissionPolicy" not in kinds and "ValidatingAdmissionPolicyBinding" not in kinds
+    assert "ValidatingAdmissionPolicy" not in {d["kind"] for d in render()}
+
+
+def test_the_policy_judges_the_daemonsets_service_account() -> None:
+    docs = render({"agent": {"enabled": True}})
+    account = one(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f"system:serviceaccount:{NAMESPACE}:{account}" == AGENT_SA
+    deployment = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f"system:serviceaccount:{NAMESPACE}:{deployment}" != AGENT_SA
