@@ -45,11 +45,38 @@ def shipped_versions() -> list[str]:
     return list(kubernetes_validate.utils.all_versions())
 
 
+def policy_kube_floor() -> str:
+    """The oldest Kubernetes the agents' admission policy (``agent.confineToNode``) renders for: the
+    ``semverCompare`` bound its template fails below."""
+    template = (CHART / "templates" / "agent-admission-policy.yaml").read_text()
+    (bound,) = re.findall(r'semverCompare ">=(\d+\.\d+\.\d+)-0" \.Capabilities\.KubeVersion', template)
+    return str(bound)
+
+
 KUBE_FLOOR = chart_kube_floor()
 KUBE_NEWEST = shipped_versions()[-1]
 KUBE_VERSIONS = (KUBE_FLOOR, KUBE_NEWEST)
 """The versions every render is validated against: the chart's floor, where an API the chart uses
 must already exist, and the newest the package knows, where none may have been removed since."""
+POLICY_KUBE_FLOOR = policy_kube_floor()
+POLICY_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+"""The agents' admission policy: rendered only for Kubernetes POLICY_KUBE_FLOOR or later."""
+
+
+def kube_floor_of(doc: dict[str, Any]) -> str:
+    """The oldest Kubernetes an object is rendered for: the chart's floor, the policy's for the policy."""
+    return POLICY_KUBE_FLOOR if doc.get("kind") in POLICY_KINDS else KUBE_FLOOR
+
+
+def version_for(doc: dict[str, Any], kube_version: str) -> str:
+    """``kube_version``, or the oldest Kubernetes ``doc`` is rendered for when that is later."""
+    floor = kube_floor_of(doc)
+    return floor if _minor(floor) > _minor(kube_version) else kube_version
+
+
+def render_floor(docs: Iterable[dict[str, Any]]) -> str:
+    """The oldest Kubernetes a whole render is for (what ``helm lint --kube-version`` must be given)."""
+    return POLICY_KUBE_FLOOR if any(kube_floor_of(d) == POLICY_KUBE_FLOOR for d in docs) else KUBE_FLOOR
 
 
 # -- custom resources ------------------------------------------------------------------------------
@@ -228,4 +255,13 @@ def validation_errors(docs: list[dict[str, Any]], kube_version: str) -> list[str
         else:
             found = builtin_errors(doc, kube_version)
         errors += [f"{name_of(doc)}: {e}" for e in found]
+    return errors
+
+
+def floor_errors(docs: list[dict[str, Any]]) -> list[str]:
+    """:func:`validation_errors` of each object at the oldest Kubernetes it is rendered for
+    (:func:`kube_floor_of`): the same objects without the policy install on the chart's floor."""
+    errors: list[str] = []
+    for floor in sorted({kube_floor_of(d) for d in docs}):
+        errors += validation_errors([d for d in docs if kube_floor_of(d) == floor], floor)
     return errors

@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import celpy
+import celpy.adapter
+import celpy.evaluation
 import pytest
 import yaml
 
 from eni_ipam.agent.claims import NODE_LABEL
 from eni_ipam.kube.resources import agent_status_patch
-from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, one, render
+from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, HelmError, helm, one, render, with_required
+from tests.deploy.schemas import KUBE_FLOOR, POLICY_KINDS, POLICY_KUBE_FLOOR
 
 AGENT_SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-agent"
 """The agent DaemonSet's ServiceAccount (a test checks it against the rendered DaemonSet)."""
@@ -61,19 +64,26 @@ def request(
     group, version = RESOURCES[resource]
     obj = new if new is not None else old
     assert obj is not None
-    extra = {NODE_CLAIM: [node]} if node is not None else {}
-    return {
-        "request": {
-            "operation": operation,
-            "resource": {"group": group, "version": version, "resource": resource},
-            "subResource": sub,
-            "name": obj["metadata"]["name"],
-            "namespace": obj["metadata"].get("namespace", ""),
-            "userInfo": {"username": user, "groups": ["system:serviceaccounts"], "extra": extra},
-        },
-        "object": new,
-        "oldObject": old,
+    user_info: dict[str, Any] = {"username": user, "groups": ["system:serviceaccounts"]}
+    if node is not None:
+        user_info["extra"] = {NODE_CLAIM: [node], "authentication.kubernetes.io/pod-name": ["agent-x"]}
+    review: dict[str, Any] = {
+        "operation": operation,
+        "resource": {"group": group, "version": version, "resource": resource},
+        "subResource": sub,
+        "name": obj["metadata"]["name"],
+        "namespace": obj["metadata"].get("namespace", ""),
+        "userInfo": user_info,
     }
+    # The API server hands CEL the AdmissionRequest as JSON: an empty omitempty field is absent.
+    review = {k: v for k, v in review.items() if v != ""}
+    return {"request": review, "object": new, "oldObject": old}
+
+
+def with_extra(review: dict[str, Any], extra: dict[str, list[str]]) -> dict[str, Any]:
+    """``review`` with the user's extra information replaced by ``extra``."""
+    review["request"]["userInfo"]["extra"] = extra
+    return review
 
 
 def pool(name: str, **status: Any) -> dict[str, Any]:
@@ -197,6 +207,14 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
     "a token bound to no node": request(
         "UPDATE", "enipools", new=pool("n1", used=[]), old=pool("n1"), sub="status", node=None
     ),
+    "a pod's token without the node claim": with_extra(
+        request("UPDATE", "enipools", new=pool("n1", used=[]), old=pool("n1"), sub="status"),
+        {"authentication.kubernetes.io/pod-name": ["agent-x"]},
+    ),
+    "a token naming two nodes": with_extra(
+        request("UPDATE", "enipools", new=pool("n1", used=[]), old=pool("n1"), sub="status"),
+        {NODE_CLAIM: ["n1", "n2"]},
+    ),
     "create an IPAddress labelled for another node": request(
         "CREATE", "ipaddresses", new=address("c1", label="n2")
     ),
@@ -247,11 +265,11 @@ def _true(expression: str, activation: Mapping[str, Any]) -> bool:
     """An expression's value as the API server takes it: an evaluation error counts as false (the
     policy's failurePolicy is Fail)."""
     result = ENV.program(ENV.compile(expression)).evaluate(activation)
-    return not isinstance(result, celpy.CELEvalError) and bool(result)
+    return not isinstance(result, celpy.evaluation.CELEvalError) and bool(result)
 
 
 def _matches_rules(policy: Mapping[str, Any], req: Mapping[str, Any]) -> bool:
-    resource = req["resource"]["resource"] + (f"/{req['subResource']}" if req["subResource"] else "")
+    resource = req["resource"]["resource"] + (f"/{req['subResource']}" if req.get("subResource") else "")
     return any(
         req["resource"]["group"] in rule["apiGroups"]
         and resource in rule["resources"]
@@ -266,7 +284,7 @@ def admitted(policy: Mapping[str, Any], review: Mapping[str, Any]) -> tuple[bool
     spec = policy["spec"]
     if not _matches_rules(policy, review["request"]):
         return True, "not matched by the rules"
-    activation: dict[str, Any] = {k: celpy.json_to_cel(v) for k, v in review.items()}
+    activation: dict[str, Any] = {k: celpy.adapter.json_to_cel(v) for k, v in review.items()}
     if not all(_true(c["expression"], activation) for c in spec.get("matchConditions", [])):
         return True, "not matched by the conditions"
     variables: dict[Any, Any] = {}
@@ -353,3 +371,36 @@ def test_the_policy_judges_the_daemonsets_service_account() -> None:
     assert f"system:serviceaccount:{NAMESPACE}:{account}" == AGENT_SA
     deployment = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     assert f"system:serviceaccount:{NAMESPACE}:{deployment}" != AGENT_SA
+
+
+# -- the Kubernetes version ------------------------------------------------------------------------------
+
+
+def render_for(kube_version: str, **agent: Any) -> list[dict[str, Any]]:
+    values = with_required({"agent": {"enabled": True, **agent}})
+    args = ("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version)
+    text = helm(*args, values=values)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_the_policy_needs_kubernetes_1_30() -> None:
+    """ValidatingAdmissionPolicy v1 and the node-name claim of bound tokens (on by default) are 1.30's;
+    the chart itself still installs on older clusters, its controller and (unconfined) agents."""
+    assert POLICY_KUBE_FLOOR == "1.30.0"
+    assert tuple(map(int, KUBE_FLOOR.split("."))) < (1, 30, 0)
+    for version in ("1.30.0", "v1.30.2-eks-1a2b3c4", "1.34.1"):
+        assert one(render_for(version), "ValidatingAdmissionPolicy")["spec"]["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize("version", ["1.29.9", "v1.29.15-eks-0123456", KUBE_FLOOR])
+def test_an_older_cluster_is_refused_rather_than_left_unconfined(version: str) -> None:
+    with pytest.raises(HelmError) as refused:
+        render_for(version)
+    message = refused.value.stderr
+    assert "agent.confineToNode=true needs Kubernetes 1.30 or later" in message
+    assert "set agent.confineToNode=false" in message and version.lstrip("v")[:4] in message
+
+
+def test_an_older_cluster_gets_unconfined_agents_when_asked() -> None:
+    kinds = {d["kind"] for d in render_for(KUBE_FLOOR, confineToNode=False)}
+    assert "DaemonSet" in kinds and not kinds & POLICY_KINDS

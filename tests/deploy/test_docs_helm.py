@@ -16,7 +16,7 @@ import yaml
 from providers.azure.settings import AzureSettings
 from providers.generic.settings import GenericSettings
 from tests.deploy.conftest import CHART, REPO_ROOT, helm, one, render_notes, values, with_required
-from tests.deploy.schemas import KUBE_FLOOR, validation_errors
+from tests.deploy.schemas import floor_errors
 
 PAGES = ["docs/deploy.md", "docs/azure.md", "docs/generic.md", "docs/node.md"]
 """The pages that install or upgrade the chart."""
@@ -193,7 +193,7 @@ def test_the_documented_helm_commands_render_objects_that_validate(page, files):
         text = helm(*template_args(words, files))
         docs = [d for d in yaml.safe_load_all(text) if d]
         assert docs, " ".join(words)
-        assert validation_errors(docs, KUBE_FLOOR) == [], " ".join(words)
+        assert floor_errors(docs) == [], " ".join(words)
 
 
 def test_the_docs_checker_finds_a_misspelt_value():

@@ -46,8 +46,12 @@ from tests.deploy.schemas import (
     builtin_errors,
     crd_files,
     custom_resource_kinds,
+    floor_errors,
+    kube_floor_of,
     load_crd,
+    render_floor,
     validation_errors,
+    version_for,
 )
 from tests.deploy.value_sets import VALUE_SETS, ValueSet
 
@@ -71,13 +75,14 @@ def rendered(case: ValueSet) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _lint(key: str) -> subprocess.CompletedProcess[str]:
-    return helm_run("lint", "--strict", "--kube-version", KUBE_FLOOR, str(CHART), values=json.loads(key))
+def _lint(key: str, kube_version: str) -> subprocess.CompletedProcess[str]:
+    return helm_run("lint", "--strict", "--kube-version", kube_version, str(CHART), values=json.loads(key))
 
 
 def lint(case: ValueSet) -> subprocess.CompletedProcess[str]:
-    """``helm lint --strict`` of the case for the chart's oldest Kubernetes (once per session)."""
-    return _lint(json.dumps(case.values, sort_keys=True))
+    """``helm lint --strict`` of the case for the oldest Kubernetes it renders for (once per session):
+    the chart's, or the agents' admission policy's when the case has it."""
+    return _lint(json.dumps(case.values, sort_keys=True), render_floor(rendered(case)))
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +142,9 @@ def test_helm_lint_strict_passes_at_the_charts_oldest_kubernetes(case, helm_in_p
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 @pytest.mark.parametrize("case", CASES)
 def test_every_rendered_object_validates(case, kube_version, helm_in_parallel):
-    assert validation_errors(rendered(case), kube_version) == []
+    docs = rendered(case)
+    # at the floor, each object at the oldest Kubernetes it is rendered for (the admission policy's own)
+    assert (floor_errors(docs) if kube_version == KUBE_FLOOR else validation_errors(docs, kube_version)) == []
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -219,7 +226,9 @@ def test_the_vendored_crds_are_the_release_their_readme_names():
 def test_every_custom_resource_the_chart_can_render_has_a_crd(kube_version):
     docs = render({**ALL_FEATURES, **AGENT})
     kinds = {(d["apiVersion"], d["kind"]) for d in docs}
-    not_builtin = {k for k in kinds if schemas._builtin_validator(*k, kube_version) is None}
+    not_builtin = {
+        k for k in kinds if schemas._builtin_validator(*k, version_for({"kind": k[1]}, kube_version)) is None
+    }
     assert not_builtin == {
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
         ("monitoring.coreos.com/v1", "PrometheusRule"),
@@ -239,7 +248,7 @@ def test_the_validation_needs_no_network(monkeypatch):
         if (doc["apiVersion"], doc["kind"]) in crds:
             assert list(crds[(doc["apiVersion"], doc["kind"])][0].iter_errors(doc)) == []
         else:  # the package's own validate: it reads every schema again
-            kubernetes_validate.validate(doc, KUBE_FLOOR, strict=True)
+            kubernetes_validate.validate(doc, kube_floor_of(doc), strict=True)
 
 
 def test_the_cached_validators_judge_as_kubernetes_validate_does():
@@ -256,12 +265,13 @@ def test_the_cached_validators_judge_as_kubernetes_validate_does():
     ]
     for kube_version in KUBE_VERSIONS:
         for doc in docs + broken:
+            version = version_for(doc, kube_version)  # the admission policy: from its own floor
             try:
-                kubernetes_validate.validate(doc, kube_version, strict=True)
+                kubernetes_validate.validate(doc, version, strict=True)
                 valid = True
             except kubernetes_validate.ValidationError:
                 valid = False
-            assert (builtin_errors(doc, kube_version) == []) == valid, (kube_version, doc["kind"])
+            assert (builtin_errors(doc, version) == []) == valid, (version, doc["kind"])
         assert all(builtin_errors(doc, kube_version) for doc in broken)
 
 
@@ -276,7 +286,7 @@ def render_copy(chart: Path, overrides: dict[str, Any] | None) -> list[dict[str,
 def test_an_unchanged_copy_of_the_chart_validates(tmp_path):
     shutil.copytree(CHART, tmp_path / "eni-ipam")
     docs = render_copy(tmp_path / "eni-ipam", {**ALL_FEATURES, **AGENT})
-    assert validation_errors(docs, KUBE_FLOOR) == []
+    assert floor_errors(docs) == []
 
 
 @pytest.mark.parametrize(
@@ -348,7 +358,7 @@ def test_a_chart_broken_on_purpose_fails_the_validation(tmp_path, template, old,
     text = path.read_text()
     assert old in text, f"{template} no longer holds {old!r}: pick another breakage"
     path.write_text(text.replace(old, new))
-    errors = validation_errors(render_copy(chart, overrides), KUBE_FLOOR)
+    errors = floor_errors(render_copy(chart, overrides))
     assert any(re.search(expected, e) for e in errors), errors
 
 

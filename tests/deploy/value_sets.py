@@ -146,6 +146,11 @@ VALUE_SETS: tuple[ValueSet, ...] = (
         {"config": _aws(), "agent": {"enabled": True, "config": {"claims": False}}},
     ),
     ValueSet(
+        "agent-unconfined",
+        "docs/node.md, A compromised agent (--set agent.confineToNode=false, a cluster older than 1.30)",
+        {"config": _aws(), "agent": {"enabled": True, "confineToNode": False}},
+    ),
+    ValueSet(
         "agent-options",
         "values.yaml agent: installCNI false, static pools, moved paths and port, extra env",
         {
