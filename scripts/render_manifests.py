@@ -59,6 +59,8 @@ AGENT_HEADER = f"""\
 #   python scripts/render_manifests.py
 # Apply it after eni-ipam.yaml, with the same image set. Each node needs python3 >= 3.11 for the CNI
 # plugin the init container installs; docs/node.md explains what the agent mounts and why.
+# The ValidatingAdmissionPolicy and its binding at the end confine each agent to its node and need
+# Kubernetes 1.30 or later; on an older cluster leave them out (docs/node.md, "A compromised agent").
 """
 
 
