@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from eni_ipam import __version__
 from eni_ipam.core.errors import ScenarioError
@@ -73,7 +73,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=1, help="seed of the simulated workload")
     demo.add_argument("--port", type=int, default=9090, help="port of /metrics on 127.0.0.1 (0: off)")
 
+    iam = sub.add_parser(
+        "aws-iam-policy",
+        help="print the AWS provider's IAM policy, scoped to one cluster (docs/aws.md §2)",
+    )
+    iam.add_argument("--account-id", required=True, type=_policy_input("account_id"), help="12 digits")
+    iam.add_argument("--region", required=True, type=_policy_input("region"), help="e.g. eu-west-1")
+    iam.add_argument("--vpc-id", required=True, type=_policy_input("vpc_id"), help="the cluster's VPC")
+    iam.add_argument("--cluster-name", required=True, help="settings.cluster_name of the controller")
+    iam.add_argument(
+        "--subnet-id",
+        dest="subnet_ids",
+        action="append",
+        required=True,
+        type=_policy_input("subnet_ids"),
+        metavar="SUBNET_ID",
+        help="a subnet eni-ipam fills or creates interfaces in, the nodes' own too (repeat the option)",
+    )
+    iam.add_argument(
+        "--security-group-id",
+        dest="security_group_ids",
+        action="append",
+        required=True,
+        type=_policy_input("security_group_ids"),
+        metavar="GROUP_ID",
+        help="a security group new interfaces get (repeat the option)",
+    )
+    iam.add_argument("--partition", default="aws", type=_policy_input("partition"), help="aws (default)")
+    iam.add_argument(
+        "--instance-tag",
+        default=None,
+        metavar="KEY=VALUE",
+        help="the tag of the cluster's instances (default: kubernetes.io/cluster/<cluster-name>=owned)",
+    )
+
     args = parser.parse_args(argv)
+    if args.command == "aws-iam-policy":
+        return _aws_iam_policy(args, iam)
     if args.command == "simulate":
         return _simulate(args)
     if args.command == "run":
@@ -102,6 +138,47 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _policy_input(field: str) -> Callable[[str], str]:
+    """An argparse type checking one input of the IAM policy: argparse names the option in the error."""
+
+    def check(text: str) -> str:
+        from providers.aws.iam_policy import PATTERNS
+
+        pattern, shape = PATTERNS[field]
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {shape}")
+        return text
+
+    return check
+
+
+def _aws_iam_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from providers.aws.iam_policy import PolicyInputError, parse_instance_tag, render_policy
+
+    options = {
+        "cluster_name": "--cluster-name",
+        "instance_tag": "--instance-tag",
+        "subnet_ids": "--subnet-id",
+        "security_group_ids": "--security-group-id",
+    }
+    try:
+        tag = None if args.instance_tag is None else parse_instance_tag(args.instance_tag)
+        policy = render_policy(
+            account_id=args.account_id,
+            region=args.region,
+            vpc_id=args.vpc_id,
+            cluster_name=args.cluster_name,
+            subnet_ids=args.subnet_ids,
+            security_group_ids=args.security_group_ids,
+            partition=args.partition,
+            instance_tag=tag,
+        )
+    except PolicyInputError as exc:
+        parser.error(f"{options.get(exc.field, exc.field)}: {exc}")  # exits 2
+    print(json.dumps(policy, indent=2))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -114,6 +114,19 @@ VALUE_SETS: tuple[ValueSet, ...] = (
         },
     ),
     ValueSet(
+        "aws-iam-policy",
+        "docs/aws.md §2, From the chart (awsIamPolicy: the ConfigMap with the cluster's IAM policy)",
+        {
+            "config": _aws(),
+            "awsIamPolicy": {
+                "render": True,
+                "accountId": ACCOUNT,
+                "subnetIds": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+                "securityGroupIds": ["sg-0123456789abcdef0"],
+            },
+        },
+    ),
+    ValueSet(
         "azure-workload-identity",
         "docs/azure.md §3, Workload identity on AKS (azure-values.yaml)",
         {

@@ -2,7 +2,9 @@
 
 The workflow below drives every code path that calls EC2 (resync with each kind of scope, the
 per-instance sync, limits, every mutation, the rollback, delete with detach, garbage collection)
-and records, from botocore's ``before-call`` event, each action actually sent.
+and records, from botocore's ``provide-client-params`` event, each action actually sent and its
+parameters. The file itself is the renderer's policy for the docs' example values
+(providers/aws/iam_policy.py); tests/providers/aws/test_iam_conditions.py checks its conditions.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ownership_tags
+from providers.aws.iam_policy import EXAMPLE, render_policy
 from tests.providers.aws.conftest import Network
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,12 +38,18 @@ def allowed_actions() -> set[str]:
     return actions
 
 
+def test_the_file_is_the_policy_rendered_for_the_example_values() -> None:
+    policy = render_policy(**EXAMPLE)  # type: ignore[arg-type]
+    assert json.loads(POLICY.read_text()) == policy
+    assert POLICY.read_text() == json.dumps(policy, indent=2) + "\n", "regenerate it: docs/aws.md §2"
+
+
 def test_policy_grants_no_wildcard_action() -> None:
     assert all(a.startswith("ec2:") and "*" not in a for a in allowed_actions())
 
 
-def test_every_operation_named_in_the_provider_source_is_in_the_policy() -> None:
-    """Static safety net: any ``call("X")`` / ``pages("X")`` in providers/aws is allowed."""
+def operations_named_in_the_provider() -> set[str]:
+    """Every ``call("X")`` / ``pages("X")`` in providers/aws, as ``ec2:X``."""
     named: set[str] = set()
     for path in (ROOT / "providers" / "aws").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -53,16 +62,31 @@ def test_every_operation_named_in_the_provider_source_is_in_the_policy() -> None
                 and isinstance(node.args[0].value, str)
             ):
                 named.add(node.args[0].value)
+    return {f"ec2:{op}" for op in named}
+
+
+def test_the_provider_source_never_names_allow_reassignment() -> None:
+    """IAM cannot refuse AssignPrivateIpAddresses' AllowReassignment (docs/aws.md §2): no code path may
+    send it. The workflow test below checks the requests actually sent."""
+    assert not [p.name for p in (ROOT / "providers").rglob("*.py") if "AllowReassignment" in p.read_text()]
+
+
+def test_every_operation_named_in_the_provider_source_is_in_the_policy() -> None:
+    """Static safety net: any ``call("X")`` / ``pages("X")`` in providers/aws is allowed."""
+    named = operations_named_in_the_provider()
     assert named, "no EC2 operation found in the provider's source"
-    assert {f"ec2:{op}" for op in named} <= allowed_actions()
+    assert named <= allowed_actions()
 
 
 @pytest.mark.timeout(60)
 async def test_every_action_the_provider_calls_is_in_the_policy(network: Network) -> None:
     called: set[str] = set()
+    assigns: list[dict[str, Any]] = []
 
-    def record(model: Any, **_: Any) -> None:
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
         called.add(f"ec2:{model.name}")
+        if model.name == "AssignPrivateIpAddresses":
+            assigns.append(dict(params))
 
     tags = ownership_tags("c1")
     instance = network.run_instance(tags={"cluster": "c1"})
@@ -72,7 +96,8 @@ async def test_every_action_the_provider_calls_is_in_the_policy(network: Network
             {"ResourceType": "network-interface", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
         ],
     )
-    network.ec2.meta.events.register("before-call.ec2", record)  # from here on, only the provider calls
+    # from here on, only the provider calls
+    network.ec2.meta.events.register("provide-client-params.ec2", record)
     for scope in ({}, {"instance_tags_filter": {"cluster": "c1"}, "subnet_ids_filter": (network.subnet_id,)}):
         provider = network.provider(**scope)
         await provider.resync()
@@ -111,3 +136,6 @@ async def test_every_action_the_provider_calls_is_in_the_policy(network: Network
     missing = called - allowed_actions()
     assert not missing, f"deploy/aws/iam-policy.json lacks {sorted(missing)}"
     assert "ec2:DetachNetworkInterface" in called and "ec2:DescribeInstanceTypes" in called
+    # No IAM condition key covers AssignPrivateIpAddresses' AllowReassignment (docs/aws.md §2): the
+    # provider itself must never take an address from another interface.
+    assert assigns and all(not p.get("AllowReassignment", False) for p in assigns), assigns
