@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes
+.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,27 @@ pytest: $(STAMP) cni-plugins kube-tools prometheus-tools
 # End to end (tests/e2e, docs/testing.md): a real Prometheus scrapes the demo, `eni-ipam run` on the fake
 # API server and a node agent for a few minutes, then every dashboard query and alert rule is checked.
 # -rA prints each test's report (the queries, the alerts) and the reason of any skip.
-e2e: $(STAMP) kube-tools prometheus-tools node-runtimes
+e2e: $(STAMP) kube-tools prometheus-tools node-runtimes image-tools
 	$(BIN)/pytest -m e2e -rA tests/e2e
+
+# The image's dependencies, pinned with their hashes (requirements/*.txt, read by the Dockerfile with
+# --require-hashes): for every platform and Python from 3.11, so the pinned base (3.12) and the
+# Debian one (3.11) install the same versions. Run after changing pyproject.toml's dependencies.
+UV_COMPILE = $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes --no-header --quiet
+lock: $(STAMP)
+	$(BIN)/pip install --quiet 'uv>=0.13'
+	$(UV_COMPILE) pyproject.toml --extra azure -o requirements/image.txt
+	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
+
+# debootstrap, for the image test's Debian base where no registry is reachable (tests/e2e/test_image.py),
+# from Debian's archive when possible; otherwise say why (that test then builds on the pinned base only,
+# or skips) and carry on.
+image-tools:
+	@if command -v debootstrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then echo "image-tools: not root, not installing debootstrap (the image test will skip)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "image-tools: no apt-get, not installing debootstrap"; \
+	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; then echo "image-tools: installed debootstrap"; \
+	else echo "image-tools: apt-get could not install debootstrap"; fi
 
 # The reference CNI plugins (/usr/lib/cni/bridge, ptp) for tests/agent/test_cni_netns.py, installed from
 # Debian's archive when possible; otherwise say why (those tests then skip) and carry on.

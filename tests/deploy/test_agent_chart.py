@@ -587,3 +587,16 @@ def test_the_service_monitor_switch_scrapes_the_agents_too():
         if d["kind"] == "ServiceMonitor"
     ] == [RELEASE]
     assert not [d for d in agent() if d["kind"] == "ServiceMonitor"]
+
+
+def test_the_notes_warn_when_the_init_containers_image_is_not_pinned_by_digest():
+    """The init container writes a program the host runs as root: its image should be pinned."""
+    assert "image.digest is empty" in render_notes(AGENT)
+    digest = "sha256:" + "a" * 64
+    pinned = render({**AGENT, "image": {"digest": digest}})
+    (init,) = one(pinned, "DaemonSet")["spec"]["template"]["spec"]["initContainers"]
+    assert init["image"].endswith(f"@{digest}")
+    assert "image.digest is empty" not in render_notes({**AGENT, "image": {"digest": digest}})
+    assert "image.digest is empty" not in render_notes(
+        {**AGENT, "agent": {"enabled": True, "installCNI": False}}
+    )

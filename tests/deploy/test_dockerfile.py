@@ -7,6 +7,9 @@ import json
 import re
 import tomllib
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from eni_ipam import __version__
 from tests.deploy.conftest import CHART, REPO_ROOT, values
 
@@ -51,7 +54,10 @@ def test_multi_stage_build_on_python_slim():
     assert len(froms) >= 2
     base = dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE, re.M))
     resolved = [re.sub(r"\$\{(\w+)\}", lambda m: base[m.group(1)], f.split()[0]) for f in froms]
-    assert resolved[0] == resolved[-1] == "python:3.12-slim"
+    assert resolved[0] == resolved[-1]
+    assert re.fullmatch(r"python:3\.12-slim-bookworm@sha256:[0-9a-f]{64}", resolved[0]), (
+        "base not pinned by digest"
+    )
     assert any(args.startswith("--from=") for args in final("COPY")), "the final stage takes nothing built"
 
 
@@ -102,7 +108,57 @@ def test_dockerignore_keeps_the_build_context_small_but_complete():
         assert (REPO_ROOT / path).exists(), path
 
 
-def test_the_dependency_layer_leaves_no_stub_build_for_the_real_install_to_pick_up():
-    runs = [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", DOCKERFILE, re.M)]
-    (stub,) = [run for run in runs if "touch eni_ipam/__init__.py" in run]
-    assert stub.index("pip uninstall") < stub.index("rm -rf build eni_ipam providers *.egg-info")
+def _runs() -> list[str]:
+    return [re.sub(r"\\\n\s*", "", run) for run in re.findall(r"^RUN ((?:.*\\\n)*.*)$", DOCKERFILE, re.M)]
+
+
+def test_every_dependency_is_installed_from_the_lock_with_hashes():
+    installs = [part for run in _runs() for part in run.split("&&") if " install " in part]
+    assert installs
+    for install in installs:
+        locked = "--require-hashes" in install and "-r requirements/" in install
+        own_wheel = "--no-deps" in install and "/tmp/wheel/" in install
+        assert locked or own_wheel, (
+            f"an install that is neither hash-locked nor the project's wheel: {install}"
+        )
+    assert any("--no-build-isolation" in run for run in _runs()), (
+        "the build backend would be fetched unpinned"
+    )
+
+
+def test_the_shipped_environment_never_had_pip_and_the_bases_is_removed():
+    runs = _runs()
+    assert any("venv --without-pip /opt/venv" in run for run in runs)
+    final_runs = [args for instruction, args in FINAL if instruction == "RUN"]
+    assert any("site-packages/pip" in run and "setuptools" in run for run in final_runs)
+
+
+def test_the_lock_files_are_the_ones_make_lock_writes():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    for lock in ("requirements/image.txt", "requirements/build.txt"):
+        assert lock in makefile and (REPO_ROOT / lock).is_file()
+        assert "--generate-hashes" in makefile
+
+
+def _locked(path: str) -> dict[str, str]:
+    text = (REPO_ROOT / path).read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+)", text, re.M))
+    return {canonicalize_name(name): version for name, version in pins.items()}
+
+
+def test_the_lock_pins_every_dependency_of_the_image_within_its_bounds():
+    """A dependency added to pyproject.toml without `make lock` fails here (and the image's build)."""
+    locked = _locked("requirements/image.txt")
+    wanted = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
+    wanted += [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["azure"]]
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{name} is not in requirements/image.txt: run make lock"
+        assert requirement.specifier.contains(locked[name]), f"{name}=={locked[name]} is not {requirement}"
+    text = (REPO_ROOT / "requirements" / "image.txt").read_text()
+    blocks = re.split(r"\n(?=[A-Za-z0-9])", text.strip())
+    assert all("--hash=sha256:" in block for block in blocks if "==" in block), "a pin without its hashes"
+    build = _locked("requirements/build.txt")
+    for requirement in map(Requirement, PYPROJECT["build-system"]["requires"]):
+        name = canonicalize_name(requirement.name)
+        assert name in build and requirement.specifier.contains(build[name])
