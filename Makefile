@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock
+.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,21 @@ e2e: $(STAMP) kube-tools prometheus-tools node-runtimes image-tools
 # The image's dependencies, pinned with their hashes (requirements/*.txt, read by the Dockerfile with
 # --require-hashes): for every platform and Python from 3.11, so the pinned base (3.12) and the
 # Debian one (3.11) install the same versions. Run after changing pyproject.toml's dependencies.
-UV_COMPILE = $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes --no-header --quiet
+# uv itself is pinned: another version may write the same pins in another order or format. The pins
+# already in requirements/ are kept while they satisfy pyproject.toml: `make lock LOCK_FLAGS=--upgrade`
+# (or --upgrade-package NAME) moves them to the newest versions.
+UV_VERSION := 0.13.9
+LOCK_FLAGS ?=
+UV_COMPILE = $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes --no-header --quiet $(LOCK_FLAGS)
 lock: $(STAMP)
-	$(BIN)/pip install --quiet 'uv>=0.13'
+	$(BIN)/pip install --quiet 'uv==$(UV_VERSION)'
 	$(UV_COMPILE) pyproject.toml --extra azure -o requirements/image.txt
 	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
+
+# The image, eni-ipam:<version>, with this machine's Docker (DOCKER_HOST): on the Dockerfile's pinned base,
+# or where no registry is reachable on a Debian base made with debootstrap (scripts/build_image.py).
+image: $(STAMP) image-tools
+	$(BIN)/python scripts/build_image.py --tag eni-ipam:$$($(BIN)/python -c 'import eni_ipam; print(eni_ipam.__version__)')
 
 # debootstrap, for the image test's Debian base where no registry is reachable (tests/e2e/test_image.py),
 # from Debian's archive when possible; otherwise say why (that test then builds on the pinned base only,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from eni_ipam.core.model import MANAGED_BY, TAG_CLUSTER, TAG_MANAGED_BY
 
@@ -182,7 +182,18 @@ def render_policy(
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-EXAMPLE = {
+class PolicyInputs(TypedDict):
+    """The inputs of :func:`render_policy` without defaults."""
+
+    account_id: str
+    region: str
+    vpc_id: str
+    cluster_name: str
+    subnet_ids: Sequence[str]
+    security_group_ids: Sequence[str]
+
+
+EXAMPLE: PolicyInputs = {
     "account_id": "111122223333",
     "region": "eu-west-1",
     "vpc_id": "vpc-0123456789abcdef0",

@@ -57,7 +57,7 @@ def test_off_by_default() -> None:
 def test_the_chart_renders_the_example_policy() -> None:
     name, policy = rendered_policy(EXAMPLE_VALUES)
     assert name == "eni-ipam-aws-iam-policy"
-    assert policy == render_policy(**EXAMPLE)  # type: ignore[arg-type]
+    assert policy == render_policy(**EXAMPLE)
     assert policy == json.loads((REPO_ROOT / "deploy" / "aws" / "iam-policy.json").read_text())
 
 
@@ -83,7 +83,7 @@ def test_the_default_instance_tag_is_the_clusters() -> None:
 
 
 def _without(path: str) -> dict[str, Any]:
-    values = json.loads(json.dumps(EXAMPLE_VALUES))
+    values: dict[str, Any] = json.loads(json.dumps(EXAMPLE_VALUES))
     *parents, last = path.split(".")
     node = values
     for key in parents:
@@ -93,7 +93,7 @@ def _without(path: str) -> dict[str, Any]:
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:
-    values = json.loads(json.dumps(EXAMPLE_VALUES))
+    values: dict[str, Any] = json.loads(json.dumps(EXAMPLE_VALUES))
     *parents, last = path.split(".")
     node = values
     for key in parents:

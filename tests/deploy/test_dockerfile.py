@@ -162,3 +162,30 @@ def test_the_lock_pins_every_dependency_of_the_image_within_its_bounds():
     for requirement in map(Requirement, PYPROJECT["build-system"]["requires"]):
         name = canonicalize_name(requirement.name)
         assert name in build and requirement.specifier.contains(build[name])
+
+
+def _direct(path: str, via: str) -> set[str]:
+    """The pins of a lock file that ``via`` (a pattern) requires directly (uv's ``# via`` annotations)."""
+    text = (REPO_ROOT / path).read_text()
+    blocks = re.split(r"\n(?=[A-Za-z0-9])", text.strip())
+    return {
+        canonicalize_name(block.split("==", 1)[0])
+        for block in blocks
+        if "==" in block and re.search(rf"^\s*#\s+(via\s+)?{via}", block, re.M)
+    }
+
+
+def test_the_locks_direct_dependencies_are_exactly_those_of_pyproject():
+    """A dependency removed from pyproject.toml (or the azure extra) without `make lock` fails here too."""
+    wanted = PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["azure"]
+    assert _direct("requirements/image.txt", r"eni-ipam \(") == {
+        canonicalize_name(Requirement(r).name) for r in wanted
+    }, "requirements/image.txt is not the lock of pyproject.toml's dependencies: run make lock"
+    build_in = (REPO_ROOT / "requirements" / "build.in").read_text()
+    build_wanted = [r for r in build_in.splitlines() if r.strip() and not r.lstrip().startswith("#")]
+    assert {canonicalize_name(Requirement(r).name) for r in build_wanted} == {
+        canonicalize_name(Requirement(r).name) for r in PYPROJECT["build-system"]["requires"]
+    }, "requirements/build.in is not pyproject.toml's [build-system] requires"
+    assert _direct("requirements/build.txt", r"-r (\S*/)?build\.in") == {
+        canonicalize_name(Requirement(r).name) for r in build_wanted
+    }

@@ -101,11 +101,14 @@ def now() -> float:
     return datetime.now(UTC).timestamp()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports of 127.0.0.1: all are held until all are chosen (one at a time,
+    the kernel may hand the same port out twice, and two services would then race for it)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -370,7 +373,8 @@ async def running_stack(home: Path) -> AsyncIterator[Stack]:
     """Everything started and scraped for RUN_SECONDS; stopped (and the churn cancelled) on exit."""
     require_tools()
     rules_path, rules, critical = write_rules(home)
-    ports = {name: free_port() for name in ("kube", "controller", "agent", "demo", "prometheus")}
+    names = ("kube", "controller", "agent", "demo", "prometheus")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     services: dict[str, Service] = {}
     operator: Operator | None = None
     churn_task: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ no installer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import yaml
 
 from scripts import build_image
 from tests.deploy.conftest import CHART
+from tests.e2e.dockerd import HOST_LEFTOVERS, host_paths_restored, start_dockerd, stop_dockerd
 from tests.operator_shell import (
     HELM,
     KUBECTL,
@@ -81,39 +83,18 @@ def docker() -> Iterator[Docker]:
     if not (HELM.exists() and KUBECTL.exists()):
         pytest.skip(f"{HELM} or {KUBECTL} is missing (make kube-tools)")
     DOCKER_HOME.mkdir(parents=True, exist_ok=True)
-    (DOCKER_HOME / "daemon.json").write_text("{}")
     sock = DOCKER_HOME / "docker.sock"
     client = Docker(f"unix://{sock}")
-    daemon = None
-    if client("version", check=False, timeout=10).returncode != 0:
-        log = (DOCKER_HOME / "dockerd.log").open("ab")
-        daemon = subprocess.Popen(
-            [
-                dockerd,
-                "--data-root", str(DOCKER_HOME / "data"),
-                "--exec-root", str(DOCKER_HOME / "exec"),
-                "--host", f"unix://{sock}",
-                "--pidfile", str(DOCKER_HOME / "docker.pid"),
-                "--config-file", str(DOCKER_HOME / "daemon.json"),
-                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
-                "--bridge=none",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+    with contextlib.ExitStack() as cleanup:
+        cleanup.enter_context(host_paths_restored(*HOST_LEFTOVERS))
+        daemon = start_dockerd(dockerd, DOCKER_HOME, sock)
+        cleanup.callback(stop_dockerd, daemon, DOCKER_HOME)
         deadline = time.perf_counter() + 60
         while client("version", check=False, timeout=10).returncode != 0:
             if daemon.poll() is not None or time.perf_counter() > deadline:
                 pytest.skip(f"dockerd cannot run here (see {DOCKER_HOME / 'dockerd.log'})")
             time.sleep(0.25)
-    try:
         yield client
-    finally:
-        if daemon is not None:
-            daemon.terminate()
-            try:
-                daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from tests.e2e.dockerd import HOST_LEFTOVERS, host_paths_restored, start_dockerd, stop_dockerd, unmount_under
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -720,31 +722,6 @@ def sandbox_containers_conf(home: Path, netd: Path, plugin_dir: Path) -> dict[st
     }
 
 
-@contextlib.contextmanager
-def host_paths_restored(*paths: Path) -> Iterator[None]:
-    """Afterwards, remove those of ``paths`` (deepest first) that did not exist before: files, and
-    directories once empty. A runtime creates them on the host whatever roots it is given."""
-    absent = [p for p in paths if not p.exists()]
-    try:
-        yield
-    finally:
-        for path in absent:
-            with contextlib.suppress(OSError):
-                if path.is_dir() and not path.is_symlink():
-                    path.rmdir()
-                else:
-                    path.unlink()
-
-
-def unmount_under(directory: Path) -> None:
-    """Unmount whatever is still mounted below ``directory`` (deepest first)."""
-    prefix = str(directory) + "/"
-    with open("/proc/self/mounts") as mounts:
-        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
-    for point in sorted(points, key=len, reverse=True):
-        run(["umount", "-l", point], check=False, timeout=10)
-
-
 @pytest.fixture(scope="module")
 def docker(node: Node) -> Iterator[Docker]:
     """A private dockerd with the page's driver registration and network; skips where it cannot run."""
@@ -759,7 +736,6 @@ def docker(node: Node) -> Iterator[Docker]:
 
     home = node.root / "docker"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "daemon.json").write_text("{}")
     (home / "client").mkdir()
     sock = node.docker_socket
     env = {**os.environ, "DOCKER_CONFIG": str(home / "client")}
@@ -771,31 +747,9 @@ def docker(node: Node) -> Iterator[Docker]:
         cleanup.enter_context(host_paths_restored(spec, DOCKER_PLUGINS))
         DOCKER_PLUGINS.mkdir(parents=True, exist_ok=True)
         spec.write_text(spec_text.replace(DOC_SOCKET, str(node.socket)))
-        # What dockerd makes on the host whatever its roots: its identity key, the plugin socket
-        # directory, containerd's shim socket directory.
-        leftovers = ["/etc/docker/key.json", "/run/docker/plugins", "/run/docker", "/run/containerd/s"]
-        cleanup.enter_context(host_paths_restored(*map(Path, [*leftovers, "/run/containerd"])))
+        cleanup.enter_context(host_paths_restored(*HOST_LEFTOVERS))
 
-        with log.open("ab") as out:
-            daemon = subprocess.Popen(
-                [
-                    dockerd,
-                    "--data-root", str(home / "data"),
-                    "--exec-root", str(home / "exec"),
-                    "--host", f"unix://{sock}",
-                    "--pidfile", str(home / "docker.pid"),
-                    "--config-file", str(home / "daemon.json"),
-                    "--iptables=false",
-                    "--ip6tables=false",
-                    "--ip-forward=false",
-                    "--ip-masq=false",
-                    "--bridge=none",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )  # fmt: skip
+        daemon = start_dockerd(dockerd, home, sock)
         cleanup.callback(stop_dockerd, daemon, home)
 
         deadline = time.perf_counter() + 60
@@ -840,21 +794,6 @@ def agent_back(node: Node) -> None:
         node.ensure_running()
     except AssertionError as exc:
         print(f"the agent does not start again: {exc}")
-
-
-def stop_dockerd(daemon: subprocess.Popen[bytes], home: Path) -> None:
-    """SIGTERM (dockerd stops its containerd), SIGKILL after 30 s; then whatever it left mounted."""
-    if daemon.poll() is None:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
-    pidfile = home / "exec" / "containerd" / "containerd.pid"
-    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-        os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)  # a containerd dockerd left behind
-    unmount_under(home)
 
 
 @pytest.fixture(params=["podman", "docker"])

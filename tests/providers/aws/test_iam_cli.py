@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ ARGS = [
 def test_it_prints_the_example_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(ARGS) == 0
     out = capsys.readouterr().out
-    assert json.loads(out) == render_policy(**EXAMPLE)  # type: ignore[arg-type]
+    assert json.loads(out) == render_policy(**EXAMPLE)
     assert out == (Path(__file__).parents[3] / "deploy" / "aws" / "iam-policy.json").read_text()
 
 
@@ -40,9 +41,8 @@ def test_partition_and_instance_tag(capsys: pytest.CaptureFixture[str]) -> None:
     args = [*ARGS, "--partition", "aws-cn", "--region", "cn-north-1", "--instance-tag", "pool=a=b"]
     assert main(args) == 0
     policy = json.loads(capsys.readouterr().out)
-    assert policy == render_policy(
-        **{**EXAMPLE, "partition": "aws-cn", "region": "cn-north-1", "instance_tag": ("pool", "a=b")}
-    )  # type: ignore[arg-type]
+    inputs: dict[str, Any] = {**EXAMPLE, "partition": "aws-cn", "region": "cn-north-1"}
+    assert policy == render_policy(**inputs, instance_tag=("pool", "a=b"))
     assert all(
         r == "*" or r.startswith("arn:aws-cn:ec2:cn-north-1:111122223333:")
         for s in policy["Statement"]

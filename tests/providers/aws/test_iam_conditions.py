@@ -5,7 +5,8 @@ that allow it and the condition keys that bind it; the rendered policy must say 
 Service Authorization Reference (as shipped in parliament's iam_definition.json) must list each
 resource type and condition key for that action. REQUESTS: authorisations with their request context,
 judged by a small evaluator (iam_eval.py): what the provider does is allowed, what another cluster's or
-another account's resources would need is denied.
+another account's resources would need is denied. Both tables judge the shipped file
+(deploy/aws/iam-policy.json) and the renderer's output for the same example values.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,9 @@ from providers.aws.iam_policy import EXAMPLE, render_policy
 from tests.providers.aws.iam_eval import Request, allowed, matching_sids
 from tests.providers.aws.test_iam_policy import operations_named_in_the_provider
 
-POLICY = render_policy(**EXAMPLE)  # type: ignore[arg-type]
+ROOT = Path(__file__).resolve().parents[3]
+POLICY = render_policy(**EXAMPLE)
+SHIPPED = ROOT / "deploy" / "aws" / "iam-policy.json"
 CLUSTER_TAGS = {"ec2:ResourceTag/eni-ipam/cluster", "ec2:ResourceTag/eni-ipam/managed-by"}
 REQUEST_TAGS = {"aws:RequestTag/eni-ipam/cluster", "aws:RequestTag/eni-ipam/managed-by"}
 INSTANCE_TAG = "ec2:ResourceTag/kubernetes.io/cluster/prod-eu"
@@ -102,10 +106,16 @@ def what_the_policy_says(policy: dict[str, Any]) -> dict[tuple[str, str], tuple[
     return found
 
 
-def test_the_policy_binds_each_action_and_resource_type_as_the_table_says() -> None:
+@pytest.fixture(params=["shipped-file", "rendered"])
+def policy(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """deploy/aws/iam-policy.json, and the renderer's policy for the same (example) values."""
+    return json.loads(SHIPPED.read_text()) if request.param == "shipped-file" else POLICY
+
+
+def test_the_policy_binds_each_action_and_resource_type_as_the_table_says(policy: dict[str, Any]) -> None:
     table = {(a, r): (sids, keys) for a, r, sids, keys in STATEMENTS}
     assert len(table) == len(STATEMENTS)
-    assert what_the_policy_says(POLICY) == table
+    assert what_the_policy_says(policy) == table
 
 
 def test_the_table_covers_every_action_the_provider_calls_and_nothing_else() -> None:
@@ -121,7 +131,9 @@ def ec2_reference() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("action", "rtype", "sids", "keys"), STATEMENTS, ids=lambda v: str(v)[:40])
-def test_each_resource_type_and_condition_key_is_one_the_reference_lists(action, rtype, sids, keys) -> None:
+def test_each_resource_type_and_condition_key_is_one_the_reference_lists(
+    action: str, rtype: str, sids: set[str], keys: set[str]
+) -> None:
     privilege = ec2_reference()[action.removeprefix("ec2:")]
     by_type = {r["resource_type"].rstrip("*"): r for r in privilege["resource_types"]}
     assert rtype in by_type or (rtype == "*" and set(by_type) == {""}), sorted(by_type)
@@ -354,8 +366,8 @@ REQUESTS: list[tuple[str, Request, bool]] = [
 
 
 @pytest.mark.parametrize(("request_", "expected"), [pytest.param(r, e, id=n) for n, r, e in REQUESTS])
-def test_the_policy_judges_each_request(request_: Request, expected: bool) -> None:
-    assert allowed(POLICY, request_) is expected, matching_sids(POLICY, request_)
+def test_the_policy_judges_each_request(policy: dict[str, Any], request_: Request, expected: bool) -> None:
+    assert allowed(policy, request_) is expected, matching_sids(policy, request_)
 
 
 def test_every_action_and_resource_type_has_an_allowed_request() -> None:

@@ -39,7 +39,7 @@ def allowed_actions() -> set[str]:
 
 
 def test_the_file_is_the_policy_rendered_for_the_example_values() -> None:
-    policy = render_policy(**EXAMPLE)  # type: ignore[arg-type]
+    policy = render_policy(**EXAMPLE)
     assert json.loads(POLICY.read_text()) == policy
     assert POLICY.read_text() == json.dumps(policy, indent=2) + "\n", "regenerate it: docs/aws.md §2"
 
@@ -98,7 +98,11 @@ async def test_every_action_the_provider_calls_is_in_the_policy(network: Network
     )
     # from here on, only the provider calls
     network.ec2.meta.events.register("provide-client-params.ec2", record)
-    for scope in ({}, {"instance_tags_filter": {"cluster": "c1"}, "subnet_ids_filter": (network.subnet_id,)}):
+    scopes: tuple[dict[str, Any], ...] = (
+        {},
+        {"instance_tags_filter": {"cluster": "c1"}, "subnet_ids_filter": (network.subnet_id,)},
+    )
+    for scope in scopes:
         provider = network.provider(**scope)
         await provider.resync()
         provider.close()
