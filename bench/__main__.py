@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from bench import api_efficiency, cni_plugin, convergence, cpu_memory, latency
-from bench.report import Results, machine, render
+from bench.report import Results, machine, publish, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
 
@@ -75,12 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     # The reconciler logs every call at info; a benchmark of thousands of nodes wants warnings only.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     results = run(QUICK if args.quick else FULL)
-    text = render(results)
-    if args.quick:
-        print(text)
-    else:
-        args.out.write_text(text)
-        print(f"bench: wrote {args.out}", file=sys.stderr)
+    publish(render(results), args.out, quick=args.quick, name="bench")
     return 0 if results.all_met() else 1
 
 

@@ -24,7 +24,6 @@ Invariants, checked after every step (any breach is a violation and ``make soak`
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
@@ -41,6 +40,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from bench.report import publish, soak_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "RELIABILITY-node.md"
@@ -656,17 +657,9 @@ def render(report: AgentSoakReport) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.agent_soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run; print, do not write the report")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    args = soak_arguments("python -m bench.agent_soak", (__doc__ or "").splitlines()[0], OUT, argv)
     report = agent_soak(QUICK if args.quick else AgentSoakConfig())
-    text = render(report)
-    if args.quick:
-        print(text)
-    else:
-        args.out.write_text(text)
-        print(f"agent soak: wrote {args.out}", file=sys.stderr)
+    publish(render(report), args.out, quick=args.quick, name="agent soak")
     return 0 if not report.events["violations"] else 1
 
 

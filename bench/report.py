@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import platform
 import sys
+from pathlib import Path
 
 from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import MIN_ROUNDS, TARGET_RATIO, PluginBench
@@ -231,3 +233,20 @@ def render(r: Results) -> str:
     ]
     lines += [f"| {name} | {_mark(ok)} |" for name, ok in r.checks()]
     return "\n".join(lines) + "\n"
+
+
+def soak_arguments(prog: str, description: str, out: Path, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of a soak: ``--quick`` (a short run, printed) and ``--out`` (the report)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help="a short run; print, do not write the report")
+    parser.add_argument("--out", type=Path, default=out)
+    return parser.parse_args(argv)
+
+
+def publish(text: str, out: Path, *, quick: bool, name: str) -> None:
+    """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr)."""
+    if quick:
+        print(text)
+    else:
+        out.write_text(text)
+        print(f"{name}: wrote {out}", file=sys.stderr)

@@ -30,7 +30,6 @@ Results go to docs/RELIABILITY.md (``--quick``: a short run, printed).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import dataclasses
@@ -46,7 +45,7 @@ from typing import Any, TypeVar
 import structlog
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
-from bench.report import machine
+from bench.report import machine, publish, soak_arguments
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
@@ -537,18 +536,10 @@ def soak(config: SoakConfig) -> SoakReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a short run; print, do not write the report")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    args = soak_arguments("python -m bench.soak", __doc__ or "", OUT, argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     report = soak(QUICK if args.quick else SoakConfig())
-    text = render(report)
-    if args.quick:
-        print(text)
-    else:
-        args.out.write_text(text)
-        print(f"soak: wrote {args.out}", file=sys.stderr)
+    publish(render(report), args.out, quick=args.quick, name="soak")
     return 0 if not report.events["violations"] else 1
 
 

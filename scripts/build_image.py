@@ -37,10 +37,15 @@ def pinned_base() -> str:
     return match.group(1)
 
 
+def docker_command(host: str) -> list[str]:
+    """``docker``, talking to ``host`` (empty: the client's default daemon)."""
+    return ["docker", *(["-H", host] if host else [])]
+
+
 def docker(
     host: str, *args: str, timeout: float = 900, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    command = ["docker", *(["-H", host] if host else []), *args]
+    command = [*docker_command(host), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
         raise RuntimeError(
@@ -72,7 +77,7 @@ def debian_base(host: str) -> str:
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         imported = subprocess.run(
             [
-                *(["docker", "-H", host] if host else ["docker"]),
+                *docker_command(host),
                 "import",
                 "--change",
                 'CMD ["/bin/bash"]',

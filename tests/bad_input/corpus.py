@@ -61,6 +61,17 @@ class Case:
         """The raw text under ``key``, with a ``{repeat, times, prefix?, suffix?}`` mapping expanded."""
         return expand(self.data[key])
 
+    def write(self, path: Path, **dump: Any) -> Path:
+        """The case as the file a loader reads: ``bytes`` or ``text`` as they are, else ``input``
+        dumped as YAML (``dump``: options of ``yaml.safe_dump``). Returns ``path``."""
+        if self.has("bytes"):
+            path.write_bytes(self.data["bytes"])
+        elif self.has("text"):
+            path.write_text(self.text("text"), encoding="utf-8")
+        else:
+            path.write_text(yaml.safe_dump(self.data["input"], **dump), encoding="utf-8")
+        return path
+
     def __repr__(self) -> str:
         return f"{self.surface}/{self.name}"
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eni_ipam import cli
 from eni_ipam.agent.config import agent_config_from_mapping, load_agent_config
@@ -22,16 +21,7 @@ def _check(error: ConfigError, expect: dict[str, Any]) -> None:
 
 
 def _config_file(case: corpus.Case, tmp_path: Path) -> Path:
-    if case.has("path"):
-        return Path(case.data["path"])
-    path = tmp_path / "agent.yaml"
-    if case.has("bytes"):
-        path.write_bytes(case.data["bytes"])
-    elif case.has("text"):
-        path.write_text(case.text("text"), encoding="utf-8")
-    else:
-        path.write_text(yaml.safe_dump(case.data["input"]), encoding="utf-8")
-    return path
+    return Path(case.data["path"]) if case.has("path") else case.write(tmp_path / "agent.yaml")
 
 
 @pytest.mark.parametrize("case", corpus.params("agentconfig", lambda case: case.has("input")))

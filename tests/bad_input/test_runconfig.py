@@ -129,13 +129,7 @@ def test_a_bad_configuration_mapping_is_refused_naming_the_field_and_left_unchan
 def test_a_bad_configuration_file_or_override_is_refused_naming_the_field_and_changes_nothing(
     case: corpus.Case, tmp_path: Path
 ) -> None:
-    path = tmp_path / "config.yaml"
-    if case.has("bytes"):
-        path.write_bytes(case.data["bytes"])
-    elif case.has("text"):
-        path.write_text(case.text("text"), encoding="utf-8")
-    else:
-        path.write_text(yaml.safe_dump(case.data["input"]), encoding="utf-8")
+    path = case.write(tmp_path / "config.yaml")
     environ = {name: corpus.expand(value) for name, value in (case.data.get("env") or {}).items()}
     environ_before, file_before = dict(environ), path.read_bytes()
     with pytest.raises(ConfigError) as caught:

@@ -43,13 +43,7 @@ def test_a_bad_scenario_document_is_refused_naming_the_path_and_left_unchanged(c
 
 @pytest.mark.parametrize("case", corpus.params("scenario"))
 def test_a_bad_scenario_file_is_refused_naming_the_path(case: corpus.Case, tmp_path: Path) -> None:
-    path = tmp_path / "scenario.yaml"
-    if case.has("bytes"):
-        path.write_bytes(case.data["bytes"])
-    elif case.has("text"):
-        path.write_text(case.text("text"), encoding="utf-8")
-    else:
-        path.write_text(yaml.safe_dump(case.data["input"], allow_unicode=True), encoding="utf-8")
+    path = case.write(tmp_path / "scenario.yaml", allow_unicode=True)
     before = path.read_bytes()
     with pytest.raises(ScenarioError) as caught:
         load_scenario(path)

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -33,6 +32,7 @@ import yaml
 from scripts import build_image
 from tests.deploy.conftest import CHART
 from tests.e2e.dockerd import HOST_LEFTOVERS, host_paths_restored, start_dockerd, stop_dockerd
+from tests.e2e.stack import free_ports
 from tests.operator_shell import (
     HELM,
     KUBECTL,
@@ -51,25 +51,16 @@ DOCKER_HOME = Path("/var/lib/eni-ipam-e2e/docker")
 """The private dockerd's home: kept between runs so that the base image and build layers are reused."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Docker:
+    """``docker -H <the private daemon>``, through the build script's runner (a failure raises)."""
+
     def __init__(self, host: str) -> None:
         self.host = host
 
     def __call__(
         self, *args: str, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, timeout=timeout
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"docker {' '.join(args[:4])}: {done.returncode} {done.stderr[-2000:]}")
-        return done
+        return build_image.docker(self.host, *args, timeout=timeout, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -239,12 +230,13 @@ async def test_the_image_runs_the_controller_the_agent_and_the_plugin_install_as
             repository, tag = image.split(":")
             values = sim_values(4) | {"image": {"repository": repository, "tag": tag}}
             await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=values)
+            agent_pod = (await _get(op, "daemonset", f"{RELEASE}-agent"))["spec"]["template"]["spec"]
             controller = await _run_controller(op, docker, image, work, names)
             await op.kubectl("apply", "-f", "-", stdin=nodes_manifest({"n1": "i-0001"}))
-            await _run_agent(op, docker, image, work, names)
+            await _run_agent(op, agent_pod, docker, image, work, names)
             code = await asyncio.to_thread(_stopped_by_sigterm, docker, controller)
             assert code == 0, docker("logs", controller).stderr[-2000:]
-            await asyncio.to_thread(_install_plugin, op, docker, image, work)
+            await asyncio.to_thread(_install_plugin, agent_pod, docker, image, work)
     finally:
         for name in names:
             docker("rm", "-f", name, check=False)
@@ -270,7 +262,7 @@ async def _run_controller(op: Operator, docker: Docker, image: str, work: Path, 
         m["mountPath"] for m in container["volumeMounts"] if m["mountPath"].startswith("/etc/eni-ipam")
     )
     volumes = _volumes(pod, container, work / "controller-host", config=etc)
-    port = free_port()
+    port = free_ports(1)[0]
     name = f"eni-ipam-e2e-controller-{os.getpid()}"
     names.append(name)
     security = _flags(container.get("securityContext") or {}, pod.get("securityContext") or {})
@@ -290,19 +282,19 @@ async def _run_controller(op: Operator, docker: Docker, image: str, work: Path, 
     return name
 
 
-async def _run_agent(op: Operator, docker: Docker, image: str, work: Path, names: list[str]) -> None:
+async def _run_agent(
+    op: Operator, pod: dict[str, Any], docker: Docker, image: str, work: Path, names: list[str]
+) -> None:
     async def filled() -> bool:
         pools = await op.pools()
         return bool(((pools.get("n1") or {}).get("status") or {}).get("pool"))
 
     await op.wait("n1's pool filled by the controller in the image", filled, limit=120)
-    daemonset = await _get(op, "daemonset", f"{RELEASE}-agent")
-    pod = daemonset["spec"]["template"]["spec"]
     (container,) = [c for c in pod["containers"] if c["name"] == "agent"]
     config = yaml.safe_load((await _get(op, "configmap", f"{RELEASE}-agent"))["data"]["config.yaml"])
     etc_mount = next(m["mountPath"] for m in container["volumeMounts"] if m["mountPath"].startswith("/etc/"))
     etc = _shared(work / "agent-etc")
-    port = free_port()
+    port = free_ports(1)[0]
     config["server"] = {**(config.get("server") or {}), "port": port}
     config["kubernetes"] = {**(config.get("kubernetes") or {}), "kubeconfig": f"{etc_mount}/kubeconfig"}
     (etc / "config.yaml").write_text(yaml.safe_dump(config))
@@ -324,14 +316,7 @@ async def _run_agent(op: Operator, docker: Docker, image: str, work: Path, names
     ]
 
 
-def _install_plugin(op: Operator, docker: Docker, image: str, work: Path) -> None:
-    daemonset = json.loads(
-        subprocess.run(
-            [str(KUBECTL), "get", "daemonset", f"{RELEASE}-agent", "-n", NAMESPACE, "-o", "json"],
-            env=op.env, capture_output=True, text=True, check=True, timeout=60,
-        ).stdout
-    )  # fmt: skip
-    pod = daemonset["spec"]["template"]["spec"]
+def _install_plugin(pod: dict[str, Any], docker: Docker, image: str, work: Path) -> None:
     (init,) = [c for c in pod["initContainers"] if c["name"] == "install-cni"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = _volumes(pod, init, work / "init-host")

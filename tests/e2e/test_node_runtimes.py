@@ -890,6 +890,38 @@ def test_a_requested_address_is_honoured_and_a_taken_or_foreign_one_refused(
           f"{refused.stderr.strip()[-200:]!r}")  # fmt: skip
 
 
+def restart_and_sweep(
+    node: Node, runtime: Runtime, keep: str, held: dict[str, str], leaked: dict[str, str]
+) -> None:
+    """Start the agent again after ``leaked`` (container → its owner in the agent) lost their release
+    while it was down: they are restored as leaked, then swept within SWEPT_WITHIN while ``keep``
+    keeps its address, and the pool is whole again (no "no available addresses on this pool")."""
+    mark = node.log_size()
+    started = time.perf_counter()
+    node.start()
+    restored = node.allocations()
+    for cid, owner in leaked.items():
+        assert restored.get(held[cid]) == owner, f"{held[cid]} was not restored as leaked"
+    until(
+        "every allocation held by a live container; leaks:",
+        lambda: not node.leaks(),
+        SWEPT_WITHIN,
+        seen=node.leaks,
+    )
+    took = time.perf_counter() - started
+    swept = node.swept(mark)
+    for cid, owner in leaked.items():
+        assert f"{owner}|{held[cid]}" in swept, f"the sweep did not release {held[cid]}: {swept}"
+    assert check_held(node, runtime, [keep]) == {keep: held[keep]}, "the live container lost its address"
+
+    free = len(node.pool()) - 1
+    again = parallel(runtime.start, free)
+    assert len(set(check_held(node, runtime, again).values())) == free
+    print(
+        f"{runtime.name}: {LEAKED} leaked addresses swept {took:.1f}s after the agent returned; pool refilled"
+    )
+
+
 def test_podman_addresses_leaked_while_the_agent_was_down_are_swept(node: Node, podman_fresh: Podman) -> None:
     podman = podman_fresh
     keep = podman.start()
@@ -905,29 +937,7 @@ def test_podman_addresses_leaked_while_the_agent_was_down_are_swept(node: Node, 
         assert (CNI_CACHE / f"{podman.network}-{cid}-eth0").exists(), f"{cid[:12]}: the DEL did not fail?"
     assert podman.containers() == {keep}
 
-    mark = node.log_size()
-    started = time.perf_counter()
-    node.start()
-    restored = node.allocations()
-    for cid in leaked_ids:
-        assert restored.get(held[cid]) == f"cni:{cid}:eth0", f"{held[cid]} was not restored as leaked"
-    until(
-        "every allocation held by a live container; leaks:",
-        lambda: not node.leaks(),
-        SWEPT_WITHIN,
-        seen=node.leaks,
-    )
-    took = time.perf_counter() - started
-    swept = node.swept(mark)
-    for cid in leaked_ids:
-        assert f"cni:{cid}:eth0|{held[cid]}" in swept, f"the sweep did not release {held[cid]}: {swept}"
-    assert check_held(node, podman, [keep]) == {keep: held[keep]}, "the live container lost its address"
-
-    # the pool is whole again: every other address can be handed out
-    free = len(node.pool()) - 1
-    again = parallel(podman.start, free)
-    assert len(set(check_held(node, podman, again).values())) == free
-    print(f"podman: {LEAKED} leaked addresses swept {took:.1f}s after the agent came back; pool refilled")
+    restart_and_sweep(node, podman, keep, held, {cid: f"cni:{cid}:eth0" for cid in leaked_ids})
 
 
 def test_docker_addresses_leaked_while_the_agent_was_down_are_swept(node: Node, docker_fresh: Docker) -> None:
@@ -952,29 +962,7 @@ def test_docker_addresses_leaked_while_the_agent_was_down_are_swept(node: Node, 
         assert f"Failed to release ip address {held[cid]}" in dockerd_said, dockerd_said[-2000:]
     assert docker.containers() == {keep}
 
-    mark = node.log_size()
-    started = time.perf_counter()
-    node.start()
-    restored = node.allocations()
-    for cid in leaked_ids:
-        assert restored.get(held[cid]) == owner, f"{held[cid]} was not restored as leaked"
-    until(
-        "every allocation held by a live container; leaks:",
-        lambda: not node.leaks(),
-        SWEPT_WITHIN,
-        seen=node.leaks,
-    )
-    took = time.perf_counter() - started
-    swept = node.swept(mark)
-    for cid in leaked_ids:
-        assert f"{owner}|{held[cid]}" in swept, f"the sweep did not release {held[cid]}: {swept}"
-    assert check_held(node, docker, [keep]) == {keep: held[keep]}, "the live container lost its address"
-
-    # no "no available addresses on this pool": every other address can be handed out again
-    free = len(node.pool()) - 1
-    again = parallel(docker.start, free)
-    assert len(set(check_held(node, docker, again).values())) == free
-    print(f"docker: {LEAKED} leaked addresses swept {took:.1f}s after the agent came back; pool refilled")
+    restart_and_sweep(node, docker, keep, held, dict.fromkeys(leaked_ids, owner))
 
 
 def test_docker_network_removed_while_the_agent_was_down_gets_its_pool_back(
