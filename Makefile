@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image
 
-$(STAMP): pyproject.toml
+# The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
+# with EC2's limits), a distribution of its own that the product wheel and the image never carry.
+$(STAMP): pyproject.toml testkit/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./testkit
 	touch $(STAMP)
 
 run: $(STAMP)

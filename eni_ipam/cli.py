@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any, Protocol
 
 from eni_ipam import __version__
 from eni_ipam.core.errors import ScenarioError
@@ -51,20 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
 
-    dev = sub.add_parser(
-        "dev-cluster",
-        help="a local Kubernetes API server to try the chart and `eni-ipam run` against (no nodes run)",
-    )
-    dev.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
-    dev.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    commands = _plugins(COMMANDS)
+    for name, command in commands.items():
+        command.add_arguments(sub.add_parser(name, help=command.help))
+    for name in sorted(set(_FROM_TESTKIT["commands"]) - set(commands)):
+        sub.add_parser(name, help=f"(needs {TESTKIT}) {_FROM_TESTKIT['commands'][name]}")
 
     demo = sub.add_parser("demo", help="a live simulated cluster in real time, with /metrics")
+    demos = _plugins(DEMOS)
+    clouds = {"sim": "the in-memory cloud with pod churn (default)"}
+    clouds |= {name: f"(needs {TESTKIT}) {help}" for name, help in _FROM_TESTKIT["demos"].items()}
+    clouds |= {name: found.help for name, found in demos.items()}
     demo.add_argument(
         "--cloud",
-        choices=("sim", "moto"),
+        choices=tuple(clouds),
         default="sim",
-        help="sim: the in-memory cloud with pod churn (default); moto: the AWS provider over HTTP "
-        "against moto's EC2, until every node reaches its watermark",
+        help="; ".join(f"{name}: {help}" for name, help in clouds.items()),
     )
     demo.add_argument("--nodes", type=int, default=None, help="number of nodes (default 50; moto: 10)")
     demo.add_argument(
@@ -107,7 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the tag of the cluster's instances (default: kubernetes.io/cluster/<cluster-name>=owned)",
     )
 
-    args = parser.parse_args(argv)
+    # Known arguments only, so that a command of a missing test kit can say so whatever its options.
+    args, unknown = parser.parse_known_args(argv)
+    if args.command in _FROM_TESTKIT["commands"] and args.command not in commands:
+        return _needs_testkit(f"eni-ipam {args.command}")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "aws-iam-policy":
         return _aws_iam_policy(args, iam)
     if args.command == "simulate":
@@ -116,18 +125,72 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "agent":
         return _agent(args)
-    if args.command == "dev-cluster":
-        return _dev_cluster(args)
+    if args.command in commands:
+        return int(commands[args.command].run(args))
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
-    if args.cloud == "moto":
-        from eni_ipam.app.demo_aws import run_moto_demo
-
-        nodes = 10 if args.nodes is None else args.nodes
-        return run_moto_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
+    if args.cloud in demos:
+        chosen = demos[args.cloud]
+        nodes = chosen.default_nodes if args.nodes is None else args.nodes
+        return int(chosen.run(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port))
+    if args.cloud != "sim":
+        return _needs_testkit(f"eni-ipam demo --cloud {args.cloud}")
     from eni_ipam.app.demo import run_demo
 
     nodes = 50 if args.nodes is None else args.nodes
     return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
+
+
+COMMANDS = "eni_ipam.commands"
+"""Entry-point group of the commands another distribution adds (each a :class:`Command`)."""
+DEMOS = "eni_ipam.demos"
+"""Entry-point group of the clouds ``eni-ipam demo --cloud`` may run on besides ``sim`` (each a
+:class:`Demo`)."""
+TESTKIT = "eni-ipam-testkit"
+_FROM_TESTKIT = {
+    "commands": {"dev-cluster": "a local Kubernetes API server to try the chart and `eni-ipam run` against"},
+    "demos": {
+        "moto": "the AWS provider over HTTP against moto's EC2, until every node reaches its watermark"
+    },
+}
+"""What the test kit adds, so that without it the command line says where they come from."""
+
+
+class Command(Protocol):
+    """A subcommand registered in :data:`COMMANDS` by another distribution."""
+
+    help: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run with the parsed arguments (``args.log_level`` included); the exit status."""
+        ...
+
+
+class Demo(Protocol):
+    """A cloud for ``eni-ipam demo --cloud NAME``, registered in :data:`DEMOS`."""
+
+    help: str
+    default_nodes: int
+
+    def run(self, *, nodes: int, duration: float, seed: int, port: int) -> int: ...
+
+
+def _plugins(group: str) -> dict[str, Any]:
+    """The plug-ins of an entry-point group by name, loaded (their modules import little)."""
+    found: dict[str, Any] = {}
+    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
+        found.setdefault(entry.name, entry.load())
+    return found
+
+
+def _needs_testkit(what: str) -> int:
+    print(
+        f"{what} comes with {TESTKIT}, which is not installed "
+        "(from a checkout: pip install ./testkit, or make test)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _duration(text: str) -> float:
@@ -245,38 +308,6 @@ def _agent(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 0
-
-
-def _dev_cluster(args: argparse.Namespace) -> int:
-    """The fake API server of the test suite, standalone: real kubectl and helm work against it."""
-    import asyncio
-
-    from eni_ipam.app.service import stop_on_signals
-    from eni_ipam.testing.fake_kube import FakeKube
-
-    configure(level=args.log_level or "warning")
-
-    async def main() -> int:
-        stop = stop_on_signals()
-        try:
-            kube = FakeKube(port=args.port)
-            await kube.start()
-        except OSError as exc:
-            print(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
-            return 2
-        try:
-            kube.write_kubeconfig(args.kubeconfig)
-            print(f"Kubernetes API (fake) on {kube.url}; admin kubeconfig written to {args.kubeconfig}")
-            print("Nothing runs pods or nodes here: create Nodes with kubectl. Ctrl-C stops it.", flush=True)
-            await stop.wait()
-        finally:
-            await kube.close()
-        return 0
-
-    try:
-        return asyncio.run(main())
     except KeyboardInterrupt:
         return 0
 

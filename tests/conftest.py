@@ -21,7 +21,7 @@ from eni_ipam.core.node import PassResult
 from eni_ipam.core.settings import Settings
 from eni_ipam.kube.permissions import CLAIMS_GROUP
 from eni_ipam.simulator.cluster import EmbeddedCluster
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 

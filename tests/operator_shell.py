@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import aiohttp
 import yaml
 
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 
 BIN = Path(sys.executable).parent
 HELM, KUBECTL = BIN / "helm", BIN / "kubectl"

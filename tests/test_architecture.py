@@ -44,20 +44,23 @@ def test_the_import_contracts_hold() -> None:
         ("eni_ipam/agent/daemon.py", "import eni_ipam.core.manager", "The node agent needs no reconciler"),
         ("providers/generic/provider.py", "import providers.sim.cloud", "Providers do not know each other"),
         ("providers/sim/provider.py", "import boto3", "Each cloud SDK is imported by its own provider only"),
-        (
-            "eni_ipam/simulator/simulate.py",
-            "import eni_ipam.testing.fake_kube",
-            "never imports a test double",
-        ),
+        ("eni_ipam/simulator/simulate.py", "import eni_ipam_testkit.fake_kube", "never imports the test kit"),
+        ("eni_ipam/app/demo.py", "import moto", "never imports the test kit"),
+        ("eni_ipam/cli.py", "import bench.report", "never imports the test kit"),
+        ("eni_ipam/cli.py", "import eni_ipam_testkit.commands", "Layers point down"),
+        ("eni_ipam_testkit/fake_kube/store.py", "import bench.report", "Layers point down"),
+        ("bench/report.py", "import scripts.build_image", "Layers point down"),
+        ("scripts/render_manifests.py", "import eni_ipam.kube.api", "Scripts run without the service"),
     ],
 )
 def test_breaking_a_contract_on_purpose_fails_the_check(
     tmp_path: Path, module: str, line: str, contract: str
 ) -> None:
-    for part in ("eni_ipam", "providers"):
-        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("eni_ipam", "providers", "testkit/eni_ipam_testkit", "bench", "scripts"):
+        copy = tmp_path / Path(part).name  # the test kit's package is importable from the root here
+        shutil.copytree(ROOT / part, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / module
+    target = tmp_path / module  # paths as seen from the copy's root
     target.write_text(target.read_text() + f"\n{line}  # noqa\n")
     result = lint(tmp_path)
     assert result.returncode != 0

@@ -112,3 +112,27 @@ def test_the_controller_exits_2_when_its_port_is_in_use(
     assert main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in err and "Traceback" not in err
+
+
+def test_the_test_kit_adds_its_commands_through_entry_points() -> None:
+    from eni_ipam.cli import COMMANDS, DEMOS, _plugins
+
+    assert "dev-cluster" in _plugins(COMMANDS)
+    assert _plugins(DEMOS)["moto"].default_nodes == 10
+
+
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (["dev-cluster", "--kubeconfig", "k"], "eni-ipam dev-cluster"),
+        (["demo", "--cloud", "moto"], "eni-ipam demo --cloud moto"),
+    ],
+)
+def test_without_the_test_kit_its_commands_say_where_they_come_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], what: str
+) -> None:
+    import eni_ipam.cli
+
+    monkeypatch.setattr(eni_ipam.cli, "_plugins", lambda group: {})
+    assert main(argv) == 2
+    assert f"{what} comes with eni-ipam-testkit, which is not installed" in capsys.readouterr().err

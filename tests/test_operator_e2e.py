@@ -114,10 +114,10 @@ async def _gone(op: Operator, name: str) -> bool:
 
 
 async def test_the_controller_fills_pools_on_moto_ec2_over_http(tmp_path: Path) -> None:
-    pytest.importorskip("moto", reason="moto (the eni-ipam[moto] extra) is not installed")
+    pytest.importorskip("moto", reason="moto (with the test kit, eni-ipam-testkit) is not installed")
     import boto3
 
-    from eni_ipam.testing.moto_ec2 import MotoServer
+    from eni_ipam_testkit.moto_ec2 import MotoServer
 
     region, zone = "us-east-1", "us-east-1a"
     with MotoServer() as server:

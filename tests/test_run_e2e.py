@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.conftest import CRD
 from tests.deploy.conftest import one, render
 from tests.deploy.test_manifests import grants

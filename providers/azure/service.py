@@ -36,7 +36,7 @@ async def open_provider(
     """The provider, open for the block; its SDK clients (and the credential it made) closed after.
 
     ``credential`` and ``transport`` replace ``DefaultAzureCredential`` and the aiohttp transport
-    (tests: :mod:`eni_ipam.testing.fake_azure`); an injected credential stays its owner's to close.
+    (tests: :mod:`eni_ipam_testkit.fake_azure`); an injected credential stays its owner's to close.
     """
     from providers.azure.provider import AzureProvider
 

@@ -14,7 +14,7 @@ the reconciler's decisions depend on, and deterministically:
 
 A space can also mirror another record of who holds what: :meth:`SubnetSpace.occupy` marks what
 that record holds (idempotently), :meth:`~SubnetSpace.in_use` and :meth:`~SubnetSpace.block_free`
-answer for one address or one /28. The moto fidelity layer (:mod:`eni_ipam.testing.moto_ec2`) rebuilds
+answer for one address or one /28. The moto fidelity layer (:mod:`eni_ipam_testkit.moto_ec2`) rebuilds
 a space from moto's records for each request, so moto hands out what this cloud would.
 
 Invariants: an offset is in use at most once; ``blocks_used[b]`` is the number of in-use offsets in

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eni_ipam.kube.api import ENIPOOLS
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.agent.conftest import enipool_status
 from tests.agent.test_cni_netns import CNI_DIR, _ip, addresses_in, link_exists, netns, plugin_dir, run_cni
 from tests.agent.test_daemon import running_agent, serving, status

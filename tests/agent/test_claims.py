@@ -16,7 +16,7 @@ from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.kube.conftest import make_api
 from tests.waiting import until
 

@@ -17,7 +17,7 @@ from eni_ipam.agent.daemon import Agent, pool_addresses
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.agent import unix_server
 from tests.agent.conftest import enipool_status
 from tests.kube.conftest import make_api
@@ -99,7 +99,7 @@ async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
 async def test_a_restart_without_the_api_server_still_releases_what_containers_held(
     kube: FakeKube, controller: KubeApi, tmp_path: Path
 ) -> None:
-    from eni_ipam.testing.fake_kube import Fault
+    from eni_ipam_testkit.fake_kube import Fault
 
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:

@@ -17,7 +17,7 @@ import yaml
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.model import NodeResource
 from eni_ipam.kube.resources import resource_from_pool
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.bad_input import corpus
 from tests.conftest import CRD
 

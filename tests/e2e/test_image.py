@@ -119,6 +119,19 @@ def test_the_image_holds_no_installer_and_runs_as_a_non_root_user(docker: Docker
             )
             assert probe.returncode != 0, f"{python} imports {module}"
     assert docker("image", "inspect", "-f", "{{.Config.User}}", image).stdout.strip() == "65532:65532"
+    doubles = docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "/opt/venv/bin/python3",
+        image,
+        "-c",
+        "import importlib.util as u; "
+        "print([m for m in ('eni_ipam_testkit', 'moto', 'kubernetes_validate') if u.find_spec(m)])",
+    ).stdout.strip()
+    assert doubles == "[]", f"the image holds test doubles or their dependencies: {doubles}"
     version = docker("run", "--rm", "--network", "none", image, "--version").stdout
     assert version.startswith("eni-ipam ")
 

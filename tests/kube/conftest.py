@@ -10,7 +10,7 @@ import pytest
 
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import KubeApi
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.timeout(30)
 

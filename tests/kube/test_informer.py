@@ -12,7 +12,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import NODES, KubeApi
 from eni_ipam.kube.informer import Informer
-from eni_ipam.testing.fake_kube import FakeKube, Fault
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.kube.conftest import node
 from tests.waiting import until
 

@@ -12,7 +12,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.kube.api import LEASES, KubeApi
 from eni_ipam.kube.lease import LeaderElector
-from eni_ipam.testing.fake_kube import FakeKube, Fault
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api
 
 # A virtual clock far from zero, like a machine's uptime: relative and absolute times must not mix.

@@ -22,7 +22,7 @@ from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.resources import FINALIZER
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.source import KubeNodeSource
-from eni_ipam.testing.fake_kube import FakeKube, Fault
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 from tests.kube.conftest import node

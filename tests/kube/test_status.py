@@ -11,7 +11,7 @@ from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.status import StatusWriter
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.looptime(start=1_000_000.0)
 
@@ -71,7 +71,7 @@ async def test_writes_spend_the_status_bucket(kube: FakeKube, api: KubeApi) -> N
 async def test_gone_pool_is_dropped_and_failures_are_retried_after_a_backoff(
     kube: FakeKube, api: KubeApi
 ) -> None:
-    from eni_ipam.testing.fake_kube import Fault
+    from eni_ipam_testkit.fake_kube import Fault
 
     pools = await make_pools(api, ["n1"])
     metrics = Metrics()
@@ -91,7 +91,7 @@ async def test_gone_pool_is_dropped_and_failures_are_retried_after_a_backoff(
 
 
 async def test_a_write_the_server_refuses_is_dropped_not_retried(kube: FakeKube, api: KubeApi) -> None:
-    from eni_ipam.testing.fake_kube import Fault
+    from eni_ipam_testkit.fake_kube import Fault
 
     pools = await make_pools(api, ["n1"])
     metrics = Metrics()

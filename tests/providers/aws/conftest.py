@@ -1,5 +1,5 @@
 """Fixtures of the AWS provider's tests: moto's EC2 in-process, with EC2's limits
-(eni_ipam.testing.moto_ec2), and a provider over it. Every test here has a timeout: one moto call
+(eni_ipam_testkit.moto_ec2), and a provider over it. Every test here has a timeout: one moto call
 can hang."""
 
 from __future__ import annotations
@@ -114,10 +114,10 @@ def make_network() -> Network:
 
 @pytest.fixture
 def moto_ec2() -> Iterator[None]:
-    """moto's EC2 in-process, answering like real EC2 where it matters (eni_ipam.testing.moto_ec2)."""
+    """moto's EC2 in-process, answering like real EC2 where it matters (eni_ipam_testkit.moto_ec2)."""
     from moto import mock_aws
 
-    from eni_ipam.testing.moto_ec2 import ec2_fidelity
+    from eni_ipam_testkit.moto_ec2 import ec2_fidelity
 
     with mock_aws(), ec2_fidelity():
         yield

@@ -1,7 +1,7 @@
 """The AWS provider passes the same Provider contract as the in-memory cloud, on moto's EC2.
 
 moto alone is too lenient for several checks (no limits, no exhaustion, random addresses, no
-prefixes); :mod:`eni_ipam.testing.moto_ec2` makes it answer as EC2 does, so every check runs here
+prefixes); :mod:`eni_ipam_testkit.moto_ec2` makes it answer as EC2 does, so every check runs here
 unchanged, through boto3, botocore's HTTP layer and moto's EC2 responses.
 """
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from eni_ipam.app.demo_aws import moto_demo
+from eni_ipam_testkit.demo_aws import moto_demo
 
 
 @pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Fixtures of the Azure provider's tests: a fake ARM subscription (:mod:`eni_ipam.testing.fake_azure`)
+"""Fixtures of the Azure provider's tests: a fake ARM subscription (:mod:`eni_ipam_testkit.fake_azure`)
 behind the real Azure SDK, and providers over it.
 
 The world: one resource group with a virtual network, a big subnet (/22) for the nodes, a small one
@@ -18,7 +18,7 @@ import pytest
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.config import validate
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.testing.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
+from eni_ipam_testkit.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
 from providers.azure import AzureProvider
 from providers.azure.settings import AzureSettings
 

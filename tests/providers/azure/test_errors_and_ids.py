@@ -19,7 +19,7 @@ from azure.core.exceptions import (
 from azure.core.rest import HttpRequest
 
 from eni_ipam.core import errors
-from eni_ipam.testing.fake_azure import FakeResponse
+from eni_ipam_testkit.fake_azure import FakeResponse
 from providers.azure import ids
 from providers.azure.errors import ARM_ERRORS, translate
 

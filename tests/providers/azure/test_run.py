@@ -11,7 +11,7 @@ import pytest
 
 from eni_ipam.app.runconfig import load_config_mapping
 from eni_ipam.app.service import serve
-from eni_ipam.testing.fake_azure import FakeCredential
+from eni_ipam_testkit.fake_azure import FakeCredential
 from providers.azure import service as azure_service
 from tests.providers.azure.conftest import GROUP, SUBSCRIPTION, World
 

@@ -13,7 +13,7 @@ import yaml
 from eni_ipam.app.runconfig import load_config_mapping
 from eni_ipam.app.service import serve
 from eni_ipam.kube.resources import pool_for_node
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.conftest import CRD
 from tests.waiting import until
 

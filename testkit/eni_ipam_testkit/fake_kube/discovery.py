@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from eni_ipam.testing.fake_kube.openapi import KUBERNETES_VERSION
-from eni_ipam.testing.fake_kube.resources import JSON, STATUS_VERBS, ResourceType
+from eni_ipam_testkit.fake_kube.openapi import KUBERNETES_VERSION
+from eni_ipam_testkit.fake_kube.resources import JSON, STATUS_VERBS, ResourceType
 
 AGGREGATED_CONTENT_TYPE: Final = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 _KUBE_VERSION: Final = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")

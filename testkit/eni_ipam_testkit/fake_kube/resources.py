@@ -3,7 +3,7 @@
 A :class:`ResourceType` is one served ``group/version/plural`` with what discovery says about it
 (kind, scope, verbs, short names, categories, subresources). Built-in types are listed in
 :data:`BUILTIN_RESOURCES`; custom resources come from the CustomResourceDefinitions stored in the
-server (:mod:`eni_ipam.testing.fake_kube.crds` turns one into a type per served version). All versions
+server (:mod:`eni_ipam_testkit.fake_kube.crds` turns one into a type per served version). All versions
 of one CRD share a single storage key (``plural.group``), as on the real server, where a conversion
 of strategy ``None`` only rewrites ``apiVersion``.
 

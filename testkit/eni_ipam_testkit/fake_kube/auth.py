@@ -29,7 +29,7 @@ import fnmatch
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import JSON, StatusError
+from eni_ipam_testkit.fake_kube.resources import JSON, StatusError
 
 ADMIN_USER: Final = "kubernetes-admin"
 MASTERS: Final = "system:masters"

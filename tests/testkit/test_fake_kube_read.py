@@ -13,7 +13,7 @@ from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
-from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, RequestRecord
+from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, RequestRecord
 
 
 def raw_client(kube: FakeKube, *, auth: bool = True) -> httpx2.AsyncClient:

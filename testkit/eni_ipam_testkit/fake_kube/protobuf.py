@@ -17,7 +17,7 @@ import datetime
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import JSON
+from eni_ipam_testkit.fake_kube.resources import JSON
 
 MAGIC: Final = b"k8s\x00"
 PROTOBUF: Final = "application/vnd.kubernetes.protobuf"

@@ -4,7 +4,7 @@ On every create, update and patch of a custom resource the store runs :func:`che
 on the candidate object, in the real server's order: prune unknown fields, apply ``default`` values,
 then validate. Pruned fields are returned as paths (``spec.x``, ``metadata.foo``), which the server
 turns into ``Warning`` headers or, with ``fieldValidation=Strict``, a refusal, as the real server
-does. A validation failure yields :class:`~eni_ipam.testing.fake_kube.resources.FieldError` values
+does. A validation failure yields :class:`~eni_ipam_testkit.fake_kube.resources.FieldError` values
 worded like the real server's (apiextensions-apiserver's mapping of kube-openapi errors to field
 errors), e.g. ``spec.minAllocate: Invalid value: -1: spec.minAllocate in body should be greater than
 or equal to 0`` or ``spec.instanceID: Too long: may not be more than 256 bytes``, and the store
@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import (
+from eni_ipam_testkit.fake_kube.resources import (
     JSON,
     FieldError,
     invalid,

@@ -18,7 +18,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 
-from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, Fault
+from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, Fault
 from tests.waiting import until
 
 Seen = tuple[str, str | None, str | None]

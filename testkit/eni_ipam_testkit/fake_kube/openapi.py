@@ -29,7 +29,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import JSON, ResourceType
+from eni_ipam_testkit.fake_kube.resources import JSON, ResourceType
 
 KUBERNETES_VERSION: Final = "v1.34.5"
 _SCHEMAS_VERSION: Final = "v1.34.0-local"

@@ -20,9 +20,9 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from eni_ipam.testing.fake_kube import ADMIN_TOKEN, ENIPOOL_CRD_DEFAULT, FakeKube
-from eni_ipam.testing.fake_kube.patch import strategic_merge
-from eni_ipam.testing.fake_kube.tables import human_duration, jsonpath
+from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, ENIPOOL_CRD_DEFAULT, FakeKube
+from eni_ipam_testkit.fake_kube.patch import strategic_merge
+from eni_ipam_testkit.fake_kube.tables import human_duration, jsonpath
 from tests.conftest import CRD
 
 ENIPOOLS = "/apis/eni-ipam.io/v1alpha1/enipools"

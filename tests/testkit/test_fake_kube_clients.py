@@ -25,7 +25,7 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from eni_ipam.testing.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 from tests.conftest import CRD, cluster_api_crd
 
 pytestmark = pytest.mark.timeout(60)

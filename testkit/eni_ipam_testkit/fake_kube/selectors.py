@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import JSON, ResourceType, StatusError
+from eni_ipam_testkit.fake_kube.resources import JSON, ResourceType, StatusError
 
 _NAME: Final = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _KEY_RE: Final = re.compile(rf"^(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")

@@ -44,9 +44,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from eni_ipam.testing.fake_kube.openapi import prune_builtin
-from eni_ipam.testing.fake_kube.patch import APPLY, apply_patch
-from eni_ipam.testing.fake_kube.resources import (
+from eni_ipam_testkit.fake_kube.openapi import prune_builtin
+from eni_ipam_testkit.fake_kube.patch import APPLY, apply_patch
+from eni_ipam_testkit.fake_kube.resources import (
     CRDS,
     JSON,
     FieldError,
@@ -56,8 +56,8 @@ from eni_ipam.testing.fake_kube.resources import (
     invalid,
     invalid_error,
 )
-from eni_ipam.testing.fake_kube.schema import OBJECT_META_FIELDS, check_custom_resource
-from eni_ipam.testing.fake_kube.selectors import Filter
+from eni_ipam_testkit.fake_kube.schema import OBJECT_META_FIELDS, check_custom_resource
+from eni_ipam_testkit.fake_kube.selectors import Filter
 
 Key = tuple[str, str]  # (namespace or "", name)
 

@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import yaml
 
-from eni_ipam.testing.fake_kube.openapi import resolve_schema
-from eni_ipam.testing.fake_kube.resources import JSON, StatusError
+from eni_ipam_testkit.fake_kube.openapi import resolve_schema
+from eni_ipam_testkit.fake_kube.resources import JSON, StatusError
 
 MERGE: Final = "application/merge-patch+json"
 STRATEGIC: Final = "application/strategic-merge-patch+json"

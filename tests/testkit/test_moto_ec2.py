@@ -1,4 +1,4 @@
-"""eni_ipam.testing.moto_ec2: moto's EC2 answers like real EC2 where an ENI IP manager depends on it.
+"""eni_ipam_testkit.moto_ec2: moto's EC2 answers like real EC2 where an ENI IP manager depends on it.
 
 Importing the shipped test doubles must not import their optional dependencies: moto is needed only
 once the fidelity layer is installed or a :class:`MotoServer` started.
@@ -19,7 +19,7 @@ import moto
 import pytest
 from botocore.exceptions import ClientError
 
-from eni_ipam.testing.moto_ec2 import MotoServer, ec2_fidelity, install
+from eni_ipam_testkit.moto_ec2 import MotoServer, ec2_fidelity, install
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -441,9 +441,9 @@ def loaded(*roots):
 
 import eni_ipam.testing
 assert not loaded("moto", "azure"), loaded("moto", "azure")
-import eni_ipam.testing.moto_ec2
+import eni_ipam_testkit.moto_ec2
 assert not loaded("moto", "azure"), loaded("moto", "azure")
-import eni_ipam.testing.fake_azure
+import eni_ipam_testkit.fake_azure
 beyond = [m for m in loaded("moto", "azure") if m != "azure" and not m.startswith("azure.core")]
 assert not beyond, beyond
 """

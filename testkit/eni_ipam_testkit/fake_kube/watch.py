@@ -27,9 +27,9 @@ from typing import Final
 
 from aiohttp import web
 
-from eni_ipam.testing.fake_kube.resources import JSON, ResourceType, Target, bool_param, int_param
-from eni_ipam.testing.fake_kube.selectors import FieldSelector, Filter
-from eni_ipam.testing.fake_kube.store import Event, Store
+from eni_ipam_testkit.fake_kube.resources import JSON, ResourceType, Target, bool_param, int_param
+from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
+from eni_ipam_testkit.fake_kube.store import Event, Store
 
 _DEFAULT_TIMEOUT: Final = 1800.0  # the real server's --min-request-timeout, when timeoutSeconds is unset
 

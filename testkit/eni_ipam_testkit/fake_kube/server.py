@@ -1,7 +1,7 @@
 """The HTTPS face of the fake API server: routing, authentication, authorization, verbs, faults, records.
 
 :class:`FakeKube` listens on ``127.0.0.1`` (an ephemeral port) with aiohttp and TLS, and answers in
-order: authentication (a bearer token, :mod:`~eni_ipam.testing.fake_kube.auth`), then either a
+order: authentication (a bearer token, :mod:`~eni_ipam_testkit.fake_kube.auth`), then either a
 non-resource path (``/version``, discovery, OpenAPI, health) or a resource request, which is
 authorized (RBAC for everyone but ``system:masters``), checked against the injected
 :attr:`FakeKube.faults` before it touches state, and mapped to a verb (get, list, watch, create,
@@ -44,8 +44,8 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from eni_ipam.testing.fake_kube import discovery, openapi, protobuf, tables
-from eni_ipam.testing.fake_kube.auth import (
+from eni_ipam_testkit.fake_kube import discovery, openapi, protobuf, tables
+from eni_ipam_testkit.fake_kube.auth import (
     ADMIN,
     Attributes,
     Authorizer,
@@ -53,10 +53,10 @@ from eni_ipam.testing.fake_kube.auth import (
     forbidden,
     service_account_user,
 )
-from eni_ipam.testing.fake_kube.certs import server_context, tls_material
-from eni_ipam.testing.fake_kube.crds import resource_types_from_crd
-from eni_ipam.testing.fake_kube.patch import APPLY, PATCH_TYPES, STRATEGIC
-from eni_ipam.testing.fake_kube.resources import (
+from eni_ipam_testkit.fake_kube.certs import server_context, tls_material
+from eni_ipam_testkit.fake_kube.crds import resource_types_from_crd
+from eni_ipam_testkit.fake_kube.patch import APPLY, PATCH_TYPES, STRATEGIC
+from eni_ipam_testkit.fake_kube.resources import (
     BUILTIN_RESOURCES,
     CRDS,
     JSON,
@@ -69,10 +69,10 @@ from eni_ipam.testing.fake_kube.resources import (
     not_supported,
     parse_path,
 )
-from eni_ipam.testing.fake_kube.selectors import FieldSelector, Filter
-from eni_ipam.testing.fake_kube.store import Store, WriteOptions
-from eni_ipam.testing.fake_kube.strategies import default_strategies
-from eni_ipam.testing.fake_kube.watch import WatchStream, render
+from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
+from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
+from eni_ipam_testkit.fake_kube.strategies import default_strategies
+from eni_ipam_testkit.fake_kube.watch import WatchStream, render
 
 ADMIN_TOKEN: Final = "fake-kube-token"
 """The bearer token of the admin identity (``system:masters``), in :meth:`FakeKube.kubeconfig`."""
@@ -206,7 +206,7 @@ def _name_from_selector(query: Mapping[str, str], rtype: ResourceType) -> str:
 
 
 class FakeKube:
-    """A Kubernetes API server double on ``https://127.0.0.1``; see :mod:`eni_ipam.testing.fake_kube`."""
+    """A Kubernetes API server double on ``https://127.0.0.1``; see :mod:`eni_ipam_testkit.fake_kube`."""
 
     def __init__(self, *, history: int = 1000, token: str = ADMIN_TOKEN, port: int = 0) -> None:
         """``port``: where to listen on 127.0.0.1 (0: a free port, as tests want)."""

@@ -24,7 +24,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import (
+from eni_ipam_testkit.fake_kube.resources import (
     JSON,
     FieldError,
     ResourceType,

@@ -19,7 +19,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from eni_ipam.testing.fake_kube import ADMIN_TOKEN, FakeKube, Fault
+from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, Fault
 
 ENIPool = create_global_resource("eni-ipam.io", "v1alpha1", "ENIPool", "enipools")
 

@@ -1,13 +1,12 @@
 """``eni-ipam demo --cloud moto``: the real reconciler and the real AWS provider against moto's EC2.
 
 moto's server runs in this process on 127.0.0.1 (a free port) with EC2's limits
-(:mod:`eni_ipam.testing.moto_ec2`). The demo creates a VPC, subnets, a security group and instances of
+(:mod:`eni_ipam_testkit.moto_ec2`). The demo creates a VPC, subnets, a security group and instances of
 mixed types, then runs the same :class:`~eni_ipam.core.manager.NodeManager` as production over HTTP with
 boto3. It stops when every node has reached its watermark (exit 0) or when ``duration`` runs out
 (exit 1), and prints what it cost in EC2 requests.
 
-moto is a demo/test dependency (``pip install 'eni-ipam[moto]'``); without it, this says so and
-exits 2.
+moto comes with the test kit (``eni-ipam-testkit``), which registers this demo with the command line.
 """
 
 from __future__ import annotations
@@ -97,7 +96,7 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
 
-    from eni_ipam.testing.moto_ec2 import MotoServer
+    from eni_ipam_testkit.moto_ec2 import MotoServer
 
     # moto answers any credentials; these keep boto3 from looking for real ones.
     for key, value in (("AWS_ACCESS_KEY_ID", "demo"), ("AWS_SECRET_ACCESS_KEY", "demo")):
@@ -145,11 +144,6 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
 
 
 def run_moto_demo(*, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int = 9090) -> int:
-    try:
-        import moto  # noqa: F401
-    except ImportError:
-        print("demo --cloud moto needs moto: pip install 'eni-ipam[moto]'", file=sys.stderr)
-        return 2
     try:
         return asyncio.run(moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from eni_ipam.testing.fake_kube.resources import JSON, ResourceType, StatusError
+from eni_ipam_testkit.fake_kube.resources import JSON, ResourceType, StatusError
 
 _NAME_DESCRIPTION: Final = (
     "Name must be unique within a namespace. Is required when creating resources, although some resources "

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient, KubeConfig
 
-from eni_ipam.testing.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube
+from eni_ipam_testkit.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube
 
 
 @pytest.fixture

@@ -14,21 +14,21 @@ expiries, faults, RBAC denials and validation errors reach the real clients as a
         await kube.drop_watches()
         kube.compact()
 
-Served (:mod:`~eni_ipam.testing.fake_kube.resources`): core ``v1`` nodes, namespaces, pods, events,
+Served (:mod:`~eni_ipam_testkit.fake_kube.resources`): core ``v1`` nodes, namespaces, pods, events,
 serviceaccounts, configmaps, secrets and services; ``apps/v1`` deployments and daemonsets;
 ``coordination.k8s.io/v1`` leases; ``policy/v1`` poddisruptionbudgets; ``rbac.authorization.k8s.io/v1``
 roles, clusterroles and their bindings; ``apiextensions.k8s.io/v1`` customresourcedefinitions and the
 custom resources of every stored CRD; ``admissionregistration.k8s.io/v1`` validatingadmissionpolicies
 and their bindings (stored, not enforced); ``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
-``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam.testing.fake_kube.discovery`),
-OpenAPI v2 and v3 (:mod:`~eni_ipam.testing.fake_kube.openapi`) and health paths. Any other path is a
+``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam_testkit.fake_kube.discovery`),
+OpenAPI v2 and v3 (:mod:`~eni_ipam_testkit.fake_kube.openapi`) and health paths. Any other path is a
 404 ``Status``. No controller runs: objects are stored, and nothing acts on them.
 
 Semantics kept (as the real kube-apiserver does it):
 
-* TLS with a process-wide CA (:mod:`~eni_ipam.testing.fake_kube.certs`); bearer tokens for the admin
+* TLS with a process-wide CA (:mod:`~eni_ipam_testkit.fake_kube.certs`); bearer tokens for the admin
   (``system:masters``) and for ServiceAccounts, RBAC for everyone but the admin
-  (:mod:`~eni_ipam.testing.fake_kube.auth`), with the real 401 and 403 answers;
+  (:mod:`~eni_ipam_testkit.fake_kube.auth`), with the real 401 and 403 answers;
 * one global, monotonically increasing ``resourceVersion``; ``uid``, ``creationTimestamp`` and a
   ``generation`` that moves only when something other than metadata (and status, for resources
   with a status subresource) changes; a write that changes nothing is a no-op;
@@ -36,7 +36,7 @@ Semantics kept (as the real kube-apiserver does it):
   ``notin``, ``key``, ``!key``), field selectors on ``metadata.name``/``metadata.namespace`` and
   each type's registered field labels (any other field is a 400), ``limit``/``continue`` pages
   read from one snapshot (410 once its version is compacted); ``meta.k8s.io/v1`` Tables on request
-  (:mod:`~eni_ipam.testing.fake_kube.tables`), with a CRD's printer columns;
+  (:mod:`~eni_ipam_testkit.fake_kube.tables`), with a CRD's printer columns;
 * watch: initial ``ADDED`` events for an unset/``"0"`` version, replay from a version kept in the
   bounded event log, an in-stream ``ERROR`` 410 for an older one, selector transitions as
   ``ADDED``/``DELETED``, ``timeoutSeconds``, ``BOOKMARK`` events every
@@ -51,11 +51,11 @@ Semantics kept (as the real kube-apiserver does it):
 * delete with finalizers (``deletionTimestamp`` first, removal when the finalizers are emptied, no
   new finalizers meanwhile), ``Orphan`` propagation, and owner-reference garbage collection;
 * custom resources: structural-schema pruning, defaulting and validation (422 ``Invalid`` in the
-  real wording, see :mod:`~eni_ipam.testing.fake_kube.schema`); a CRD is served, Established, from
-  the write that stores it (:mod:`~eni_ipam.testing.fake_kube.crds`), and deleting it deletes its
+  real wording, see :mod:`~eni_ipam_testkit.fake_kube.schema`); a CRD is served, Established, from
+  the write that stores it (:mod:`~eni_ipam_testkit.fake_kube.crds`), and deleting it deletes its
   resources; a Node's ``spec.providerID`` is set once;
 * Protobuf request bodies of the types typed clients send that way
-  (:mod:`~eni_ipam.testing.fake_kube.protobuf`); other Protobuf bodies are a 415.
+  (:mod:`~eni_ipam_testkit.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
 Not emulated (docs/testing.md lists every difference): controllers, admission beyond the checks
 above, validation of built-in objects beyond unknown fields, managedFields and apply conflicts,
@@ -68,8 +68,8 @@ Time: the wall clock is read once per server, when it first writes a timestamp, 
 running event loop's clock from then on, so everything runs on virtual time under ``looptime``.
 """
 
-from eni_ipam.testing.fake_kube.resources import ENIPOOL_CRD_DEFAULT, ResourceType, StatusError
-from eni_ipam.testing.fake_kube.server import ADMIN_TOKEN, FakeKube, Fault, RequestRecord
+from eni_ipam_testkit.fake_kube.resources import ENIPOOL_CRD_DEFAULT, ResourceType, StatusError
+from eni_ipam_testkit.fake_kube.server import ADMIN_TOKEN, FakeKube, Fault, RequestRecord
 
 __all__ = [
     "ADMIN_TOKEN",

@@ -1,7 +1,7 @@
 """What the real server's REST strategies add to the generic write path, for the types that need it.
 
 * CustomResourceDefinitions: defaults, the status the apiextensions controllers write, and the checks
-  that keep a CRD servable (:mod:`eni_ipam.testing.fake_kube.crds`).
+  that keep a CRD servable (:mod:`eni_ipam_testkit.fake_kube.crds`).
 * Nodes: ``spec.providerID`` and ``spec.podCIDR`` may be set once, from empty, and never changed
   afterwards (``node updates may not change providerID except from "" to valid``), as the real
   Node validation has it.
@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-from eni_ipam.testing.fake_kube import crds
-from eni_ipam.testing.fake_kube.resources import CRDS, JSON, FieldError, forbidden
-from eni_ipam.testing.fake_kube.store import Strategy
+from eni_ipam_testkit.fake_kube import crds
+from eni_ipam_testkit.fake_kube.resources import CRDS, JSON, FieldError, forbidden
+from eni_ipam_testkit.fake_kube.store import Strategy
 
 
 def _prepare_crd(new: JSON, old: JSON | None, now: str) -> None:

@@ -1,0 +1,75 @@
+"""The commands the test kit adds to ``eni-ipam``: ``dev-cluster`` and ``demo --cloud moto``.
+
+Registered through the ``eni_ipam.commands`` and ``eni_ipam.demos`` entry points (testkit's
+pyproject.toml); :mod:`eni_ipam.cli` finds them there, so the product names neither. This module
+imports only the standard library: the command line loads it at every start, and what a command
+needs is imported when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class DevClusterCommand:
+    """``eni-ipam dev-cluster``: the fake API server of the test suite, standalone; the real kubectl
+    and helm work against it (docs/deploy.md, "Trying it locally")."""
+
+    name = "dev-cluster"
+    help = "a local Kubernetes API server to try the chart and `eni-ipam run` against (no nodes run)"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
+        parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        import asyncio
+
+        from eni_ipam.app.service import stop_on_signals
+        from eni_ipam.core.logging import configure
+        from eni_ipam_testkit.fake_kube import FakeKube
+
+        configure(level=args.log_level or "warning")
+
+        async def main() -> int:
+            stop = stop_on_signals()
+            try:
+                kube = FakeKube(port=args.port)
+                await kube.start()
+            except OSError as exc:
+                print(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
+                return 2
+            try:
+                kube.write_kubeconfig(args.kubeconfig)
+                print(f"Kubernetes API (fake) on {kube.url}; admin kubeconfig written to {args.kubeconfig}")
+                print(
+                    "Nothing runs pods or nodes here: create Nodes with kubectl. Ctrl-C stops it.", flush=True
+                )
+                await stop.wait()
+            finally:
+                await kube.close()
+            return 0
+
+        try:
+            return asyncio.run(main())
+        except KeyboardInterrupt:
+            return 0
+
+
+class MotoDemo:
+    """``eni-ipam demo --cloud moto``: the AWS provider over HTTP against moto's EC2 with EC2's
+    limits, until every node reaches its watermark (:mod:`eni_ipam_testkit.demo_aws`)."""
+
+    name = "moto"
+    help = "the AWS provider over HTTP against moto's EC2, until every node reaches its watermark"
+    default_nodes = 10
+
+    def run(self, *, nodes: int, duration: float, seed: int, port: int) -> int:
+        from eni_ipam_testkit.demo_aws import run_moto_demo
+
+        return run_moto_demo(nodes=nodes, duration=duration, seed=seed, port=port)
+
+
+DEV_CLUSTER = DevClusterCommand()
+MOTO_DEMO = MotoDemo()
