@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image
+.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
 # The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
 # with EC2's limits), a distribution of its own that the product wheel and the image never carry.
@@ -99,6 +99,11 @@ node-runtimes:
 # checksums are verified; without network it says why (the tests that need helm then skip) and carries on.
 kube-tools: $(STAMP)
 	@$(BIN)/python scripts/install_kube_tools.py
+
+# The ENIPool CRD's spec schema, generated from the node spec model (eni_ipam/core/spec.py); run after
+# changing a spec key, bound or description. tests/deploy/test_crd.py fails while the CRD differs.
+crd: $(STAMP)
+	$(BIN)/python scripts/gen_crd.py
 
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Mapping
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
@@ -85,8 +85,8 @@ class Cluster:
                 subnet=subnet_name(zone, (n // len(ZONES)) % SUBNETS_PER_ZONE),
                 security_groups=["sg-nodes"],
             )
-            spec = NodeSpec(name=f"node-{n:06d}", instance_id=instance_id, pre_allocate=pre_allocate)
-            self.side.add(spec, used=used)
+            spec = NodeSpec(pre_allocate=pre_allocate).fields()
+            self.side.add(NodeResource(name=f"node-{n:06d}", instance_id=instance_id, spec=spec, used=used))
 
     def set_used(self, name: str, used: int) -> None:
         self.side.update(name, used=used)

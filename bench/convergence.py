@@ -31,10 +31,11 @@ from bench.cluster import (
 )
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import AssignAddresses, CreateInterface, NodeSpec
+from eni_ipam.core.model import AssignAddresses, CreateInterface
 from eni_ipam.core.planner import node_stats, plan_allocation
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.simloop import run_virtual
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
@@ -104,7 +105,7 @@ async def reference(nodes: int, seed: int = 11) -> float:
     cloud: SimCloud = build_cloud(clock, throttle=True)
     limiter = _OneBucket({"*": REFERENCE_BUCKET})
     provider = SimProvider(cloud, clock=clock, metrics=Metrics(), limiter=limiter)
-    specs: list[NodeSpec] = []
+    specs: list[NodeResource] = []
     for n, (itype, pre) in enumerate(_specs(nodes, seed)):
         zone = ZONES[n % len(ZONES)]
         instance_id = f"i-{n:06d}"
@@ -114,7 +115,9 @@ async def reference(nodes: int, seed: int = 11) -> float:
             subnet=subnet_name(zone, (n // len(ZONES)) % SUBNETS_PER_ZONE),
             security_groups=["sg-nodes"],
         )
-        specs.append(NodeSpec(name=f"node-{n:06d}", instance_id=instance_id, pre_allocate=pre))
+        specs.append(
+            NodeResource(name=f"node-{n:06d}", instance_id=instance_id, spec=NodeSpec(pre_allocate=pre))
+        )
     start = clock.monotonic()
     snap = await provider.resync()
     shared = [snap]  # the latest full resync: subnets and groups for every node's plans
@@ -124,8 +127,9 @@ async def reference(nodes: int, seed: int = 11) -> float:
             await asyncio.sleep(REFERENCE_RESYNC)
             shared[0] = await provider.resync()
 
-    async def maintain(spec: NodeSpec) -> None:
-        instance = snap.instances[spec.instance_id]
+    async def maintain(node: NodeResource) -> None:
+        spec = node.spec
+        instance = snap.instances[node.instance_id]
         limits = snap.limits[instance.type]
         while True:
             stats = node_stats(spec, instance, limits, used=0, prefix_delegation=False)
@@ -142,16 +146,16 @@ async def reference(nodes: int, seed: int = 11) -> float:
                 await provider.assign_addresses(interface_id=action.interface_id, count=action.count)
             elif isinstance(action, CreateInterface):
                 await provider.create_interface(
-                    instance_id=spec.instance_id,
+                    instance_id=node.instance_id,
                     subnet_id=action.subnet_id,
                     security_groups=action.security_groups,
                     device_index=action.device_index,
                     count=action.count,
                     tags={"cluster": "reference"},
-                    token=f"{spec.instance_id}-{action.device_index}",
+                    token=f"{node.instance_id}-{action.device_index}",
                 )
             # A fresh view of the instance before the next allocation (the per-instance sync).
-            fresh = await provider.describe_instance(instance_id=spec.instance_id)
+            fresh = await provider.describe_instance(instance_id=node.instance_id)
             assert fresh is not None
             instance = fresh
 

@@ -36,14 +36,15 @@ from eni_ipam.core.model import (
     Instance,
     InstanceLimits,
     Interface,
-    NodeResource,
-    NodeSpec,
     NodeStatus,
     SecurityGroup,
     Subnet,
 )
 from eni_ipam.core.planner import node_stats, plan_allocation
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
+
+SPEC = NodeSpec(pre_allocate=25)
 
 LIMITS = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
 TYPE = "m5.2xlarge"
@@ -122,8 +123,7 @@ class _Provider:
 def resources(nodes: int) -> list[NodeResource]:
     # Each node uses 21 of its 40 addresses and wants 25 spare: 6 short, so every node plans.
     return [
-        NodeResource(spec=NodeSpec(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", pre_allocate=25), used=21)
-        for n in range(nodes)
+        NodeResource(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", spec=SPEC, used=21) for n in range(nodes)
     ]
 
 

@@ -18,9 +18,9 @@ import time
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
@@ -71,7 +71,7 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
             subnet=subnet_name(zone, (n // len(ZONES)) % SUBNETS_PER_ZONE),
             security_groups=["sg-nodes"],
         )
-        side.add(NodeSpec(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", pre_allocate=8))
+        side.add(NodeResource(name=f"node-{n:06d}", instance_id=f"i-{n:06d}", spec=NodeSpec(pre_allocate=8)))
     async with embedded.running():
         while not (manager.ready and not manager.busy()):
             await asyncio.sleep(0.01)
@@ -81,7 +81,7 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
             roomy = [n for n, node in manager.nodes.items() if node.stats.capacity > node.stats.available + 1]
             name = rng.choice(sorted(roomy))
             node = manager.nodes[name]
-            instance_id = node.resource.spec.instance_id
+            instance_id = node.resource.instance_id
             provider.started.pop(instance_id, None)
             event = time.perf_counter()
             side.update(name, used=node.stats.available + 1)  # one pod more than the pool holds

@@ -49,8 +49,9 @@ from bench.report import machine, publish, soak_arguments
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec, ReleaseState, ownership_tags, tags_match
+from eni_ipam.core.model import ReleaseState, ownership_tags, tags_match
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.simulator.simnode import SimulatedNodeSide
@@ -241,10 +242,10 @@ class Soak:
         for prefix in prefixes:
             released.update(str(a) for a in ipaddress.IPv4Network(prefix))
         for resource in self.store.resources.values():
-            if resource.spec.instance_id == view.instance_id and released & resource.in_use:
+            if resource.instance_id == view.instance_id and released & resource.in_use:
                 self.report.violate(
                     self.clock.monotonic(),
-                    f"release of {sorted(released & resource.in_use)} used by {resource.spec.name}",
+                    f"release of {sorted(released & resource.in_use)} used by {resource.name}",
                 )
 
     # -- invariants --------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class Soak:
         seen: dict[str, str] = {}
         for name, status in self.store.statuses.items():
             resource = self.store.resources.get(name)
-            if resource is None or self.cloud.instance_state(resource.spec.instance_id) == "terminated":
+            if resource is None or self.cloud.instance_state(resource.instance_id) == "terminated":
                 # A terminated instance's last pool stays published until a resync notices (at
                 # most a minute), and nobody can use it: its node and its interfaces are gone.
                 continue
@@ -316,12 +317,10 @@ class Soak:
             security_groups=["sg-nodes"],
         )
         spec = NodeSpec(
-            name=f"node-{n:06d}",
-            instance_id=instance_id,
-            pre_allocate=self.rng.choice((4, 8, 16)),
-            max_above_watermark=self.rng.choice((0, 4)),
-        )
-        self.side.add(spec, used=self.rng.randint(0, 6))
+            pre_allocate=self.rng.choice((4, 8, 16)), max_above_watermark=self.rng.choice((0, 4))
+        ).fields()
+        used = self.rng.randint(0, 6)
+        self.side.add(NodeResource(name=f"node-{n:06d}", instance_id=instance_id, spec=spec, used=used))
 
     async def every(self, period: float, action: Callable[[], Awaitable[None] | None]) -> None:
         while True:
@@ -341,7 +340,7 @@ class Soak:
 
     def terminate(self) -> None:
         name = self.rng.choice(sorted(self.store.resources))
-        self.cloud.terminate_instance(self.store.resources[name].spec.instance_id)
+        self.cloud.terminate_instance(self.store.resources[name].instance_id)
         self.report.events["instances terminated"] += 1
 
         async def replace() -> None:  # the node leaves a little later; a new one joins

@@ -16,9 +16,9 @@ import yaml
 
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.node import PassResult
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.kube.permissions import CLAIMS_GROUP
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam_testkit.fake_kube import FakeKube
@@ -53,7 +53,7 @@ class World:
     def add_node(self, name: str, *, type: str = "m5.large", used: int = 0, **spec: object) -> None:
         instance = f"i-{name}"
         self.cloud.add_instance(instance, type=type, subnet="s-1", security_groups=["sg-1"])
-        self.side.add(NodeSpec(name=name, instance_id=instance, **spec), used=used)  # type: ignore[arg-type]
+        self.side.add(NodeResource(name=name, instance_id=instance, spec=NodeSpec(**spec), used=used))  # type: ignore[arg-type]
 
     def count_passes(self, name: str) -> Callable[[], int]:
         """Count the maintenance passes of node ``name`` from now on; returns the counter's reader."""

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.settings import KubeSettings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -27,14 +27,14 @@ def documented(page: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("model", "page"),
-    [(Settings, "settings.md"), (NodeSpecFields, "settings.md"), (KubeSettings, "configuration.md")],
+    [(Settings, "settings.md"), (NodeSpec, "settings.md"), (KubeSettings, "configuration.md")],
 )
 def test_every_field_is_on_its_reference_page(model: type[BaseModel], page: str) -> None:
     missing = set(model.model_fields) - documented(page)
     assert not missing, f"{page} does not list {sorted(missing)}"
 
 
-@pytest.mark.parametrize("model", [Settings, NodeSpecFields, KubeSettings])
+@pytest.mark.parametrize("model", [Settings, NodeSpec, KubeSettings])
 def test_every_field_says_why_in_its_docstring(model: type[BaseModel]) -> None:
     undocumented = [name for name, field in model.model_fields.items() if not field.description]
     assert not undocumented, f"{model.__name__}: no docstring for {undocumented}"

@@ -187,7 +187,7 @@ def test_a_generic_scenario_names_what_is_wrong(change, path):
 
 def test_a_generic_node_is_its_own_instance():
     scenario = parse_scenario(GENERIC)
-    assert scenario.nodes[0].spec.instance_id == "n1" and scenario.generic is not None
+    assert scenario.nodes[0].instance_id == "n1" and scenario.generic is not None
 
 
 TWO_INSTANCES = BASE.replace(
@@ -217,7 +217,7 @@ def test_two_nodes_on_one_instance_are_refused(extra: str, path: str) -> None:
 def test_an_instance_freed_by_a_removed_node_may_be_taken_again() -> None:
     steps = "steps: [{remove_node: node1}, {add_node: {name: node2, instance: i-1}}]\n"
     scenario = parse_scenario(yaml.safe_load(BASE + steps))
-    assert scenario.steps[1].value.spec.instance_id == "i-1"
+    assert scenario.steps[1].value.instance_id == "i-1"
 
 
 @pytest.mark.parametrize(

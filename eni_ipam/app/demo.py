@@ -20,10 +20,10 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.server import Readiness, make_app, start_server
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
@@ -36,7 +36,7 @@ API_LATENCY = 0.08
 """Seconds each simulated cloud call takes: close to EC2's usual answer times."""
 
 
-def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[tuple[NodeSpec, int]]]:
+def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[NodeResource]]:
     rng = random.Random(seed)
     cloud = SimCloud(clock)
     cloud.add_vpc("vpc-demo", "10.0.0.0/16")
@@ -51,7 +51,7 @@ def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[tuple
             tags={"eni-ipam/pods": "true"},
         )
     cloud.set_latency(None, API_LATENCY)
-    specs: list[tuple[NodeSpec, int]] = []
+    specs: list[NodeResource] = []
     for n in range(nodes):
         zone = ZONES[n % len(ZONES)]
         instance_id = f"i-{n:05d}"
@@ -61,13 +61,10 @@ def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[tuple
             subnet=f"subnet-{zone[-2:]}-nodes",
             security_groups=["sg-nodes"],
         )
-        spec = NodeSpec(
-            name=f"node-{n:03d}",
-            instance_id=instance_id,
-            pre_allocate=rng.choice((0, 4, 8, 12)),
-            max_above_watermark=rng.choice((0, 0, 2)),
+        spec = NodeSpec(pre_allocate=rng.choice((0, 4, 8, 12)), max_above_watermark=rng.choice((0, 0, 2)))
+        specs.append(
+            NodeResource(name=f"node-{n:03d}", instance_id=instance_id, spec=spec, used=rng.randint(0, 6))
         )
-        specs.append((spec, rng.randint(0, 6)))
     return cloud, specs
 
 
@@ -120,18 +117,18 @@ def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: 
 def local_cluster(
     provider: Provider,
     settings: Settings,
-    specs: list[tuple[NodeSpec, int]],
+    nodes: list[NodeResource],
     *,
     metrics: Metrics,
     clock: LoopClock,
     seed: int,
 ) -> tuple[NodeManager, MemoryStore, SimulatedNodeSide]:
-    """A manager over ``provider`` with the embedded store, holding ``specs`` (each with its pods in use)."""
+    """A manager over ``provider`` with the embedded store, holding ``nodes`` (each with its pods in use)."""
     cluster = EmbeddedCluster(
         provider, settings=settings, metrics=metrics, clock=clock, rng=random.Random(seed)
     )
-    for spec, used in specs:
-        cluster.side.add(spec, used=used)
+    for node in nodes:
+        cluster.side.add(node)
     return cluster.manager, cluster.store, cluster.side
 
 

@@ -39,9 +39,8 @@ from eni_ipam.core.config import (
     read_config_file,
 )
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.kube.settings import KubeSettings
 
 ENV_PREFIX = "ENI_IPAM_"
@@ -55,7 +54,7 @@ class ServerSettings(ConfigModel):
     port: Annotated[int, Field(ge=0, le=65535)] = 9090
 
 
-class StaticNode(NodeSpecFields):
+class StaticNode(NodeSpec):
     """A node of the embedded store (``node_source: memory``): its spec keys, its identity, and the
     addresses its workloads use."""
 
@@ -64,9 +63,11 @@ class StaticNode(NodeSpecFields):
     """The cloud instance id."""
     used: NonNegativeInt = 0
 
-    def node_spec(self, defaults: NodeSpecFields) -> NodeSpec:
-        """The core spec, ``node_defaults`` filling in the keys this entry does not write."""
-        return self.under(defaults).spec(name=self.name, instance_id=self.instance)
+    def resource(self, defaults: NodeSpec) -> NodeResource:
+        """The node, ``node_defaults`` filling in the spec keys this entry does not write."""
+        return NodeResource(
+            name=self.name, instance_id=self.instance, spec=self.under(defaults).fields(), used=self.used
+        )
 
 
 _environ: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environ", default=None)
@@ -111,7 +112,7 @@ class RunConfigBase(BaseSettings):
     server: ServerSettings = ServerSettings()
     settings: Settings = Settings()
     kubernetes: KubeSettings = KubeSettings()
-    node_defaults: NodeSpecFields = NodeSpecFields()
+    node_defaults: NodeSpec = NodeSpec()
     """The spec every node starts from: the ENIPools created for Nodes, and the ``nodes`` entries
     (whose own keys win)."""
     nodes: Annotated[tuple[StaticNode, ...], Field(strict=False)] = ()
@@ -165,9 +166,9 @@ class RunConfigBase(BaseSettings):
         section = getattr(self, self.provider)
         return section if section is not None else plugins()[self.provider].SETTINGS()
 
-    def static_nodes(self) -> list[tuple[NodeSpec, int]]:
-        """The ``nodes`` entries as specs (``node_defaults`` applied) with their used addresses."""
-        return [(node.node_spec(self.node_defaults), node.used) for node in self.nodes]
+    def static_nodes(self) -> list[NodeResource]:
+        """The ``nodes`` entries (``node_defaults`` applied), with their used addresses."""
+        return [node.resource(self.node_defaults) for node in self.nodes]
 
 
 RunConfig = RunConfigBase

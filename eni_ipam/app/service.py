@@ -32,7 +32,6 @@ from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeResource
 from eni_ipam.core.records import RecordsRef
 from eni_ipam.core.server import make_app, start_server
 from eni_ipam.store.memory import MemoryStore
@@ -153,8 +152,8 @@ class Service:
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
         self.records.target = store
-        for spec, used in self.config.static_nodes():
-            store.put(NodeResource(spec=spec, used=used))
+        for resource in self.config.static_nodes():
+            store.put(resource)
         manager = self._manager(provider, store)
         store.attach(manager)
         self.state.role, self.state.manager = "single", manager

@@ -35,10 +35,11 @@ from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import CloudSnapshot, NodeResource, NodeStatus
+from eni_ipam.core.model import CloudSnapshot, NodeStatus
 from eni_ipam.core.node import Node, NodeEnv, PassResult
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
 
 log = structlog.get_logger("eni_ipam.core.manager")
@@ -235,7 +236,7 @@ class NodeManager:
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
         for slot in self._slots.values():
             node = slot.node
-            node.observe(snapshot.instances.get(node.resource.spec.instance_id), seen_at=started)
+            node.observe(snapshot.instances.get(node.resource.instance_id), seen_at=started)
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
@@ -245,14 +246,14 @@ class NodeManager:
 
     def upsert(self, resource: NodeResource) -> None:
         """A node was added or changed (spec, used addresses, handshake answers): maintain it soon."""
-        name = resource.spec.name
+        name = resource.name
         slot = self._slots.get(name)
         if slot is None:
             backoff = Backoff(
                 initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
             )
             slot = self._slots[name] = _Slot(Node(resource, self._env), backoff)
-            log.info("node_added", node=name, instance=resource.spec.instance_id)
+            log.info("node_added", node=name, instance=resource.instance_id)
         else:
             slot.node.update(resource)
         self._recalculate(slot.node)

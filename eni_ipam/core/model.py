@@ -233,29 +233,6 @@ class Instance:
         return next((i for i in self.interfaces if i.device_index == 0), None)
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NodeSpec:
-    """What a node asks of its pool; mirrors the node resource's spec.
-
-    Zero means "default" for ``pre_allocate`` only; other zeroes mean "no constraint".
-    """
-
-    name: str
-    instance_id: str
-    pre_allocate: int = 0
-    min_allocate: int = 0
-    max_allocate: int = 0
-    max_above_watermark: int = 0
-    first_interface_index: int = 0
-    subnet_ids: tuple[str, ...] = ()
-    subnet_tags: Mapping[str, str] = EMPTY_TAGS
-    security_groups: tuple[str, ...] = ()
-    security_group_tags: Mapping[str, str] = EMPTY_TAGS
-    exclude_interface_tags: Mapping[str, str] = EMPTY_TAGS
-    disable_prefix_delegation: bool = False
-    delete_on_termination: bool = True
-
-
 class ReleaseState(enum.StrEnum):
     """States of the release handshake between the reconciler and the node side."""
 
@@ -263,21 +240,6 @@ class ReleaseState(enum.StrEnum):
     READY = "ready-for-release"
     DO_NOT_RELEASE = "do-not-release"
     RELEASED = "released"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NodeResource:
-    """A node as its source (store, Kubernetes) reports it: the spec plus what the node side says."""
-
-    spec: NodeSpec
-    used: int = 0
-    """Addresses the node's workloads use (may exceed the pool: the node reports what it uses)."""
-    in_use: frozenset[str] = frozenset()
-    """The pool addresses among those in use; these are never released."""
-    pending_pods: int = 0
-    """Pods scheduled to the node still waiting for an address (drives surge allocation)."""
-    release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
-    """The node side's answers in the release handshake, by address."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

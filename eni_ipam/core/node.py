@@ -38,7 +38,6 @@ from eni_ipam.core.model import (
     Instance,
     InstanceLimits,
     Interface,
-    NodeResource,
     NodeStats,
     NodeStatus,
     PoolEntry,
@@ -50,6 +49,7 @@ from eni_ipam.core.model import (
 from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
 from eni_ipam.core.watermarks import allocation_budget
 
@@ -113,14 +113,14 @@ class Node:
 
     @property
     def name(self) -> str:
-        return self.resource.spec.name
+        return self.resource.name
 
     # -- what the node source and the resync tell it ------------------------------------------------
 
     def update(self, resource: NodeResource) -> None:
         """The node's record changed (spec, used addresses, answers). A new instance id forgets the
         old instance's view: the next pass reads the new one."""
-        if self.resource.spec.instance_id != resource.spec.instance_id:
+        if self.resource.instance_id != resource.instance_id:
             self.instance, self.needs_refresh, self.terminated = None, True, False
             self.view_time = float("-inf")
         self.resource = resource
@@ -298,7 +298,7 @@ class Node:
     async def refresh(self) -> None:
         """Per-instance sync: re-read the instance from the cloud. A missing instance is terminated."""
         env = self.env
-        instance_id = self.resource.spec.instance_id
+        instance_id = self.resource.instance_id
         started = env.clock.monotonic()
         instance = await env.provider.describe_instance(instance_id=instance_id)
         if instance is None:
@@ -406,13 +406,13 @@ class Node:
         tags = interface_tags(
             cluster_name=m.settings.cluster_name,
             node=self.name,
-            instance_id=spec.instance_id,
+            instance_id=self.resource.instance_id,
             extra=m.settings.interface_tags,
         )
         with m.view.reserve(action.subnet_id, action.addresses + 1) as reservation:  # +1: the primary address
             try:
                 iface = await m.provider.create_interface(
-                    instance_id=spec.instance_id,
+                    instance_id=self.resource.instance_id,
                     subnet_id=action.subnet_id,
                     security_groups=action.security_groups,
                     device_index=action.device_index,
@@ -455,7 +455,7 @@ class Node:
         key = "|".join(
             (
                 m.settings.cluster_name,
-                self.resource.spec.instance_id,
+                self.resource.instance_id,
                 str(action.device_index),
                 action.subnet_id,
                 str(action.count),

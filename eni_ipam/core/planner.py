@@ -32,7 +32,6 @@ from eni_ipam.core.model import (
     Instance,
     InstanceLimits,
     Interface,
-    NodeSpec,
     NodeStats,
     ReleasePlan,
     SecurityGroup,
@@ -42,7 +41,8 @@ from eni_ipam.core.model import (
     expand_prefix,
     tags_match,
 )
-from eni_ipam.core.watermarks import effective_pre_allocate, excess_ips, max_allocatable, needed_ips
+from eni_ipam.core.spec import NodeSpec
+from eni_ipam.core.watermarks import excess_ips, max_allocatable, needed_ips
 
 
 def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
@@ -112,7 +112,7 @@ def node_stats(
     free_indexes = usable_free_indexes(instance, spec, limits)
     capacity += len(free_indexes) * slots * per_slot
     remaining = sum(1 for i in managed if i.slots_used < slots) + len(free_indexes)
-    pre = effective_pre_allocate(spec.pre_allocate)
+    pre = spec.pre_allocate  # resolved when the spec was parsed (0 is the default already)
     max_allocate = spec.max_allocate or max_allocatable(
         limits, first_interface_index=spec.first_interface_index, prefix_delegated=pd
     )

@@ -1,20 +1,46 @@
-"""The node spec as people write it: one declaration for files (snake_case) and ENIPools (camelCase).
+"""The node spec, declared once: what a node asks of its pool, with its bounds and defaults.
 
-:class:`NodeSpecFields` holds every key of a node's spec except its identity (name, instance), with
-its validation; the CRD's camelCase names are its aliases (``min_allocate`` ↔ ``minAllocate``,
-``subnet_ids`` ↔ ``subnetIDs``). The run configuration (``node_defaults``, ``nodes``), scenario files
-and ENIPool specs all read it, and :meth:`NodeSpecFields.spec` turns it into the core's plain
-:class:`~eni_ipam.core.model.NodeSpec`. A test keeps the CRD's schema and this model in step.
+:class:`NodeSpec` is the only declaration of the spec's keys. Files write them in snake_case (the
+run configuration's ``node_defaults`` and ``nodes``, scenario files); ENIPools in camelCase, the
+model's aliases (``min_allocate`` ↔ ``minAllocate``, ``subnet_ids`` ↔ ``subnetIDs``). The ENIPool
+CRD's spec schema is generated from :class:`PoolSpec` (``scripts/gen_crd.py``; a test fails when
+the committed CRD differs), so a bound changed here changes the CRD.
+
+Invariants:
+
+* Defaults are resolved when a spec is parsed: ``pre_allocate`` written as 0 reads as
+  :data:`DEFAULT_PRE_ALLOCATE`, so the planner only ever sees final values. The remaining zeroes
+  are not defaults but "no constraint" (no minimum, the instance's maximum, no slack).
+* A spec is immutable and hashable, and carries no identity: many nodes share one
+  (:func:`shared`); the node's name and instance live on :class:`NodeResource`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import ConfigDict
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from eni_ipam.core.config import EMPTY_TAGS, ConfigModel, LooseTagMap, Names, NonNegativeInt
-from eni_ipam.core.model import NodeSpec
+from eni_ipam.core.config import ConfigModel, LooseTagMap, TagMap
+from eni_ipam.core.model import EMPTY_TAGS, ReleaseState, Tags
+
+DEFAULT_PRE_ALLOCATE = 8
+"""Free addresses kept ready when a spec leaves ``pre_allocate`` unset (or writes 0, as the reference
+operator reads it)."""
+MAX_ADDRESSES = 65536
+"""Bound of every address count of a spec: far above any instance's pool (the largest EC2 types hold
+under 12,000 addresses with /28 prefixes), low enough that a typo is refused."""
+MAX_DEVICE_INDEX = 31
+"""Highest device index an interface may have (EC2's largest instances take 32 per network card)."""
+MAX_ID_LENGTH = 256
+"""Length of a cloud resource id (EC2 ids are 21 characters, Azure's resource ids run to ~200)."""
+MAX_TAG_VALUE = 256
+"""Length of a tag value, EC2's and Azure's limit."""
+MAX_SUBNETS = 64
+MAX_SECURITY_GROUPS = 16
+"""EC2's limit of security groups per interface."""
 
 _SPECIAL_ALIASES = {"subnet_ids": "subnetIDs", "instance_id": "instanceID"}
 
@@ -27,54 +53,146 @@ def camel(field: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-class NodeSpecFields(ConfigModel):
-    """What a node asks of its pool (docs/settings.md, "node spec"). Zero means "default" for
-    ``pre_allocate`` only; other zeroes mean "no constraint"."""
+def _tag_values_bounded(tags: Tags) -> Tags:
+    for key, value in tags.items():
+        if len(value) > MAX_TAG_VALUE:
+            raise ValueError(f"the value of tag {key!r} is longer than {MAX_TAG_VALUE} characters")
+    return tags
+
+
+_TAGS_SCHEMA = WithJsonSchema(
+    {"type": "object", "additionalProperties": {"type": "string", "maxLength": MAX_TAG_VALUE}}
+)
+SpecTags = Annotated[LooseTagMap, AfterValidator(_tag_values_bounded), _TAGS_SCHEMA]
+"""Tags as files write them (number values read as text), values bounded."""
+PoolTags = Annotated[TagMap, AfterValidator(_tag_values_bounded), _TAGS_SCHEMA]
+"""Tags as an ENIPool holds them: string values only, as the CRD's schema says."""
+Count = Annotated[int, Field(ge=0, le=MAX_ADDRESSES)]
+CloudId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+class NodeSpec(ConfigModel):
+    """What a node asks of its pool (docs/settings.md, "node spec")."""
 
     # Files write snake_case; ENIPools are read with ``by_alias`` (camelCase) by the Kubernetes side.
     model_config = ConfigDict(alias_generator=camel, validate_by_name=True, validate_by_alias=False)
 
-    pre_allocate: int = 0
-    """Spare addresses to keep beyond those in use (0: the default, 8; negative values are used as
-    they are, as in the reference operator)."""
-    min_allocate: NonNegativeInt = 0
-    """Addresses the pool holds at least, used or not."""
-    max_allocate: NonNegativeInt = 0
-    """Addresses the pool holds at most (0: the instance's maximum)."""
-    max_above_watermark: NonNegativeInt = 0
-    """Addresses one pass may allocate beyond the watermark, to save calls on a growing node."""
-    first_interface_index: NonNegativeInt = 0
-    """Interfaces below this device index are never filled nor counted (1 keeps pods off the
-    primary interface)."""
-    subnet_ids: Names = ()
+    pre_allocate: Annotated[int, Field(ge=-MAX_ADDRESSES, le=MAX_ADDRESSES)] = DEFAULT_PRE_ALLOCATE
+    """Free addresses to keep ready beyond those in use; 0 means the default (8). Negative values are
+    used as they are, as in the reference operator."""
+    min_allocate: Count = 0
+    """Addresses the pool always holds, used or not; 0 means no minimum."""
+    max_allocate: Count = 0
+    """Addresses the pool never exceeds; 0 means the instance's maximum."""
+    max_above_watermark: Count = 0
+    """Addresses one pass may add beyond the watermark, to save calls on a growing node."""
+    first_interface_index: Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)] = 0
+    """Interfaces below this device index are never filled nor counted (1 keeps pods off the primary
+    interface)."""
+    subnet_ids: Annotated[tuple[CloudId, ...], Field(max_length=MAX_SUBNETS, strict=False)] = ()
     """Subnets new interfaces are created in, the one with most free addresses first."""
-    subnet_tags: LooseTagMap = EMPTY_TAGS
-    """Tags a subnet must carry to receive new interfaces (when ``subnet_ids`` is empty)."""
-    security_groups: Names = ()
+    subnet_tags: SpecTags = EMPTY_TAGS
+    """Tags a subnet must all carry to receive new interfaces (when subnetIDs is empty)."""
+    security_groups: Annotated[tuple[CloudId, ...], Field(max_length=MAX_SECURITY_GROUPS, strict=False)] = ()
     """Security groups of new interfaces (empty: those of the primary interface)."""
-    security_group_tags: LooseTagMap = EMPTY_TAGS
-    """Tags the security groups of new interfaces must carry (when ``security_groups`` is empty)."""
-    exclude_interface_tags: LooseTagMap = EMPTY_TAGS
+    security_group_tags: SpecTags = EMPTY_TAGS
+    """Tags the security groups of new interfaces must all carry (when securityGroups is empty)."""
+    exclude_interface_tags: SpecTags = EMPTY_TAGS
     """An interface carrying all of these tags is neither filled nor counted."""
     disable_prefix_delegation: bool = False
     """Plain secondary addresses on this node even where /28 prefixes are enabled."""
     delete_on_termination: bool = True
     """Interfaces created for the node go with its instance."""
 
-    def spec(self, *, name: str, instance_id: str) -> NodeSpec:
-        """The core's node spec for node ``name`` on instance ``instance_id``."""
-        fields = {key: getattr(self, key) for key in NodeSpecFields.model_fields}  # subclasses add more
-        return NodeSpec(name=name, instance_id=instance_id, **fields)
+    @field_validator("pre_allocate")
+    @classmethod
+    def _default_for_zero(cls, value: int) -> int:
+        return DEFAULT_PRE_ALLOCATE if value == 0 else value
 
-    def under(self, defaults: NodeSpecFields) -> NodeSpecFields:
+    def under(self, defaults: NodeSpec) -> NodeSpec:
         """These fields, with ``defaults`` filling in what was not written here."""
-        written = self.model_fields_set & set(NodeSpecFields.model_fields)
+        written = self.model_fields_set & set(SPEC_FIELDS)
         return defaults.replace(**{key: getattr(self, key) for key in written})
+
+    def fields(self) -> NodeSpec:
+        """The spec keys alone, as a plain :class:`NodeSpec` shared with equal specs (a subclass
+        adding identity or usage, such as a scenario's node entry, drops them here)."""
+        if type(self) is NodeSpec:
+            return shared(self)
+        values = {key: getattr(self, key) for key in SPEC_FIELDS}
+        written = self.model_fields_set & set(SPEC_FIELDS)
+        return shared(NodeSpec.model_construct(written, **values))  # values validated already
 
     def as_pool_spec(self) -> dict[str, Any]:
         """The keys written here, as an ENIPool spec (camelCase, plain JSON values)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True, include=set(SPEC_FIELDS))
 
 
-SPEC_FIELDS = tuple(NodeSpecFields.model_fields)
-"""Every spec key but the node's identity, in declaration order."""
+SPEC_FIELDS = tuple(NodeSpec.model_fields)
+"""Every spec key, in declaration order."""
+DEFAULT_SPEC = NodeSpec()
+
+_SHARED: dict[NodeSpec, NodeSpec] = {}
+_SHARED_MAX = 4096
+
+
+def shared(spec: NodeSpec) -> NodeSpec:
+    """One object for equal specs: a cluster's nodes mostly ask the same of their pools, so a
+    100,000-node cluster holds a handful of specs, not one per node. Past :data:`_SHARED_MAX`
+    distinct specs (a spec per node), specs are no longer shared, and memory stays bounded."""
+    found = _SHARED.get(spec)
+    if found is not None:
+        return found
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED[spec] = spec
+    return spec
+
+
+class PoolSpec(NodeSpec):
+    """An ENIPool's spec: the node spec in camelCase plus the instance it lives on. The CRD's spec
+    schema is generated from this model. Keys the controller does not know (a newer CRD's) are
+    ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: CloudId
+    """The cloud instance behind the node (EC2 instance id, Azure VM resource id)."""
+    instance_type: Annotated[str, Field(max_length=64)] = ""
+    """Informational; limits are read from the cloud."""
+    zone: Annotated[str, Field(max_length=64)] = ""
+    """Informational: the Node's zone label."""
+    # Tag values are strings, as the CRD's schema says (files may write numbers; a pool may not).
+    subnet_tags: PoolTags = Field(EMPTY_TAGS, description=NodeSpec.model_fields["subnet_tags"].description)
+    security_group_tags: PoolTags = Field(
+        EMPTY_TAGS, description=NodeSpec.model_fields["security_group_tags"].description
+    )
+    exclude_interface_tags: PoolTags = Field(
+        EMPTY_TAGS, description=NodeSpec.model_fields["exclude_interface_tags"].description
+    )
+
+
+POOL_ONLY_FIELDS = ("instance_id", "instance_type", "zone")
+"""The keys of an ENIPool's spec that are not node spec keys (the instance, from the Node)."""
+CRD_DEFAULTS = frozenset({"delete_on_termination"})
+"""Spec keys whose default the CRD publishes, so that the API server fills it in: only where an absent
+key would read wrong to other clients (an absent boolean reads as false). Publishing the others would
+have the API server write them into every pool, and a key it filled no longer takes a later
+``node_defaults`` value (:func:`eni_ipam.kube.resources.defaults_patch`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeResource:
+    """A node as its source (store, Kubernetes) reports it: its identity and spec, plus what the node
+    side says."""
+
+    name: str
+    instance_id: str
+    spec: NodeSpec = DEFAULT_SPEC
+    used: int = 0
+    """Addresses the node's workloads use (may exceed the pool: the node reports what it uses)."""
+    in_use: frozenset[str] = frozenset()
+    """The pool addresses among those in use; these are never released."""
+    pending_pods: int = 0
+    """Pods scheduled to the node still waiting for an address (drives surge allocation)."""
+    release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
+    """The node side's answers in the release handshake, by address."""

@@ -9,14 +9,6 @@ from __future__ import annotations
 
 from eni_ipam.core.model import PREFIX_SIZE, InstanceLimits
 
-DEFAULT_PRE_ALLOCATE = 8
-"""Free addresses kept ready when a spec leaves ``pre_allocate`` at 0."""
-
-
-def effective_pre_allocate(pre_allocate: int) -> int:
-    """0 means "default"; any other value, even a negative one, is used as is."""
-    return DEFAULT_PRE_ALLOCATE if pre_allocate == 0 else pre_allocate
-
 
 def needed_ips(
     *, available: int, used: int, pre_allocate: int, min_allocate: int = 0, max_allocate: int = 0

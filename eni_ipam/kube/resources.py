@@ -1,7 +1,7 @@
 """ENIPool custom resources ↔ the core model: pure functions, no I/O.
 
-An ENIPool is named after its Node. Its spec is :class:`~eni_ipam.core.spec.NodeSpecFields` in
-camelCase (the model's aliases) plus the instance; its status has two writers that never touch
+An ENIPool is named after its Node. Its spec is :class:`~eni_ipam.core.spec.PoolSpec`: the node
+spec in camelCase (the model's aliases) plus the instance; its status has two writers that never touch
 each other's fields:
 
 * the controller: ``pool``, ``subnets``, ``release``, ``interfaces``, ``stats``, ``message``,
@@ -21,13 +21,11 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from pydantic import ConfigDict
-
-from eni_ipam.core.config import EMPTY_TAGS, Name, TagMap, validate
+from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import Interface, NodeResource, NodeSpec, NodeStatus, ReleaseState
+from eni_ipam.core.model import Interface, NodeStatus, ReleaseState
 from eni_ipam.core.records import NodeRecord
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
 from eni_ipam.kube.api import ENIPOOLS, Obj
 
 FINALIZER = "eni-ipam.io/pool"
@@ -40,20 +38,6 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 _AGENT_ANSWERS = (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE)
 
 
-class PoolSpec(NodeSpecFields):
-    """An ENIPool's spec as the controller reads it: the node spec in camelCase plus the instance.
-    Keys the controller does not use (``instanceType``, ``zone``, a newer CRD's) are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    instance_id: Name
-    """The cloud instance the pool lives on (``instanceID``)."""
-    # Tag values are strings, as the CRD's schema says (files may write numbers; a pool may not).
-    subnet_tags: TagMap = EMPTY_TAGS
-    security_group_tags: TagMap = EMPTY_TAGS
-    exclude_interface_tags: TagMap = EMPTY_TAGS
-
-
 SPEC_KEYS = {name: (field.alias or name) for name, field in PoolSpec.model_fields.items()}
 """Node spec field → ENIPool spec key, for every field the spec carries (``name`` is metadata.name)."""
 
@@ -61,8 +45,8 @@ SPEC_KEYS = {name: (field.alias or name) for name, field in PoolSpec.model_field
 # -- reading -------------------------------------------------------------------------------------
 
 
-def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
-    """The node spec an ENIPool asks for.
+def spec_from_pool(obj: Mapping[str, Any]) -> PoolSpec:
+    """The spec an ENIPool asks for: the node spec (defaults resolved) and its instance.
 
     Raises:
         ConfigError: a spec value is invalid; ``field`` is ``enipools/NAME.spec.key``.
@@ -72,15 +56,14 @@ def spec_from_pool(obj: Mapping[str, Any]) -> NodeSpec:
     where = f"enipools/{name}.spec"
     if isinstance(raw, Mapping):
         raw = {k: v for k, v in raw.items() if v is not None}  # a null is an absent key (merge patch)
-    spec = validate(PoolSpec, raw, path=where, by_alias=True)
-    fields = {k: getattr(spec, k) for k in NodeSpecFields.model_fields}
-    return NodeSpec(name=name, instance_id=spec.instance_id, **fields)
+    return validate(PoolSpec, raw, path=where, by_alias=True)
 
 
 def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
     """The node as the manager sees it: the spec plus what the node agent reports in status."""
+    name = obj["metadata"]["name"]
     spec = spec_from_pool(obj)
-    where = f"enipools/{spec.name}.status"
+    where = f"enipools/{name}.status"
     status = obj.get("status") or {}
     if not isinstance(status, Mapping):
         raise ConfigError(where, f"expected a mapping, got {type(status).__name__}")
@@ -99,7 +82,9 @@ def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> Node
         if isinstance(address, str) and answer in _AGENT_ANSWERS
     }
     return NodeResource(
-        spec=spec,
+        name=name,
+        instance_id=spec.instance_id,
+        spec=spec.fields(),
         used=len(used),
         in_use=frozenset(used),
         pending_pods=pending_pods,
@@ -161,7 +146,7 @@ theirs, and the controller leaves it alone (docs/configuration.md, ``node_defaul
 
 
 def pool_for_node(
-    node: Mapping[str, Any], defaults: NodeSpecFields | None, *, instance_ids: str = "provider-id"
+    node: Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:
     """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there, recorded in
     :data:`DEFAULTS_ANNOTATION`), or None while the Node has no instance id. Owned by the Node, so it
@@ -207,7 +192,7 @@ def recorded_defaults(pool: Mapping[str, Any]) -> dict[str, Any] | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpecFields | None) -> Obj | None:
+def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpec | None) -> Obj | None:
     """A merge patch bringing the fields that follow ``node_defaults`` to today's defaults, or None.
 
     A field follows the defaults while it holds the value the controller last wrote (recorded in

@@ -36,9 +36,9 @@ from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeResource, NodeStatus
+from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.records import NodeRecord
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
@@ -87,7 +87,7 @@ class KubeNodeSource:
         api: KubeApi,
         *,
         settings: KubeSettings,
-        node_defaults: NodeSpecFields | None = None,
+        node_defaults: NodeSpec | None = None,
         clock: Clock,
         metrics: Metrics,
         rng: random.Random | None = None,

@@ -2,7 +2,7 @@
 
 The format is a stable interface: keys are only ever added. The document is read by the project's
 configuration layer (:mod:`eni_ipam.core.config`): the operator settings, the node spec
-(:class:`~eni_ipam.core.spec.NodeSpecFields`), the cloud declaration
+(:class:`~eni_ipam.core.spec.NodeSpec`), the cloud declaration
 (:mod:`providers.sim.declaration`) and the generic provider's settings are the very models the
 run configuration uses. Every error is a :class:`~eni_ipam.core.errors.ConfigError` whose ``field``
 names the offending key (``steps[3].expect.node1.available``), raised before anything runs; the
@@ -36,9 +36,8 @@ from eni_ipam.core.config import (
     validate,
 )
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import SPEC_FIELDS, NodeSpecFields
+from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec
 from providers.generic.settings import GenericSettings
 from providers.sim.declaration import CloudDeclaration
 
@@ -50,7 +49,7 @@ STEP_KINDS = ("converge", "advance", "expect", "set", "cloud", "add_node", "remo
 # -- the document ----------------------------------------------------------------------------------
 
 
-class NodeDocument(NodeSpecFields):
+class NodeDocument(NodeSpec):
     """An entry of ``nodes:`` (or an ``add_node`` step): a node, its instance and its usage."""
 
     name: Name
@@ -62,7 +61,7 @@ class NodeDocument(NodeSpecFields):
     """Pods scheduled to the node, waiting for an address (drive surge allocation)."""
 
 
-class NodeChange(NodeSpecFields):
+class NodeChange(NodeSpec):
     """What a ``set`` step changes of one node: any spec key, ``used``, ``pending_pods``."""
 
     used: NonNegativeInt | None = None
@@ -284,17 +283,10 @@ class _LiveNodes:
 
 
 @dataclasses.dataclass(frozen=True)
-class NodeEntry:
-    spec: NodeSpec
-    used: int = 0
-    pending_pods: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class Step:
     kind: str
     value: Any
-    """converge / advance: seconds; set: {node: {key: value}}; add_node: a :class:`NodeEntry`;
+    """converge / advance: seconds; set: {node: {key: value}}; add_node: a :class:`NodeResource`;
     remove_node: a name; cloud: a :class:`CloudChange`; expect: the expectations as written."""
     path: str
 
@@ -303,16 +295,21 @@ class Step:
 class Scenario:
     settings: Settings
     cloud: CloudDeclaration | None
-    nodes: tuple[NodeEntry, ...]
+    nodes: tuple[NodeResource, ...]
     steps: tuple[Step, ...]
     seed: int = 0
     generic: GenericSettings | None = None
     """Set for a generic-provider scenario (section ``generic:`` instead of ``cloud:``)."""
 
 
-def _entry(node: NodeDocument) -> NodeEntry:
-    spec = node.spec(name=node.name, instance_id=node.instance or node.name)
-    return NodeEntry(spec=spec, used=node.used, pending_pods=node.pending_pods)
+def _entry(node: NodeDocument) -> NodeResource:
+    return NodeResource(
+        name=node.name,
+        instance_id=node.instance or node.name,
+        spec=node.fields(),
+        used=node.used,
+        pending_pods=node.pending_pods,
+    )
 
 
 def _step(step: StepDocument, path: str) -> Step:

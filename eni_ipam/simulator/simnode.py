@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from eni_ipam.core.model import NodeResource, NodeSpec, NodeStatus, ReleaseState, address_key
+from eni_ipam.core.model import NodeStatus, ReleaseState, address_key
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.store.memory import MemoryStore
 
 
@@ -22,8 +23,8 @@ class SimulatedNodeSide:
         """False plays a node agent that is down: the handshake gets no answers (nothing is released)."""
         store.observe(self._on_status)
 
-    def add(self, spec: NodeSpec, *, used: int = 0, pending_pods: int = 0) -> None:
-        self.store.put(NodeResource(spec=spec, used=used, pending_pods=pending_pods))
+    def add(self, resource: NodeResource) -> None:
+        self.store.put(resource)
 
     def update(
         self,
@@ -32,11 +33,15 @@ class SimulatedNodeSide:
         spec: NodeSpec | None = None,
         used: int | None = None,
         pending_pods: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
-        """Change a node in one event: its spec, the addresses its pods use, its pending pods."""
+        """Change a node in one event: its spec, the addresses its pods use, its pending pods, its
+        instance."""
         resource = self.store.resources[name]
         if spec is not None:
             resource = dataclasses.replace(resource, spec=spec)
+        if instance_id is not None:
+            resource = dataclasses.replace(resource, instance_id=instance_id)
         if pending_pods is not None:
             resource = dataclasses.replace(resource, pending_pods=pending_pods)
         if used is not None:

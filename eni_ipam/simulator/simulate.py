@@ -19,8 +19,9 @@ from typing import Any
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import Instance
+from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster
-from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, CloudChange, NodeEntry, Scenario, Step, parse_sample
+from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, CloudChange, Scenario, Step, parse_sample
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.store.memory import MemoryStore
 from providers.generic.provider import GenericProvider
@@ -80,8 +81,8 @@ class Simulation:
         self.manager = self.cluster.manager
         self.started = 0.0
 
-    def add(self, entry: NodeEntry) -> None:
-        self.node_side.add(entry.spec, used=entry.used, pending_pods=entry.pending_pods)
+    def add(self, entry: NodeResource) -> None:
+        self.node_side.add(entry)
 
     async def run(self, on_step: Callable[[StepResult], None] | None = None) -> Outcome:
         self.started = self.clock.monotonic()
@@ -137,7 +138,7 @@ class Simulation:
         spec = self.store.resources[name].spec
         self.node_side.update(
             name,
-            spec=dataclasses.replace(spec, **spec_changes) if spec_changes else None,
+            spec=spec.replace(**spec_changes).fields() if spec_changes else None,
             used=fields.get("used"),
             pending_pods=fields.get("pending_pods"),
         )
@@ -149,7 +150,7 @@ class Simulation:
         status = self.store.statuses.get(name)
         node = self.manager.nodes.get(name)
         stats = node.stats if node else None
-        view = self._view(resource.spec.instance_id)
+        view = self._view(resource.instance_id)
         interfaces = view.interfaces if view else ()
         return {
             "available": stats.available if stats else 0,

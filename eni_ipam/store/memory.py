@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from eni_ipam.core.model import NodeResource, NodeStatus
+from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.records import NodeRecord
+from eni_ipam.core.spec import NodeResource
 
 
 class NodeSink(Protocol):
@@ -42,7 +43,7 @@ class MemoryStore:
         self._observers.append(observer)
 
     def put(self, resource: NodeResource) -> None:
-        self.resources[resource.spec.name] = resource
+        self.resources[resource.name] = resource
         if self._sink is not None:
             self._sink.upsert(resource)
 
@@ -63,7 +64,7 @@ class MemoryStore:
             records.append(
                 NodeRecord(
                     name=name,
-                    instance_id=resource.spec.instance_id,
+                    instance_id=resource.instance_id,
                     subnet_ids=resource.spec.subnet_ids,
                     prefixes=tuple(p for i in interfaces for p in i.prefixes),
                     ipv6_prefixes=tuple(p for i in interfaces for p in i.ipv6_prefixes),

@@ -24,8 +24,8 @@ from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from providers.aws.provider import AwsProvider
 from providers.aws.settings import AwsSettings
 
@@ -34,9 +34,9 @@ ZONES = ("us-east-1a", "us-east-1b")
 AMI = "ami-12c6146b"
 
 
-def seed_network(ec2: Any, nodes: int, rng: random.Random) -> tuple[str, list[tuple[NodeSpec, int]]]:
+def seed_network(ec2: Any, nodes: int, rng: random.Random) -> tuple[str, list[NodeResource]]:
     """A VPC with a node and a pod subnet per zone, one security group and ``nodes`` instances;
-    returns the VPC id and each node's spec with its pods in use."""
+    returns the VPC id and each node with its pods in use."""
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     group = ec2.create_security_group(GroupName="nodes", Description="eni-ipam demo", VpcId=vpc)["GroupId"]
     node_subnets = []
@@ -60,13 +60,10 @@ def seed_network(ec2: Any, nodes: int, rng: random.Random) -> tuple[str, list[tu
             SubnetId=node_subnets[n % len(node_subnets)],
             SecurityGroupIds=[group],
         )["Instances"][0]["InstanceId"]
-        spec = NodeSpec(
-            name=f"node-{n:03d}",
-            instance_id=instance,
-            pre_allocate=rng.choice((0, 4, 8, 12)),
-            max_above_watermark=rng.choice((0, 0, 2)),
+        spec = NodeSpec(pre_allocate=rng.choice((0, 4, 8, 12)), max_above_watermark=rng.choice((0, 0, 2)))
+        specs.append(
+            NodeResource(name=f"node-{n:03d}", instance_id=instance, spec=spec, used=rng.randint(0, 6))
         )
-        specs.append((spec, rng.randint(0, 6)))
     return vpc, specs
 
 

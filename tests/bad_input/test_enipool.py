@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import NodeResource
+from eni_ipam.core.spec import NodeResource
 from eni_ipam.kube.resources import resource_from_pool
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.bad_input import corpus
@@ -200,4 +200,4 @@ def test_an_enipool_that_bypassed_the_schema_is_refused_by_the_conversion_naming
 
 def test_the_patch_cases_start_from_a_pool_the_conversion_accepts() -> None:
     resource = resource_from_pool({**BASE, "status": BASE_STATUS})
-    assert resource.spec.instance_id == "i-1" and resource.used == 1
+    assert resource.instance_id == "i-1" and resource.used == 1

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 
 from eni_ipam.core import errors
-from eni_ipam.core.model import NodeResource, NodeSpec
 from eni_ipam.core.node import PassResult
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 
 pytestmark = pytest.mark.looptime
 
@@ -178,14 +178,14 @@ async def test_node_changing_instance_is_re_read(make_world):
         world.add_node("n1")
         await world.settle()
         world.cloud.add_instance("i-other", type="m5.large", subnet="s-1", security_groups=["sg-1"])
-        world.side.update("n1", spec=NodeSpec(name="n1", instance_id="i-other"))
+        world.side.update("n1", instance_id="i-other")
         await world.settle()
         assert world.manager.nodes["n1"].instance.id == "i-other"
         assert world.cloud.instance_view("i-other").interfaces[0].pool_size == 8
 
 
 def test_resource_defaults_are_empty():
-    resource = NodeResource(spec=NodeSpec(name="n", instance_id="i"))
+    resource = NodeResource(name="n", instance_id="i")
     assert resource.used == 0 and not resource.in_use and not resource.release_answers
 
 
@@ -292,7 +292,7 @@ async def test_a_node_that_cannot_grow_says_why_and_stops_saying_it_once_it_can(
     async with make_world() as world:
         # No security group named, none tagged, none on the primary interface: no new interface.
         world.cloud.add_instance("i-bare", type="m5.large", subnet="s-1", security_groups=[])
-        world.side.add(NodeSpec(name="bare", instance_id="i-bare", pre_allocate=20))
+        world.side.add(NodeResource(name="bare", instance_id="i-bare", spec=NodeSpec(pre_allocate=20)))
         await world.settle()
         stats = world.manager.nodes["bare"].stats
         assert stats.needed > 0 and not stats.at_capacity
@@ -300,9 +300,7 @@ async def test_a_node_that_cannot_grow_says_why_and_stops_saying_it_once_it_can(
             (("node", "bare"), ("reason", "security-groups")): 1.0
         }
         # The pods go: nothing is needed any more, so nothing stops the node from growing.
-        world.side.update(
-            "bare", spec=dataclasses.replace(world.store.resources["bare"].spec, pre_allocate=2)
-        )
+        world.side.update("bare", spec=world.store.resources["bare"].spec.replace(pre_allocate=2))
         await world.settle()
         assert world.metrics.samples("eni_ipam_node_at_capacity") == {}
         assert world.metrics.totals_problems() == []

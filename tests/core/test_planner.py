@@ -6,12 +6,12 @@ from eni_ipam.core.model import (
     Instance,
     InstanceLimits,
     Interface,
-    NodeSpec,
     SecurityGroup,
     Subnet,
     Tags,
 )
 from eni_ipam.core.planner import node_stats, plan_allocation, plan_release
+from eni_ipam.core.spec import NodeSpec
 
 M5_XLARGE = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
 M4_XLARGE = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="xen")
@@ -52,7 +52,7 @@ def plan(spec, inst, subnets, must, **kw):
 
 
 def test_existing_interface_is_filled_before_one_is_created():
-    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=10)), [subnet("s-1")], must=12)
+    p = plan(NodeSpec(), instance(iface(0, n=10)), [subnet("s-1")], must=12)
     assert p.actions == (
         AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),
         CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=1, count=8),
@@ -62,21 +62,19 @@ def test_existing_interface_is_filled_before_one_is_created():
 
 def test_one_interface_that_fits_the_whole_deficit_takes_it_in_one_call():
     inst = instance(iface(0, n=12), iface(1, n=0), iface(2, n=0))
-    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=5)
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=5)
     assert p.actions == (AssignAddresses(interface_id="eni-1", subnet_id="s-1", count=5),)
 
 
 def test_largest_room_first_when_no_single_interface_fits():
     inst = instance(iface(0, n=12), iface(1, n=10), iface(2, n=0))
-    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=16)
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=16)
     assert [(a.interface_id, a.count) for a in p.actions] == [("eni-1", 2), ("eni-2", 14)]
 
 
 def test_excluded_interfaces_are_never_filled():
     inst = instance(iface(0), iface(1, tags={"skip": "yes"}))
-    spec = NodeSpec(
-        name="n", instance_id="i-1", first_interface_index=1, exclude_interface_tags=Tags({"skip": "yes"})
-    )
+    spec = NodeSpec(first_interface_index=1, exclude_interface_tags=Tags({"skip": "yes"}))
     p = plan(spec, inst, [subnet("s-1")], must=3)
     assert p.actions == (
         CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=2, count=3),
@@ -90,11 +88,11 @@ def test_subnet_ids_win_over_tags_and_most_free_is_chosen():
         subnet("s-3", free=90),
         subnet("s-4", free=500, tags={"k": "v"}),
     ]
-    spec = NodeSpec(name="n", instance_id="i-1", subnet_ids=("s-2", "s-3"), subnet_tags=Tags({"k": "v"}))
+    spec = NodeSpec(subnet_ids=("s-2", "s-3"), subnet_tags=Tags({"k": "v"}))
     p = plan(spec, instance(iface(0, n=14)), subs, must=3)
     assert p.actions[0].subnet_id == "s-3"
     p = plan(
-        NodeSpec(name="n", instance_id="i-1", subnet_tags=Tags({"k": "v"})),
+        NodeSpec(subnet_tags=Tags({"k": "v"})),
         instance(iface(0, n=14)),
         subs,
         must=3,
@@ -104,30 +102,28 @@ def test_subnet_ids_win_over_tags_and_most_free_is_chosen():
 
 def test_own_subnet_needs_room_for_a_whole_interface_else_most_free_in_zone():
     subs = [subnet("s-1", free=10), subnet("s-2", free=40), subnet("s-9", free=900, zone="z2")]
-    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=14)), subs, must=3)
+    p = plan(NodeSpec(), instance(iface(0, n=14)), subs, must=3)
     assert p.actions[0].subnet_id == "s-2"
 
 
 def test_security_groups_from_spec_then_tags_then_primary():
     inst = instance(iface(0, n=14))
     subs = [subnet("s-1")]
-    assert plan(NodeSpec(name="n", instance_id="i-1", security_groups=("sg-9",)), inst, subs, 1).actions[
-        0
-    ].security_groups == ("sg-9",)
-    tagged = NodeSpec(name="n", instance_id="i-1", security_group_tags=Tags({"team": "a"}))
+    assert plan(NodeSpec(security_groups=("sg-9",)), inst, subs, 1).actions[0].security_groups == ("sg-9",)
+    tagged = NodeSpec(security_group_tags=Tags({"team": "a"}))
     assert plan(tagged, inst, subs, 1).actions[0].security_groups == ("sg-2",)
-    assert plan(NodeSpec(name="n", instance_id="i-1"), inst, subs, 1).actions[0].security_groups == ("sg-1",)
+    assert plan(NodeSpec(), inst, subs, 1).actions[0].security_groups == ("sg-1",)
 
 
 def test_no_free_adapter_slot_is_at_capacity_not_an_error():
     inst = instance(*(iface(i, n=14) for i in range(4)))
-    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=2)
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=2)
     assert p.actions == () and p.shortfall == 2 and p.reason == "at-capacity"
 
 
 def test_a_cloud_that_cannot_attach_to_running_instances_only_fills_existing_interfaces():
     azure_like = InstanceLimits(adapters=4, ipv4_per_interface=15, hot_attach=False)
-    spec = NodeSpec(name="n", instance_id="i-1")
+    spec = NodeSpec()
     p = plan(spec, instance(iface(0, n=10)), [subnet("s-1")], must=12, limits=azure_like)
     assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),)
     assert p.shortfall == 8 and p.reason == "at-capacity"
@@ -139,31 +135,27 @@ def test_a_prefix_only_provider_is_prefix_delegated_even_with_the_setting_off():
     blocks = InstanceLimits(
         adapters=1, ipv4_per_interface=17, hot_attach=False, addresses=False, prefixes=True
     )
-    p = plan(
-        NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1")], must=20, limits=blocks
-    )
+    p = plan(NodeSpec(), instance(iface(0)), [subnet("s-1")], must=20, limits=blocks)
     assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=2, prefixes=True),)
 
 
 def test_subnet_free_addresses_bound_the_plan():
-    p = plan(NodeSpec(name="n", instance_id="i-1"), instance(iface(0)), [subnet("s-1", free=3)], must=8)
+    p = plan(NodeSpec(), instance(iface(0)), [subnet("s-1", free=3)], must=8)
     assert [a.count for a in p.actions] == [3]
     assert p.shortfall == 5 and p.reason == "no-subnet"
 
 
 def test_watermark_slack_rides_on_planned_calls_but_never_adds_one():
     inst = instance(iface(0, n=10))
-    p = plan(NodeSpec(name="n", instance_id="i-1"), inst, [subnet("s-1")], must=4, bonus=10)
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=4, bonus=10)
     assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=4),)
-    p = plan(
-        NodeSpec(name="n", instance_id="i-1"), instance(iface(0, n=5)), [subnet("s-1")], must=4, bonus=10
-    )
+    p = plan(NodeSpec(), instance(iface(0, n=5)), [subnet("s-1")], must=4, bonus=10)
     assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=9),)
 
 
 def test_prefix_delegated_node_gets_prefixes():
     p = plan(
-        NodeSpec(name="n", instance_id="i-1"),
+        NodeSpec(),
         instance(iface(0)),
         [subnet("s-1")],
         must=20,
@@ -175,7 +167,7 @@ def test_prefix_delegated_node_gets_prefixes():
 
 def test_xen_instances_and_nodes_with_plain_addresses_are_not_prefix_delegated():
     p = plan(
-        NodeSpec(name="n", instance_id="i-1"),
+        NodeSpec(),
         instance(iface(0)),
         [subnet("s-1")],
         must=3,
@@ -184,7 +176,7 @@ def test_xen_instances_and_nodes_with_plain_addresses_are_not_prefix_delegated()
     )
     assert not p.actions[0].prefixes
     p = plan(
-        NodeSpec(name="n", instance_id="i-1"),
+        NodeSpec(),
         instance(iface(0, n=1)),
         [subnet("s-1")],
         must=3,
@@ -196,7 +188,7 @@ def test_xen_instances_and_nodes_with_plain_addresses_are_not_prefix_delegated()
 def test_prefix_shortage_tries_sibling_subnet_before_plain_addresses():
     subs = [subnet("s-1"), subnet("s-2", free=100)]
     p = plan(
-        NodeSpec(name="n", instance_id="i-1"),
+        NodeSpec(),
         instance(iface(0)),
         subs,
         must=20,
@@ -207,7 +199,7 @@ def test_prefix_shortage_tries_sibling_subnet_before_plain_addresses():
         CreateInterface(subnet_id="s-2", security_groups=("sg-1",), device_index=1, count=2, prefixes=True),
     )
     p = plan(
-        NodeSpec(name="n", instance_id="i-1"),
+        NodeSpec(),
         instance(iface(0)),
         subs,
         must=20,
@@ -224,13 +216,13 @@ def test_prefix_shortage_tries_sibling_subnet_before_plain_addresses():
 def test_planning_is_deterministic():
     inst = instance(iface(0, n=3), iface(2, n=3), iface(1, n=3))
     subs = [subnet("s-1"), subnet("s-2")]
-    plans = {plan(NodeSpec(name="n", instance_id="i-1"), inst, subs, must=40) for _ in range(5)}
+    plans = {plan(NodeSpec(), inst, subs, must=40) for _ in range(5)}
     assert len(plans) == 1
 
 
 def test_stats_count_pool_and_capacity_of_managed_interfaces_only():
     inst = instance(iface(0, n=4), iface(1, n=6, tags={"skip": "y"}))
-    spec = NodeSpec(name="n", instance_id="i-1", exclude_interface_tags=Tags({"skip": "y"}))
+    spec = NodeSpec(exclude_interface_tags=Tags({"skip": "y"}))
     stats = node_stats(spec, inst, M5_XLARGE, used=2, prefix_delegation=False)
     assert (stats.available, stats.used, stats.needed, stats.excess) == (4, 2, 6, 0)
     assert stats.capacity == 14 * 3 and stats.remaining_interfaces == 3 and not stats.at_capacity
@@ -239,7 +231,7 @@ def test_stats_count_pool_and_capacity_of_managed_interfaces_only():
 def test_release_takes_unused_addresses_from_the_interface_with_most_candidates():
     inst = instance(iface(0, n=3), iface(1, n=8))
     in_use = {"10.0.1.10", "10.0.1.11"}
-    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use=in_use, excess=4)
+    p = plan_release(NodeSpec(), inst, in_use=in_use, excess=4)
     assert len(p.actions) == 1 and p.actions[0].interface_id == "eni-1"
     assert set(p.actions[0].addresses).isdisjoint(in_use) and len(p.actions[0].addresses) == 4
 
@@ -247,7 +239,7 @@ def test_release_takes_unused_addresses_from_the_interface_with_most_candidates(
 def test_release_never_touches_used_or_primary_addresses_and_spills_to_next_interface():
     inst = instance(iface(0, n=3), iface(1, n=3))
     in_use = {"10.0.0.10", "10.0.1.10"}
-    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use=in_use, excess=10)
+    p = plan_release(NodeSpec(), inst, in_use=in_use, excess=10)
     released = p.candidates()
     assert released == {"10.0.0.11", "10.0.0.12", "10.0.1.11", "10.0.1.12"}
     assert len(p.actions) == 2
@@ -255,5 +247,5 @@ def test_release_never_touches_used_or_primary_addresses_and_spills_to_next_inte
 
 def test_release_prefers_whole_unused_prefixes():
     inst = instance(iface(0, prefixes=("10.0.0.16/28", "10.0.0.32/28")))
-    p = plan_release(NodeSpec(name="n", instance_id="i-1"), inst, in_use={"10.0.0.17"}, excess=20)
+    p = plan_release(NodeSpec(), inst, in_use={"10.0.0.17"}, excess=20)
     assert p.actions[0].prefixes == ("10.0.0.32/28",) and p.addresses == 16

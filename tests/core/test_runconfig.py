@@ -15,9 +15,9 @@ SIM = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
 def test_embedded_default_runs_the_in_memory_cloud_alone() -> None:
     config = load_config(None)
     assert (config.provider, config.node_source) == ("sim", "memory")
-    specs = [spec for spec, _ in config.static_nodes()]
-    assert [s.name for s in specs] == ["node-1", "node-2", "node-3"]
-    assert specs[1].pre_allocate == 12
+    nodes = config.static_nodes()
+    assert [n.name for n in nodes] == ["node-1", "node-2", "node-3"]
+    assert nodes[1].spec.pre_allocate == 12
     assert config.kubernetes.lease_duration == 15.0
 
 
@@ -145,7 +145,7 @@ def test_node_defaults_apply_to_memory_nodes_under_their_own_keys() -> None:
             "nodes": [{"name": "a", "instance": "i-1", "min_allocate": 9}, {"name": "b", "instance": "i-2"}],
         }
     )
-    (a, _), (b, _) = config.static_nodes()
+    a, b = (node.spec for node in config.static_nodes())
     assert (a.pre_allocate, a.min_allocate, dict(a.subnet_tags)) == (20, 9, {"tier": "pods"})
     assert (b.pre_allocate, b.min_allocate) == (20, 4)
 

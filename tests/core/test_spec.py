@@ -1,30 +1,71 @@
-"""The node spec is declared once: the model people write, the core's dataclass and the CRD agree."""
+"""The node spec is declared once: bounds and defaults live on the model and are resolved when a
+spec is parsed, files and pools spell its keys in two cases, and equal specs are one object."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eni_ipam.core.config import validate
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import NodeSpec
-from eni_ipam.core.spec import NodeSpecFields, camel
-from eni_ipam.kube.resources import PoolSpec
-from tests.deploy.test_crd import INFORMATIONAL, schema
+from eni_ipam.core.spec import (
+    DEFAULT_PRE_ALLOCATE,
+    DEFAULT_SPEC,
+    POOL_ONLY_FIELDS,
+    SPEC_FIELDS,
+    NodeSpec,
+    PoolSpec,
+    camel,
+    shared,
+)
+from tests.deploy.test_crd import schema
 
 
-def test_the_model_and_the_core_dataclass_have_the_same_fields_and_defaults() -> None:
-    dataclass_fields = {f.name: f.default for f in dataclasses.fields(NodeSpec)}
-    del dataclass_fields["name"], dataclass_fields["instance_id"]
-    model = NodeSpecFields()
-    assert {name: getattr(model, name) for name in NodeSpecFields.model_fields} == dataclass_fields
+@pytest.mark.parametrize(("written", "read"), [(0, 8), (1, 1), (16, 16), (-1, -1), (None, 8)])
+def test_pre_allocate_zero_or_unset_is_the_default_when_parsed_and_other_values_are_kept(
+    written: int | None, read: int
+) -> None:
+    data = {} if written is None else {"pre_allocate": written}
+    assert validate(NodeSpec, data).pre_allocate == read
+    pool = {"instanceID": "i-1"} | ({} if written is None else {"preAllocate": written})
+    assert validate(PoolSpec, pool, by_alias=True).pre_allocate == read
+    assert DEFAULT_SPEC.pre_allocate == DEFAULT_PRE_ALLOCATE
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+def test_the_planner_never_sees_a_zero_pre_allocate(value: int) -> None:
+    try:
+        spec = validate(NodeSpec, {"pre_allocate": value})
+    except ConfigError as exc:
+        assert exc.field == "pre_allocate" and abs(value) > 65536
+        return
+    assert spec.pre_allocate != 0 and spec.pre_allocate == (value or DEFAULT_PRE_ALLOCATE)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"min_allocate": -1}, "min_allocate"),
+        ({"max_allocate": 65537}, "max_allocate"),
+        ({"first_interface_index": 32}, "first_interface_index"),
+        ({"subnet_ids": [f"s-{n}" for n in range(65)]}, "subnet_ids"),
+        ({"security_groups": ["sg-1"] * 17}, "security_groups"),
+        ({"security_groups": ["x" * 257]}, "security_groups[0]"),
+        ({"subnet_tags": {"k": "v" * 257}}, "subnet_tags"),
+    ],
+)
+def test_bounds_live_on_the_model_and_name_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(NodeSpec, data)
+    assert caught.value.field == field
 
 
 def test_the_pool_keys_are_the_crds_spec_properties() -> None:
     properties = set(schema()["properties"]["spec"]["properties"])
     aliases = {field.alias for field in PoolSpec.model_fields.values()}
-    assert aliases == properties - INFORMATIONAL
+    assert aliases == properties
+    assert set(PoolSpec.model_fields) == {*SPEC_FIELDS, *POOL_ONLY_FIELDS}
 
 
 @pytest.mark.parametrize(("field", "key"), [("min_allocate", "minAllocate"), ("subnet_ids", "subnetIDs")])
@@ -33,15 +74,24 @@ def test_camel_case_names_follow_the_crd(field: str, key: str) -> None:
 
 
 def test_files_write_snake_case_and_pools_camel_case() -> None:
-    assert validate(NodeSpecFields, {"min_allocate": 2}).min_allocate == 2
-    assert validate(NodeSpecFields, {"minAllocate": 2}, by_alias=True).min_allocate == 2
+    assert validate(NodeSpec, {"min_allocate": 2}).min_allocate == 2
+    assert validate(NodeSpec, {"minAllocate": 2}, by_alias=True).min_allocate == 2
     with pytest.raises(ConfigError) as caught:
-        validate(NodeSpecFields, {"minAllocate": 2})
+        validate(NodeSpec, {"minAllocate": 2})
     assert caught.value.field == "minAllocate"
 
 
 def test_defaults_fill_in_only_what_an_entry_does_not_write() -> None:
-    defaults = NodeSpecFields(pre_allocate=20, min_allocate=4)
-    entry = validate(NodeSpecFields, {"min_allocate": 0})
+    defaults = NodeSpec(pre_allocate=20, min_allocate=4)
+    entry = validate(NodeSpec, {"min_allocate": 0})
     merged = entry.under(defaults)
     assert (merged.pre_allocate, merged.min_allocate) == (20, 0)  # an explicit 0 is written, and wins
+
+
+def test_a_pool_spec_gives_the_node_spec_alone_shared_with_equal_specs() -> None:
+    first = validate(PoolSpec, {"instanceID": "i-1", "minAllocate": 3}, by_alias=True).fields()
+    second = validate(PoolSpec, {"instanceID": "i-2", "minAllocate": 3, "zone": "z"}, by_alias=True).fields()
+    assert type(first) is NodeSpec and first == NodeSpec(min_allocate=3)
+    assert first is second  # one object for every node asking the same
+    assert shared(NodeSpec(min_allocate=3)) is first
+    assert NodeSpec(min_allocate=4).fields() is not first

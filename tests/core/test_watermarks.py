@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 from eni_ipam.core.model import InstanceLimits
 from eni_ipam.core.watermarks import (
     allocation_budget,
-    effective_pre_allocate,
     excess_ips,
     max_allocatable,
     needed_ips,
@@ -54,11 +53,6 @@ def test_excess_ips_matches_reference_table(available, used, pre, min_, maw, wan
         available=available, used=used, pre_allocate=pre, min_allocate=min_, max_above_watermark=maw
     )
     assert got == want
-
-
-@pytest.mark.parametrize(("spec", "effective"), [(0, 8), (1, 1), (16, 16), (-1, -1)])
-def test_pre_allocate_zero_means_default_and_other_values_are_kept(spec, effective):
-    assert effective_pre_allocate(spec) == effective
 
 
 @pytest.mark.parametrize(

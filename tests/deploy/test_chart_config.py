@@ -9,8 +9,8 @@ import re
 import pytest
 import yaml
 
-from eni_ipam.core.model import NodeSpec
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import SPEC_FIELDS, NodeSpec
 from eni_ipam.kube.settings import KubeSettings
 from providers.aws.settings import AwsSettings
 from tests.deploy.conftest import ALL_FEATURES, CHART, REGION, one, render, values
@@ -35,7 +35,7 @@ def test_every_setting_of_a_section_is_in_values(section):
 
 
 def test_node_defaults_are_every_node_spec_field():
-    assert set(values()["config"]["node_defaults"]) == field_names(NodeSpec) - {"name", "instance_id"}
+    assert set(values()["config"]["node_defaults"]) == set(SPEC_FIELDS)
 
 
 def test_config_has_every_top_level_key():
@@ -75,9 +75,9 @@ def test_the_defaults_in_values_are_the_code_defaults():
     assert loaded.settings == Settings()
     assert loaded.kubernetes == KubeSettings()
     assert loaded.provider_settings == AwsSettings(region=REGION)  # the one value without a default
-    spec = loaded.node_defaults.spec(name="n", instance_id="i")
-    # pre_allocate 0 in a spec means "the default, 8"; values.yaml spells the 8 out
-    assert spec == NodeSpec(name="n", instance_id="i", pre_allocate=8)
+    # values.yaml writes every key; each holds the model's default
+    assert loaded.node_defaults == NodeSpec()
+    assert loaded.node_defaults.model_fields_set == set(SPEC_FIELDS)
 
 
 def test_a_bad_value_in_config_is_refused_by_the_loader():

@@ -1,21 +1,24 @@
-"""The ENIPool CRD against the model: spec fields are NodeSpec's, stats are NodeStats', and the
-release handshake's states are ReleaseState's, split between the two writers of the status."""
+"""The ENIPool CRD against the model: the spec schema is generated from the node spec model
+(scripts/gen_crd.py), stats are NodeStats', and the release handshake's states are ReleaseState's,
+split between the two writers of the status."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field
 
-from eni_ipam.core.model import NodeSpec, NodeStats, ReleaseState
+from eni_ipam.core.model import NodeStats, ReleaseState
+from eni_ipam.core.spec import CRD_DEFAULTS, POOL_ONLY_FIELDS, SPEC_FIELDS, PoolSpec
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
+from scripts import gen_crd
 from tests.deploy.conftest import CHART
 
 CRD = yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())
 SPECIAL = {"instance_id": "instanceID", "subnet_ids": "subnetIDs"}
-INFORMATIONAL = {"instanceType", "zone"}  # written from the Node's labels; no NodeSpec field
 OPENAPI_TYPES = {"int": "integer", "bool": "boolean", "str": "string"}
 
 
@@ -49,17 +52,33 @@ def test_names_match_the_code():
     assert version["subresources"] == {"status": {}}
 
 
-def test_spec_properties_are_the_node_spec_fields():
-    spec = schema()["properties"]["spec"]["properties"]
-    fields = {camel(f.name): f for f in dataclasses.fields(NodeSpec) if f.name != "name"}
-    assert set(spec) == set(fields) | INFORMATIONAL
-    for name, field in fields.items():
-        assert spec[name]["type"] == openapi_type(str(field.type)), name
-        if "default" in spec[name]:
-            assert spec[name]["default"] == field.default, name
-        if "minimum" in spec[name]:
-            assert spec[name]["minimum"] <= field.default <= spec[name]["maximum"], name
+def test_the_spec_schema_is_generated_from_the_node_spec_model():
+    text = (CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text()
+    assert gen_crd.render(text) == text, "the CRD differs from the node spec model: run make crd"
+    assert gen_crd.main(["--check"]) == 0
     assert schema()["properties"]["spec"]["required"] == ["instanceID"]
+
+
+def test_changing_a_bound_in_the_model_changes_the_crd():
+    class Narrower(PoolSpec):
+        first_interface_index: Annotated[int, Field(ge=0, le=15)] = 0
+
+    text = (CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text()
+    changed = yaml.safe_load(gen_crd.render(text, Narrower))
+    (version,) = changed["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["firstInterfaceIndex"]["maximum"] == 15
+    assert schema()["properties"]["spec"]["properties"]["firstInterfaceIndex"]["maximum"] == 31
+
+
+def test_every_spec_key_is_a_crd_property_with_the_model_default_where_published():
+    spec = schema()["properties"]["spec"]["properties"]
+    assert set(spec) == {camel(name) for name in (*POOL_ONLY_FIELDS, *SPEC_FIELDS)}
+    for name in SPEC_FIELDS:
+        published = spec[camel(name)].get("default")
+        assert (published is not None) == (name in CRD_DEFAULTS), name
+        if published is not None:
+            assert published == PoolSpec.model_fields[name].default, name
 
 
 def test_stats_are_the_node_stats_fields():

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 
 import pytest
 
 from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import Interface, NodeSpec, NodeStats, NodeStatus, PoolEntry, ReleaseState
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
+from eni_ipam.core.spec import POOL_ONLY_FIELDS, SPEC_FIELDS, NodeSpec
 from eni_ipam.kube.resources import (
     DEFAULTS_ANNOTATION,
     FINALIZER,
@@ -57,16 +56,15 @@ def test_instance_id_comes_from_the_provider_id(provider_id: str, instance: str)
     assert instance_id_from_provider_id(provider_id) == instance
 
 
-def test_every_node_spec_field_but_the_name_has_a_pool_key() -> None:
-    fields = {f.name for f in dataclasses.fields(NodeSpec)} - {"name"}
-    assert set(SPEC_KEYS) == fields
+def test_every_node_spec_field_and_the_instance_have_a_pool_key() -> None:
+    assert set(SPEC_KEYS) == {*SPEC_FIELDS, *POOL_ONLY_FIELDS}
     assert SPEC_KEYS["instance_id"] == "instanceID" and SPEC_KEYS["min_allocate"] == "minAllocate"
 
 
 def test_pool_for_node_carries_defaults_owner_and_finalizer() -> None:
     body = pool_for_node(
         node(**{"topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": "m5.large"}),
-        NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"}),
+        NodeSpec(pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"}),
     )
     assert body is not None
     assert body["spec"] == {
@@ -84,9 +82,9 @@ def test_pool_for_node_carries_defaults_owner_and_finalizer() -> None:
         "name": "n1",
         "uid": "uid-1",
     }
-    assert spec_from_pool(body) == NodeSpec(
-        name="n1", instance_id="i-0abc", pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"}
-    )
+    resource = resource_from_pool(body)
+    assert (resource.name, resource.instance_id) == ("n1", "i-0abc")
+    assert resource.spec == NodeSpec(pre_allocate=4, subnet_ids=("s-1",), subnet_tags={"k": "v"})
 
 
 def test_node_without_provider_id_gets_no_pool_yet() -> None:
@@ -289,22 +287,22 @@ def _pool_with(spec: dict, recorded: dict | None) -> dict:
     ("spec", "recorded", "defaults", "changes"),
     [
         # a field holding the default it was given follows the new default
-        ({"preAllocate": 4}, {"preAllocate": 4}, NodeSpecFields(pre_allocate=5), {"preAllocate": 5}),
+        ({"preAllocate": 4}, {"preAllocate": 4}, NodeSpec(pre_allocate=5), {"preAllocate": 5}),
         # a field someone changed is theirs
-        ({"preAllocate": 6}, {"preAllocate": 4}, NodeSpecFields(pre_allocate=5), None),
+        ({"preAllocate": 6}, {"preAllocate": 4}, NodeSpec(pre_allocate=5), None),
         # a field someone removed is theirs too
-        ({}, {"minAllocate": 2}, NodeSpecFields(min_allocate=3), None),
+        ({}, {"minAllocate": 2}, NodeSpec(min_allocate=3), None),
         # a new default is written where the field is unset
-        ({}, {}, NodeSpecFields(min_allocate=3), {"minAllocate": 3}),
+        ({}, {}, NodeSpec(min_allocate=3), {"minAllocate": 3}),
         # ...but not over a value set before the default existed
-        ({"minAllocate": 1}, {}, NodeSpecFields(min_allocate=3), None),
+        ({"minAllocate": 1}, {}, NodeSpec(min_allocate=3), None),
         # a default no longer set is removed where it still holds
-        ({"minAllocate": 2}, {"minAllocate": 2}, NodeSpecFields(), {"minAllocate": None}),
-        ({"minAllocate": 7}, {"minAllocate": 2}, NodeSpecFields(), None),
+        ({"minAllocate": 2}, {"minAllocate": 2}, NodeSpec(), {"minAllocate": None}),
+        ({"minAllocate": 7}, {"minAllocate": 2}, NodeSpec(), None),
     ],
 )
 def test_defaults_patch_changes_only_the_fields_that_follow_the_defaults(
-    spec: dict, recorded: dict, defaults: NodeSpecFields, changes: dict | None
+    spec: dict, recorded: dict, defaults: NodeSpec, changes: dict | None
 ) -> None:
     patch = defaults_patch(_pool_with(spec, recorded), defaults)
     assert (patch or {}).get("spec") == changes
@@ -314,17 +312,17 @@ def test_defaults_patch_changes_only_the_fields_that_follow_the_defaults(
 
 
 def test_a_pool_without_a_record_of_defaults_is_left_alone() -> None:
-    assert defaults_patch(_pool_with({"preAllocate": 4}, None), NodeSpecFields(pre_allocate=9)) is None
+    assert defaults_patch(_pool_with({"preAllocate": 4}, None), NodeSpec(pre_allocate=9)) is None
 
 
 def test_a_pool_made_from_defaults_records_them() -> None:
-    body = pool_for_node(node(), NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",)))
+    body = pool_for_node(node(), NodeSpec(pre_allocate=4, subnet_ids=("s-1",)))
     assert body is not None
     assert json.loads(body["metadata"]["annotations"][DEFAULTS_ANNOTATION]) == {
         "preAllocate": 4,
         "subnetIDs": ["s-1"],
     }
-    assert defaults_patch(body, NodeSpecFields(pre_allocate=4, subnet_ids=("s-1",))) is None
+    assert defaults_patch(body, NodeSpec(pre_allocate=4, subnet_ids=("s-1",))) is None
 
 
 def test_a_problem_becomes_the_ready_conditions_reason() -> None:

@@ -17,7 +17,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import NodeSpecFields
+from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.resources import FINALIZER
 from eni_ipam.kube.settings import KubeSettings
@@ -41,7 +41,7 @@ class Cluster:
         self.source = KubeNodeSource(
             api,
             settings=KubeSettings(**kube_settings),
-            node_defaults=NodeSpecFields(pre_allocate=4),
+            node_defaults=NodeSpec(pre_allocate=4),
             clock=self.clock,
             metrics=self.metrics,
         )
@@ -118,7 +118,7 @@ async def test_own_status_writes_do_not_trigger_passes(cluster: Cluster) -> None
     upsert = cluster.manager.upsert
 
     def counting(resource: Any) -> None:
-        upserts.append(resource.spec.name)
+        upserts.append(resource.name)
         upsert(resource)
 
     cluster.manager.upsert = counting  # type: ignore[method-assign]
@@ -201,7 +201,7 @@ async def test_a_node_recreated_under_its_name_gets_a_new_pool(cluster: Cluster,
         await until(lambda: (cluster.pool("n1") or {}).get("metadata", {}).get("uid") not in (None, old_uid))
         await until(lambda: cluster.available("n1") == 4)
         assert cluster.pool("n1")["spec"]["instanceID"] == "i-n1b"
-        assert cluster.manager.nodes["n1"].resource.spec.instance_id == "i-n1b"
+        assert cluster.manager.nodes["n1"].resource.instance_id == "i-n1b"
 
 
 async def test_a_node_that_stops_being_selected_leaves_the_manager(kube: FakeKube, api: KubeApi) -> None:
@@ -355,7 +355,7 @@ async def test_a_second_node_on_the_same_instance_gets_no_addresses_and_says_why
         assert conditions(cluster.pool("n2"))["Ready"] == ("True", "PoolReady")
 
 
-def restarted(cluster: Cluster, defaults: NodeSpecFields) -> Cluster:
+def restarted(cluster: Cluster, defaults: NodeSpec) -> Cluster:
     """The controller started again (a new process: fresh caches) with other ``node_defaults``."""
     again = Cluster(cluster.kube, cluster.api)
     again.cloud = cluster.cloud
@@ -372,7 +372,7 @@ def restarted(cluster: Cluster, defaults: NodeSpecFields) -> Cluster:
 
 
 async def test_defaults_flow_to_the_fields_people_did_not_set(cluster: Cluster) -> None:
-    cluster.source.node_defaults = NodeSpecFields(pre_allocate=4, max_above_watermark=2)
+    cluster.source.node_defaults = NodeSpec(pre_allocate=4, max_above_watermark=2)
     cluster.add_node("n1")
     async with leading(cluster):
         await until(lambda: cluster.available("n1") >= 4)
@@ -380,13 +380,13 @@ async def test_defaults_flow_to_the_fields_people_did_not_set(cluster: Cluster) 
             ENIPOOLS.resource(), "n1", {"spec": {"preAllocate": 6}}, patch_type=PatchType.MERGE
         )  # someone's edit
     # The chart's defaults change and the controller starts again with them.
-    upgraded = restarted(cluster, NodeSpecFields(pre_allocate=5, max_above_watermark=3, min_allocate=1))
+    upgraded = restarted(cluster, NodeSpec(pre_allocate=5, max_above_watermark=3, min_allocate=1))
     async with leading(upgraded):
         await until(lambda: (cluster.pool("n1") or {}).get("spec", {}).get("minAllocate") == 1)
         spec = cluster.pool("n1")["spec"]
         assert spec["preAllocate"] == 6  # people's value stays
         assert spec["maxAboveWatermark"] == 3  # the default's new value
-    trimmed = restarted(cluster, NodeSpecFields(pre_allocate=5))  # those defaults are no longer set
+    trimmed = restarted(cluster, NodeSpec(pre_allocate=5))  # those defaults are no longer set
     async with leading(trimmed):
         await until(lambda: "minAllocate" not in (cluster.pool("n1") or {}).get("spec", {}))
         assert "maxAboveWatermark" not in cluster.pool("n1")["spec"]

@@ -11,8 +11,9 @@ import pytest
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE, NodeSpec
+from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import ZONE, Network
@@ -21,7 +22,7 @@ from tests.waiting import until
 
 @contextlib.asynccontextmanager
 async def reconciling(
-    network: Network, specs: list[NodeSpec], settings: Settings
+    network: Network, specs: list[NodeResource], settings: Settings
 ) -> AsyncIterator[tuple[NodeManager, AwsProvider]]:
     metrics = Metrics()
     provider = network.provider(metrics)
@@ -49,7 +50,7 @@ async def test_prefix_delegation_falls_back_to_addresses_when_the_subnet_has_no_
     )
     subnet = fragmented["Subnet"]["SubnetId"]
     instance = network.run_instance("m5.large", subnet_id=subnet)
-    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=4, subnet_ids=(subnet,))
+    spec = NodeResource(name="n1", instance_id=instance, spec=NodeSpec(pre_allocate=4, subnet_ids=(subnet,)))
     async with reconciling(network, [spec], Settings(prefix_delegation=True, gc_interval=0)) as (manager, _):
         await until(lambda: manager.nodes["n1"].stats.available >= 4, limit=20)
         refused = manager.metrics.sample(
@@ -69,7 +70,7 @@ async def test_new_interfaces_carry_the_ownership_tags_and_delete_on_termination
     instance = network.run_instance(
         "t3.medium"
     )  # 5 slots on the primary: 8 addresses need a second interface
-    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
+    spec = NodeResource(name="n1", instance_id=instance, spec=NodeSpec(pre_allocate=8))
     settings = Settings(cluster_name="prod", interface_tags={"team": "net"}, gc_interval=0)
     async with reconciling(network, [spec], settings) as (manager, _):
         await until(lambda: manager.nodes["n1"].stats.available >= 8, limit=20)
@@ -92,7 +93,7 @@ async def test_new_interfaces_carry_the_ownership_tags_and_delete_on_termination
 @pytest.mark.timeout(60)
 async def test_a_restarted_reconciler_adopts_what_the_first_created(network: Network) -> None:
     instance = network.run_instance("t3.medium")
-    spec = NodeSpec(name="n1", instance_id=instance, pre_allocate=8)
+    spec = NodeResource(name="n1", instance_id=instance, spec=NodeSpec(pre_allocate=8))
     for _ in range(2):
         async with reconciling(network, [spec], Settings(gc_interval=0)) as (manager, _):
             await until(lambda: manager.nodes["n1"].stats.available >= 8, limit=20)

@@ -18,9 +18,10 @@ from botocore.awsrequest import AWSResponse
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.model import Interface, NodeSpec
+from eni_ipam.core.model import Interface
 from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from providers.aws import AwsProvider
 from tests.providers.aws.conftest import Network
@@ -162,7 +163,7 @@ async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge
         for name, i in instances.items()
     }
     for name, instance in instances.items():
-        side.add(NodeSpec(name=name, instance_id=instance, pre_allocate=4))
+        side.add(NodeResource(name=name, instance_id=instance, spec=NodeSpec(pre_allocate=4)))
     victim = primaries["throttled"]
 
     def names_victim(request: Any) -> bool:
