@@ -6,40 +6,74 @@ is lenient exactly where an ENI IP manager's decisions live: it picks random add
 delegation. :func:`install` monkeypatches moto's EC2 model and response classes (the classes, so it
 holds for every account and region, in-process and for a :class:`MotoServer` in the same process)
 so that they answer like real EC2; the function it returns (or leaving :func:`ec2_fidelity`)
-restores moto exactly. Patched, and why (each patch says again what moto does and what EC2 does):
+restores moto exactly.
 
-* Address choice: every address EC2 picks (an interface's primary, ``SecondaryPrivateIpAddressCount``
-  on create and assign, an instance's primary at launch) is the lowest free address of the subnet,
-  never one of the five AWS reserves (network, +1, +2, +3, broadcast), never one already in use.
-  moto picks random addresses: duplicates, reserved ones and broadcast included. The address model
-  is the in-memory cloud's (:class:`providers.sim.addressing.SubnetSpace`), so both clouds hand out
-  the same addresses and /28s for the same requests.
-* ``AssignPrivateIpAddresses`` answers only the newly assigned addresses (moto lists all of them).
-* Instance-type limits, from moto's own instance-type data (``NetworkInfo``): attaching more
-  interfaces than ``MaximumNetworkInterfaces`` answers ``AttachmentLimitExceeded``; an attached
-  interface holding more than ``Ipv4AddressesPerInterface`` addresses (primary included, a /28
-  prefix taking one slot) answers ``PrivateIpAddressLimitExceeded``. moto has no limits.
-* Subnet exhaustion answers ``InsufficientFreeAddressesInSubnet`` and changes nothing (moto lets
-  ``AvailableIpAddressCount`` go negative, and an over-assign on a small subnet loops forever).
-* ``AttachNetworkInterface``: a taken device index answers ``InvalidParameterValue`` ("…already has an
-  interface attached at device index…"), an attached interface ``InvalidNetworkInterface.InUse``, an
-  instance neither running nor stopped ``IncorrectInstanceState``. moto overwrites the slot.
-* ``ModifyNetworkInterfaceAttribute`` with ``Attachment.DeleteOnTermination`` sets it (moto ignores it);
-  interfaces created by ``RunInstances`` are delete-on-termination by default, as in EC2.
-* ``DeleteNetworkInterface`` of an attached interface answers ``InvalidNetworkInterface.InUse``.
-* ``DetachNetworkInterface`` of device index 0 answers ``OperationNotPermitted``.
-* ``UnassignPrivateIpAddresses`` of an address (or prefix) the interface does not hold as a secondary
-  answers ``InvalidParameterValue`` and removes nothing (moto silently succeeds).
-* ``CreateNetworkInterface`` honours ``ClientToken`` (moto creates a second interface).
-* Prefix delegation (``Ipv4PrefixCount``/``Ipv4Prefixes`` on create and assign, ``Ipv4Prefixes`` on
-  unassign), which moto ignores: aligned /28s carved from the subnet's free space, shown as
-  ``Ipv4Prefixes`` and ``AssignedIpv4Prefixes``; ``InsufficientCidrBlocks`` when no aligned free /28
-  is left; nitro instance types only.
-* ``TerminateInstances`` deletes delete-on-termination interfaces and detaches the others (moto
-  leaves them ``in-use`` on the terminated instance).
-* ``AvailableIpAddressCount`` counts what the allocator counts (prefixes as 16 addresses each).
-* Explicitly requested addresses must lie in the subnet, outside the reserves, and not be held by
-  another interface (``InvalidIPAddress.InUse``); moto accepts anything.
+Why moto as well as the in-memory cloud (:mod:`providers.sim`): moto is an independent reading of
+EC2's wire protocol (request parameters, XML answers, error responses, filters, tags) that the AWS
+provider reaches through boto3 and botocore's HTTP layer, so it catches mistakes a model we wrote
+ourselves would share with the provider. What moto lacks is EC2's semantics, and the layer adds
+only those, taken from the in-memory cloud wherever it models them: the address model is
+:class:`providers.sim.addressing.SubnetSpace` (the five AWS reserves, lowest free address, lowest
+fully free aligned /28), and instance-type limits are the :class:`~eni_ipam.core.model.InstanceLimits`
+the in-memory cloud enforces, read from moto's own ``DescribeInstanceTypes`` data by the product's
+conversion (:func:`providers.ec2_limits.convert_instance_type`, the default network card's
+interfaces), so the limits the layer enforces are the ones the AWS provider learns from this moto.
+Both clouds therefore hand out the same addresses and /28s and refuse the same requests.
+
+The patches, checked against moto 5.2.5 (each function says again what moto does and what EC2 does):
+
+* ``NetworkInterfaceBackend.create_network_interface`` (every interface: the API's, ``RunInstances``',
+  moto's own services'). moto: a random primary and random secondaries (duplicates, reserved
+  addresses, the broadcast address), explicit addresses unchecked. EC2: the lowest free addresses;
+  an explicit address must lie in the subnet, outside the reserves, and not be held by another
+  interface (``InvalidParameterValue``, ``InvalidIPAddress.InUse``); ``ClientToken`` returns the
+  first interface (``IdempotentParameterMismatch`` with other parameters); ``Ipv4PrefixCount`` and
+  ``Ipv4Prefixes`` delegate /28s; ``InsufficientFreeAddressesInSubnet`` or ``InsufficientCidrBlocks``
+  when the subnet is short, with nothing created.
+* ``NetworkInterfaceBackend.attach_network_interface``. moto: attaches anything anywhere, overwriting
+  a taken device index. EC2: ``InvalidParameterValue`` for a taken device index ("…already has an
+  interface attached at device index…"), ``InvalidNetworkInterface.InUse`` for an attached interface,
+  ``IncorrectInstanceState`` for an instance neither running nor stopped, ``AttachmentLimitExceeded``
+  beyond the type's interfaces, ``PrivateIpAddressLimitExceeded`` for an interface holding more than
+  the type allows, prefixes on nitro types only.
+* ``NetworkInterfaceBackend.detach_network_interface``. moto: refuses only an instance's last
+  interface. EC2: device index 0 answers ``OperationNotPermitted`` whatever else is attached.
+* ``NetworkInterfaceBackend.delete_network_interface``. moto: deletes an attached interface and keeps
+  an instance primary's address taken forever. EC2: ``InvalidNetworkInterface.InUse`` while attached;
+  the addresses return to the subnet.
+* ``NetworkInterface.ipv4_prefixes``. moto: no prefixes. EC2: ``Ipv4Prefixes`` in
+  ``DescribeNetworkInterfaces``.
+* ``Subnet.get_available_subnet_ip`` (an instance's primary at launch). moto: the next address of a
+  generator that knows only other instances' primaries, so it can name one an interface holds,
+  keeping it taken after that interface lets it go; ``StopIteration`` when exhausted. EC2: the
+  lowest free address, ``InsufficientFreeAddressesInSubnet`` when none.
+* ``Subnet.available_ip_address_count``. moto: the subnet's size less five less the interfaces'
+  addresses: it can go negative and ignores prefixes and CIDR reservations. EC2: the free addresses;
+  a delegated /28 takes 16.
+* ``Instance.prep_nics`` (``RunInstances``). moto: the interfaces it creates are delete-on-termination
+  only if the request says so; a requested primary another interface holds is taken anyway (another
+  instance's primary fails with a bare exception, an internal error). EC2: delete-on-termination
+  unless the request says otherwise; ``InvalidIPAddress.InUse``.
+* ``Instance.terminate``. moto: leaves the interfaces that are not delete-on-termination ``in-use`` on
+  the terminated instance. EC2: detaches them (``available``).
+* ``ElasticNetworkInterfaces.create_network_interface``. moto's handler drops ``ClientToken``,
+  ``Ipv4PrefixCount`` and ``Ipv4Prefixes``; this one passes them on (and has explicit addresses
+  checked strictly: moto's own services' are replaced when EC2 would refuse them).
+* ``ElasticNetworkInterfaces.assign_private_ip_addresses``. moto: drops the prefix parameters, picks
+  random addresses, has no limits, loops forever when the subnet cannot supply the count, and answers
+  every address of the interface. EC2: the lowest free addresses or /28s,
+  ``PrivateIpAddressLimitExceeded`` beyond the type's addresses per interface (primary included, a
+  /28 taking one slot), ``InsufficientFreeAddressesInSubnet`` / ``InsufficientCidrBlocks``, nothing
+  assigned on a refusal; answers only the new addresses (``AssignedIpv4Prefixes`` for prefixes).
+* ``ElasticNetworkInterfaces.unassign_private_ip_addresses``. moto: drops ``Ipv4Prefixes`` and
+  silently skips addresses the interface does not hold (even the primary goes). EC2:
+  ``InvalidParameterValue`` and nothing removed unless every address is a secondary of the interface
+  and every prefix is delegated to it.
+* ``ElasticNetworkInterfaces.modify_network_interface_attribute``. moto: drops ``Attachment``. EC2:
+  sets ``DeleteOnTermination`` of the named attachment (``InvalidAttachmentID.NotFound`` otherwise).
+
+moto's backend methods for assign, unassign and modify-attribute are left alone: its response
+handlers are their only callers, and the layer replaces those.
 
 Not modelled: IPv6 and subnets smaller than a /28, which EC2 refuses to create (both left to moto),
 ``AllowReassignment``, network cards other than the default, subnet CIDR reservations for prefixes
@@ -49,20 +83,23 @@ Invariants: the layer keeps no address state of its own (each operation reads mo
 one lock, so concurrent requests to a :class:`MotoServer` never share an address); a request the
 layer refuses changes nothing; undoing the last install restores every patched attribute.
 
-A test double, used by the tests and by ``eni-ipam demo --cloud moto``. moto is the optional extra
-``eni-ipam[moto]``: importing this module does not import it; :func:`install`, :func:`ec2_fidelity`
-and :class:`MotoServer` do.
+A test double, used by the tests and by ``eni-ipam demo --cloud moto``. moto comes with the test kit
+(``eni-ipam-testkit``): importing this module does not import it; :func:`install`,
+:func:`ec2_fidelity` and :class:`MotoServer` do.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from eni_ipam.core.model import InstanceLimits
+from providers.ec2_limits import convert_instance_type, instance_limits, limits_from_row
 from providers.sim.addressing import PREFIX_LEN, SubnetSpace
 
 if TYPE_CHECKING:
@@ -113,33 +150,37 @@ def _over_limit() -> EC2ClientError:
 # -- instance-type limits -------------------------------------------------------------------------
 
 
-def _type_info(instance_type: str) -> dict[str, Any] | None:
+@functools.cache
+def _type_limits(instance_type: str) -> InstanceLimits | None:
+    """``instance_type``'s limits as the AWS provider learns them from this moto: moto's
+    DescribeInstanceTypes record through the product's conversion (the default network card's
+    interfaces), else the shipped table (the in-memory cloud's); None if neither knows the type."""
     from moto.ec2.models.instance_types import INSTANCE_TYPES
 
-    info: dict[str, Any] | None = INSTANCE_TYPES.get(instance_type)
-    return info
+    record = INSTANCE_TYPES.get(instance_type)
+    if record is None:
+        return instance_limits(instance_type)
+    return limits_from_row(convert_instance_type(record, instance_type)[1])
 
 
-def _slots_per_interface(instance: Any) -> int | None:
-    """``Ipv4AddressesPerInterface`` of the instance's type (primary included); None if unknown."""
-    info = _type_info(instance.instance_type)
-    if info is None:
-        return None
-    value = info.get("NetworkInfo", {}).get("Ipv4AddressesPerInterface")
-    return int(value) if value is not None else None
+def _slots_used(eni: Any) -> int:
+    """Secondary slots the interface fills: its addresses besides the primary, and its prefixes."""
+    return max(len(eni.private_ip_addresses) - 1, 0) + len(_prefixes(eni))
 
 
-def _max_interfaces(instance: Any) -> int | None:
-    info = _type_info(instance.instance_type)
-    if info is None:
-        return None
-    value = info.get("NetworkInfo", {}).get("MaximumNetworkInterfaces")
-    return int(value) if value is not None else None
-
-
-def _is_nitro(instance: Any) -> bool:
-    info = _type_info(instance.instance_type)
-    return info is None or info.get("Hypervisor") == "nitro"
+def _check_fits(eni: Any, instance: Any, more: int, more_prefixes: int) -> None:
+    """``eni`` with ``more`` addresses and ``more_prefixes`` prefixes fits ``instance``'s type: the
+    in-memory cloud's check (``SimCloud._check_fits``) on the same :class:`InstanceLimits`."""
+    limits = _type_limits(instance.instance_type)
+    if limits is None:
+        return
+    if (more_prefixes or _prefixes(eni)) and not limits.supports_prefixes:
+        raise _error(
+            "InvalidParameterValue",
+            f"Ipv4 prefixes are not supported on instance type {instance.instance_type} (nitro only)",
+        )
+    if _slots_used(eni) + more + more_prefixes > limits.slots_per_interface:
+        raise _over_limit()
 
 
 # -- subnet address space -------------------------------------------------------------------------
@@ -173,10 +214,6 @@ def _addresses(eni: Any) -> list[str]:
     return [
         str(item["PrivateIpAddress"]) for item in eni.private_ip_addresses if item.get("PrivateIpAddress")
     ]
-
-
-def _slots_used(eni: Any) -> int:
-    return len(eni.private_ip_addresses) + len(_prefixes(eni))
 
 
 def _subnet_enis(subnet: Any) -> list[Any]:
@@ -295,16 +332,11 @@ def _counts(secondary_count: int, prefix_count: int, prefixes: Sequence[str]) ->
         )
 
 
-def _check_prefix_type(instance: Any, prefixes_wanted: bool) -> None:
-    # EC2 delegates prefixes on nitro instance types only; moto does not know prefixes at all.
-    if instance is not None and prefixes_wanted and not _is_nitro(instance):
-        raise _error(
-            "InvalidParameterValue",
-            f"Ipv4 prefixes are not supported on instance type {instance.instance_type} (nitro only)",
-        )
-
-
-# -- the core operations (used by the backend patches and the response patches) --------------------
+# -- AssignPrivateIpAddresses and UnassignPrivateIpAddresses ------------------------------------------
+#
+# moto's response handlers are the only callers of its backend's assign and unassign, and they must be
+# replaced anyway (they drop Ipv4PrefixCount and Ipv4Prefixes, and assign answers every address), so
+# the handlers call these directly and moto's backend methods stay moto's.
 
 
 def _assign(
@@ -320,9 +352,7 @@ def _assign(
     subnet = eni.subnet
     if not _modelled(subnet):
         before = set(_addresses(eni))
-        eni = _originals["NetworkInterfaceBackend.assign_private_ip_addresses"](
-            backend, eni_id, list(addresses), secondary_count
-        )
+        eni = backend.assign_private_ip_addresses(eni_id, list(addresses), secondary_count)
         return eni, [a for a in _addresses(eni) if a not in before], []
     with _lock:
         _counts(secondary_count, prefix_count, prefixes)
@@ -340,16 +370,8 @@ def _assign(
                 continue  # EC2 and moto both ignore an address the interface already has
             _check_explicit_address(held, address)
             explicit.append(address)
-        want_prefixes = prefix_count + len(prefixes)
-        instance = eni.instance
-        _check_prefix_type(instance, bool(want_prefixes))
-        if instance is not None:
-            limit = _slots_per_interface(instance)
-            if (
-                limit is not None
-                and _slots_used(eni) + len(explicit) + secondary_count + want_prefixes > limit
-            ):
-                raise _over_limit()
+        if eni.instance is not None:
+            _check_fits(eni, eni.instance, len(explicit) + secondary_count, prefix_count + len(prefixes))
         space = _add_moto_own(held, subnet)
         space.occupy(explicit)
         fresh = _take_addresses(subnet, space, secondary_count)
@@ -358,6 +380,35 @@ def _assign(
         eni.private_ip_addresses.extend({"Primary": False, "PrivateIpAddress": a} for a in new_addresses)
         _prefixes(eni).extend(new_prefixes)
         return eni, new_addresses, new_prefixes
+
+
+def _unassign(backend: Any, eni_id: str, addresses: Sequence[str], prefixes: Sequence[str]) -> None:
+    """Remove secondary addresses and prefixes, all or nothing."""
+    eni = backend.get_network_interface(eni_id)
+    with _lock:
+        if not addresses and not prefixes:
+            raise _error("MissingParameter", "Either PrivateIpAddresses or Ipv4Prefixes is required")
+        if eni.private_ip_address in addresses:
+            raise _error(
+                "InvalidParameterValue", "The primary IP address of an interface cannot be unassigned."
+            )
+        secondaries = {a for a in _addresses(eni) if a != eni.private_ip_address}
+        held_prefixes = {str(ipaddress.IPv4Network(p)) for p in _prefixes(eni)}
+        normalized: list[str] = []
+        for prefix in prefixes:
+            try:
+                normalized.append(str(ipaddress.IPv4Network(prefix)))
+            except ValueError:
+                normalized.append(prefix)
+        if not set(addresses) <= secondaries or not set(normalized) <= held_prefixes:
+            raise _error(
+                "InvalidParameterValue",
+                f"Some of the specified addresses are not assigned to interface {eni_id}",
+            )
+        eni.private_ip_addresses[:] = [
+            item for item in eni.private_ip_addresses if item.get("PrivateIpAddress") not in addresses
+        ]
+        _prefixes(eni)[:] = [p for p in _prefixes(eni) if p not in normalized]
 
 
 # -- backend patches: moto.ec2.models.elastic_network_interfaces.NetworkInterfaceBackend ----------
@@ -501,67 +552,6 @@ def _split_explicit(
     return primary, secondaries
 
 
-def _assign_private_ip_addresses(
-    self: Any,
-    eni_id: str,
-    private_ip_addresses: list[str] | None = None,
-    secondary_ips_count: int | None = None,
-    ipv4_prefix_count: int | None = None,
-    ipv4_prefixes: list[str] | None = None,
-) -> Any:
-    # moto: random addresses, no limits, loops forever when the subnet cannot supply the count.
-    # EC2: lowest free addresses, PrivateIpAddressLimitExceeded / InsufficientFreeAddressesInSubnet /
-    # InsufficientCidrBlocks with nothing assigned.
-    eni, _, _ = _assign(
-        self,
-        eni_id,
-        private_ip_addresses or [],
-        int(secondary_ips_count or 0),
-        int(ipv4_prefix_count or 0),
-        _prefix_strings(ipv4_prefixes or []),
-    )
-    return eni
-
-
-def _unassign_private_ip_addresses(
-    self: Any,
-    eni_id: str,
-    private_ip_address: list[str] | None = None,
-    ipv4_prefixes: list[str] | None = None,
-) -> Any:
-    # moto: removes whatever matches, silently ignores addresses the interface does not hold, even
-    # removes the primary. EC2: InvalidParameterValue and nothing removed unless every address is a
-    # secondary of the interface (and every prefix is delegated to it).
-    eni = self.get_network_interface(eni_id)
-    addresses = [str(a) for a in private_ip_address or []]
-    prefixes = _prefix_strings(ipv4_prefixes or [])
-    with _lock:
-        if not addresses and not prefixes:
-            raise _error("MissingParameter", "Either PrivateIpAddresses or Ipv4Prefixes is required")
-        if eni.private_ip_address in addresses:
-            raise _error(
-                "InvalidParameterValue", "The primary IP address of an interface cannot be unassigned."
-            )
-        secondaries = {a for a in _addresses(eni) if a != eni.private_ip_address}
-        held_prefixes = {str(ipaddress.IPv4Network(p)) for p in _prefixes(eni)}
-        normalized: list[str] = []
-        for prefix in prefixes:
-            try:
-                normalized.append(str(ipaddress.IPv4Network(prefix)))
-            except ValueError:
-                normalized.append(prefix)
-        if not set(addresses) <= secondaries or not set(normalized) <= held_prefixes:
-            raise _error(
-                "InvalidParameterValue",
-                f"Some of the specified addresses are not assigned to interface {eni_id}",
-            )
-        eni.private_ip_addresses[:] = [
-            item for item in eni.private_ip_addresses if item.get("PrivateIpAddress") not in addresses
-        ]
-        _prefixes(eni)[:] = [p for p in _prefixes(eni) if p not in normalized]
-        return eni
-
-
 def _attach_network_interface(self: Any, eni_id: str, instance_id: str, device_index: int) -> Any:
     # moto: attaches anything anywhere (overwriting a taken device index, re-attaching an attached
     # interface, to a terminated instance, beyond the type's limits). EC2 refuses each of these.
@@ -580,16 +570,13 @@ def _attach_network_interface(self: Any, eni_id: str, instance_id: str, device_i
                 "InvalidParameterValue",
                 f"Instance '{instance_id}' already has an interface attached at device index '{index}'.",
             )
-        max_interfaces = _max_interfaces(instance)
-        if max_interfaces is not None and len(instance.nics) >= max_interfaces:
+        limits = _type_limits(instance.instance_type)
+        if limits is not None and len(instance.nics) >= limits.adapters:
             raise _error(
                 "AttachmentLimitExceeded",
                 f"Interface count {len(instance.nics) + 1} exceeds the limit for {instance.instance_type}",
             )
-        _check_prefix_type(instance, bool(_prefixes(eni)))
-        limit = _slots_per_interface(instance)
-        if limit is not None and _slots_used(eni) > limit:
-            raise _over_limit()
+        _check_fits(eni, instance, 0, 0)
         return _originals["NetworkInterfaceBackend.attach_network_interface"](
             self, eni_id, instance_id, index
         )
@@ -611,7 +598,7 @@ def _delete_network_interface(self: Any, eni_id: str) -> None:
     # subnet forever. EC2: InvalidNetworkInterface.InUse while attached; the addresses are freed.
     with _lock:
         eni = self.enis.get(eni_id)
-        if eni is not None and eni.instance is not None and not eni.__dict__.get("_fidelity_terminating"):
+        if eni is not None and eni.instance is not None:
             raise _error(
                 "InvalidNetworkInterface.InUse", f"The network interface '{eni_id}' is currently in use."
             )
@@ -619,30 +606,6 @@ def _delete_network_interface(self: Any, eni_id: str) -> None:
         if eni is not None and eni.subnet is not None:
             for address in _addresses(eni):
                 eni.subnet.del_subnet_ip(address)
-
-
-def _modify_network_interface_attribute(
-    self: Any,
-    eni_id: str,
-    group_ids: list[str],
-    source_dest_check: bool | None = None,
-    description: str | None = None,
-    attachment: dict[str, Any] | None = None,
-) -> None:
-    # moto: ignores Attachment.DeleteOnTermination. EC2: sets it on the named attachment
-    # (InvalidAttachmentID.NotFound if the interface is not attached under that id).
-    from moto.ec2.exceptions import InvalidNetworkAttachmentIdError
-
-    eni = self.get_network_interface(eni_id)
-    if attachment:
-        attachment_id = str(attachment.get("AttachmentId") or "")
-        if not attachment_id or eni.attachment_id != attachment_id:
-            raise InvalidNetworkAttachmentIdError(attachment_id)
-    _originals["NetworkInterfaceBackend.modify_network_interface_attribute"](
-        self, eni_id, group_ids, source_dest_check, description
-    )
-    if attachment and attachment.get("DeleteOnTermination") is not None:
-        eni.delete_on_termination = _truthy(attachment["DeleteOnTermination"])
 
 
 def _truthy(value: Any) -> bool:
@@ -687,8 +650,8 @@ def _prep_nics(
 ) -> None:
     # moto: interfaces RunInstances creates are delete-on-termination only if the request says so.
     # EC2: they are delete-on-termination unless the request says otherwise.
-    # moto: a requested primary address another interface holds is taken anyway. EC2:
-    # InvalidIPAddress.InUse.
+    # moto: a requested primary address another interface holds is taken anyway (another instance's
+    # primary fails with a bare exception). EC2: InvalidIPAddress.InUse.
     requested = private_ip or next(
         (self._get_private_ip_from_nic(nic) for nic in nic_spec if int(nic.get("DeviceIndex", -1)) == 0),
         None,
@@ -720,25 +683,18 @@ def _prep_nics(
 def _terminate(self: Any) -> Any:
     # moto: deletes delete-on-termination interfaces and leaves the others "in-use" on the
     # terminated instance. EC2: deletes the former and detaches the latter (status "available").
-    nics = list(self.nics.values())
     with _lock:
-        for nic in nics:
-            if nic.delete_on_termination:
-                nic.__dict__["_fidelity_terminating"] = True
-        try:
-            previous = _originals["Instance.terminate"](self)
-        finally:
-            for nic in nics:
-                nic.__dict__.pop("_fidelity_terminating", None)
-        for nic in nics:
-            if nic.id in nic.ec2_backend.enis and nic.instance is self:
+        for nic in self.nics.values():
+            if nic.instance is self:
                 # Not instance.detach_eni: the terminated instance keeps its nics for DescribeInstances.
+                # Detached first, so that moto's own delete of the delete-on-termination ones passes
+                # the DeleteNetworkInterface patch.
                 nic.instance = None
                 nic.attachment_id = None
                 nic.attach_time = None
                 nic.status = "available"
                 nic.device_index = None
-        return previous
+        return _originals["Instance.terminate"](self)
 
 
 def _ipv4_prefixes(self: Any) -> list[dict[str, str]] | None:
@@ -793,7 +749,11 @@ def _resp_create_network_interface(self: Any) -> Any:
 
 
 def _resp_assign_private_ip_addresses(self: Any) -> Any:
-    # moto answers every address of the interface; EC2 answers only the new ones (and new prefixes).
+    # moto: drops Ipv4PrefixCount and Ipv4Prefixes, picks random addresses, has no limits, loops
+    # forever when the subnet cannot supply the count, and answers every address of the interface.
+    # EC2: lowest free addresses and /28s, PrivateIpAddressLimitExceeded /
+    # InsufficientFreeAddressesInSubnet / InsufficientCidrBlocks with nothing assigned, and answers
+    # only the new addresses (and new prefixes).
     from moto.core.responses import ActionResult
 
     eni_id = self._get_param("NetworkInterfaceId")
@@ -817,22 +777,26 @@ def _resp_assign_private_ip_addresses(self: Any) -> Any:
 
 
 def _resp_unassign_private_ip_addresses(self: Any) -> Any:
-    # moto's handler with Ipv4Prefixes passed on (moto drops them).
+    # moto: drops Ipv4Prefixes, removes whatever matches, silently ignores addresses the interface
+    # does not hold, even removes the primary. EC2: InvalidParameterValue and nothing removed unless
+    # every address is a secondary of the interface and every prefix is delegated to it.
     from moto.core.responses import EmptyResult
 
     eni_id = self._get_param("NetworkInterfaceId")
-    addresses = self._get_param("PrivateIpAddresses", [])
-    prefixes = self._get_param("Ipv4Prefixes", [])
+    addresses = [str(a) for a in self._get_param("PrivateIpAddresses", [])]
+    prefixes = _prefix_strings(self._get_param("Ipv4Prefixes", []))
 
     self.error_on_dryrun()
 
-    self.ec2_backend.unassign_private_ip_addresses(eni_id, addresses, ipv4_prefixes=prefixes)
+    _unassign(self.ec2_backend, eni_id, addresses, prefixes)
     return EmptyResult()
 
 
 def _resp_modify_network_interface_attribute(self: Any) -> Any:
-    # moto's handler with Attachment (AttachmentId, DeleteOnTermination) passed on (moto drops it).
+    # moto: drops Attachment (AttachmentId, DeleteOnTermination). EC2: sets delete-on-termination of
+    # the named attachment (InvalidAttachmentID.NotFound if the interface is not attached under it).
     from moto.core.responses import EmptyResult
+    from moto.ec2.exceptions import InvalidNetworkAttachmentIdError
 
     eni_id = self._get_param("NetworkInterfaceId")
     group_ids = self._get_param("Groups", [])
@@ -842,9 +806,14 @@ def _resp_modify_network_interface_attribute(self: Any) -> Any:
 
     self.error_on_dryrun()
 
-    self.ec2_backend.modify_network_interface_attribute(
-        eni_id, group_ids, source_dest_check, description, attachment=attachment
-    )
+    eni = self.ec2_backend.get_network_interface(eni_id)
+    if attachment:
+        attachment_id = str(attachment.get("AttachmentId") or "")
+        if not attachment_id or eni.attachment_id != attachment_id:
+            raise InvalidNetworkAttachmentIdError(attachment_id)
+    self.ec2_backend.modify_network_interface_attribute(eni_id, group_ids, source_dest_check, description)
+    if attachment and attachment.get("DeleteOnTermination") is not None:
+        eni.delete_on_termination = _truthy(attachment["DeleteOnTermination"])
     return EmptyResult()
 
 
@@ -859,12 +828,9 @@ def _targets() -> list[tuple[type, str, Any]]:
 
     return [
         (NetworkInterfaceBackend, "create_network_interface", _create_network_interface),
-        (NetworkInterfaceBackend, "assign_private_ip_addresses", _assign_private_ip_addresses),
-        (NetworkInterfaceBackend, "unassign_private_ip_addresses", _unassign_private_ip_addresses),
         (NetworkInterfaceBackend, "attach_network_interface", _attach_network_interface),
         (NetworkInterfaceBackend, "detach_network_interface", _detach_network_interface),
         (NetworkInterfaceBackend, "delete_network_interface", _delete_network_interface),
-        (NetworkInterfaceBackend, "modify_network_interface_attribute", _modify_network_interface_attribute),
         (NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes)),
         (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
         (Subnet, "available_ip_address_count", property(_available_ip_address_count)),

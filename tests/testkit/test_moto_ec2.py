@@ -127,6 +127,29 @@ def test_every_handed_out_address_is_the_lowest_free_never_reserved_never_duplic
     assert free(ec2, small) == 0
 
 
+def test_an_instance_primary_is_the_lowest_free_address_and_only_its_own_is_taken(ec2: Any) -> None:
+    sub = subnet(ec2)
+    eni = create(ec2, sub, SecondaryPrivateIpAddressCount=1)["NetworkInterfaceId"]  # .4 and .5
+    first, second = instance(ec2, sub), instance(ec2, sub)
+    primaries = [
+        i["PrivateIpAddress"]
+        for r in ec2.describe_instances(InstanceIds=[first, second])["Reservations"]
+        for i in r["Instances"]
+    ]
+    assert sorted(primaries) == ["10.0.1.6", "10.0.1.7"]
+    ec2.unassign_private_ip_addresses(NetworkInterfaceId=eni, PrivateIpAddresses=["10.0.1.5"])
+    assert free(ec2, sub) == 251 - 3  # .4, .6 and .7: nothing else holds .5
+    assert addresses(create(ec2, sub)) == ["10.0.1.5"]
+    ec2.terminate_instances(InstanceIds=[first])  # its primary interface is delete-on-termination
+    assert free(ec2, sub) == 251 - 3
+
+    full = subnet(ec2, "10.0.2.0/28")
+    create(ec2, full, SecondaryPrivateIpAddressCount=10)
+    with pytest.raises(ClientError) as exc:
+        instance(ec2, full)
+    assert code(exc) == "InsufficientFreeAddressesInSubnet"
+
+
 # -- 2. AssignPrivateIpAddresses answer ---------------------------------------------------------------
 
 
@@ -227,6 +250,20 @@ def test_attach_refuses_taken_device_index_attached_interface_and_wrong_instance
     with pytest.raises(ClientError) as exc:
         attach(ec2, third, other, 2)
     assert code(exc) == "IncorrectInstanceState"
+
+
+def test_detaching_device_index_0_is_not_permitted(ec2: Any) -> None:
+    sub = subnet(ec2)
+    inst = instance(ec2, sub)
+    attach(ec2, create(ec2, sub)["NetworkInterfaceId"], inst, 1)
+    primary = ec2.describe_instances(InstanceIds=[inst])["Reservations"][0]["Instances"][0][
+        "NetworkInterfaces"
+    ]
+    (first,) = [n for n in primary if n["Attachment"]["DeviceIndex"] == 0]
+    with pytest.raises(ClientError) as exc:  # not the instance's last interface, still refused
+        ec2.detach_network_interface(AttachmentId=first["Attachment"]["AttachmentId"])
+    assert code(exc) == "OperationNotPermitted"
+    assert describe(ec2, first["NetworkInterfaceId"])["Status"] == "in-use"
 
 
 # -- 6. delete-on-termination ----------------------------------------------------------------------------
