@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import structlog
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     CloudSnapshot,
     Instance,

@@ -46,9 +46,9 @@ import structlog
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from bench.report import machine, publish, soak_arguments
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ReleaseState, ownership_tags, tags_match
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec

@@ -16,8 +16,8 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from eni_ipam import __version__
-from eni_ipam.core.errors import ScenarioError
-from eni_ipam.core.logging import configure
+from eni_ipam._infra.logging import configure
+from eni_ipam.errors import ConfigError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,7 +195,7 @@ def _needs_testkit(what: str) -> int:
 
 def _duration(text: str) -> float:
     """A command-line duration, written as in the configuration files (``90``, ``10s``, ``5m``)."""
-    from eni_ipam.core.config import parse_duration
+    from eni_ipam._infra.config import parse_duration
 
     try:
         return parse_duration(text)
@@ -251,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
     from eni_ipam.app.providers import plugin
     from eni_ipam.app.runconfig import load_config
     from eni_ipam.app.service import serve, stop_on_signals
-    from eni_ipam.core.errors import ConfigError, NotImplementedYet
+    from eni_ipam.errors import ConfigError, NotImplementedYet
 
     try:
         config = load_config(args.config, os.environ)
@@ -283,7 +283,7 @@ def _agent(args: argparse.Namespace) -> int:
 
     from eni_ipam.agent.config import listen_address, load_agent_config
     from eni_ipam.app.service import stop_on_signals
-    from eni_ipam.core.errors import ConfigError
+    from eni_ipam.errors import ConfigError
 
     node = args.node or os.environ.get("NODE_NAME", "")
     try:
@@ -319,7 +319,7 @@ def _simulate(args: argparse.Namespace) -> int:
     configure(level=args.log_level or "critical")
     try:
         scenario = load_scenario(args.scenario)
-    except ScenarioError as exc:
+    except ConfigError as exc:  # a scenario's error names the offending key's path
         print(f"invalid scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
 
@@ -341,7 +341,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     try:
         outcome = simulate(scenario, on_step=on_step)
-    except ScenarioError as exc:  # found while building the cloud (e.g. an instance type EC2 lacks)
+    except ConfigError as exc:  # found while building the cloud (e.g. an instance type EC2 lacks)
         print(f"invalid scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
     if not outcome.passed:

@@ -51,6 +51,7 @@ from eni_ipam.core.model import (
     Subnet,
     Tags,
 )
+from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.provider")
 
@@ -455,7 +456,7 @@ class Ec2Provider:
         Raises:
             errors.NotFound: ``InvalidNetworkInterfaceID.NotFound``, the interface no longer exists
                 (nothing to roll back), or the instance is gone.
-            errors.EniIpamError: any other failure, after the rollback.
+            EniIpamError: any other failure, after the rollback.
         """
         attached_here = ""
         try:
@@ -473,7 +474,7 @@ class Ec2Provider:
                     interface_id=iface.id, attachment_id=iface.attachment_id, delete_on_termination=True
                 )
                 iface = dataclasses.replace(iface, delete_on_termination=True)
-        except errors.EniIpamError as exc:
+        except EniIpamError as exc:
             if isinstance(exc, errors.NotFound) and exc.code == _INTERFACE_GONE:
                 raise
             if isinstance(exc, errors.InstanceNotRunning):
@@ -560,7 +561,7 @@ class Ec2Provider:
                 await self._delete_detaching(interface_id)
             else:
                 await self.api.delete_network_interface(interface_id=interface_id)
-        except errors.EniIpamError as exc:
+        except EniIpamError as exc:
             cause.add_note(f"rollback of {interface_id} failed: {exc}")
             log.warning("rollback_failed", interface=interface_id, error=str(exc))
             return False

@@ -14,8 +14,8 @@ import pytest
 import structlog
 import yaml
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.node import PassResult
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec

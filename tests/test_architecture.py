@@ -51,6 +51,15 @@ def test_the_import_contracts_hold() -> None:
         ("eni_ipam_testkit/fake_kube/store.py", "import bench.report", "Layers point down"),
         ("bench/report.py", "import scripts.build_image", "Layers point down"),
         ("scripts/render_manifests.py", "import eni_ipam.kube.api", "Scripts run without the service"),
+        ("eni_ipam/core/node.py", "import eni_ipam._infra.metrics", "Layers point down"),
+        ("eni_ipam/core/planner.py", "import eni_ipam._infra.files", "only through its own protocols"),
+        ("eni_ipam/core/view.py", "import prometheus_client", "only through its own protocols"),
+        ("eni_ipam/_infra/config.py", "import eni_ipam.core.model", "Layers point down"),
+        (
+            "providers/sim/provider.py",
+            "import prometheus_client",
+            "Providers report through the API observer",
+        ),
     ],
 )
 def test_breaking_a_contract_on_purpose_fails_the_check(

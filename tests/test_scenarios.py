@@ -6,8 +6,7 @@ import pytest
 import yaml
 
 from eni_ipam.cli import main
-from eni_ipam.core.errors import ScenarioError
-from eni_ipam.simulator.scenario import load_scenario, parse_scenario
+from eni_ipam.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from eni_ipam.simulator.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent

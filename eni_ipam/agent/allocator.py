@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam.agent import errors
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.model import ReleaseState
 

@@ -47,9 +47,7 @@ from aiohttp import web
 
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.cni import FAMILIES, container_id_problem, ifname_problem
-from eni_ipam.agent.runtime import CNI_PREFIX, cni_owner
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Attachment, Family
-from eni_ipam.core.errors import (
+from eni_ipam.agent.errors import (
     AllocatorError,
     AlreadyAllocated,
     FamilyDisabled,
@@ -59,6 +57,8 @@ from eni_ipam.core.errors import (
     StateNotWritten,
     UnknownPool,
 )
+from eni_ipam.agent.runtime import CNI_PREFIX, cni_owner
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Attachment, Family
 
 log = structlog.get_logger("eni_ipam.agent.api")
 

@@ -27,12 +27,13 @@ from typing import Any
 
 import structlog
 
+from eni_ipam._infra.metrics import MetricSet
 from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.errors import AllocatorError
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation
-from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import MetricSet
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi, Obj
 from eni_ipam.kube.informer import Informer, object_key
 from eni_ipam.kube.permissions import CLAIMS_GROUP, GROUP, KIND
@@ -117,7 +118,7 @@ class ClaimReconciler:
                         continue
                     try:
                         await self.reconcile(claim)
-                    except (errors.KubeError, errors.AllocatorError) as exc:
+                    except (errors.KubeError, AllocatorError) as exc:
                         log.warning("claim_reconcile_failed", claim=key, error=str(exc))
                         self.clock.call_later(RETRY_INTERVAL, functools.partial(self._queue, key))
 
@@ -149,7 +150,7 @@ class ClaimReconciler:
                 log.warning("claim_address_retaken", claim=f"{namespace}/{name}", address=advertised)
             else:
                 allocation = self._allocate(owner, pool)
-        except errors.AllocatorError as exc:
+        except AllocatorError as exc:
             await self._condition(claim, ready=False, reason=type(exc).__name__, message=str(exc))
             raise
         await self._ensure_address(claim, allocation)

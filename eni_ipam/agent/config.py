@@ -3,7 +3,7 @@
 The agent runs on every node (a DaemonSet). Its default pool follows the node's ENIPool; named
 static pools (for the libnetwork driver, address claims, or ``node_source: memory`` on a host
 without Kubernetes) are declared here as a CIDR with optional ranges. The models are the
-project's configuration layer (:mod:`eni_ipam.core.config`); the format is in docs/node.md.
+project's configuration layer (:mod:`eni_ipam._infra.config`); the format is in docs/node.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.core.config import (
+from eni_ipam._infra.config import (
     Cidr,
     ConfigModel,
     Duration,
@@ -25,11 +24,12 @@ from eni_ipam.core.config import (
     LogLevel,
     Name,
     PositiveDuration,
-    read_config_file,
     short,
     validate,
 )
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.files import read_config_file
+from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
+from eni_ipam.errors import ConfigError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

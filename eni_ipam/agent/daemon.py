@@ -32,6 +32,7 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
+from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
@@ -42,10 +43,10 @@ from eni_ipam.agent.runtime import cni_cache_view
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
-from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.model import ReleaseState
-from eni_ipam.core.server import make_app, start_server
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube import errors
 
 log = structlog.get_logger("eni_ipam.agent.daemon")
 
@@ -355,5 +356,5 @@ def _lock(state_dir: Path) -> IO[bytes]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise errors.ConfigError("state_dir", f"another agent is running on {state_dir}") from None
+        raise ConfigError("state_dir", f"another agent is running on {state_dir}") from None
     return handle

@@ -14,7 +14,7 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 
-from eni_ipam.core import errors
+from eni_ipam.agent import errors
 
 from .types import Family, PoolAddress
 

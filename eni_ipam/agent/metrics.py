@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from eni_ipam.core.metrics import MetricSet
+from eni_ipam._infra.metrics import MetricSet
 
 
 class AgentMetrics(MetricSet):

@@ -26,7 +26,7 @@ Invariants:
   failed write is retried on the same slot.
 * :meth:`StateFile.load` never guesses: a missing file is an empty state; a file with no valid
   document (truncated, garbage, checksum mismatch, another version, an invalid entry, an address listed
-  twice) raises :class:`~eni_ipam.core.errors.CorruptState`. A slot that is not valid beside a valid
+  twice) raises :class:`~eni_ipam.agent.errors.CorruptState`. A slot that is not valid beside a valid
   one is a write that never completed, so it was never acknowledged: it is logged and ignored.
 * :func:`recover` (behind ``Allocator.restore``) never resets silently: a corrupt file is logged, moved
   aside (``<name>.corrupt-<n>``) and reported, and the allocations are rebuilt from the runtime's view of
@@ -46,8 +46,8 @@ from typing import Any
 
 import structlog
 
+from eni_ipam.agent.errors import CorruptState
 from eni_ipam.agent.files import checksum, move_aside, write_atomically, write_in_place
-from eni_ipam.core.errors import CorruptState
 
 from .types import Allocation, RuntimeEntry
 

@@ -36,10 +36,10 @@ from typing import Any, Protocol
 
 import structlog
 
+from eni_ipam import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.runtime import CNI_PREFIX, cached, namespace_exists
 from eni_ipam.agent.types import Allocation
-from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 
 log = structlog.get_logger("eni_ipam.agent.sweep")

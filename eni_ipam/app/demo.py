@@ -15,15 +15,15 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import TextIO
 
+from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.server import Readiness, make_app, start_server
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
-from eni_ipam.core.server import Readiness, make_app, start_server
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
+from eni_ipam.errors import ConfigError
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore

@@ -11,8 +11,8 @@ import functools
 from importlib.metadata import entry_points
 from typing import cast
 
-from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.provider import PLUGIN_GROUP, ProviderPlugin
+from eni_ipam.errors import ConfigError
 
 
 @functools.cache

@@ -1,7 +1,7 @@
 """The run configuration of ``eni-ipam run``: one YAML file, overridable from the environment.
 
 Everything is validated before anything starts: an unknown key or a bad value is a
-:class:`~eni_ipam.core.errors.ConfigError` naming the field (and the environment variable that set
+:class:`~eni_ipam.errors.ConfigError` naming the field (and the environment variable that set
 it, if one did), and nothing runs. The format is documented in docs/configuration.md.
 
 The model is a pydantic-settings ``BaseSettings``: the file is its input and the environment
@@ -25,8 +25,7 @@ from typing import Annotated, Any, Literal, cast, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from eni_ipam.app.providers import plugins
-from eni_ipam.core.config import (
+from eni_ipam._infra.config import (
     ConfigModel,
     Duration,
     FieldError,
@@ -34,13 +33,12 @@ from eni_ipam.core.config import (
     Name,
     NonNegativeInt,
     config_error,
-    load_yaml_text,
-    plain_data_problem,
-    read_config_file,
 )
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.files import load_yaml_text, plain_data_problem, read_config_file
+from eni_ipam.app.providers import plugins
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.settings import KubeSettings
 
 ENV_PREFIX = "ENI_IPAM_"

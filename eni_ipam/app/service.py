@@ -26,14 +26,14 @@ from collections.abc import Mapping
 
 import structlog
 
+from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
 from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.records import RecordsRef
-from eni_ipam.core.server import make_app, start_server
 from eni_ipam.store.memory import MemoryStore
 
 log = structlog.get_logger("eni_ipam.app.service")

@@ -18,12 +18,13 @@ from typing import TypeVar
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
+from eni_ipam.errors import EniIpamError
 
 T = TypeVar("T")
 
-Translate = Callable[[BaseException, str], errors.EniIpamError | None]
+Translate = Callable[[BaseException, str], EniIpamError | None]
 """Maps an SDK exception and the operation name to a project error; ``None`` lets it propagate."""
 
 
@@ -32,7 +33,7 @@ class ApiCaller:
         self,
         *,
         limiter: RateLimiter,
-        metrics: Metrics,
+        metrics: ApiObserver,
         clock: Clock,
         translate: Translate,
         sdk_counts_requests: bool = False,
@@ -53,7 +54,7 @@ class ApiCaller:
             result = await fn()
             outcome = "ok"
             return result
-        except errors.EniIpamError as exc:
+        except EniIpamError as exc:
             outcome = getattr(exc, "code", "") or type(exc).__name__
             throttled = isinstance(exc, errors.Throttled)
             raise

@@ -24,8 +24,8 @@ import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ownership_tags
+from eni_ipam.core.observe import GcObserver
 from eni_ipam.core.provider import Provider
 
 log = structlog.get_logger("eni_ipam.core.gc")
@@ -52,7 +52,7 @@ class GarbageCollector:
         *,
         cluster_name: str,
         clock: Clock,
-        metrics: Metrics,
+        metrics: GcObserver,
         interval: float = 300.0,
         max_per_run: int = 25,
     ) -> None:

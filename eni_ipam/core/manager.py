@@ -34,13 +34,14 @@ from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot, NodeStatus
 from eni_ipam.core.node import Node, NodeEnv, PassResult
+from eni_ipam.core.observe import Observer
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
+from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.manager")
 
@@ -147,7 +148,7 @@ class NodeManager:
         *,
         provider: Provider,
         settings: Settings,
-        metrics: Metrics,
+        metrics: Observer,
         clock: Clock,
         status_sink: StatusSink,
         rng: random.Random | None = None,
@@ -200,7 +201,7 @@ class NodeManager:
             try:
                 await self.resync()
                 break
-            except errors.EniIpamError as exc:
+            except EniIpamError as exc:
                 delay = backoff.next_delay()
                 log.warning("initial_resync_failed", error=str(exc), retry_in=round(delay, 3))
                 await self.clock.sleep(delay)
@@ -213,7 +214,7 @@ class NodeManager:
             await self.clock.sleep(self.settings.resync_interval)
             try:
                 await self.resync()
-            except errors.EniIpamError as exc:
+            except EniIpamError as exc:
                 # The previous view stays; per-instance syncs keep nodes we touch accurate meanwhile.
                 log.warning("resync_failed", error=str(exc))
 
@@ -222,10 +223,10 @@ class NodeManager:
         started = self.clock.monotonic()
         try:
             snapshot = await self.provider.resync()
-        except errors.EniIpamError:
-            self.metrics.resync_failures.inc()
+        except EniIpamError:
+            self.metrics.resync_finished(ok=False)
             raise
-        self.metrics.resync.inc()
+        self.metrics.resync_finished(ok=True)
         self.apply_resync(snapshot, started=started)
 
     def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
@@ -366,7 +367,7 @@ class NodeManager:
     def _finish(self, slot: _Slot, result: PassResult) -> None:
         """Act on a pass's result: publish, then schedule what comes next."""
         node = slot.node
-        self.metrics.node_passes.inc()
+        self.metrics.pass_finished()
         self._set_gauges(node)
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
@@ -389,14 +390,14 @@ class NodeManager:
             # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
             delay = max(delay, getattr(error, "retry_after", None) or 0.0)
             slot.not_before = now + delay
-            self.metrics.node_failures.labels(reason=type(error).__name__).inc()
+            self.metrics.pass_failed(reason=type(error).__name__)
             log.warning(
                 "maintenance_failed",
                 node=node.name,
                 error=str(error),
                 failures=slot.backoff.failures,
                 retry_in=round(delay, 3),
-                exc_info=error if not isinstance(error, errors.EniIpamError) else False,
+                exc_info=error if not isinstance(error, EniIpamError) else False,
             )
             slot.dirty = True
         if result.again_at is not None and not slot.deleted:

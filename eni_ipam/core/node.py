@@ -31,7 +31,6 @@ import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     AssignAddresses,
     CreateInterface,
@@ -46,6 +45,7 @@ from eni_ipam.core.model import (
     expand_prefix,
     interface_tags,
 )
+from eni_ipam.core.observe import Observer
 from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
@@ -70,7 +70,7 @@ class NodeEnv:
     provider: Provider
     view: CloudView
     settings: Settings
-    metrics: Metrics
+    metrics: Observer
     clock: Clock
 
 
@@ -171,12 +171,12 @@ class Node:
         if self.stats.needed > 0 and self.deficit_since is None:
             self.deficit_since = now
         elif self.stats.needed == 0 and self.deficit_since is not None:
-            self.env.metrics.time_to_ip.observe(now - self.deficit_since)
+            self.env.metrics.deficit_resolved(seconds=now - self.deficit_since)
             self.deficit_since = None
         return self.stats
 
     def capacity_limit(self) -> str:
-        """Why the pool cannot grow, if it cannot (:data:`~eni_ipam.core.metrics.CAPACITY_REASONS`):
+        """Why the pool cannot grow, if it cannot (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`):
         ``limits-unknown`` (the instance type's limits are unknown: nothing is allocated),
         ``instance-limit`` (every usable interface is full and no adapter slot is free), or — for
         a node short of addresses — ``subnet`` / ``security-groups`` (the last plan found no
@@ -377,11 +377,11 @@ class Node:
                     interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
                 )
             except errors.ProviderError:
-                self._observe_allocation(kind, "failed", started)
+                self._observe_allocation(kind, False, started)
                 raise
             reservation.commit()
-        self._observe_allocation(kind, "success", started)
-        m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
+        self._observe_allocation(kind, True, started)
+        m.metrics.addresses_allocated(subnet=action.subnet_id, count=action.addresses)
         assert self.instance is not None
         iface = self.instance.interface(action.interface_id)
         if iface is not None:
@@ -423,15 +423,13 @@ class Node:
                     delete_on_termination=spec.delete_on_termination,
                 )
             except errors.ProviderError as exc:
-                self._observe_allocation("create-interface", "failed", started)
-                m.metrics.interface_creation_ops.labels(
-                    subnet=action.subnet_id, status=exc.code or "error"
-                ).inc()
+                self._observe_allocation("create-interface", False, started)
+                m.metrics.interface_created(subnet=action.subnet_id, outcome=exc.code or "error")
                 raise
             reservation.commit()
-        self._observe_allocation("create-interface", "success", started)
-        m.metrics.interface_creation_ops.labels(subnet=action.subnet_id, status="success").inc()
-        m.metrics.allocation_ops.labels(subnet=action.subnet_id).inc(action.addresses)
+        self._observe_allocation("create-interface", True, started)
+        m.metrics.interface_created(subnet=action.subnet_id, outcome="success")
+        m.metrics.addresses_allocated(subnet=action.subnet_id, count=action.addresses)
         assert self.instance is not None
         self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
         log.info(
@@ -444,9 +442,9 @@ class Node:
             prefixes=action.prefixes,
         )
 
-    def _observe_allocation(self, kind: str, status: str, started: float) -> None:
+    def _observe_allocation(self, kind: str, ok: bool, started: float) -> None:
         m = self.env
-        m.metrics.allocation_duration.labels(type=kind, status=status).observe(m.clock.monotonic() - started)
+        m.metrics.allocation_finished(kind=kind, ok=ok, seconds=m.clock.monotonic() - started)
 
     def _token(self, action: CreateInterface) -> str:
         """Idempotency token: the same planned create (after a retry or a restart) gets the same token,
@@ -540,10 +538,10 @@ class Node:
                 interface_id=action.interface_id, addresses=action.addresses, prefixes=action.prefixes
             )
         except errors.ProviderError:
-            m.metrics.release_duration.labels(status="failed").observe(m.clock.monotonic() - started)
+            m.metrics.release_finished(ok=False, seconds=m.clock.monotonic() - started)
             raise
-        m.metrics.release_duration.labels(status="success").observe(m.clock.monotonic() - started)
-        m.metrics.release_ops.labels(subnet=action.subnet_id).inc(action.size)
+        m.metrics.release_finished(ok=True, seconds=m.clock.monotonic() - started)
+        m.metrics.addresses_released(subnet=action.subnet_id, count=action.size)
         m.view.returned(action.subnet_id, action.size)
         released = set(action.addresses)
         for prefix in action.prefixes:

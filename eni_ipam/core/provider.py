@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from eni_ipam._infra.config import ConfigModel
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.config import ConfigModel
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.records import NodeRecords
 
 
@@ -180,7 +180,7 @@ class ProviderPlugin(Protocol):
         settings: Any,
         *,
         clock: Clock,
-        metrics: Metrics,
+        metrics: ApiObserver,
         rate_limit_share: float,
         records: NodeRecords | None,
     ) -> AbstractAsyncContextManager[Provider]:

@@ -1,6 +1,6 @@
 """Operator-wide settings (``settings:`` in the run configuration and in scenario files).
 
-Frozen and validated (:class:`~eni_ipam.core.config.ConfigModel`); every default is justified in its
+Frozen and validated (:class:`~eni_ipam._infra.config.ConfigModel`); every default is justified in its
 field's docstring, which docs/settings.md repeats. Durations accept ``250ms``, ``30s``, ``5m``.
 """
 
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
-from eni_ipam.core.config import (
-    EMPTY_TAGS,
+from eni_ipam._infra.config import (
     ConfigModel,
     Duration,
     FieldError,
@@ -17,8 +16,9 @@ from eni_ipam.core.config import (
     NonNegativeInt,
     PositiveDuration,
     PositiveInt,
-    TagMap,
 )
+from eni_ipam.core.fields import TagMap
+from eni_ipam.core.model import EMPTY_TAGS
 
 
 class Settings(ConfigModel):

@@ -23,7 +23,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from eni_ipam.core.config import ConfigModel, LooseTagMap, TagMap
+from eni_ipam._infra.config import ConfigModel
+from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS, ReleaseState, Tags
 
 DEFAULT_PRE_ALLOCATE = 8

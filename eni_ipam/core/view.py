@@ -23,8 +23,8 @@ import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot, InstanceLimits, SecurityGroup, Subnet
+from eni_ipam.core.observe import ViewObserver
 from eni_ipam.core.provider import Provider
 
 log = structlog.get_logger("eni_ipam.core.view")
@@ -45,7 +45,7 @@ class Reservation:
 class CloudView:
     """What every node's pass reads of the cloud, and the subnet accounting they share."""
 
-    def __init__(self, provider: Provider, *, clock: Clock, metrics: Metrics) -> None:
+    def __init__(self, provider: Provider, *, clock: Clock, metrics: ViewObserver) -> None:
         self._provider = provider
         self._clock = clock
         self._metrics = metrics

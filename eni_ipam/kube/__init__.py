@@ -1,7 +1,7 @@
 """Kubernetes integration: the only package that imports the Kubernetes client (lightkube).
 
 * :mod:`~eni_ipam.kube.api` — a thin adapter over lightkube: plain-dict objects, one error tree
-  (:class:`~eni_ipam.core.errors.KubeError`), metrics per request, and the permissions it may use.
+  (:class:`~eni_ipam.kube.errors.KubeError`), metrics per request, and the permissions it may use.
 * :mod:`~eni_ipam.kube.informer` — list, then watch from the last resourceVersion; relist on 410.
 * :mod:`~eni_ipam.kube.lease` — Lease leader election with client-go's rules on the injected clock.
 * :mod:`~eni_ipam.kube.resources` — ENIPool custom resources ↔ the core model (pure functions).

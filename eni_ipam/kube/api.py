@@ -6,7 +6,7 @@ nothing is decoded into heavy models). Every request:
 * is checked against :mod:`~eni_ipam.kube.permissions` (a request the RBAC in deploy/ would not
   allow is a bug, caught by the tests, never a surprise 403 in a cluster);
 * is counted in ``eni_ipam_kube_requests_total{verb,resource,code}``;
-* raises only :class:`~eni_ipam.core.errors.KubeError` subclasses — never lightkube's or httpx's types.
+* raises only :class:`~eni_ipam.kube.errors.KubeError` subclasses — never lightkube's or httpx's types.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
-from eni_ipam.core import errors
-from eni_ipam.core.metrics import MetricSet
-from eni_ipam.kube import permissions
+from eni_ipam._infra.metrics import MetricSet
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube import errors, permissions
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -131,7 +131,7 @@ def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
             config = lightkube.KubeConfig.from_service_account()
     except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
         where = path or "the in-cluster service account"
-        raise errors.ConfigError("kubernetes.kubeconfig", f"cannot load {where}: {exc}") from None
+        raise ConfigError("kubernetes.kubeconfig", f"cannot load {where}: {exc}") from None
     return lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
 
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam._infra.metrics import MetricSet
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import MetricSet
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import Kind, KubeApi, Obj
 
 log = structlog.get_logger("eni_ipam.kube.informer")

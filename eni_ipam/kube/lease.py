@@ -30,9 +30,10 @@ from typing import Any
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import LEASES, KubeApi, Obj
 
 log = structlog.get_logger("eni_ipam.kube.lease")
@@ -94,7 +95,7 @@ class LeaderElector:
         rng: random.Random | None = None,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
-            raise errors.ConfigError("kubernetes", "need lease_duration > renew_deadline > retry_period > 0")
+            raise ConfigError("kubernetes", "need lease_duration > renew_deadline > retry_period > 0")
         self.api = api
         self.name = name
         self.namespace = namespace

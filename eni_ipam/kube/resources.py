@@ -21,11 +21,11 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from eni_ipam.core.config import validate
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.config import validate
 from eni_ipam.core.model import Interface, NodeStatus, ReleaseState
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import ENIPOOLS, Obj
 
 FINALIZER = "eni-ipam.io/pool"

@@ -31,14 +31,15 @@ from typing import Any
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.resources import (
@@ -280,7 +281,7 @@ class KubeNodeSource:
             return
         try:
             resource = resource_from_pool(obj, pending_pods=self.pending_pods.get(name, 0))
-        except errors.ConfigError as exc:
+        except ConfigError as exc:
             version = str(obj["metadata"].get("resourceVersion", ""))
             if self._invalid.get(name) != version:  # once per version, not once per event
                 self._invalid[name] = version

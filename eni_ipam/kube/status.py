@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, KubeApi, Obj
 from eni_ipam.kube.resources import status_patch
 

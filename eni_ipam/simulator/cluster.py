@@ -14,9 +14,9 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simnode import SimulatedNodeSide

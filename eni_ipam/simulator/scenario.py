@@ -1,10 +1,10 @@
 """Scenario files: parsing and strict validation (docs/scenarios.md is the user-facing spec).
 
 The format is a stable interface: keys are only ever added. The document is read by the project's
-configuration layer (:mod:`eni_ipam.core.config`): the operator settings, the node spec
+configuration layer (:mod:`eni_ipam._infra.config`): the operator settings, the node spec
 (:class:`~eni_ipam.core.spec.NodeSpec`), the cloud declaration
 (:mod:`providers.sim.declaration`) and the generic provider's settings are the very models the
-run configuration uses. Every error is a :class:`~eni_ipam.core.errors.ConfigError` whose ``field``
+run configuration uses. Every error is a :class:`~eni_ipam.errors.ConfigError` whose ``field``
 names the offending key (``steps[3].expect.node1.available``), raised before anything runs; the
 document itself is never changed.
 """
@@ -19,11 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, model_validator
 
-from eni_ipam.core.config import (
+from eni_ipam._infra.config import (
     ConfigModel,
     Duration,
     FieldError,
-    LooseTagMap,
     Name,
     NonNegativeInt,
     Number,
@@ -31,15 +30,18 @@ from eni_ipam.core.config import (
     config_error,
     join,
     kind,
-    load_yaml_file,
-    plain_data_problem,
     validate,
 )
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.files import load_yaml_file, plain_data_problem
+from eni_ipam.core.fields import LooseTagMap
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec
+from eni_ipam.errors import ConfigError
 from providers.generic.settings import GenericSettings
 from providers.sim.declaration import CloudDeclaration
+
+ScenarioError = ConfigError
+"""A scenario file is invalid: the same error as any other configuration (``path`` is ``field``)."""
 
 NODE_SPEC_KEYS = frozenset(SPEC_FIELDS)
 """The node spec keys a node entry (and a ``set`` step) may carry."""

@@ -16,8 +16,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import Instance
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster

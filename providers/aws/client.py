@@ -42,9 +42,9 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
+from eni_ipam.errors import ConfigError, EniIpamError
 from providers.aws.settings import AwsSettings
 from providers.ec2_errors import EC2_ERRORS, translate_ec2
 
@@ -58,7 +58,7 @@ RETRY_TOKEN_TIMEOUT = 60.0
 THROTTLE_CODES = frozenset(code for code, kind in EC2_ERRORS.items() if kind is errors.Throttled)
 
 
-def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
+def translate(exc: BaseException, operation: str) -> EniIpamError | None:
     """Map any botocore exception to the project's error tree (``None``: not botocore's)."""
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
@@ -115,7 +115,7 @@ class Ec2Client:
         settings: AwsSettings,
         *,
         limiter: RateLimiter,
-        metrics: Metrics,
+        metrics: ApiObserver,
         clock: Clock,
         client: Any = None,
     ) -> None:

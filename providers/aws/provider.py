@@ -13,9 +13,10 @@ from typing import Any
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import CloudSnapshot
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
+from eni_ipam.errors import ConfigError
 from providers.aws.api import Boto3Api
 from providers.aws.client import Ec2Client
 from providers.aws.limits import Ec2InstanceTypes
@@ -35,7 +36,7 @@ class AwsProvider(Ec2Provider):
         settings: AwsSettings,
         *,
         clock: Clock,
-        metrics: Metrics,
+        metrics: ApiObserver,
         rate_limit_share: float = 1.0,
         client: Any = None,
     ) -> None:
@@ -76,7 +77,7 @@ class AwsProvider(Ec2Provider):
         saying why.
 
         Raises:
-            errors.ConfigError: ``aws.vpc_id`` names no VPC of the region (retried like any failed
+            ConfigError: ``aws.vpc_id`` names no VPC of the region (retried like any failed
                 resync; correcting the VPC or the region needs a restart with the fixed configuration).
             errors.ProviderError: any call failed.
         """
@@ -84,7 +85,7 @@ class AwsProvider(Ec2Provider):
             try:
                 await self.client.call("DescribeVpcs", VpcIds=[self.settings.vpc_id])
             except errors.NotFound as exc:
-                raise errors.ConfigError(
+                raise ConfigError(
                     "aws.vpc_id", f"{self.settings.vpc_id} does not exist in this region ({exc.code})"
                 ) from exc
             self._vpc_checked = True

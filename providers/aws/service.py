@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.records import NodeRecords
 from providers.aws.settings import AwsSettings
@@ -36,7 +36,7 @@ async def open_provider(
     settings: AwsSettings,
     *,
     clock: Clock,
-    metrics: Metrics,
+    metrics: ApiObserver,
     rate_limit_share: float,
     records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:

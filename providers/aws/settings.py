@@ -3,8 +3,8 @@
 Operator-wide behaviour (cluster name, interface tags, prefix delegation, the rate-limit share) lives
 in :class:`eni_ipam.core.settings.Settings`. What a node asks for (watermarks, first interface index,
 subnets, security groups) lives in its spec. This module holds what only the EC2 client needs, as a
-:class:`~eni_ipam.core.config.ConfigModel`: unknown keys and bad values are refused with a
-:class:`~eni_ipam.core.errors.ConfigError` naming the field, and nothing is half-applied.
+:class:`~eni_ipam._infra.config.ConfigModel`: unknown keys and bad values are refused with a
+:class:`~eni_ipam.errors.ConfigError` naming the field, and nothing is half-applied.
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from eni_ipam.core.config import (
-    EMPTY_BUCKETS,
-    EMPTY_TAGS,
-    Buckets,
-    ConfigModel,
-    PositiveDuration,
-    PositiveInt,
-    TagMap,
-    check_names,
-)
+from eni_ipam._infra.config import ConfigModel, PositiveDuration, PositiveInt, check_names
+from eni_ipam.core.fields import EMPTY_BUCKETS, Buckets, TagMap
+from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")

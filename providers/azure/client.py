@@ -63,7 +63,7 @@ from azure.mgmt.network.aio import NetworkManagementClient
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from providers.azure.errors import translate
 from providers.azure.operations import poll_name
@@ -159,7 +159,7 @@ def _label(call: _Call, method: str) -> str:
 class AttemptPolicy(AsyncHTTPPolicy[Any, Any]):
     """Counts every HTTP attempt and spends a rate-limit token for every one after a call's first."""
 
-    def __init__(self, *, limiter: RateLimiter, metrics: Metrics) -> None:
+    def __init__(self, *, limiter: RateLimiter, metrics: ApiObserver) -> None:
         self._limiter = limiter
         self._metrics = metrics
 
@@ -274,7 +274,7 @@ class ArmClient:
         settings: AzureSettings,
         *,
         limiter: RateLimiter,
-        metrics: Metrics,
+        metrics: ApiObserver,
         clock: Clock,
         credential: AsyncTokenCredential | None = None,
         transport: AsyncHttpTransport[Any, Any] | None = None,

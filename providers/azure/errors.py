@@ -46,6 +46,7 @@ from azure.core.exceptions import (
 )
 
 from eni_ipam.core import errors
+from eni_ipam.errors import EniIpamError
 
 _Table = dict[str, type[errors.ProviderError]]
 
@@ -204,7 +205,7 @@ def _ended_without_error(document: Mapping[str, Any]) -> str:
     return ""
 
 
-def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
+def translate(exc: BaseException, operation: str) -> EniIpamError | None:
     """Map an azure-core exception to the project's error tree (``None``: not azure-core's)."""
     if isinstance(exc, ClientAuthenticationError) and exc.response is None:
         return errors.Unauthorized(str(exc.message), code=type(exc).__name__, operation=operation)

@@ -32,7 +32,6 @@ from azure.core.pipeline.transport import AsyncHttpTransport
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     DETACHED_INDEX,
     CloudSnapshot,
@@ -43,6 +42,8 @@ from eni_ipam.core.model import (
     frozen_tags,
     tags_match,
 )
+from eni_ipam.core.observe import ApiObserver
+from eni_ipam.errors import ConfigError
 from providers.azure import ids
 from providers.azure import resources as r
 from providers.azure.client import ArmClient, Json, gather_all
@@ -68,7 +69,7 @@ class AzureProvider:
         settings: AzureSettings,
         *,
         clock: Clock,
-        metrics: Metrics,
+        metrics: ApiObserver,
         rate_limit_share: float = 1.0,
         credential: AsyncTokenCredential | None = None,
         transport: AsyncHttpTransport[Any, Any] | None = None,
@@ -114,7 +115,7 @@ class AzureProvider:
         an empty cluster (every node unknown, and nothing saying why), so it is a configuration error.
 
         Raises:
-            errors.ConfigError: ``azure.vnet_id`` or an entry of ``azure.resource_groups`` names nothing
+            ConfigError: ``azure.vnet_id`` or an entry of ``azure.resource_groups`` names nothing
                 (retried like any failed resync; fixing it needs a restart with the corrected value).
             errors.ProviderError: any listing failed (never a partial view).
         """
@@ -151,7 +152,7 @@ class AzureProvider:
                 "VirtualNetworks.Get", lambda: self._network.virtual_networks.get(v.resource_group, v.name)
             )
         except errors.NotFound as exc:
-            raise errors.ConfigError(
+            raise ConfigError(
                 "azure.vnet_id", f"{self.settings.vnet_id} does not exist ({exc.code}: {exc.message})"
             ) from exc
 
@@ -182,7 +183,7 @@ class AzureProvider:
         except errors.NotFound as exc:
             if exc.code.lower() != "resourcegroupnotfound":
                 raise
-            raise errors.ConfigError(
+            raise ConfigError(
                 "azure.resource_groups", f"resource group {rg!r} does not exist in the subscription"
             ) from exc
         # A Flexible scale set's VMs are ordinary VMs (listed above); only Uniform ones have their own.

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.records import NodeRecords
 from providers.azure.settings import AzureSettings
@@ -27,7 +27,7 @@ async def open_provider(
     settings: AzureSettings,
     *,
     clock: Clock,
-    metrics: Metrics,
+    metrics: ApiObserver,
     rate_limit_share: float,
     records: NodeRecords | None = None,
     credential: Any = None,

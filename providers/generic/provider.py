@@ -41,7 +41,6 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import (
     PREFIX_SIZE,
     CloudSnapshot,
@@ -51,6 +50,7 @@ from eni_ipam.core.model import (
     Subnet,
     address_key,
 )
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.core.records import NodeRecord, NodeRecords
 from providers.generic.blocks import BlockSet, Network
@@ -92,7 +92,7 @@ class GenericProvider:
         *,
         records: NodeRecords,
         clock: Clock,
-        metrics: Metrics,
+        metrics: ApiObserver,
     ) -> None:
         self.settings = settings
         self._records = records

@@ -10,10 +10,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.records import NodeRecords
+from eni_ipam.errors import ConfigError
 from providers.generic.settings import GenericSettings
 
 SETTINGS = GenericSettings
@@ -31,7 +31,7 @@ async def open_provider(
     settings: GenericSettings,
     *,
     clock: Clock,
-    metrics: Metrics,
+    metrics: ApiObserver,
     rate_limit_share: float,
     records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:

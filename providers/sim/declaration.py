@@ -4,7 +4,7 @@
 :class:`CloudDeclaration` validates a declaration whole — every reference resolves, ids are
 unique, CIDRs nest and fit EC2's sizes (/16 to /28) — so that :func:`build_cloud` only meets what
 the cloud itself refuses (an unknown instance type, a subnet without room), which it reports as a
-:class:`~eni_ipam.core.errors.ConfigError` naming the instance.
+:class:`~eni_ipam.errors.ConfigError` naming the instance.
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from eni_ipam._infra.config import ConfigModel, FieldError, Name, Names, NonNegativeInt, short
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.config import (
-    EMPTY_TAGS,
-    ConfigModel,
-    FieldError,
-    LooseTagMap,
-    Name,
-    Names,
-    NonNegativeInt,
-    short,
-)
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.core.fields import LooseTagMap
+from eni_ipam.core.model import EMPTY_TAGS
+from eni_ipam.errors import ConfigError
 from providers.sim.cloud import SimCloud
 
 MIN_PREFIX = 16

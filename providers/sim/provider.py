@@ -18,11 +18,11 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from eni_ipam.core import errors
+from eni_ipam import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import InstanceLimits, Interface, SecurityGroup, Subnet
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import EC2_BUCKETS, RateLimiter
 from providers.ec2_errors import translate_ec2
 from providers.ec2_provider import DESCRIPTION, Ec2Provider, Filters, InstanceInfo, Scope, TableLimits
@@ -180,7 +180,7 @@ class SimProvider(Ec2Provider):
         cloud: SimCloud,
         *,
         clock: Clock,
-        metrics: Metrics,
+        metrics: ApiObserver,
         limiter: RateLimiter | None = None,
         vpc_id: str | None = None,
         limits: Mapping[str, InstanceLimits] | None = None,

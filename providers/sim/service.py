@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from eni_ipam._infra.config import ConfigModel, Duration
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.config import ConfigModel, Duration
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.ratelimit import EC2_BUCKETS, RateLimiter
 from eni_ipam.core.records import NodeRecords
@@ -42,7 +42,7 @@ async def open_provider(
     settings: SimSettings,
     *,
     clock: Clock,
-    metrics: Metrics,
+    metrics: ApiObserver,
     rate_limit_share: float,
     records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:

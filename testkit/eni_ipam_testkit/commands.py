@@ -26,8 +26,8 @@ class DevClusterCommand:
     def run(self, args: argparse.Namespace) -> int:
         import asyncio
 
+        from eni_ipam._infra.logging import configure
         from eni_ipam.app.service import stop_on_signals
-        from eni_ipam.core.logging import configure
         from eni_ipam_testkit.fake_kube import FakeKube
 
         configure(level=args.log_level or "warning")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping, load_agent_config
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.errors import ConfigError
 
 
 def test_defaults_follow_the_nodes_enipool() -> None:

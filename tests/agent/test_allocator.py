@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 from structlog.testing import capture_logs
 
+from eni_ipam.agent import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
-from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import ReleaseState
 from tests.agent import FakeClock, FakeHandle

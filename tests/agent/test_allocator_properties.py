@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from eni_ipam.agent import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
-from eni_ipam.core import errors
 from eni_ipam.core.model import ReleaseState
 from tests.agent import FakeClock
 from tests.agent.test_allocator import member

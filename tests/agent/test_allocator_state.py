@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from eni_ipam.agent import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
-from eni_ipam.core import errors
 from eni_ipam.core.model import ReleaseState
 from tests.agent import FakeClock
 from tests.agent.test_allocator import members

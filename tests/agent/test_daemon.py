@@ -78,7 +78,7 @@ async def controller(kube: FakeKube) -> AsyncIterator[KubeApi]:
 async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
     kube: FakeKube, tmp_path: Path
 ) -> None:
-    from eni_ipam.core.errors import PoolExhausted
+    from eni_ipam.agent.errors import PoolExhausted
 
     controller = make_api(kube)
     async with running_agent(kube, tmp_path) as agent:
@@ -189,7 +189,7 @@ async def test_a_mark_written_while_the_agent_was_down_is_answered_after_the_res
 async def test_a_second_agent_on_the_same_state_directory_is_refused(
     kube: FakeKube, controller: KubeApi, tmp_path: Path
 ) -> None:
-    from eni_ipam.core.errors import ConfigError
+    from eni_ipam.errors import ConfigError
 
     await set_pool(controller, POOL)
     async with running_agent(kube, tmp_path) as agent:

@@ -1,5 +1,5 @@
 """The node agent's configuration (``eni-ipam agent --config``): every bad document or file is a
-:class:`~eni_ipam.core.errors.ConfigError` naming the field, ``eni-ipam agent`` exits 2 with it before
+:class:`~eni_ipam.errors.ConfigError` naming the field, ``eni-ipam agent`` exits 2 with it before
 anything starts, and the document and the file are left as they were."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from eni_ipam import cli
 from eni_ipam.agent.config import agent_config_from_mapping, load_agent_config
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.errors import ConfigError
 from tests.bad_input import corpus
 
 

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 import yaml
 
-from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.spec import NodeResource
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.resources import resource_from_pool
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.bad_input import corpus

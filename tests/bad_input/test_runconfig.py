@@ -1,5 +1,5 @@
 """The run configuration (``eni-ipam run --config``): every bad document, file or ``ENI_IPAM_*`` override
-is a :class:`~eni_ipam.core.errors.ConfigError` naming the field, and the caller's data, environment and
+is a :class:`~eni_ipam.errors.ConfigError` naming the field, and the caller's data, environment and
 file are left as they were."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eni_ipam.app.runconfig import DEFAULT_CONFIG, RunConfig, load_config, load_config_mapping
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.errors import ConfigError
 from tests.bad_input import corpus
 from tests.bad_input.mutations import SPECIAL_STRINGS, mutated, truncated
 

@@ -1,6 +1,6 @@
 """Scenario files (``eni-ipam simulate``): every bad document or file is a
-:class:`~eni_ipam.core.errors.ScenarioError` naming the offending key's path, raised before anything runs, and
-the caller's document is left as it was."""
+:class:`~eni_ipam.simulator.scenario.ScenarioError` naming the offending key's path, raised before
+anything runs, and the caller's document is left as it was."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from eni_ipam.core.errors import ScenarioError
-from eni_ipam.simulator.scenario import Scenario, load_scenario, parse_scenario
+from eni_ipam.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 from tests.bad_input import corpus
 from tests.bad_input.mutations import mutated, truncated
 

@@ -7,19 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from eni_ipam.core.config import (
-    EMPTY_TAGS,
-    ConfigModel,
-    LooseTagMap,
-    TagMap,
-    load_yaml_file,
-    load_yaml_text,
-    parse_duration,
-    read_config_file,
-    validate,
-)
-from eni_ipam.core.errors import ConfigError, ScenarioError
+from eni_ipam._infra.config import ConfigModel, parse_duration, validate
+from eni_ipam._infra.files import load_yaml_file, load_yaml_text, read_config_file
+from eni_ipam.core.fields import LooseTagMap, TagMap
+from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.settings import MAX_EXTRA_TAGS, Settings
+from eni_ipam.errors import ConfigError
+from eni_ipam.simulator.scenario import ScenarioError
 
 
 def test_empty_settings_are_the_documented_defaults() -> None:

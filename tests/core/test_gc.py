@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ownership_tags
 from eni_ipam.core.settings import Settings
 from providers.sim.cloud import SimCloud

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eni_ipam._infra.metrics import CAPACITY_REASONS, Metrics
 from eni_ipam.agent.metrics import AgentMetrics
-from eni_ipam.core.metrics import CAPACITY_REASONS, Metrics
 from eni_ipam.core.model import NodeStats, Subnet
 
 

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter
 from eni_ipam.simulator.simloop import run_virtual
 

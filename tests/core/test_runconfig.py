@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eni_ipam.app.runconfig import DEFAULT_CONFIG, load_config, load_config_mapping
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.errors import ConfigError
 
 SIM = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
 

@@ -7,10 +7,10 @@ import asyncio
 
 import aiohttp
 
+from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.app.runconfig import load_config
 from eni_ipam.app.service import Service, ServiceState
-from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.server import make_app, start_server
 
 
 class FakeManager:

@@ -6,8 +6,8 @@ import time
 import aiohttp
 import pytest
 
-from eni_ipam.core.metrics import Metrics
-from eni_ipam.core.server import make_app, start_server
+from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.simulator.simloop import run_virtual
 
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eni_ipam.core.config import validate
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.config import validate
 from eni_ipam.core.spec import (
     DEFAULT_PRE_ALLOCATE,
     DEFAULT_SPEC,
@@ -19,6 +18,7 @@ from eni_ipam.core.spec import (
     camel,
     shared,
 )
+from eni_ipam.errors import ConfigError
 from tests.deploy.test_crd import schema
 
 

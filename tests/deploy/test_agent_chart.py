@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from eni_ipam.agent.config import AgentConfig, agent_config_from_mapping, load_agent_config
-from eni_ipam.core.errors import ConfigError
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from tests.deploy.conftest import (
     AGENT,

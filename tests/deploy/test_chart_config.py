@@ -81,7 +81,7 @@ def test_the_defaults_in_values_are_the_code_defaults():
 
 
 def test_a_bad_value_in_config_is_refused_by_the_loader():
-    from eni_ipam.core.errors import ConfigError
+    from eni_ipam.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"settings\.rate_limit_share"):
         _load(render({"config": {"settings": {"rate_limit_share": 2}}}))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from eni_ipam.core.config import parse_duration
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.config import parse_duration
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
 from tests.deploy.conftest import (
     AGENT,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.agent.metrics import AgentMetrics
-from eni_ipam.core.metrics import Metrics
 from tests.deploy.conftest import REPO_ROOT, one, render, values
 
 DASHBOARD = json.loads((REPO_ROOT / "deploy" / "grafana" / "eni-ipam.json").read_text())

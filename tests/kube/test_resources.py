@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from eni_ipam.core.errors import ConfigError
 from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.core.spec import POOL_ONLY_FIELDS, SPEC_FIELDS, NodeSpec
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube.resources import (
     DEFAULTS_ANNOTATION,
     FINALIZER,

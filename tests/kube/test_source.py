@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from lightkube.types import PatchType
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
@@ -257,7 +257,7 @@ async def test_people_edits_to_the_spec_are_kept_and_acted_on(cluster: Cluster, 
 async def test_invalid_pool_is_refused_by_the_schema_and_changes_nothing(
     cluster: Cluster, api: KubeApi
 ) -> None:
-    from eni_ipam.core import errors
+    from eni_ipam.kube import errors
 
     cluster.add_node("n1")
     async with leading(cluster):

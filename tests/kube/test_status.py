@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.status import StatusWriter

@@ -28,8 +28,7 @@ from typing import Protocol
 
 import structlog
 
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
-from eni_ipam.core.errors import (
+from eni_ipam.agent.errors import (
     AlreadyAllocated,
     FamilyDisabled,
     NotAllocated,
@@ -37,6 +36,7 @@ from eni_ipam.core.errors import (
     PoolExhausted,
     UnknownPool,
 )
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
 
 from .protocol import (
     ADDRESS_SPACES,

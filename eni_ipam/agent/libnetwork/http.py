@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from eni_ipam.core.errors import EniIpamError
+from eni_ipam.errors import EniIpamError
 
 from .driver import LibnetworkDriver
 from .protocol import IpamRequestError, invalid

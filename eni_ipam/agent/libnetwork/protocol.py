@@ -7,7 +7,7 @@ The address spaces this driver serves, the option keys it reads, libnetwork's we
 
 from __future__ import annotations
 
-from eni_ipam.core.errors import EniIpamError
+from eni_ipam.errors import EniIpamError
 
 LOCAL_ADDRESS_SPACE = "eni-ipam-local"
 GLOBAL_ADDRESS_SPACE = "eni-ipam-global"

@@ -25,7 +25,7 @@ import structlog
 
 from eni_ipam.agent.files import checksum, move_aside, write_atomically
 from eni_ipam.agent.types import Family
-from eni_ipam.core.errors import EniIpamError
+from eni_ipam.errors import EniIpamError
 
 from .protocol import IpamRequestError
 

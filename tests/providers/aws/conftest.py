@@ -12,9 +12,10 @@ import boto3
 import botocore.retries.standard
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from providers.aws import AwsProvider, AwsSettings
+from tests.aws_environment import isolate
 
 REGION = "us-east-1"
 ZONE = "us-east-1a"
@@ -30,12 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy credentials and a region; nothing may reach a real account."""
-    for key in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # no AMI is validated; saves ~0.2 s per test
+    isolate(monkeypatch, REGION)
 
 
 _SESSION: list[boto3.session.Session] = []

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from botocore.stub import Stubber
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.ratelimit import RateLimiter
 from providers.aws.api import Boto3Api, parse_interface
 from providers.aws.client import Ec2Client

@@ -5,11 +5,11 @@ from __future__ import annotations
 import botocore.exceptions
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.ratelimit import RateLimiter
+from eni_ipam.errors import ConfigError
 from providers.aws.client import Ec2Client, make_client, translate
 from providers.aws.settings import AwsSettings
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import ownership_tags
 from providers.aws.iam_policy import EXAMPLE, render_policy
 from tests.providers.aws.conftest import Network

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.app.providers import plugin as provider_plugin
 from eni_ipam.app.runconfig import load_config_mapping
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from tests.providers.aws.conftest import REGION, Network
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.core.config import validate
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.config import validate
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
+from eni_ipam.errors import ConfigError
 from providers.aws.settings import AwsSettings
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from eni_ipam._infra.config import validate
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import validate
-from eni_ipam.core.metrics import Metrics
 from eni_ipam_testkit.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
 from providers.azure import AzureProvider
 from providers.azure.settings import AzureSettings

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.errors import ConfigError
 from providers.azure.limits import limits_for
 from tests.providers.azure.conftest import SIZE, SUBSCRIPTION, World, sample
 
@@ -202,10 +203,10 @@ async def test_a_virtual_network_or_resource_group_that_does_not_exist_is_a_conf
     world: World,
 ) -> None:
     missing_vnet = world.provider(vnet_id=world.vnet_id.replace("vnet-Cluster", "vnet-typo"))
-    with pytest.raises(errors.ConfigError) as caught:
+    with pytest.raises(ConfigError) as caught:
         await missing_vnet.resync()
     assert caught.value.field == "azure.vnet_id"
     missing_group = world.provider(resource_groups=["rg-Nodes", "rg-typo"])
-    with pytest.raises(errors.ConfigError) as caught:
+    with pytest.raises(ConfigError) as caught:
         await missing_group.resync()
     assert caught.value.field == "azure.resource_groups" and "rg-typo" in caught.value.message

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from eni_ipam._infra.config import validate
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import validate
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.metrics import Metrics
+from eni_ipam.errors import ConfigError
 from eni_ipam_testkit.fake_azure import FakeCredential
 from providers.azure import AzureProvider, client, service
 from tests.providers.azure.conftest import GROUP, SUBSCRIPTION, World, sample

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
-from eni_ipam.core.metrics import Metrics
 from tests.providers.azure.conftest import World, sample
 
 pytestmark = pytest.mark.looptime

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from eni_ipam._infra.config import validate
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import validate
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.records import NodeRecord
 from providers.generic.provider import GenericProvider
 from providers.generic.settings import GenericSettings

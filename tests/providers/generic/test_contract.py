@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from eni_ipam._infra.config import validate
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.config import validate
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
 from providers.generic.provider import GenericProvider

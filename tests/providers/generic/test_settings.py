@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam.core.config import validate
-from eni_ipam.core.errors import ConfigError
+from eni_ipam._infra.config import validate
+from eni_ipam.errors import ConfigError
 from providers.generic.settings import GenericSettings
 
 

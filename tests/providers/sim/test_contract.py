@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import (

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.metrics import Metrics
 from eni_ipam.core.model import InstanceLimits, Interface
 from eni_ipam.core.ratelimit import Bucket
 from providers.sim.cloud import SimCloud

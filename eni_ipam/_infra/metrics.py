@@ -30,14 +30,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from eni_ipam import __version__
 from eni_ipam.core.model import NodeStats, Subnet
+from eni_ipam.core.observe import CAPACITY_REASONS
 
 NAMESPACE = "eni_ipam"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 IP_TYPES = ("available", "used", "needed", "excess")
 NODE_CATEGORIES = ("total", "in-deficit", "at-capacity")
-CAPACITY_REASONS = ("instance-limit", "subnet", "security-groups", "limits-unknown")
-"""Why a node's pool cannot grow (``node_at_capacity{reason}``); ``instance-limit`` is the
-``nodes{category="at-capacity"}`` count."""
+__all__ = ["CAPACITY_REASONS", "IP_TYPES", "NAMESPACE", "NODE_CATEGORIES", "MetricSet", "Metrics"]
 
 
 class MetricSet:
@@ -147,7 +146,11 @@ class _PoolTotals:
 
 
 class Metrics(MetricSet):
-    """The controller's metrics: pools, cloud API, reconciliation, leadership, Kubernetes writes."""
+    """The controller's metrics: pools, cloud API, reconciliation, leadership, Kubernetes writes.
+
+    Implements :class:`eni_ipam.core.observe.Observer`, the domain's reports (``node_ips`` and
+    ``nodes{category="at-capacity"}`` count the ``instance-limit`` reason of
+    :data:`~eni_ipam.core.observe.CAPACITY_REASONS`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
@@ -260,6 +263,35 @@ class Metrics(MetricSet):
 
     def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
         self.api_rate_limit_wait.labels(operation=operation).observe(seconds)
+
+    # -- a node's pass, the manager ------------------------------------------------------------
+
+    def addresses_allocated(self, *, subnet: str, count: int) -> None:
+        self.allocation_ops.labels(subnet=subnet).inc(count)
+
+    def addresses_released(self, *, subnet: str, count: int) -> None:
+        self.release_ops.labels(subnet=subnet).inc(count)
+
+    def interface_created(self, *, subnet: str, outcome: str) -> None:
+        self.interface_creation_ops.labels(subnet=subnet, status=outcome).inc()
+
+    def allocation_finished(self, *, kind: str, ok: bool, seconds: float) -> None:
+        self.allocation_duration.labels(type=kind, status="success" if ok else "failed").observe(seconds)
+
+    def release_finished(self, *, ok: bool, seconds: float) -> None:
+        self.release_duration.labels(status="success" if ok else "failed").observe(seconds)
+
+    def deficit_resolved(self, *, seconds: float) -> None:
+        self.time_to_ip.observe(seconds)
+
+    def resync_finished(self, *, ok: bool) -> None:
+        (self.resync if ok else self.resync_failures).inc()
+
+    def pass_finished(self) -> None:
+        self.node_passes.inc()
+
+    def pass_failed(self, *, reason: str) -> None:
+        self.node_failures.labels(reason=reason).inc()
 
     # -- garbage collection ---------------------------------------------------------------------
 

@@ -1,11 +1,14 @@
-"""The configuration layer: every input people write is read, typed and validated here.
+"""The configuration layer: every input people write is typed and validated with this vocabulary.
 
 One base (:class:`ConfigModel`, pydantic v2: strict, unknown keys refused, immutable, field
-docstrings as descriptions), one set of field types (:data:`Duration`, :data:`TagMap`,
-:data:`Name`, :data:`Buckets`, …), one YAML reader (:func:`load_yaml_file`: duplicate keys refused
-with their line, the file named in every message, plain data only) and one error type,
-:class:`~eni_ipam.core.errors.ConfigError`, whose ``field`` is the path of the bad value
+docstrings as descriptions), one set of field types (:data:`Duration`, :data:`Name`, :data:`Cidr`,
+…; the domain's tags and token buckets are :mod:`eni_ipam.core.fields`) and one error type,
+:class:`~eni_ipam.errors.ConfigError`, whose ``field`` is the path of the bad value
 (``settings.gc_interval``, ``nodes[2].instance``). :func:`validate` turns pydantic's errors into it.
+Files are read by :mod:`eni_ipam._infra.files`.
+
+This module sits below the domain (:mod:`eni_ipam.core` declares its settings and the node spec with
+it) and knows nothing of it: no I/O, no domain type.
 
 The models themselves live beside the code they configure: :mod:`eni_ipam.core.settings`,
 :mod:`eni_ipam.core.spec` (the node spec), ``kube/settings.py``, ``agent/config.py``, each
@@ -22,26 +25,19 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
-    TypeAdapter,
     ValidationError,
 )
 from pydantic_core import ErrorDetails
 
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.model import Tags, frozen_tags
-from eni_ipam.core.ratelimit import Bucket
+from eni_ipam.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -131,27 +127,6 @@ def _number(value: Any) -> float:
     return number
 
 
-def _loose_tags(value: Any) -> Any:
-    """Tag values written as numbers (``{rack: 12}``) are read as their text, as YAML authors mean."""
-    if not isinstance(value, Mapping) or isinstance(value, Tags):
-        return value
-    return {
-        k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()
-    }
-
-
-_STRING_MAP: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str], config=ConfigDict(strict=True))
-
-
-def _tags(value: Any) -> Tags:
-    if isinstance(value, Tags):
-        return value
-    try:
-        return frozen_tags(_STRING_MAP.validate_python(value))
-    except ValidationError as exc:
-        raise nested(exc, data=value) from None
-
-
 def _network(raw: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     if not isinstance(raw, str):
         raise ValueError(f"expected a CIDR such as 10.0.0.0/16, got {short(raw)}")
@@ -177,53 +152,9 @@ Name = Annotated[str, Field(min_length=1)]
 """A non-empty string."""
 Names = Annotated[tuple[Name, ...], Field(strict=False)]
 """A list of non-empty strings (kept as a tuple)."""
-_AS_DICT = PlainSerializer(dict, return_type=dict[str, str])
-TagMap = Annotated[Tags, BeforeValidator(_tags), _AS_DICT]
-"""String → string, kept as an immutable :class:`~eni_ipam.core.model.Tags`."""
-LooseTagMap = Annotated[Tags, BeforeValidator(_tags), BeforeValidator(_loose_tags), _AS_DICT]
-"""A :data:`TagMap` whose number values are read as text (scenario files, node specs)."""
-
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LogLevel = Literal["debug", "info", "warning", "error"]
 """How much the process logs (JSON lines when not on a terminal)."""
-
-
-class BucketModel(ConfigModel):
-    burst: PositiveNumber
-    """Tokens the bucket holds when full."""
-    refill: PositiveNumber
-    """Tokens added per second."""
-
-
-def _buckets(value: Any) -> Mapping[str, Bucket]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping of names to {{burst, refill}}, got {short(value)}")
-    out: dict[str, Bucket] = {}
-    for name, spec in value.items():
-        if isinstance(spec, Bucket):  # already read (a model copied with changes)
-            out[name] = spec
-            continue
-        try:
-            bucket = BucketModel.model_validate(spec)
-        except ValidationError as exc:
-            raise nested(exc, prefix=str(name), data=spec) from None
-        out[name] = Bucket(burst=bucket.burst, refill=bucket.refill)
-    return MappingProxyType(out)
-
-
-def _bucket_dicts(value: Mapping[str, Bucket]) -> dict[str, dict[str, float]]:
-    return {k: {"burst": b.burst, "refill": b.refill} for k, b in value.items()}
-
-
-Buckets = Annotated[
-    Mapping[str, Bucket],
-    BeforeValidator(_buckets),
-    PlainSerializer(_bucket_dicts, return_type=dict[str, dict[str, float]]),
-]
-"""Token buckets by name, ``{name: {burst: N, refill: N}}``, read as :class:`Bucket`s."""
-
-EMPTY_BUCKETS: Mapping[str, Bucket] = MappingProxyType({})
-EMPTY_TAGS: Tags = frozen_tags({})
 
 
 def check_names(value: Mapping[str, Any], check: Callable[[str], str | None]) -> Mapping[str, Any]:
@@ -419,132 +350,3 @@ def short(value: Any) -> str:
     """``repr`` of a bad value, cut short: an error names the field, it does not echo a megabyte."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-# -- YAML ----------------------------------------------------------------------------------------
-
-MAX_DEPTH = 64
-"""Deepest nesting accepted in a YAML document: no configuration or scenario comes near it."""
-MAX_NODES = 1_000_000
-"""Most values accepted in one document (a large scenario has some thousands)."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key written twice in one mapping (the later one would
-    silently win, and a reader of the file would believe the earlier)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    "found an unhashable key",
-                    key_node.start_mark,
-                ) from None
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (line {key_node.start_mark.line + 1}; first on line {first})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
-MAX_FILE_BYTES = 4 << 20
-"""Largest configuration or scenario file read (4 MiB): a path to /dev/zero or a log is an error,
-not an endless read."""
-
-
-def load_yaml_file(path: str | Path) -> Any:
-    """The YAML document in ``path``, checked to be plain data (see :func:`plain_data_problem`).
-
-    Raises:
-        ValueError: why it cannot be used: unreadable, not UTF-8, not YAML (a duplicate key
-            included), nested too deeply, or referring to itself.
-    """
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB: not a configuration file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
-    return load_yaml_text(text, what=str(path))
-
-
-def load_yaml_text(text: str, *, what: str) -> Any:
-    """``text`` parsed as YAML and checked to be plain data; ``what`` names it in messages (a file
-    name, an environment variable). Raises ValueError as :func:`load_yaml_file`."""
-    try:
-        loader = _Loader(text)  # checks every character first: its error can only say "<unicode string>"
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{what} is not valid YAML: {str(exc).replace('<unicode string>', what)}") from None
-    loader.name = what  # marks say where: the file's name rather than "<unicode string>"
-    try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{what} is not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"{what} is nested too deeply") from None
-    finally:
-        loader.dispose()
-    problem = plain_data_problem(data)
-    if problem:
-        raise ValueError(f"{what} {problem}")
-    return data
-
-
-def plain_data_problem(data: Any) -> str:
-    """Why ``data`` is not a finite tree of at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES`
-    values once aliases are expanded (a YAML alias can make a document refer to itself, or
-    multiply it), or ``""``. Each shared value is visited once: the check is linear in the file."""
-    on_path: set[int] = set()
-    size: dict[int, int] = {}
-    # Depth-first, with an explicit "leave" step so ``on_path`` holds exactly the current branch and
-    # a value's expanded size is known once its children's are.
-    stack: list[tuple[Any, int, bool]] = [(data, 0, False)]
-    while stack:
-        value, depth, leaving = stack.pop()
-        if not isinstance(value, Mapping | list):
-            continue
-        children = list(value.values()) if isinstance(value, Mapping) else value
-        if leaving:
-            on_path.discard(id(value))
-            size[id(value)] = 1 + sum(size.get(id(c), 1) for c in children)
-            if size[id(value)] > MAX_NODES:
-                return f"expands to more than {MAX_NODES} values (aliases multiplying it)"
-            continue
-        if id(value) in on_path:
-            return "refers to itself (a YAML alias inside its own anchor)"
-        if depth >= MAX_DEPTH:
-            return f"is nested more than {MAX_DEPTH} levels deep"
-        if id(value) in size:
-            continue  # shared by aliases, already measured
-        on_path.add(id(value))
-        stack.append((value, depth, True))
-        stack.extend((child, depth + 1, False) for child in children)
-    return ""
-
-
-def read_config_file(path: str | Path, *, field: str = "--config") -> Any:
-    """The YAML document in ``path`` (``{}`` for an empty file).
-
-    Raises:
-        ConfigError: ``field``: the file cannot be read, is not UTF-8 YAML, or is not plain data.
-    """
-    try:
-        data = load_yaml_file(path)
-    except ValueError as exc:
-        raise ConfigError(field, str(exc)) from None
-    return {} if data is None else data

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from eni_ipam.core.errors import ConfigError
-from eni_ipam.core.metrics import MetricSet
+from eni_ipam._infra.metrics import MetricSet
+from eni_ipam.errors import ConfigError
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""

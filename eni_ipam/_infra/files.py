@@ -1,0 +1,143 @@
+"""Reading what people write: YAML files and texts, bounded and checked to be plain data.
+
+One YAML reader for every input (:func:`load_yaml_file`): a key written twice is refused with its
+line, every message names the file, a file is read up to :data:`MAX_FILE_BYTES`, and aliases can
+neither make a document refer to itself nor multiply it (:func:`plain_data_problem`, linear in the
+document). The domain never reads files; the packages above it do, through this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eni_ipam.errors import ConfigError
+
+MAX_DEPTH = 64
+"""Deepest nesting accepted in a YAML document: no configuration or scenario comes near it."""
+MAX_NODES = 1_000_000
+"""Most values accepted in one document (a large scenario has some thousands)."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (the later one would
+    silently win, and a reader of the file would believe the earlier)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "found an unhashable key",
+                    key_node.start_mark,
+                ) from None
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (line {key_node.start_mark.line + 1}; first on line {first})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+MAX_FILE_BYTES = 4 << 20
+"""Largest configuration or scenario file read (4 MiB): a path to /dev/zero or a log is an error,
+not an endless read."""
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """The YAML document in ``path``, checked to be plain data (see :func:`plain_data_problem`).
+
+    Raises:
+        ValueError: why it cannot be used: unreadable, not UTF-8, not YAML (a duplicate key
+            included), nested too deeply, or referring to itself.
+    """
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB: not a configuration file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    return load_yaml_text(text, what=str(path))
+
+
+def load_yaml_text(text: str, *, what: str) -> Any:
+    """``text`` parsed as YAML and checked to be plain data; ``what`` names it in messages (a file
+    name, an environment variable). Raises ValueError as :func:`load_yaml_file`."""
+    try:
+        loader = _Loader(text)  # checks every character first: its error can only say "<unicode string>"
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} is not valid YAML: {str(exc).replace('<unicode string>', what)}") from None
+    loader.name = what  # marks say where: the file's name rather than "<unicode string>"
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply") from None
+    finally:
+        loader.dispose()
+    problem = plain_data_problem(data)
+    if problem:
+        raise ValueError(f"{what} {problem}")
+    return data
+
+
+def plain_data_problem(data: Any) -> str:
+    """Why ``data`` is not a finite tree of at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES`
+    values once aliases are expanded (a YAML alias can make a document refer to itself, or
+    multiply it), or ``""``. Each shared value is visited once: the check is linear in the file."""
+    on_path: set[int] = set()
+    size: dict[int, int] = {}
+    # Depth-first, with an explicit "leave" step so ``on_path`` holds exactly the current branch and
+    # a value's expanded size is known once its children's are.
+    stack: list[tuple[Any, int, bool]] = [(data, 0, False)]
+    while stack:
+        value, depth, leaving = stack.pop()
+        if not isinstance(value, Mapping | list):
+            continue
+        children = list(value.values()) if isinstance(value, Mapping) else value
+        if leaving:
+            on_path.discard(id(value))
+            size[id(value)] = 1 + sum(size.get(id(c), 1) for c in children)
+            if size[id(value)] > MAX_NODES:
+                return f"expands to more than {MAX_NODES} values (aliases multiplying it)"
+            continue
+        if id(value) in on_path:
+            return "refers to itself (a YAML alias inside its own anchor)"
+        if depth >= MAX_DEPTH:
+            return f"is nested more than {MAX_DEPTH} levels deep"
+        if id(value) in size:
+            continue  # shared by aliases, already measured
+        on_path.add(id(value))
+        stack.append((value, depth, True))
+        stack.extend((child, depth + 1, False) for child in children)
+    return ""
+
+
+def read_config_file(path: str | Path, *, field: str = "--config") -> Any:
+    """The YAML document in ``path`` (``{}`` for an empty file).
+
+    Raises:
+        ConfigError: ``field``: the file cannot be read, is not UTF-8 YAML, or is not plain data.
+    """
+    try:
+        data = load_yaml_file(path)
+    except ValueError as exc:
+        raise ConfigError(field, str(exc)) from None
+    return {} if data is None else data

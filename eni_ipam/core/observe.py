@@ -1,0 +1,175 @@
+"""What the domain reports, as narrow protocols: the domain never sees how it is exported.
+
+Each part of the reconciler reports through the smallest protocol that covers it: the cloud-call
+wrapper and every provider through :class:`ApiObserver`, the shared view through
+:class:`ViewObserver`, garbage collection through :class:`GcObserver`, a node's pass through
+:class:`PassObserver`, the manager through :class:`ManagerObserver`. :class:`Observer` is all of them,
+what a :class:`~eni_ipam.core.manager.NodeManager` is given. The process's Prometheus metrics
+(:class:`eni_ipam._infra.metrics.Metrics`) implement it; :class:`NullObserver` records nothing.
+
+Every method must be cheap, must not block and must not raise; an :class:`ApiObserver` must also be
+thread-safe (the AWS provider reports each request from botocore's threads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from eni_ipam.core.model import NodeStats, Subnet
+
+CAPACITY_REASONS = ("instance-limit", "subnet", "security-groups", "limits-unknown")
+"""Why a node's pool cannot grow; ``instance-limit`` is a node at capacity (every adapter slot and
+address slot taken)."""
+
+
+class ApiObserver(Protocol):
+    """Cloud API calls: what :class:`~eni_ipam.core.caller.ApiCaller` and the providers report."""
+
+    def api_call(self, *, operation: str, outcome: str, seconds: float) -> None:
+        """One logical call (all its SDK attempts) finished; ``outcome`` is ``ok`` or the cloud's
+        error code."""
+
+    def api_request(self, *, operation: str, throttled: bool = False) -> None:
+        """One request went to the cloud (``throttled``: and the cloud answered with a throttle)."""
+
+    def api_throttle(self, *, operation: str) -> None:
+        """The cloud answered one request with a throttle."""
+
+    def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
+        """A call waited ``seconds`` for a client-side rate-limit token."""
+
+
+class ViewObserver(Protocol):
+    """The shared cloud view's subnets."""
+
+    def replace_subnets(self, subnets: Iterable[Subnet]) -> None:
+        """Every subnet there is after a full resync, each with the cloud's free count."""
+
+    def set_subnet_free(self, subnet: Subnet, free: int) -> None:
+        """The free addresses of one subnet now, net of the passes since the resync."""
+
+
+class GcObserver(Protocol):
+    """Garbage collection of leaked interfaces."""
+
+    def gc_interfaces(self, *, action: str, count: int) -> None:
+        """Interfaces ``marked``, ``deleted`` or ``failed`` in one run."""
+
+    def gc_failure(self) -> None:
+        """A run whose listing failed."""
+
+
+class PassObserver(Protocol):
+    """What one node's maintenance pass did."""
+
+    def addresses_allocated(self, *, subnet: str, count: int) -> None:
+        """Addresses added to a pool in ``subnet`` (a /28 prefix counts 16)."""
+
+    def addresses_released(self, *, subnet: str, count: int) -> None:
+        """Addresses given back to ``subnet``."""
+
+    def interface_created(self, *, subnet: str, outcome: str) -> None:
+        """An interface create (with its attach) in ``subnet`` ended: ``success``, or the cloud's
+        error code."""
+
+    def allocation_finished(self, *, kind: str, ok: bool, seconds: float) -> None:
+        """An allocation call of ``kind`` (``assign``, ``create``) ended."""
+
+    def release_finished(self, *, ok: bool, seconds: float) -> None:
+        """A release call ended."""
+
+    def deficit_resolved(self, *, seconds: float) -> None:
+        """A node's deficit, open for ``seconds``, is resolved (time to IP)."""
+
+
+class ManagerObserver(Protocol):
+    """The manager's resyncs, passes and each node's published stats."""
+
+    def resync_finished(self, *, ok: bool) -> None:
+        """A full resync of the cloud view ended."""
+
+    def pass_finished(self) -> None:
+        """A maintenance pass ended, failed or not."""
+
+    def pass_failed(self, *, reason: str) -> None:
+        """A maintenance pass failed; ``reason`` names its error's type (a stopped mutation fence is
+        not a failure)."""
+
+    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
+        """Node ``name``'s stats now; ``capacity`` is why its pool cannot grow (one of
+        :data:`CAPACITY_REASONS`), or empty."""
+
+    def remove_node(self, name: str) -> None:
+        """Node ``name`` is gone: nothing is reported of it any more."""
+
+    def show_totals(self) -> None:
+        """This process reconciles: cluster totals are meaningful, zero included."""
+
+
+class Observer(ApiObserver, ViewObserver, GcObserver, PassObserver, ManagerObserver, Protocol):
+    """Everything the reconciler reports."""
+
+
+class NullObserver:
+    """An :class:`Observer` that records nothing (benchmarks of the passes alone, tools)."""
+
+    def api_call(self, *, operation: str, outcome: str, seconds: float) -> None:
+        pass
+
+    def api_request(self, *, operation: str, throttled: bool = False) -> None:
+        pass
+
+    def api_throttle(self, *, operation: str) -> None:
+        pass
+
+    def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
+        pass
+
+    def replace_subnets(self, subnets: Iterable[Subnet]) -> None:
+        pass
+
+    def set_subnet_free(self, subnet: Subnet, free: int) -> None:
+        pass
+
+    def gc_interfaces(self, *, action: str, count: int) -> None:
+        pass
+
+    def gc_failure(self) -> None:
+        pass
+
+    def addresses_allocated(self, *, subnet: str, count: int) -> None:
+        pass
+
+    def addresses_released(self, *, subnet: str, count: int) -> None:
+        pass
+
+    def interface_created(self, *, subnet: str, outcome: str) -> None:
+        pass
+
+    def allocation_finished(self, *, kind: str, ok: bool, seconds: float) -> None:
+        pass
+
+    def release_finished(self, *, ok: bool, seconds: float) -> None:
+        pass
+
+    def deficit_resolved(self, *, seconds: float) -> None:
+        pass
+
+    def resync_finished(self, *, ok: bool) -> None:
+        pass
+
+    def pass_finished(self) -> None:
+        pass
+
+    def pass_failed(self, *, reason: str) -> None:
+        pass
+
+    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
+        pass
+
+    def remove_node(self, name: str) -> None:
+        pass
+
+    def show_totals(self) -> None:
+        pass
