@@ -2,8 +2,10 @@
 
 Everything here is immutable and free of I/O so that the planner can be a pure function and the
 same values can cross every boundary (provider → manager → status → simulator) without copies
-going stale. Addresses are kept as strings in their canonical form (``"10.0.0.17"``, prefixes as
-``"10.0.0.32/28"``): that is what every cloud API speaks, and it keeps values hashable and cheap.
+going stale. Addresses read as strings in their canonical form (``"10.0.0.17"``, prefixes as
+``"10.0.0.32/28"``): that is what every cloud API speaks. An interface holds them packed
+(:mod:`eni_ipam.core.packed`: four bytes an address), since a cluster's addresses are most of the
+cloud view's memory; any sequence of strings given is packed on construction.
 
 Invariants:
 
@@ -17,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import ipaddress
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
 
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
@@ -174,10 +178,10 @@ class Interface:
     """Attachment slot on the instance; :data:`DETACHED_INDEX` when the interface is not attached."""
     subnet_id: str
     primary_ip: str
-    addresses: tuple[str, ...] = ()
-    """Secondary IPv4 addresses (never the primary)."""
-    prefixes: tuple[str, ...] = ()
-    """Delegated /28 prefixes."""
+    addresses: Sequence[str] = EMPTY_ADDRESSES
+    """Secondary IPv4 addresses (never the primary), packed (:class:`~eni_ipam.core.packed.Addresses`)."""
+    prefixes: Sequence[str] = EMPTY_PREFIXES
+    """Delegated /28 prefixes, packed (:class:`~eni_ipam.core.packed.Prefixes`)."""
     ipv6_prefixes: tuple[str, ...] = ()
     """IPv6 blocks delegated to the interface (the generic provider's per-node IPv6 block). Published
     for the node side; not counted in the pool, whose sizes and watermarks are IPv4."""
@@ -189,6 +193,12 @@ class Interface:
     delete_on_termination: bool = False
     created_at: float = 0.0
     """Cloud-side creation time on the provider's clock (used by garbage collection ages)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.addresses, Addresses):
+            object.__setattr__(self, "addresses", Addresses.of(self.addresses))
+        if not isinstance(self.prefixes, Prefixes):
+            object.__setattr__(self, "prefixes", Prefixes.of(self.prefixes))
 
     @property
     def slots_used(self) -> int:

@@ -88,6 +88,28 @@ class PassResult:
 
 
 class Node:
+    # A hundred thousand nodes: no per-instance dict for the fields below. ``__dict__`` stays for
+    # what tests patch onto one node; it is only allocated when something is set there.
+    __slots__ = (
+        "__dict__",
+        "_again_at",
+        "_last_capacity_log",
+        "_publish",
+        "blocked",
+        "deficit_since",
+        "env",
+        "instance",
+        "marked",
+        "message",
+        "needs_refresh",
+        "release_status",
+        "resource",
+        "shortfall",
+        "stats",
+        "terminated",
+        "view_time",
+    )
+
     def __init__(self, resource: NodeResource, env: NodeEnv) -> None:
         self.env = env
         self.resource = resource

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
@@ -26,6 +28,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_va
 from eni_ipam._infra.config import ConfigModel
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS, ReleaseState, Tags
+from eni_ipam.core.packed import EMPTY_ADDRESS_SET, AddressSet
 
 DEFAULT_PRE_ALLOCATE = 8
 """Free addresses kept ready when a spec leaves ``pre_allocate`` unset (or writes 0, as the reference
@@ -181,6 +184,9 @@ have the API server write them into every pool, and a key it filled no longer ta
 ``node_defaults`` value (:func:`eni_ipam.kube.resources.defaults_patch`)."""
 
 
+NO_ANSWERS: Mapping[str, ReleaseState] = MappingProxyType({})
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeResource:
     """A node as its source (store, Kubernetes) reports it: its identity and spec, plus what the node
@@ -191,9 +197,14 @@ class NodeResource:
     spec: NodeSpec = DEFAULT_SPEC
     used: int = 0
     """Addresses the node's workloads use (may exceed the pool: the node reports what it uses)."""
-    in_use: frozenset[str] = frozenset()
-    """The pool addresses among those in use; these are never released."""
+    in_use: AbstractSet[str] = EMPTY_ADDRESS_SET
+    """The pool addresses among those in use; these are never released. Packed
+    (:class:`~eni_ipam.core.packed.AddressSet`): any set of strings given is packed on construction."""
     pending_pods: int = 0
     """Pods scheduled to the node still waiting for an address (drives surge allocation)."""
-    release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
+    release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=lambda: NO_ANSWERS)
     """The node side's answers in the release handshake, by address."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.in_use, AddressSet):
+            object.__setattr__(self, "in_use", AddressSet(self.in_use) if self.in_use else EMPTY_ADDRESS_SET)

@@ -143,7 +143,7 @@ def _unit_size(env: ContractEnv) -> int:
     return 1 if env.limits.addresses else PREFIX_SIZE
 
 
-def _held(env: ContractEnv, iface: Interface) -> tuple[str, ...]:
+def _held(env: ContractEnv, iface: Interface) -> Sequence[str]:
     """What the interface holds in the provider's unit."""
     return iface.addresses if env.limits.addresses else iface.prefixes
 
