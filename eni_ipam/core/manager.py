@@ -169,6 +169,9 @@ class NodeManager:
         self._queue: asyncio.PriorityQueue[tuple[tuple[int, int], int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self.last_resync: float | None = None
+        self._wanting: set[str] = set()
+        """Nodes that wanted a pass when their stats last changed: a resync that passes over a node
+        still triggers it when it is here, so no node with work is ever left without a pass."""
 
     @property
     def ready(self) -> bool:
@@ -231,16 +234,40 @@ class NodeManager:
 
     def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
         """The synchronous half of a resync: take ``snapshot`` (listed from ``started`` on) as the
-        view, update every node from it, and trigger the nodes with work."""
-        self.view.apply(snapshot)
+        view, update every node from it, and trigger the nodes with work.
+
+        Proportional to what changed: a provider hands back the very same :class:`Instance` object
+        for an instance that did not change, and a node already holding it, with nothing else to
+        learn from the fresh view, is passed over: its stats stand, its series stand. What a fresh
+        view can change without the instance changing is visited anyway: a node blocked on the last
+        view (subnet room may be back), one that must re-read its instance, a terminated one, and
+        every node of an instance type whose limits the resync changed."""
+        changed_types = self.view.apply(snapshot)
         self.last_resync = started
+        instances = snapshot.instances
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
         for slot in self._slots.values():
             node = slot.node
-            node.observe(snapshot.instances.get(node.resource.instance_id), seen_at=started)
+            instance = instances.get(node.resource.instance_id)
+            if (
+                instance is not None
+                and instance is node.instance
+                and not node.blocked
+                and not node.needs_refresh
+                and not node.terminated
+                and instance.type not in changed_types
+            ):
+                continue
+            node.observe(instance, seen_at=started)
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
+        for name in list(self._wanting):
+            wanting = self._slots.get(name)
+            if wanting is None:
+                self._wanting.discard(name)
+            elif wanting.has_work():
+                self._trigger(wanting)
         self.metrics.show_totals()
 
     # -- node table -----------------------------------------------------------------------------
@@ -268,6 +295,7 @@ class NodeManager:
         if slot is None:
             return None
         slot.deleted = True
+        self._wanting.discard(name)
         self._disarm(slot)
         self.metrics.remove_node(name)
         log.info("node_removed", node=name)
@@ -413,7 +441,12 @@ class NodeManager:
         self._set_gauges(node)
 
     def _set_gauges(self, node: Node) -> None:
-        """The node's series, and with them the cluster totals (kept equal to their sums)."""
+        """The node's series, and with them the cluster totals (kept equal to their sums); and
+        whether the node wants a pass (what every resync asks of the nodes it passes over)."""
         slot = self._slots.get(node.name)
         if slot is not None and slot.node is node:  # a removed node's series stay removed
             self.metrics.set_node(node.name, node.stats, capacity=node.capacity_limit())
+            if node.wants_pass():
+                self._wanting.add(node.name)
+            else:
+                self._wanting.discard(node.name)

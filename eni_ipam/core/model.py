@@ -194,15 +194,21 @@ class Interface:
     created_at: float = 0.0
     """Cloud-side creation time on the provider's clock (used by garbage collection ages)."""
 
+    slots_used: int = dataclasses.field(init=False, compare=False, repr=False)
+    """Secondary slots taken: every secondary address or /28 prefix takes one."""
+    pool_size: int = dataclasses.field(init=False, compare=False, repr=False)
+    """Addresses the interface contributes to a pool (a prefix counts 16). Both counts are kept,
+    not derived: the planner reads them for every interface of every node it plans."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.addresses, Addresses):
             object.__setattr__(self, "addresses", Addresses.of(self.addresses))
         if not isinstance(self.prefixes, Prefixes):
             object.__setattr__(self, "prefixes", Prefixes.of(self.prefixes))
-
-    @property
-    def slots_used(self) -> int:
-        return len(self.addresses) + len(self.prefixes)
+        addresses = len(self.addresses.packed) >> 2  # type: ignore[attr-defined]
+        prefixes = len(self.prefixes.packed) // 5  # type: ignore[attr-defined]
+        object.__setattr__(self, "slots_used", addresses + prefixes)
+        object.__setattr__(self, "pool_size", addresses + PREFIX_SIZE * prefixes)
 
     def pool_addresses(self) -> Iterator[str]:
         """Every address this interface contributes to a pool: secondaries, then prefix addresses."""
@@ -210,9 +216,6 @@ class Interface:
         for prefix in self.prefixes:
             yield from expand_prefix(prefix)
 
-    @property
-    def pool_size(self) -> int:
-        return len(self.addresses) + PREFIX_SIZE * len(self.prefixes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

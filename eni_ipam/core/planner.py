@@ -52,9 +52,9 @@ def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
     )
 
 
-def managed_interfaces(instance: Instance, spec: NodeSpec) -> list[Interface]:
+def managed_interfaces(instance: Instance, spec: NodeSpec) -> Sequence[Interface]:
     if spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
-        return list(instance.interfaces)  # nothing to exclude (the common case, kept cheap)
+        return instance.interfaces  # nothing to exclude (the common case, kept cheap)
     return [i for i in instance.interfaces if not is_excluded(i, spec)]
 
 
@@ -74,7 +74,8 @@ def is_prefix_delegated(
     if not (enabled and limits.supports_prefixes and not spec.disable_prefix_delegation):
         return False
     interfaces = managed if managed is not None else managed_interfaces(instance, spec)
-    return not any(i.addresses for i in interfaces)
+    # A prefix takes one slot and adds 16 addresses, a plain address takes one slot and adds one.
+    return all(i.pool_size == PREFIX_SIZE * i.slots_used for i in interfaces)
 
 
 def usable_free_indexes(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[int]:
@@ -99,19 +100,27 @@ def node_stats(
     used: int,
     prefix_delegation: bool,
 ) -> NodeStats:
-    """Pool size, watermarks and capacity of one node as the given view shows it."""
+    """Pool size, watermarks and capacity of one node as the given view shows it. Called for every
+    node at every change and, at start, for every node of the cluster: kept to one loop over the
+    interfaces."""
     managed = managed_interfaces(instance, spec)
     pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation, managed=managed)
     per_slot = PREFIX_SIZE if pd else 1
     slots = limits.slots_per_interface
-    available = sum(i.pool_size for i in managed)
-    # Leftover prefixes on a node that is no longer delegated still count at their full size.
+    available = taken = open_interfaces = 0
+    for iface in managed:
+        available += iface.pool_size
+        taken += iface.slots_used
+        if iface.slots_used < slots:
+            open_interfaces += 1
     capacity = len(managed) * slots * per_slot
     if not pd:
-        capacity += (PREFIX_SIZE - 1) * sum(len(i.prefixes) for i in managed)
+        # Leftover prefixes on a node that is no longer delegated still count at their full size:
+        # each adds 15 addresses beyond its slot, and nothing else does.
+        capacity += available - taken
     free_indexes = usable_free_indexes(instance, spec, limits)
     capacity += len(free_indexes) * slots * per_slot
-    remaining = sum(1 for i in managed if i.slots_used < slots) + len(free_indexes)
+    remaining = open_interfaces + len(free_indexes)
     pre = spec.pre_allocate  # resolved when the spec was parsed (0 is the default already)
     max_allocate = spec.max_allocate or max_allocatable(
         limits, first_interface_index=spec.first_interface_index, prefix_delegated=pd
@@ -230,7 +239,7 @@ class _Free(dict[str, int]):
             return default
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Draft:
     """Mutable scratch state of one planning run."""
 
@@ -306,6 +315,8 @@ class _Draft:
 
     def add_bonus(self, bonus: int) -> None:
         """Top up planned calls with slack, in plan order, within their room and subnet."""
+        if bonus <= 0:
+            return
         for iface_id, action in list(self.assigns.items()):
             iface = self.instance.interface(iface_id)
             unit = PREFIX_SIZE if action.prefixes else 1
@@ -372,10 +383,10 @@ def plan_allocation(
         remaining = draft.fill_existing(must, prefixes=False, skip_subnets=())
         remaining = draft.create_new(remaining, prefixes=False, skip_subnets=())
         draft.add_bonus(bonus)
-    ordered_assigns = sorted(
-        draft.assigns.values(),
-        key=lambda a: instance.interface(a.interface_id).device_index,  # type: ignore[union-attr]
-    )
+    ordered_assigns = list(draft.assigns.values())
+    if len(ordered_assigns) > 1:
+        index = {i.id: i.device_index for i in instance.interfaces}
+        ordered_assigns.sort(key=lambda a: index[a.interface_id])
     return AllocationPlan(
         actions=(*ordered_assigns, *draft.creates),
         shortfall=max(remaining, 0),

@@ -59,16 +59,19 @@ class CloudView:
         self._limits_misses: dict[str, float] = {}
         self._planner_view: dict[str, Subnet] | None = None
 
-    def apply(self, snapshot: CloudSnapshot) -> None:
+    def apply(self, snapshot: CloudSnapshot) -> frozenset[str]:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
-        counts: the cloud's fresh count already includes whatever those calls took)."""
+        counts: the cloud's fresh count already includes whatever those calls took). Returns the
+        instance types whose limits the resync changed (learnt or revised)."""
         self.subnets = dict(snapshot.subnets)
         self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
         self._planner_view = None
         self.security_groups = dict(snapshot.security_groups)
+        changed = frozenset(t for t, limits in snapshot.limits.items() if self._limits.get(t) != limits)
         self._limits.update(snapshot.limits)
         self._metrics.replace_subnets(snapshot.subnets.values())
         self.ready = True
+        return changed
 
     # -- subnets ----------------------------------------------------------------------------------
 

@@ -321,3 +321,101 @@ async def test_every_pass_that_ends_is_counted_failed_ones_included(make_world):
             world.metrics.sample("eni_ipam_node_maintenance_failures_total", {"reason": "TransientError"})
             == 1
         )
+
+
+class _Held:
+    """A provider whose resync hands back a snapshot the test holds (identity preserved)."""
+
+    name = "held"
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot
+
+    async def resync(self):
+        return self.snapshot
+
+
+class _Sink:
+    def publish(self, name, status) -> None:
+        pass
+
+
+def _cluster(nodes: int):
+    from eni_ipam._infra.metrics import Metrics
+    from eni_ipam.core.clock import LoopClock
+    from eni_ipam.core.manager import NodeManager
+    from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface, Subnet
+
+    limits = InstanceLimits(adapters=4, ipv4_per_interface=15)
+    instances = {
+        f"i-{n}": Instance(
+            id=f"i-{n}",
+            type="m5.2xlarge",
+            vpc_id="vpc",
+            zone="z",
+            subnet_id="s-1",
+            interfaces=(
+                Interface(
+                    id=f"eni-{n}",
+                    device_index=0,
+                    subnet_id="s-1",
+                    primary_ip=f"10.0.{n}.4",
+                    addresses=tuple(f"10.0.{n}.{k}" for k in range(5, 15)),
+                    instance_id=f"i-{n}",
+                ),
+            ),
+        )
+        for n in range(nodes)
+    }
+    subnet = Subnet(id="s-1", vpc_id="vpc", zone="z", cidr="10.0.0.0/16", available=1000)
+    snapshot = CloudSnapshot(
+        subnets={"s-1": subnet}, security_groups={}, instances=instances, limits={"m5.2xlarge": limits}
+    )
+    manager = NodeManager(
+        provider=_Held(snapshot),  # type: ignore[arg-type]
+        settings=Settings(),
+        metrics=Metrics(),
+        clock=LoopClock(),
+        status_sink=_Sink(),
+    )
+    for n in range(nodes):
+        manager.upsert(NodeResource(name=f"n{n}", instance_id=f"i-{n}", spec=NodeSpec(pre_allocate=2)))
+    return manager, snapshot
+
+
+async def test_a_resync_recomputes_only_the_nodes_whose_instance_changed(monkeypatch):
+    import eni_ipam.core.node as node_module
+
+    manager, snapshot = _cluster(20)
+    manager.apply_resync(snapshot, started=0.0)
+    computed: list[str] = []
+    real = node_module.node_stats
+
+    def counting(spec, instance, limits, **kw):
+        computed.append(instance.id)
+        return real(spec, instance, limits, **kw)
+
+    monkeypatch.setattr(node_module, "node_stats", counting)
+    manager.apply_resync(snapshot, started=1.0)  # the same objects: nothing changed
+    assert computed == []
+    changed = dict(snapshot.instances)
+    changed["i-3"] = dataclasses.replace(changed["i-3"], interfaces=changed["i-3"].interfaces[:1])
+    manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=2.0)
+    assert computed == ["i-3"]
+
+
+async def test_a_resync_visits_a_blocked_node_even_when_its_instance_did_not_change(monkeypatch):
+    import eni_ipam.core.node as node_module
+
+    manager, snapshot = _cluster(5)
+    manager.apply_resync(snapshot, started=0.0)
+    manager.nodes["n2"].blocked = "no-subnet"  # its last plan found no room: the fresh view may have some
+    computed: list[str] = []
+    real = node_module.node_stats
+    monkeypatch.setattr(
+        node_module,
+        "node_stats",
+        lambda spec, inst, lim, **kw: computed.append(inst.id) or real(spec, inst, lim, **kw),
+    )
+    manager.apply_resync(snapshot, started=1.0)
+    assert computed == ["i-2"] and manager.nodes["n2"].blocked == ""
