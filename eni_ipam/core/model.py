@@ -217,7 +217,6 @@ class Interface:
             yield from expand_prefix(prefix)
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Instance:
     id: str
