@@ -118,7 +118,7 @@ class Soak:
     def __init__(self, config: SoakConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.clock = LoopClock()
+        self.clock = LoopClock(measure_cpu=False)
         self.cloud: SimCloud = build_cloud(self.clock, throttle=True)
         self.store = MemoryStore()
         self.side = SimulatedNodeSide(self.store)

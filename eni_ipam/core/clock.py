@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -38,9 +39,20 @@ class Clock(Protocol):
         """Wall-clock time, for timestamps shown to people and written to resources only."""
         ...
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds this process has used (only differences are meaningful), for spending no more
+        than a share of a core on periodic work. A virtual clock answers a constant: nothing adapts."""
+        ...
+
 
 class LoopClock:
-    """The running event loop's clock; wall time from the OS only for display timestamps."""
+    """The running event loop's clock; wall time from the OS only for display timestamps.
+
+    ``measure_cpu=False`` (the simulator, the soaks: virtual time) makes :meth:`cpu_seconds`
+    constant, so what adapts to CPU cost stays deterministic there."""
+
+    def __init__(self, *, measure_cpu: bool = True) -> None:
+        self._measure_cpu = measure_cpu
 
     def monotonic(self) -> float:
         return asyncio.get_running_loop().time()
@@ -53,3 +65,6 @@ class LoopClock:
 
     def now_utc(self) -> datetime.datetime:
         return datetime.datetime.now(datetime.UTC)
+
+    def cpu_seconds(self) -> float:
+        return time.process_time() if self._measure_cpu else 0.0

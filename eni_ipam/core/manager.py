@@ -11,7 +11,9 @@ never sees it, and a pass reports back only through its :class:`~eni_ipam.core.n
   a pass that is running gets one follow-up) and respect a minimum interval per node.
 * **Ordering**: the queue serves the largest deficit first, then idle nodes, then the largest excess.
 * **Periodic resync** (``resync_interval``): refresh the view, re-fetch any node's instance that is
-  missing from it (never read "missing" as "needs nothing"), and trigger every node with work.
+  missing from it (never read "missing" as "needs nothing"), and trigger every node with work. The
+  interval adapts so that resyncs take at most ``resync_cpu_share`` of a core
+  (:func:`resync_interval`); between them, each change is read back per instance.
 * **Failures**: a failed pass re-schedules only that node, with exponential backoff and jitter, and
   never sooner than a cloud's Retry-After; workers never sleep on a node's behalf, so a failing node
   never slows the others.
@@ -44,6 +46,19 @@ from eni_ipam.core.view import CloudView
 from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.manager")
+
+MAX_RESYNC_INTERVAL = 900.0
+"""However costly a resync, the next one comes within 15 minutes: it is the safety net for changes
+made outside eni-ipam, and its cost grows with the cluster, not with time."""
+
+
+def resync_interval(*, floor: float, cost: float, share: float) -> float:
+    """Seconds until the next full resync after one that cost ``cost`` CPU seconds: long enough that
+    resyncs take at most ``share`` of one core on average, never shorter than ``floor``
+    (``resync_interval``) nor longer than :data:`MAX_RESYNC_INTERVAL` (unless ``floor`` is)."""
+    if share <= 0 or cost <= 0:
+        return floor
+    return max(floor, min(cost / share, MAX_RESYNC_INTERVAL))
 
 
 class StatusSink(Protocol):
@@ -169,6 +184,8 @@ class NodeManager:
         self._queue: asyncio.PriorityQueue[tuple[tuple[int, int], int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self.last_resync: float | None = None
+        self.next_resync_in = settings.resync_interval
+        """Seconds the periodic resync waits next (adapted to the last resync's CPU cost)."""
         self._wanting: set[str] = set()
         """Nodes that wanted a pass when their stats last changed: a resync that passes over a node
         still triggers it when it is here, so no node with work is ever left without a pass."""
@@ -214,7 +231,7 @@ class NodeManager:
 
     async def _periodic_resync(self) -> None:
         while True:
-            await self.clock.sleep(self.settings.resync_interval)
+            await self.clock.sleep(self.next_resync_in)
             try:
                 await self.resync()
             except EniIpamError as exc:
@@ -224,6 +241,7 @@ class NodeManager:
     async def resync(self) -> None:
         """Full resync: refresh the shared view and every node's instance; trigger nodes with work."""
         started = self.clock.monotonic()
+        cpu = self.clock.cpu_seconds()
         try:
             snapshot = await self.provider.resync()
         except EniIpamError:
@@ -231,6 +249,15 @@ class NodeManager:
             raise
         self.metrics.resync_finished(ok=True)
         self.apply_resync(snapshot, started=started)
+        # The process's CPU while the resync ran: the resync's own cost, and a little of what ran
+        # beside it (an overestimate, so the share is kept).
+        cost = self.clock.cpu_seconds() - cpu
+        interval = resync_interval(
+            floor=self.settings.resync_interval, cost=cost, share=self.settings.resync_cpu_share
+        )
+        if interval != self.next_resync_in:
+            log.info("resync_interval_adapted", seconds=round(interval, 1), resync_cpu=round(cost, 3))
+        self.next_resync_in = interval
 
     def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
         """The synchronous half of a resync: take ``snapshot`` (listed from ``started`` on) as the

@@ -6,7 +6,9 @@ field's docstring, which docs/settings.md repeats. Durations accept ``250ms``, `
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from typing import Annotated
+
+from pydantic import Field, model_validator
 
 from eni_ipam._infra.config import (
     ConfigModel,
@@ -14,6 +16,7 @@ from eni_ipam._infra.config import (
     FieldError,
     Name,
     NonNegativeInt,
+    Number,
     PositiveDuration,
     PositiveInt,
 )
@@ -39,7 +42,15 @@ class Settings(ConfigModel):
     limiter, not this, is what protects the cloud's API budget."""
 
     resync_interval: PositiveDuration = 60.0
-    """Seconds between full resyncs: the safety net that catches changes made outside eni-ipam."""
+    """Seconds between full resyncs at least: the safety net that catches changes made outside
+    eni-ipam (its own changes are read back at once, per instance). Longer when
+    ``resync_cpu_share`` asks for it."""
+
+    resync_cpu_share: Annotated[Number, Field(ge=0.0, le=1.0)] = 0.10
+    """Most of one core full resyncs may take on average: after each resync the next waits at least
+    its CPU cost divided by this share (a resync that cost 15 s of CPU at 100,000 nodes waits
+    150 s), never less than ``resync_interval`` and never more than 15 minutes. 0 keeps
+    ``resync_interval`` whatever a resync costs."""
 
     trigger_min_interval: Duration = 0.01
     """Minimum seconds between two maintenance passes of one node; events in between fold into one."""

@@ -56,7 +56,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.clock = LoopClock()
+        self.clock = LoopClock(measure_cpu=False)
         self.metrics = Metrics()
         self.store = MemoryStore()
         self.provider: SimProvider | GenericProvider

@@ -419,3 +419,28 @@ async def test_a_resync_visits_a_blocked_node_even_when_its_instance_did_not_cha
     )
     manager.apply_resync(snapshot, started=1.0)
     assert computed == ["i-2"] and manager.nodes["n2"].blocked == ""
+
+
+@pytest.mark.parametrize(
+    ("floor", "cost", "share", "interval"),
+    [
+        (60.0, 0.5, 0.10, 60.0),  # a small cluster: the floor
+        (60.0, 15.0, 0.10, 150.0),  # 15 s of CPU at 10 %: every 150 s
+        (60.0, 200.0, 0.10, 900.0),  # never longer than 15 minutes
+        (1200.0, 200.0, 0.10, 1200.0),  # unless the floor itself is longer
+        (60.0, 15.0, 0.0, 60.0),  # adaptation off
+        (60.0, 0.0, 0.10, 60.0),  # a virtual clock measures nothing
+    ],
+)
+def test_the_resync_interval_keeps_resyncs_within_their_share_of_a_core(floor, cost, share, interval):
+    from eni_ipam.core.manager import resync_interval
+
+    assert resync_interval(floor=floor, cost=cost, share=share) == interval
+
+
+async def test_a_costly_resync_pushes_the_next_one_back(monkeypatch):
+    manager, snapshot = _cluster(3)
+    cpu = iter([10.0, 25.0])  # the resync took 15 CPU seconds
+    monkeypatch.setattr(manager.clock, "cpu_seconds", lambda: next(cpu))
+    await manager.resync()
+    assert manager.next_resync_in == 150.0
