@@ -439,7 +439,7 @@ def test_the_resync_interval_keeps_resyncs_within_their_share_of_a_core(floor, c
 
 
 async def test_a_costly_resync_pushes_the_next_one_back(monkeypatch):
-    manager, snapshot = _cluster(3)
+    manager, _ = _cluster(3)
     cpu = iter([10.0, 25.0])  # the resync took 15 CPU seconds
     monkeypatch.setattr(manager.clock, "cpu_seconds", lambda: next(cpu))
     await manager.resync()
