@@ -63,6 +63,10 @@ InstanceState = Literal["pending", "running", "stopping", "stopped", "shutting-d
 LIVE_STATES: tuple[str, ...] = ("pending", "running", "stopping", "stopped")
 """Instance states worth listing: a terminated (or terminating) instance has no pool to keep."""
 
+NOT_RUNNING: tuple[str, ...] = ("pending", "stopping", "stopped", "shutting-down", "terminated")
+"""Every state but running: what an incremental resync lists (EC2 filters only by inclusion)."""
+
+
 DESCRIPTION = "eni-ipam ({instance})"
 """Description of the interfaces eni-ipam creates (the instance id fills in)."""
 
@@ -247,13 +251,27 @@ class Ec2Provider:
     name: str = "ec2"
 
     def __init__(
-        self, api: Ec2Api, *, limits: LimitsSource, clock: Clock, scope: Scope | None = None
+        self,
+        api: Ec2Api,
+        *,
+        limits: LimitsSource,
+        clock: Clock,
+        scope: Scope | None = None,
+        instance_listing_interval: float = 0.0,
     ) -> None:
+        """``instance_listing_interval``: seconds between two full ``DescribeInstances`` listings
+        (0: at every resync); the resyncs between list only the instances that are not running and
+        the ones they learn of (see :meth:`resync`)."""
         self.api = api
+        self.instance_listing_interval = instance_listing_interval
         self.limits = limits
         self.clock = clock
         self.scope = scope or Scope()
         self._instances: dict[str, InstanceInfo] = {}
+        self._listed_at: float | None = None
+        """When the last full ``DescribeInstances`` listing started (None: none yet)."""
+        self._snapshot: dict[str, Instance] = {}
+        """Every instance of the last resync: an unchanged one is handed back as the same object."""
         self._spent: set[str] = set()
         """Tokens whose interface this process deleted: EC2 would answer them with a dead interface."""
 
@@ -266,14 +284,46 @@ class Ec2Provider:
         Calls DescribeSubnets, DescribeSecurityGroups, DescribeInstances and DescribeNetworkInterfaces,
         each paged to the end; with an instance-tag scope, interfaces are asked for by instance id.
 
+        Instances are listed whole at the first resync, every ``instance_listing_interval`` (0: every
+        time), and every time with an instance-tag scope (it is how new instances are found there).
+        In between, with a VPC scope, only the instances that are not running are listed: the rest
+        keep what the last listing said (an instance's type, zone and subnet never change while it
+        runs), instances the interface listing names but the cache does not know are described, and
+        so is a known instance with no interface attached (a live instance always has its primary
+        one: one that has none is gone, or going). A listing of every instance nests every interface
+        and address again: as heavy as the interface listing itself, every resync.
+
+        An instance that did not change since the last resync is handed back as the very same
+        :class:`Instance` object, so the reconciler can pass over it.
+
         Raises:
             errors.ProviderError: any call failed (no partial view is returned).
         """
         scope = self.scope
+        started = self.clock.monotonic()
         subnets = await self.api.describe_subnets(filters=scope.subnet_filters())
         groups = await self.api.describe_security_groups(filters=scope.vpc())
-        infos = await self.api.describe_instances(filters=scope.instance_filters())
-        live = {info.id: info for info in infos if info.state in LIVE_STATES}
+        whole = (
+            bool(scope.instance_tags)
+            or self._listed_at is None
+            or started - self._listed_at >= self.instance_listing_interval
+        )
+        if whole:
+            infos = await self.api.describe_instances(filters=scope.instance_filters())
+            live = {info.id: info for info in infos if info.state in LIVE_STATES}
+        else:
+            live = {
+                id: dataclasses.replace(info, state="running") if info.state != "running" else info
+                for id, info in self._instances.items()
+            }
+            stopped = await self.api.describe_instances(
+                filters={**scope.instance_filters(), "instance-state-name": list(NOT_RUNNING)}
+            )
+            for info in stopped:
+                if info.state in LIVE_STATES:
+                    live[info.id] = info
+                else:
+                    live.pop(info.id, None)
         if scope.instance_tags:
             interfaces: list[Interface] = []
             for chunk in _chunks(sorted(live)):
@@ -282,17 +332,52 @@ class Ec2Provider:
                 )
         else:
             interfaces = await self.api.describe_network_interfaces(filters=scope.vpc())
-        self._instances = dict(live)
         attached: dict[str, list[Interface]] = collections.defaultdict(list)
         for iface in interfaces:
-            if iface.instance_id in live:
+            if iface.instance_id:
                 attached[iface.instance_id].append(iface)
+        if not whole:
+            # New instances (attached to, unknown yet), and known ones whose primary interface is
+            # gone: described now, so neither is missed nor kept past its termination.
+            unsure = sorted(
+                {*(i for i in attached if i not in live), *(i for i in live if i not in attached)}
+            )
+            for chunk in _chunks(unsure):
+                described = {
+                    info.id: info
+                    for info in await self.api.describe_instances(
+                        filters={**scope.instance_filters(), "instance-id": chunk}
+                    )
+                }
+                for id in chunk:
+                    if id in described:
+                        live[id] = described[id]
+                    else:
+                        live.pop(id, None)  # terminated, gone, or not in the scope
+        else:
+            self._listed_at = started
+        self._instances = live
+        previous = self._snapshot
+        instances = {
+            id: self._reuse(previous.get(id), info, attached.get(id, ())) for id, info in live.items()
+        }
+        self._snapshot = instances
         return CloudSnapshot(
             subnets={s.id: s for s in subnets},
             security_groups={g.id: g for g in groups},
-            instances={id: self._instance(info, attached[id]) for id, info in live.items()},
+            instances=instances,
             limits=await self.limits.known({info.type for info in live.values()}),
         )
+
+    def _reuse(
+        self, previous: Instance | None, info: InstanceInfo, interfaces: Sequence[Interface]
+    ) -> Instance:
+        """``previous`` when nothing of it changed (the same object: what lets the reconciler pass over
+        it), a new :class:`Instance` otherwise."""
+        fresh = self._instance(info, interfaces)
+        if previous is not None and previous == fresh:
+            return previous
+        return fresh
 
     async def describe_instance(self, *, instance_id: str) -> Instance | None:
         """The instance with its attached interfaces now; ``None`` when missing or terminated.

@@ -67,7 +67,13 @@ class AwsProvider(Ec2Provider):
             subnet_tags=settings.subnet_tags_filter,
             instance_tags=settings.instance_tags_filter,
         )
-        super().__init__(Boto3Api(self.client), limits=limits, clock=clock, scope=scope)
+        super().__init__(
+            Boto3Api(self.client),
+            limits=limits,
+            clock=clock,
+            scope=scope,
+            instance_listing_interval=settings.instance_listing_interval,
+        )
         self._vpc_checked = not settings.vpc_id
 
     async def resync(self) -> CloudSnapshot:

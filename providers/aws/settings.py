@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from eni_ipam._infra.config import ConfigModel, PositiveDuration, PositiveInt, check_names
+from eni_ipam._infra.config import ConfigModel, Duration, PositiveDuration, PositiveInt, check_names
 from eni_ipam.core.fields import EMPTY_BUCKETS, Buckets, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
@@ -123,6 +123,16 @@ class AwsSettings(ConfigModel):
     limits_refresh_interval: PositiveDuration = 60.0
     """Minimum seconds between two DescribeInstanceTypes requests about a type EC2 has not described
     yet, so a type EC2 does not know cannot turn into a stream of calls."""
+
+    instance_listing_interval: Duration = 1800.0
+    """Seconds between two full DescribeInstances listings (0: at every resync). Between them a
+    resync lists only the instances that are not running, and describes the ones the interface
+    listing names but it does not know, or that lost every interface: a running instance's type,
+    zone and subnet never change. A full listing nests every instance's interfaces and addresses, as
+    heavy as the interface listing itself; at 100,000 nodes that halves a resync. The full listing
+    still comes every 30 minutes, for a type changed while an instance was stopped and started again
+    between two resyncs. With ``instance_tags_filter`` every resync lists whole: it is how new
+    instances are found there."""
 
     rate_limits: _OperationBuckets = Field(default_factory=lambda: EMPTY_BUCKETS)
     """Per-operation token buckets overriding EC2's published ones (``{AssignPrivateIpAddresses:
