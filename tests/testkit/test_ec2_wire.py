@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from eni_ipam.testing.provider_contract import (
     check_subnet_exhaustion,
 )
 from eni_ipam_testkit.ec2_wire import Ec2Frontend, Ec2Server, FleetSpec, build_fleet, install, spawn
+from eni_ipam_testkit.ec2_wire.fleet import fleet_nodes
 from eni_ipam_testkit.ec2_wire.frontend import http_status
 from eni_ipam_testkit.ec2_wire.render import NAMESPACE
 from eni_ipam_testkit.ec2_wire.tables import SortedKeys
@@ -707,6 +707,10 @@ async def test_a_bulk_fleet_is_the_cloud_add_instance_builds() -> None:
     fleet = build_fleet(bulk, spec)
     build_fleet(slow, spec, bulk=False)
     assert len(fleet.subnet_ids) == 4 and len(fleet.instance_ids) == 40  # 11 instances of 18 per /24
+    # What another process computes of the fleet is what was built.
+    assert [(n.instance_id, n.zone, n.subnet_id) for n in fleet_nodes(spec)] == [
+        (i, bulk.instance_view(i).zone, bulk.instance_view(i).subnet_id) for i in fleet.instance_ids
+    ]
 
     def timeless(interfaces: Any) -> list[Any]:  # setup time passes between add_instance calls
         return [dataclasses.replace(i, created_at=0.0) for i in interfaces]
@@ -727,7 +731,7 @@ async def test_a_bulk_fleet_is_the_cloud_add_instance_builds() -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_a_thousand_interface_page_is_served_fast_once_rendered() -> None:
+async def test_a_thousand_interface_page_is_served_again_from_what_was_rendered() -> None:
     cloud = SimCloud(LoopClock(), buckets=None)
     fleet = build_fleet(cloud, FleetSpec(instances=2_500))
     frontend = Ec2Frontend(cloud)
@@ -735,19 +739,11 @@ async def test_a_thousand_interface_page_is_served_fast_once_rendered() -> None:
         "Action=DescribeNetworkInterfaces&MaxResults=1000"
         f"&Filter.1.Name=vpc-id&Filter.1.Value.1={fleet.vpc_id}"
     )
-    started = time.perf_counter()
     cold = await frontend.handle(request)
-    cold_seconds = time.perf_counter() - started
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        cached = await frontend.handle(request)
-        best = min(best, time.perf_counter() - started)
+    cached = await frontend.handle(request)
     assert cold.status == cached.status == 200
     assert cold.body.count(b"<networkInterfaceId>") == 1000
     assert cold.body.split(b"</requestId>")[1] == cached.body.split(b"</requestId>")[1]
-    assert best < 0.05, f"a cached 1,000-interface page took {best * 1000:.0f} ms"
-    assert best < cold_seconds / 3, (cold_seconds, best)
     # The next page starts after the last id of this one.
     token = ET.fromstring(cold.body).findtext(f"{{{NAMESPACE}}}nextToken")
     second = await frontend.handle(f"{request}&NextToken={token}")

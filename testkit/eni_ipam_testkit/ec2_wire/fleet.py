@@ -93,6 +93,26 @@ def _layout(spec: FleetSpec) -> tuple[int, list[ipaddress.IPv4Network]]:
     return per_subnet, cidrs
 
 
+@dataclasses.dataclass(frozen=True)
+class FleetNode:
+    """Where one fleet instance lives: what a Node of it says (its provider id names the zone)."""
+
+    instance_id: str
+    zone: str
+    subnet_id: str
+
+
+def fleet_nodes(spec: FleetSpec) -> list[FleetNode]:
+    """The instances :func:`build_fleet` makes for ``spec``, in order, without building anything: a
+    Kubernetes side seeded in another process names the same instances."""
+    per_subnet, _ = _layout(spec)
+    nodes = []
+    for n in range(spec.instances):
+        s = n // per_subnet
+        nodes.append(FleetNode(f"i-{n + 1:017x}", spec.zones[s % len(spec.zones)], f"subnet-{s + 1:017x}"))
+    return nodes
+
+
 def build_fleet(cloud: SimCloud, spec: FleetSpec, *, bulk: bool = True) -> Fleet:
     """Add ``spec``'s VPC, subnets, security groups and running instances to ``cloud``.
 
