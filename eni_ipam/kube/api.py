@@ -1,7 +1,9 @@
 """A thin adapter over lightkube: the only module that talks to the Kubernetes client.
 
 Objects cross this boundary as plain dicts (lightkube's generic resources, which are dicts, so
-nothing is decoded into heavy models). Every request:
+nothing is decoded into heavy models). A list may project each object as its page is read
+(``project``), so a caller that keeps only a projection never holds more than one page of whole
+objects. Every request:
 
 * is checked against :mod:`~eni_ipam.kube.permissions` (a request the RBAC in deploy/ would not
   allow is a bug, caught by the tests, never a surprise 403 in a cluster);
@@ -15,7 +17,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import httpx2
 import lightkube
@@ -156,6 +158,7 @@ class KubeApi:
 
     # -- reads ------------------------------------------------------------------------------------
 
+    @overload
     async def list(
         self,
         kind: Kind,
@@ -163,11 +166,36 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
-    ) -> tuple[list[Obj], str]:
-        """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion."""
-        resource = kind.resource()
+    ) -> tuple[list[Obj], str]: ...
 
-        async def run() -> tuple[list[Obj], str]:
+    @overload
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        chunk_size: int = 500,
+        project: Callable[[Obj], T],
+    ) -> tuple[list[T], str]: ...
+
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        chunk_size: int = 500,
+        project: Callable[[Obj], Any] | None = None,
+    ) -> tuple[list[Any], str]:
+        """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion.
+
+        ``project``: what to keep of each object, applied as its page is read; the page's whole
+        objects are dropped before the next page is requested."""
+        resource = kind.resource()
+        keep: Callable[[Obj], Any] = project or (lambda obj: obj)
+
+        async def run() -> tuple[list[Any], str]:
             listing = self.client.list(
                 resource,
                 chunk_size=chunk_size,
@@ -175,7 +203,7 @@ class KubeApi:
                 fields=dict(fields or {}),
                 **self._every_namespace(kind),
             )
-            items = [dict(item) async for item in listing]
+            items = [keep(dict(item)) async for item in listing]
             return items, listing.resourceVersion
 
         return await self._call("list", kind, "", run)
