@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import httpx2
@@ -281,6 +281,35 @@ class KubeApi:
             sub,
             lambda: self._dict(
                 self.client.patch(resource, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+            ),
+        )
+
+    async def json_patch(
+        self,
+        kind: Kind,
+        name: str,
+        operations: Sequence[Obj],
+        *,
+        namespace: str | None = None,
+        status: bool = False,
+    ) -> Obj:
+        """JSON patch (RFC 6902): ``operations`` applied in order to the object as the server holds it
+        when the write lands. An operation that cannot apply (a missing parent, a failed ``test``) is
+        a 422; setting ``/metadata/resourceVersion`` makes the write conditional (409 if stale)."""
+        resource = kind.resource().Status if status else kind.resource()
+        sub = "status" if status else ""
+        return await self._call(
+            "patch",
+            kind,
+            sub,
+            lambda: self._dict(
+                self.client.patch(
+                    resource,
+                    name,
+                    [dict(op) for op in operations],
+                    namespace=namespace,
+                    patch_type=PatchType.JSON,
+                )
             ),
         )
 

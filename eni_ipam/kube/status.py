@@ -1,16 +1,27 @@
-"""Pool status writes: coalesced, batched, rate limited, with optimistic concurrency.
+"""Pool status writes: coalesced, rate limited, each replacing the controller's fields.
 
 The manager publishes a node's status after every pass (``publish`` never blocks). Writes are
-coalesced per node — only the latest status of a node is ever written — and flushed in batches
-after a short window, each write spending a token of one bucket (``status_qps``/``status_burst``)
-so a thousand nodes converging at start-up do not flood the API server.
+coalesced per node — only the latest status of a node is ever written, in the order the nodes first
+asked — and every write spends a token of one bucket (``status_qps``/``status_burst``), so a
+thousand nodes converging at start-up do not flood the API server.
 
-Each write is a JSON merge patch of the controller's own status fields, conditional on the
-resourceVersion it was computed from. On 409 the object is re-read and the patch recomputed
-(the agent may have written ``used`` meanwhile; those fields are never in our patch), up to
-``MAX_ATTEMPTS`` times; then the status is queued again for the next batch. A write that would
-change nothing is not sent. A pool that is gone (404) is dropped; a write the server refuses
-(422, 403) is logged and dropped; other failures are retried with the next batch, after a backoff.
+What a write needs of its pool is the informer's projection (:class:`~eni_ipam.kube.projection.
+PoolInfo`): the digest of the controller-owned fields as stored, the conditions' transition times,
+the generation and the resourceVersion. A status whose digest equals the stored one is not sent
+and spends no token, so a new leader, or a restarted process, that computes what the pools already
+hold writes nothing. The write itself (:func:`~eni_ipam.kube.resources.status_ops`) is a JSON patch
+replacing each controller field whole; it never names the node agent's fields, so an agent writing
+``used`` or ``releaseAnswers`` at the same moment loses nothing, and it needs no old content.
+
+The writer keeps no written object: the projection of a write's answer is kept only until the
+informer has caught up with it (its resourceVersion reaches the write's), so a status published
+again before the watch event arrives is compared with what was written, not with an older cache.
+
+Failures: a 409 (only a pool without any status is written conditionally; or an injected fault) is
+re-read and recomputed, up to ``MAX_ATTEMPTS`` times, then queued for the next round. A pool that
+is gone (404) is dropped; a write the server refuses (422, 403) is logged and dropped, unless it is a
+field-by-field write to a pool whose status was removed meanwhile (re-read, then written whole).
+Other failures are queued again and retried after a backoff.
 """
 
 from __future__ import annotations
@@ -27,25 +38,25 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.kube import errors
-from eni_ipam.kube.api import ENIPOOLS, KubeApi, Obj
-from eni_ipam.kube.resources import status_patch
+from eni_ipam.kube.api import ENIPOOLS, KubeApi
+from eni_ipam.kube.projection import PoolInfo, project_pool
+from eni_ipam.kube.resources import status_ops
 
 log = structlog.get_logger("eni_ipam.kube.status")
 
 MAX_ATTEMPTS = 3
-"""Conflicts retried at once per write; after that the status waits for the next batch."""
+"""Conflicts retried at once per write; after that the status waits for the next round."""
 OPERATION = "status"
+YIELD_EVERY = 256
+"""Statuses checked between two yields to the event loop when none needs a write (a hand-over
+compares every pool's status; the lease must still be renewed meanwhile)."""
 
 
-def _newer(a: Obj | None, b: Obj | None) -> Obj | None:
-    """The more recent of two versions of one object (resourceVersions of one etcd are increasing
-    integers; anything else falls back to ``b``, the one seen last)."""
-    if a is None or b is None:
-        return a or b
-    va, vb = (str(o.get("metadata", {}).get("resourceVersion", "")) for o in (a, b))
-    if va.isdigit() and vb.isdigit():
-        return a if int(va) > int(vb) else b
-    return b
+def _caught_up(cached: PoolInfo, written: PoolInfo) -> bool:
+    """Whether the informer's ``cached`` projection is at least as recent as ``written``
+    (resourceVersions of one etcd are increasing integers; anything else counts as caught up)."""
+    a, b = cached.resource_version, written.resource_version
+    return not (a.isdigit() and b.isdigit()) or int(a) >= int(b)
 
 
 class StatusWriter:
@@ -53,7 +64,7 @@ class StatusWriter:
         self,
         api: KubeApi,
         *,
-        lookup: Callable[[str], Obj | None],
+        lookup: Callable[[str], PoolInfo | None],
         clock: Clock,
         metrics: Metrics,
         qps: float = 10.0,
@@ -61,8 +72,8 @@ class StatusWriter:
         batch_window: float = 0.2,
     ) -> None:
         """Args:
-        lookup: the ENIPool as last seen by the informer (None when there is none).
-        batch_window: seconds changes gather before a batch is written.
+        lookup: the ENIPool's projection as last seen by the informer (None when there is none).
+        batch_window: seconds changes gather before they are written.
         """
         self.api = api
         self.lookup = lookup
@@ -71,10 +82,12 @@ class StatusWriter:
         self.batch_window = batch_window
         self.limiter = RateLimiter({OPERATION: Bucket(burst=float(burst), refill=qps)}, clock=clock)
         self.pending: dict[str, NodeStatus] = {}
-        self._written: dict[str, Obj] = {}
+        """The latest unwritten status of each pool, in the order the pools first asked (a pool
+        published again keeps its place)."""
+        self._fresh: dict[str, PoolInfo] = {}
+        """Projections of what was written, until the informer has seen it (see the module doc)."""
         self._wake = asyncio.Event()
-        self._lock = asyncio.Lock()  # one batch at a time (the shutdown flush races the loop's)
-        self._failed_batch = False
+        self._lock = asyncio.Lock()  # one round at a time (the shutdown flush races the loop's)
         self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
 
     # StatusSink
@@ -82,18 +95,37 @@ class StatusWriter:
         self.pending[name] = status
         self._wake.set()
 
+    def _top(self) -> tuple[str, NodeStatus] | None:
+        """The first pending status, left in the queue (None when nothing is pending)."""
+        name = next(iter(self.pending), None)
+        return None if name is None else (name, self.pending[name])
+
+    def _pop(self) -> tuple[str, NodeStatus] | None:
+        """The first pending status, taken out of the queue."""
+        top = self._top()
+        if top is not None:
+            del self.pending[top[0]]
+        return top
+
     def reset(self) -> None:
-        """Drop everything queued and cached (leadership ended: the next term starts clean)."""
+        """Drop everything queued and remembered (leadership ended: the next term starts clean)."""
         self.pending.clear()
-        self._written.clear()
+        self._fresh.clear()
+
+    def seen(self, pool: PoolInfo) -> None:
+        """The informer has ``pool``: what was written to it is no longer remembered once it is
+        at least that recent (the informer's handler calls this on every pool event)."""
+        written = self._fresh.get(pool.name)
+        if written is not None and _caught_up(pool, written):
+            del self._fresh[pool.name]
 
     def forget(self, name: str) -> None:
-        """The pool is gone: drop what was queued for it."""
+        """The pool is gone: drop what was queued and remembered for it."""
         self.pending.pop(name, None)
-        self._written.pop(name, None)
+        self._fresh.pop(name, None)
 
     async def run(self) -> None:
-        """Write batches until cancelled; after a batch with failures, back off before the next."""
+        """Write until cancelled; after a round with failures, back off before the next."""
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -104,55 +136,102 @@ class StatusWriter:
                 await self.clock.sleep(self.backoff.next_delay())
 
     async def flush(self) -> bool:
-        """Write everything queued now; False when some write failed (it is queued again)."""
+        """Write everything pending, first asked first, including what is published meanwhile;
+        False when some write failed (it is queued again, for the next round)."""
         async with self._lock:
-            self._failed_batch = False
-            batch, self.pending = self.pending, {}
-            for name, status in batch.items():
-                if name in self.pending:
-                    continue  # a newer status arrived while this batch ran; it goes in the next one
+            failed: dict[str, NodeStatus] = {}
+            checked = 0
+            while (top := self._top()) is not None:
+                checked += 1
+                if checked % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                if not self._changes(*top):
+                    self._pop()  # the pool already says so: no write, no token
+                    continue
                 await self.limiter.acquire(OPERATION)
-                await self._write(name, status)
-            return not self._failed_batch
+                item = self._pop()  # once the token is there: the latest status of the pool
+                if item is not None and not await self._write(*item):
+                    failed[item[0]] = item[1]
+            for name, status in failed.items():
+                if name not in self.pending:  # unless a newer status came meanwhile
+                    self.publish(name, status)
+            for name, written in list(self._fresh.items()):
+                cached = self.lookup(name)
+                if cached is not None and _caught_up(cached, written):
+                    del self._fresh[name]
+            return not failed
 
-    async def _write(self, name: str, status: NodeStatus) -> None:
-        current = _newer(self._written.get(name), self.lookup(name))
+    def _current(self, name: str) -> PoolInfo | None:
+        """The most recent projection of the pool: the informer's, or what was written since."""
+        cached, written = self.lookup(name), self._fresh.get(name)
+        if written is None:
+            return cached
+        if cached is not None and _caught_up(cached, written):
+            del self._fresh[name]
+            return cached
+        return written
+
+    def _changes(self, name: str, status: NodeStatus) -> bool:
+        """Whether writing ``status`` would change the pool (a gone pool needs no write)."""
+        current = self._current(name)
+        return current is not None and status_ops(status, current, now=self.clock.now_utc()) is not None
+
+    async def _write(self, name: str, status: NodeStatus) -> bool:
+        """Write ``status`` if it changes the pool; False when it failed and should be retried.
+        Its token is spent; conflicts are retried at once, without another."""
+        current = self._current(name)
+        invalid: errors.KubeInvalid | None = None  # a field-by-field write refused once
         for _ in range(MAX_ATTEMPTS):
             if current is None:
-                return  # the pool is gone
-            patch = status_patch(status, current, now=self.clock.now_utc())
-            if patch is None:
-                return
+                return True  # the pool is gone
+            ops = status_ops(status, current, now=self.clock.now_utc())
+            if ops is None:
+                return True  # the pool already says so
             try:
-                self._written[name] = await self.api.patch(ENIPOOLS, name, patch, status=True)
+                answer = await self.api.json_patch(ENIPOOLS, name, ops, status=True)
             except errors.KubeConflict:
                 self.metrics.status_writes.labels(outcome="conflict").inc()
-                try:
-                    current = await self.api.get(ENIPOOLS, name, status=True)
-                except errors.KubeNotFound:
-                    return
-                except errors.KubeError as exc:
-                    self._failed(name, status, exc)
-                    return
-                continue
             except errors.KubeNotFound:
                 self.forget(name)
-                return
-            except (errors.KubeInvalid, errors.KubeForbidden) as exc:
-                # Retrying the same write cannot help (an old CRD schema, missing RBAC): say so, drop it.
-                self.metrics.status_writes.labels(outcome="failed").inc()
-                log.error("status_write_refused", node=name, error=str(exc))
-                return
+                return True
+            except errors.KubeInvalid as exc:
+                if current.has_status and invalid is None:
+                    # The status may have been removed since it was read: a field cannot be added
+                    # to a missing status. Read it again; written whole if it is gone.
+                    invalid = exc
+                else:
+                    self._refused(name, exc)
+                    return True
+            except errors.KubeForbidden as exc:
+                self._refused(name, exc)
+                return True
             except errors.KubeError as exc:
-                self._failed(name, status, exc)
-                return
-            self.metrics.status_writes.labels(outcome="ok").inc()
-            return
-        self._failed(name, status, None)
+                self._failed(name, exc)
+                return False
+            else:
+                self._fresh[name] = project_pool(answer)
+                self.metrics.status_writes.labels(outcome="ok").inc()
+                return True
+            try:
+                current = project_pool(await self.api.get(ENIPOOLS, name, status=True))
+            except errors.KubeNotFound:
+                self.forget(name)
+                return True
+            except errors.KubeError as exc:
+                self._failed(name, exc)
+                return False
+            self._fresh[name] = current  # newer than the informer's, until it catches up
+            if invalid is not None and current.has_status:
+                self._refused(name, invalid)  # the status is there: the server refuses the values
+                return True
+        self._failed(name, None)
+        return False
 
-    def _failed(self, name: str, status: NodeStatus, exc: errors.KubeError | None) -> None:
+    def _refused(self, name: str, exc: errors.KubeError) -> None:
+        # Retrying the same write cannot help (an old CRD schema, missing RBAC): say so, drop it.
+        self.metrics.status_writes.labels(outcome="failed").inc()
+        log.error("status_write_refused", node=name, error=str(exc))
+
+    def _failed(self, name: str, exc: errors.KubeError | None) -> None:
         self.metrics.status_writes.labels(outcome="failed").inc()
         log.warning("status_write_failed", node=name, error=str(exc) if exc else "conflicts persisted")
-        self.pending.setdefault(name, status)  # try again with the next batch (unless newer is queued)
-        self._failed_batch = True
-        self._wake.set()
