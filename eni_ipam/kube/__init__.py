@@ -7,6 +7,6 @@
 * :mod:`~eni_ipam.kube.projection` — what the informers keep of Nodes, Pending Pods and ENIPools.
 * :mod:`~eni_ipam.kube.lease` — Lease leader election with client-go's rules on the injected clock.
 * :mod:`~eni_ipam.kube.resources` — ENIPool custom resources ↔ the core model (pure functions).
-* :mod:`~eni_ipam.kube.status` — rate-limited status writes, skipped by digest.
+* :mod:`~eni_ipam.kube.status` — rate-limited status writes ordered by need, skipped by digest.
 * :mod:`~eni_ipam.kube.source` — the node source: Nodes → ENIPools → the NodeManager.
 """

@@ -22,7 +22,8 @@ Handlers only queue work; one loop does the writes, in order, retrying failures 
 The informers keep projections (:mod:`~eni_ipam.kube.projection`), never whole objects: what is
 read of a Node, a Pending Pod and an ENIPool is all that stays in memory, and the list made at the
 start of a term keeps only each pool's :class:`~eni_ipam.core.records.NodeRecord`. Statuses go to
-the :class:`~eni_ipam.kube.status.StatusWriter`, which skips those the pools already hold.
+the :class:`~eni_ipam.kube.status.StatusWriter`, which orders them by need (this source tells it how
+many pods wait on each node) and skips those the pools already hold.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class KubeNodeSource:
             metrics=metrics,
             qps=settings.status_qps,
             burst=settings.status_burst,
+            pending_pods=lambda name: self.pending_pods.get(name, 0),
         )
         self.manager: NodeManager | None = None
         self.pending_pods: collections.Counter[str] = collections.Counter()

@@ -1,4 +1,4 @@
-"""Status writes: coalesced per node, rate limited, skipped when nothing changes, and
+"""Status writes: coalesced per node, ordered by need, rate limited, skipped when nothing changes, and
 never in the way of the node agent's own status fields."""
 
 from __future__ import annotations
@@ -197,6 +197,43 @@ async def test_a_transition_time_is_kept_while_the_condition_holds(kube: FakeKub
     assert third["Ready"]["status"] == "True"
     assert third["Ready"]["lastTransitionTime"] > first["Ready"]["lastTransitionTime"]
     assert third["AtCapacity"]["lastTransitionTime"] == first["AtCapacity"]["lastTransitionTime"]
+
+
+async def test_statuses_are_written_most_urgent_first(kube: FakeKube, api: KubeApi) -> None:
+    # Pending pods first (most first), then deficits (largest first), then the rest as they came.
+    needs = {"idle-a": 0, "deficit-3": 3, "deficit-8": 8, "pods-2": 0, "idle-b": 0, "pods-5": 1, "both": 9}
+    pods = {"pods-2": 2, "pods-5": 5, "both": 2}
+    pools = await make_pools(api, list(needs))
+    writer = StatusWriter(
+        api,
+        lookup=pools.get,
+        clock=LoopClock(),
+        metrics=Metrics(),
+        qps=1,
+        burst=1,
+        pending_pods=lambda name: pods.get(name, 0),
+    )
+    for name, needed in needs.items():
+        writer.publish(name, status(1, needed=needed))
+    assert await writer.flush()
+    assert status_writes(kube) == ["pods-5", "both", "pods-2", "deficit-8", "deficit-3", "idle-a", "idle-b"]
+
+
+async def test_an_urgent_status_overtakes_a_long_queue(kube: FakeKube, api: KubeApi) -> None:
+    names = [f"idle-{n}" for n in range(8)]
+    pools = await make_pools(api, [*names, "late"])
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=Metrics(), qps=1, burst=1)
+    for name in names:
+        writer.publish(name, status(1))
+    task = asyncio.create_task(writer.run())
+    await until(lambda: len(status_writes(kube)) == 2, limit=10)
+    writer.publish("late", status(0, needed=4))  # a node that needs addresses, behind six idle ones
+    await until(lambda: len(status_writes(kube)) == 3, limit=10)
+    assert status_writes(kube)[2] == "late"
+    writer.publish("idle-0", status(1))  # unchanged: not written again, and no token spent on it
+    await until(lambda: len(status_writes(kube)) == 9, limit=20)
+    assert sorted(status_writes(kube)) == sorted([*names, "late"])
+    task.cancel()
 
 
 async def test_a_status_published_again_keeps_its_place_in_line(kube: FakeKube, api: KubeApi) -> None:
