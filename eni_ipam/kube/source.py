@@ -21,7 +21,8 @@ Handlers only queue work; one loop does the writes, in order, retrying failures 
 
 The informers keep projections (:mod:`~eni_ipam.kube.projection`), never whole objects: what is
 read of a Node, a Pending Pod and an ENIPool is all that stays in memory, and the list made at the
-start of a term keeps only each pool's :class:`~eni_ipam.core.records.NodeRecord`. Statuses go to
+start of a term keeps only each pool's :class:`~eni_ipam.core.records.NodeRecord` (and, for the
+status writer, the projection of a pool the informer has not caught up with). Statuses go to
 the :class:`~eni_ipam.kube.status.StatusWriter`, which orders them by need (this source tells it how
 many pods wait on each node) and skips those the pools already hold.
 """
@@ -46,7 +47,7 @@ from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors
-from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi
+from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.resources import (
@@ -66,6 +67,11 @@ log = structlog.get_logger("eni_ipam.kube.source")
 LISTED_TTL = 300.0
 """Seconds the list made at the start of a term is merged into the records at most, in case the
 informer's version never passes it (no pool changes): by then its watch has long caught up."""
+
+
+def _older(current: str, listed: str) -> bool:
+    """Whether ``current`` is known to be an older resourceVersion than ``listed``."""
+    return current.isdigit() and listed.isdigit() and int(current) < int(listed)
 
 
 def _caught_up(current: str, listed: str) -> bool:
@@ -187,7 +193,7 @@ class KubeNodeSource:
         backoff = Backoff(initial=0.5, maximum=10.0, rng=self.rng)
         while True:
             try:
-                records, version = await self.api.list(ENIPOOLS, project=node_record)  # nothing else kept
+                records, version = await self.api.list(ENIPOOLS, project=self._term_record)
                 break
             except errors.KubeError as exc:
                 delay = backoff.next_delay()
@@ -195,6 +201,17 @@ class KubeNodeSource:
                 await self.clock.sleep(delay)
         self._listed = {r.name: r for r in records if r is not None}
         self._listed_version, self._listed_at = version, self.clock.monotonic()
+
+    def _term_record(self, obj: Obj) -> NodeRecord | None:
+        """What the list made at the start of a term keeps of a pool: its record. A pool the
+        informer has an older version of (the previous leader's last writes may still be on their
+        way to its watch) is handed to the status writer too, so a status that pool already holds is
+        not written again."""
+        cached = self.pools.store.get(str(obj["metadata"]["name"]))
+        listed = str(obj["metadata"].get("resourceVersion") or "")
+        if cached is None or _older(cached.resource_version, listed):
+            self.writer.remember(project_pool(obj))
+        return node_record(obj)
 
     async def run(self) -> None:
         """Keep the caches current until cancelled (every replica runs this)."""

@@ -16,9 +16,11 @@ hold writes nothing. The write itself (:func:`~eni_ipam.kube.resources.status_op
 replacing each controller field whole; it never names the node agent's fields, so an agent writing
 ``used`` or ``releaseAnswers`` at the same moment loses nothing, and it needs no old content.
 
-The writer keeps no written object: the projection of a write's answer is kept only until the
-informer has caught up with it (its resourceVersion reaches the write's), so a status published
-again before the watch event arrives is compared with what was written, not with an older cache.
+The writer keeps no written object. A projection more recent than the informer's — a write's
+answer, a re-read after a conflict, a pool as the list made at the start of a term saw it — is kept
+only until the informer has caught up with it (its resourceVersion reaches that one's), so a status
+is compared with the latest the controller knows of, not with a cache that lags: at the start of a
+term, the previous leader's last writes may not have reached this replica's watch yet.
 
 Failures: a 409 (only a pool without any status is written conditionally; or an injected fault) is
 re-read and recomputed, up to ``MAX_ATTEMPTS`` times, then queued for the next round. A pool that
@@ -104,8 +106,8 @@ class StatusWriter:
         """Each pending pool's ``(arrival, token)``: its place in line is kept while it waits, so a
         node whose status keeps changing is not sent to the back of the line each time."""
         self._seq = itertools.count()
-        self._fresh: dict[str, PoolInfo] = {}
-        """Projections of what was written, until the informer has seen it (see the module doc)."""
+        self._ahead: dict[str, PoolInfo] = {}
+        """Projections more recent than the informer's, until it has caught up (the module doc)."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one round at a time (the shutdown flush races the loop's)
         self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
@@ -156,20 +158,28 @@ class StatusWriter:
         self.pending.clear()
         self._heap.clear()
         self._place.clear()
-        self._fresh.clear()
+        self._ahead.clear()
+
+    def remember(self, pool: PoolInfo) -> None:
+        """``pool`` as read elsewhere than through the informer (the list made at the start of a
+        term): kept until the informer has caught up with it, if it is more recent than what the
+        informer and the writer already have."""
+        known = self._current(pool.name)
+        if known is None or not _caught_up(known, pool):
+            self._ahead[pool.name] = pool
 
     def seen(self, pool: PoolInfo) -> None:
-        """The informer has ``pool``: what was written to it is no longer remembered once it is
-        at least that recent (the informer's handler calls this on every pool event)."""
-        written = self._fresh.get(pool.name)
-        if written is not None and _caught_up(pool, written):
-            del self._fresh[pool.name]
+        """The informer has ``pool``: a more recent projection of it is no longer kept once the
+        informer is at least that recent (its handler calls this on every pool event)."""
+        ahead = self._ahead.get(pool.name)
+        if ahead is not None and _caught_up(pool, ahead):
+            del self._ahead[pool.name]
 
     def forget(self, name: str) -> None:
         """The pool is gone: drop what was queued and remembered for it."""
         self.pending.pop(name, None)
         self._place.pop(name, None)
-        self._fresh.pop(name, None)
+        self._ahead.pop(name, None)
 
     async def run(self) -> None:
         """Write until cancelled; after a round with failures, back off before the next."""
@@ -204,21 +214,21 @@ class StatusWriter:
             for name, status in failed.items():
                 if name not in self.pending:  # unless a newer status came meanwhile
                     self.publish(name, status)
-            for name, written in list(self._fresh.items()):
+            for name, ahead in list(self._ahead.items()):
                 cached = self.lookup(name)
-                if cached is not None and _caught_up(cached, written):
-                    del self._fresh[name]
+                if cached is not None and _caught_up(cached, ahead):
+                    del self._ahead[name]
             return not failed
 
     def _current(self, name: str) -> PoolInfo | None:
-        """The most recent projection of the pool: the informer's, or what was written since."""
-        cached, written = self.lookup(name), self._fresh.get(name)
-        if written is None:
+        """The most recent projection of the pool: the informer's, or one it has not caught up with."""
+        cached, ahead = self.lookup(name), self._ahead.get(name)
+        if ahead is None:
             return cached
-        if cached is not None and _caught_up(cached, written):
-            del self._fresh[name]
+        if cached is not None and _caught_up(cached, ahead):
+            del self._ahead[name]
             return cached
-        return written
+        return ahead
 
     def _changes(self, name: str, status: NodeStatus) -> bool:
         """Whether writing ``status`` would change the pool (a gone pool needs no write)."""
@@ -258,7 +268,7 @@ class StatusWriter:
                 self._failed(name, exc)
                 return False
             else:
-                self._fresh[name] = project_pool(answer)
+                self._ahead[name] = project_pool(answer)
                 self.metrics.status_writes.labels(outcome="ok").inc()
                 return True
             try:
@@ -269,7 +279,7 @@ class StatusWriter:
             except errors.KubeError as exc:
                 self._failed(name, exc)
                 return False
-            self._fresh[name] = current  # newer than the informer's, until it catches up
+            self._ahead[name] = current  # newer than the informer's, until it catches up
             if invalid is not None and current.has_status:
                 self._refused(name, invalid)  # the status is there: the server refuses the values
                 return True
