@@ -250,3 +250,22 @@ async def test_a_status_published_again_keeps_its_place_in_line(kube: FakeKube, 
     assert status_writes(kube) == names  # not sent to the back of the line
     assert len(stored(kube, "idle-3")["status"]["pool"]) == 3  # and its latest status is the one written
     task.cancel()
+
+
+async def test_a_status_removed_since_it_was_read_is_written_whole(kube: FakeKube, api: KubeApi) -> None:
+    await make_pools(api, ["n1"])
+    metrics = Metrics()
+    cache: dict[str, PoolInfo] = {}
+    writer = StatusWriter(api, lookup=cache.get, clock=LoopClock(), metrics=metrics)
+    cache["n1"] = project_pool(stored(kube, "n1"))
+    writer.publish("n1", status(1))
+    await writer.flush()
+    cache["n1"] = project_pool(stored(kube, "n1"))  # has a status: the next write goes field by field
+    await api.json_patch(ENIPOOLS, "n1", [{"op": "remove", "path": "/status"}], status=True)  # by hand
+    assert "status" not in stored(kube, "n1")
+    writer.publish("n1", status(2))
+    assert await writer.flush()
+    assert len(stored(kube, "n1")["status"]["pool"]) == 2
+    assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "failed"}) is None
+    codes = [r.status for r in kube.requests if r.verb == "patch" and r.subresource == "status"]
+    assert codes == [200, 200, 422, 200]  # the field-by-field write could not apply; re-read, whole
