@@ -2,9 +2,11 @@
 
 * :mod:`~eni_ipam.kube.api` — a thin adapter over lightkube: plain-dict objects, one error tree
   (:class:`~eni_ipam.kube.errors.KubeError`), metrics per request, and the permissions it may use.
-* :mod:`~eni_ipam.kube.informer` — list, then watch from the last resourceVersion; relist on 410.
+* :mod:`~eni_ipam.kube.informer` — list, then watch from the last resourceVersion; relist on 410;
+  each object projected as it arrives.
+* :mod:`~eni_ipam.kube.projection` — what the informers keep of Nodes, Pending Pods and ENIPools.
 * :mod:`~eni_ipam.kube.lease` — Lease leader election with client-go's rules on the injected clock.
 * :mod:`~eni_ipam.kube.resources` — ENIPool custom resources ↔ the core model (pure functions).
-* :mod:`~eni_ipam.kube.status` — batched, rate-limited status writes with optimistic concurrency.
+* :mod:`~eni_ipam.kube.status` — rate-limited status writes ordered by need, skipped by digest.
 * :mod:`~eni_ipam.kube.source` — the node source: Nodes → ENIPools → the NodeManager.
 """

@@ -1,7 +1,9 @@
 """A thin adapter over lightkube: the only module that talks to the Kubernetes client.
 
 Objects cross this boundary as plain dicts (lightkube's generic resources, which are dicts, so
-nothing is decoded into heavy models). Every request:
+nothing is decoded into heavy models). A list may project each object as its page is read
+(``project``), so a caller that keeps only a projection never holds more than one page of whole
+objects. Every request:
 
 * is checked against :mod:`~eni_ipam.kube.permissions` (a request the RBAC in deploy/ would not
   allow is a bug, caught by the tests, never a surprise 403 in a cluster);
@@ -14,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import httpx2
 import lightkube
@@ -156,6 +158,7 @@ class KubeApi:
 
     # -- reads ------------------------------------------------------------------------------------
 
+    @overload
     async def list(
         self,
         kind: Kind,
@@ -163,11 +166,36 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
-    ) -> tuple[list[Obj], str]:
-        """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion."""
-        resource = kind.resource()
+    ) -> tuple[list[Obj], str]: ...
 
-        async def run() -> tuple[list[Obj], str]:
+    @overload
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        chunk_size: int = 500,
+        project: Callable[[Obj], T],
+    ) -> tuple[list[T], str]: ...
+
+    async def list(
+        self,
+        kind: Kind,
+        *,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        chunk_size: int = 500,
+        project: Callable[[Obj], Any] | None = None,
+    ) -> tuple[list[Any], str]:
+        """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion.
+
+        ``project``: what to keep of each object, applied as its page is read; the page's whole
+        objects are dropped before the next page is requested."""
+        resource = kind.resource()
+        keep: Callable[[Obj], Any] = project or (lambda obj: obj)
+
+        async def run() -> tuple[list[Any], str]:
             listing = self.client.list(
                 resource,
                 chunk_size=chunk_size,
@@ -175,7 +203,7 @@ class KubeApi:
                 fields=dict(fields or {}),
                 **self._every_namespace(kind),
             )
-            items = [dict(item) async for item in listing]
+            items = [keep(dict(item)) async for item in listing]
             return items, listing.resourceVersion
 
         return await self._call("list", kind, "", run)
@@ -253,6 +281,35 @@ class KubeApi:
             sub,
             lambda: self._dict(
                 self.client.patch(resource, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+            ),
+        )
+
+    async def json_patch(
+        self,
+        kind: Kind,
+        name: str,
+        operations: Sequence[Obj],
+        *,
+        namespace: str | None = None,
+        status: bool = False,
+    ) -> Obj:
+        """JSON patch (RFC 6902): ``operations`` applied in order to the object as the server holds it
+        when the write lands. An operation that cannot apply (a missing parent, a failed ``test``) is
+        a 422; setting ``/metadata/resourceVersion`` makes the write conditional (409 if stale)."""
+        resource = kind.resource().Status if status else kind.resource()
+        sub = "status" if status else ""
+        return await self._call(
+            "patch",
+            kind,
+            sub,
+            lambda: self._dict(
+                self.client.patch(
+                    resource,
+                    name,
+                    [dict(op) for op in operations],
+                    namespace=namespace,
+                    patch_type=PatchType.JSON,
+                )
             ),
         )
 

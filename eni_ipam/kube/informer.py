@@ -11,6 +11,12 @@
   watch again from the last version (no relist needed).
 * Other API errors back off and relist. Handlers are called synchronously on the event loop and
   must not block; a handler that raises is logged and never stops the informer.
+* **Projection** (client-go's ``SetTransform``): an informer given ``project`` keeps and hands its
+  handlers only what ``project`` returns for each object (:mod:`~eni_ipam.kube.projection`); the
+  whole object of a list page or a watch event is dropped once projected, so it never outlives
+  its page or its event. The store's keys and the resume version are read from the whole object
+  first, and ``version`` reads a projection's resourceVersion back (a changed version after a
+  relist is a MODIFIED event). Without ``project`` the store holds the objects themselves.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar, overload
 
 import structlog
 
@@ -29,7 +36,9 @@ from eni_ipam.kube.api import Kind, KubeApi, Obj
 
 log = structlog.get_logger("eni_ipam.kube.informer")
 
-Handler = Callable[[str, Obj, "Obj | None"], None]
+T = TypeVar("T")
+
+Handler = Callable[[str, T, "T | None"], None]
 """``(event type, object, previous object or None)``; type is ADDED, MODIFIED or DELETED."""
 
 INACTIVITY_GRACE = 60.0
@@ -49,9 +58,14 @@ def _version(obj: Mapping[str, object]) -> str:
     return str(meta.get("resourceVersion", "")) if isinstance(meta, Mapping) else ""
 
 
-class Informer:
+def _same(obj: Any) -> Any:
+    return obj
+
+
+class Informer(Generic[T]):
+    @overload
     def __init__(
-        self,
+        self: Informer[Obj],
         api: KubeApi,
         kind: Kind,
         *,
@@ -63,8 +77,47 @@ class Informer:
         backoff_initial: float = 1.0,
         backoff_max: float = 30.0,
         rng: random.Random | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Informer[T],
+        api: KubeApi,
+        kind: Kind,
+        *,
+        clock: Clock,
+        metrics: MetricSet,
+        project: Callable[[Obj], T],
+        version: Callable[[T], str],
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        watch_timeout: float = 300.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        api: KubeApi,
+        kind: Kind,
+        *,
+        clock: Clock,
+        metrics: MetricSet,
+        project: Callable[[Obj], Any] = _same,
+        version: Callable[[Any], str] = _version,
+        labels: Mapping[str, str] | None = None,
+        fields: Mapping[str, str] | None = None,
+        watch_timeout: float = 300.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        rng: random.Random | None = None,
     ) -> None:
+        """``project``: what to keep of each object (default: the object); ``version``: the
+        resourceVersion of what ``project`` keeps."""
         self.api = api
+        self.project = project
+        self.version = version
         self.kind = kind
         self.clock = clock
         self.metrics = metrics
@@ -72,12 +125,12 @@ class Informer:
         self.fields = dict(fields or {})
         self.watch_timeout = watch_timeout
         self.backoff = Backoff(initial=backoff_initial, maximum=backoff_max, rng=rng or random.Random())
-        self.store: dict[str, Obj] = {}
+        self.store: dict[str, T] = {}
         self.synced = asyncio.Event()
         self.resource_version = ""
-        self._handlers: list[Handler] = []
+        self._handlers: list[Handler[T]] = []
 
-    def add_handler(self, handler: Handler) -> None:
+    def add_handler(self, handler: Handler[T]) -> None:
         """Deliver every later event to ``handler`` (the store's current objects are not replayed)."""
         self._handlers.append(handler)
 
@@ -118,20 +171,23 @@ class Informer:
         self.metrics.informer_watch_restarts.labels(resource=self.kind.plural, reason=reason).inc()
 
     async def _relist(self) -> None:
-        items, version = await self.api.list(self.kind, labels=self.labels, fields=self.fields)
+        items, version = await self.api.list(
+            self.kind, labels=self.labels, fields=self.fields, project=self._keyed
+        )
         self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
-        fresh = {object_key(obj): obj for obj in items}
+        fresh = dict(items)
+        del items
         old, self.store = self.store, fresh
         self.resource_version = version
         for key, obj in old.items():
             if key not in fresh:
-                self._emit("DELETED", obj, obj)
+                self._emit(key, "DELETED", obj, obj)
         for key, obj in fresh.items():
             previous = old.get(key)
             if previous is None:
-                self._emit("ADDED", obj, None)
-            elif _version(previous) != _version(obj):
-                self._emit("MODIFIED", obj, previous)
+                self._emit(key, "ADDED", obj, None)
+            elif self.version(previous) != self.version(obj):
+                self._emit(key, "MODIFIED", obj, previous)
         self.synced.set()
         log.debug("informer_listed", resource=self.kind.plural, objects=len(fresh), version=version)
 
@@ -146,26 +202,32 @@ class Informer:
             server_timeout=self.watch_timeout,
         )
         async with asyncio.timeout(grace) as deadline:
-            async for event_type, obj in events:
+            async for event_type, raw in events:
                 deadline.reschedule(loop.time() + grace)
                 self.backoff.reset()
-                version = _version(obj)
+                version = _version(raw)
                 if version:
                     self.resource_version = version
-                if event_type == "BOOKMARK":
-                    continue
-                key = object_key(obj)
+                if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue  # a BOOKMARK carries a version only
+                key, obj = self._keyed(raw)
+                del raw  # the whole object goes with its event
                 if event_type == "DELETED":
                     previous = self.store.pop(key, None)
-                    self._emit("DELETED", obj, previous)
-                elif event_type in ("ADDED", "MODIFIED"):
+                    self._emit(key, "DELETED", obj, previous)
+                else:
                     previous = self.store.get(key)
                     self.store[key] = obj
-                    self._emit("MODIFIED" if previous is not None else "ADDED", obj, previous)
+                    self._emit(key, "MODIFIED" if previous is not None else "ADDED", obj, previous)
 
-    def _emit(self, event_type: str, obj: Obj, previous: Obj | None) -> None:
+    def _keyed(self, raw: Obj) -> tuple[str, T]:
+        """The store key of a whole object, and what is kept of it."""
+        kept: T = self.project(raw)
+        return object_key(raw), kept
+
+    def _emit(self, key: str, event_type: str, obj: T, previous: T | None) -> None:
         for handler in self._handlers:
             try:
                 handler(event_type, obj, previous)
             except Exception:  # one broken handler must not blind the others or stop the cache
-                log.exception("informer_handler_failed", resource=self.kind.plural, key=object_key(obj))
+                log.exception("informer_handler_failed", resource=self.kind.plural, key=key)

@@ -5,8 +5,12 @@ spec in camelCase (the model's aliases) plus the instance; its status has two wr
 each other's fields:
 
 * the controller: ``pool``, ``subnets``, ``release``, ``interfaces``, ``stats``, ``message``,
-  ``conditions``, ``observedGeneration`` — written by :func:`status_patch` as a JSON merge patch;
+  ``conditions``, ``observedGeneration`` (:data:`~eni_ipam.kube.projection.CONTROLLER_FIELDS`) —
+  written by :func:`status_ops` as a JSON patch that replaces each of them whole;
 * the node agent: ``used`` and ``releaseAnswers`` — read by :func:`resource_from_pool`.
+
+The functions reading an object take either the whole object or what the informers keep of it
+(:mod:`~eni_ipam.kube.projection`), so the conversion is one code path for both.
 
 The CRD (deploy/helm/eni-ipam/crds/) rejects bad values; this module still validates what it reads,
 because a cluster may run without the CRD's schema (or an older one), and names the bad field.
@@ -27,13 +31,19 @@ from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import ENIPOOLS, Obj
+from eni_ipam.kube.projection import (
+    DEFAULTS_ANNOTATION,
+    NodeInfo,
+    PoolInfo,
+    as_node,
+    as_pool,
+    interface_prefixes,
+    status_digest,
+)
 
 FINALIZER = "eni-ipam.io/pool"
 """Holds an ENIPool until the controller stopped maintaining its node (no address is handed out,
 and so forgotten, after the pool's record is gone)."""
-
-ZONE_LABEL = "topology.kubernetes.io/zone"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 _AGENT_ANSWERS = (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE)
 
@@ -45,33 +55,33 @@ SPEC_KEYS = {name: (field.alias or name) for name, field in PoolSpec.model_field
 # -- reading -------------------------------------------------------------------------------------
 
 
-def spec_from_pool(obj: Mapping[str, Any]) -> PoolSpec:
+def spec_from_pool(obj: PoolInfo | Mapping[str, Any]) -> PoolSpec:
     """The spec an ENIPool asks for: the node spec (defaults resolved) and its instance.
 
     Raises:
         ConfigError: a spec value is invalid; ``field`` is ``enipools/NAME.spec.key``.
     """
-    name = obj["metadata"]["name"]
-    raw = obj.get("spec") or {}
-    where = f"enipools/{name}.spec"
+    pool = as_pool(obj)
+    raw = pool.spec or {}
+    where = f"enipools/{pool.name}.spec"
     if isinstance(raw, Mapping):
         raw = {k: v for k, v in raw.items() if v is not None}  # a null is an absent key (merge patch)
     return validate(PoolSpec, raw, path=where, by_alias=True)
 
 
-def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
+def resource_from_pool(obj: PoolInfo | Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
     """The node as the manager sees it: the spec plus what the node agent reports in status."""
-    name = obj["metadata"]["name"]
-    spec = spec_from_pool(obj)
+    pool = as_pool(obj)
+    name = pool.name
+    spec = spec_from_pool(pool)
     where = f"enipools/{name}.status"
-    status = obj.get("status") or {}
-    if not isinstance(status, Mapping):
-        raise ConfigError(where, f"expected a mapping, got {type(status).__name__}")
-    raw_used = status.get("used") or []
-    if not isinstance(raw_used, list):
+    if pool.bad_status:
+        raise ConfigError(where, f"expected a mapping, got {pool.bad_status}")
+    raw_used = pool.used  # a list arrives as a tuple (projection.py)
+    if not isinstance(raw_used, tuple):
         raise ConfigError(f"{where}.used", f"expected a list of addresses, got {type(raw_used).__name__}")
     used = sorted({a for a in raw_used if isinstance(a, str)})  # the agent's report, once per address
-    raw_answers = status.get("releaseAnswers") or {}
+    raw_answers = pool.answers
     if not isinstance(raw_answers, Mapping):
         raise ConfigError(
             f"{where}.releaseAnswers", f"expected a mapping of addresses, got {type(raw_answers).__name__}"
@@ -92,14 +102,12 @@ def resource_from_pool(obj: Mapping[str, Any], *, pending_pods: int = 0) -> Node
     )
 
 
-def release_marks(obj: Mapping[str, Any]) -> dict[str, ReleaseState]:
+def release_marks(obj: PoolInfo | Mapping[str, Any]) -> dict[str, ReleaseState]:
     """The controller's handshake entries as last written (a new leader picks them up)."""
-    marks = (obj.get("status") or {}).get("release") or {}
+    marks = as_pool(obj).release
+    if not isinstance(marks, Mapping):
+        return {}
     return {a: ReleaseState(s) for a, s in marks.items() if s in (ReleaseState.MARKED, ReleaseState.RELEASED)}
-
-
-def being_deleted(obj: Mapping[str, Any]) -> bool:
-    return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
 
 # -- Nodes → ENIPools ------------------------------------------------------------------------------
@@ -126,63 +134,55 @@ def instance_id_from_provider_id(provider_id: str) -> str:
     return path.lstrip("/")
 
 
-def provider_id_scheme(node: Mapping[str, Any]) -> str:
+def provider_id_scheme(node: NodeInfo | Mapping[str, Any]) -> str:
     """The scheme of a Node's ``spec.providerID`` (``aws``, ``azure``, ``gce``), or ``""``."""
-    match = _PROVIDER_ID.match((node.get("spec") or {}).get("providerID", "") or "")
+    match = _PROVIDER_ID.match(as_node(node).provider_id)
     return match.group("scheme") if match else ""
 
 
-def instance_id_of(node: Mapping[str, Any], instance_ids: str = "provider-id") -> str:
+def instance_id_of(node: NodeInfo | Mapping[str, Any], instance_ids: str = "provider-id") -> str:
     """The instance a Node's pool names: from its provider id, or its name (``node-name``)."""
+    info = as_node(node)
     if instance_ids == "node-name":
-        return str(node.get("metadata", {}).get("name", ""))
-    return instance_id_from_provider_id((node.get("spec") or {}).get("providerID", ""))
-
-
-DEFAULTS_ANNOTATION = "eni-ipam.io/defaults"
-"""The spec values the controller last wrote from ``node_defaults`` (JSON, ENIPool keys). A field
-holding the value recorded here follows ``node_defaults``; a field someone set to another value is
-theirs, and the controller leaves it alone (docs/configuration.md, ``node_defaults``)."""
+        return info.name
+    return instance_id_from_provider_id(info.provider_id)
 
 
 def pool_for_node(
-    node: Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
+    node: NodeInfo | Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:
     """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there, recorded in
     :data:`DEFAULTS_ANNOTATION`), or None while the Node has no instance id. Owned by the Node, so it
     goes when the Node goes."""
-    metadata = node.get("metadata", {})
-    instance_id = instance_id_of(node, instance_ids)
+    info = as_node(node)
+    instance_id = instance_id_of(info, instance_ids)
     if not instance_id:
         return None
-    labels = metadata.get("labels") or {}
     spec: dict[str, Any] = {"instanceID": instance_id}
-    if labels.get(INSTANCE_TYPE_LABEL):
-        spec["instanceType"] = labels[INSTANCE_TYPE_LABEL]
-    if labels.get(ZONE_LABEL):
-        spec["zone"] = labels[ZONE_LABEL]
+    if info.instance_type:
+        spec["instanceType"] = info.instance_type
+    if info.zone:
+        spec["zone"] = info.zone
     written = defaults.as_pool_spec() if defaults is not None else {}
     spec.update(written)
     return {
         "apiVersion": ENIPOOLS.api_version,
         "kind": ENIPOOLS.kind,
         "metadata": {
-            "name": metadata["name"],
+            "name": info.name,
             "labels": {"app.kubernetes.io/managed-by": "eni-ipam"},
             "annotations": {DEFAULTS_ANNOTATION: json.dumps(written, sort_keys=True)},
             "finalizers": [FINALIZER],
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": metadata["name"], "uid": metadata.get("uid", "")}
-            ],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": info.name, "uid": info.uid}],
         },
         "spec": spec,
     }
 
 
-def recorded_defaults(pool: Mapping[str, Any]) -> dict[str, Any] | None:
+def recorded_defaults(pool: PoolInfo | Mapping[str, Any]) -> dict[str, Any] | None:
     """The defaults the controller last wrote into ``pool``, or None when it recorded none (a pool
     made by hand, or by a version that did not record them: every field of it is people's)."""
-    text = ((pool.get("metadata") or {}).get("annotations") or {}).get(DEFAULTS_ANNOTATION)
+    text = as_pool(pool).defaults
     if not isinstance(text, str):
         return None
     try:
@@ -192,7 +192,7 @@ def recorded_defaults(pool: Mapping[str, Any]) -> dict[str, Any] | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpec | None) -> Obj | None:
+def defaults_patch(pool: PoolInfo | Mapping[str, Any], defaults: NodeSpec | None) -> Obj | None:
     """A merge patch bringing the fields that follow ``node_defaults`` to today's defaults, or None.
 
     A field follows the defaults while it holds the value the controller last wrote (recorded in
@@ -200,10 +200,11 @@ def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpec | None) -> Obj | 
     as is one set before its default existed. A new default is written where the field is unset; a
     default that is no longer set is removed from the fields that still hold it. A pool with no
     record is left alone entirely."""
-    recorded = recorded_defaults(pool)
+    info = as_pool(pool)
+    recorded = recorded_defaults(info)
     if recorded is None:
         return None
-    current: Mapping[str, Any] = pool.get("spec") or {}
+    current: Mapping[str, Any] = info.spec if isinstance(info.spec, Mapping) else {}
     wanted = defaults.as_pool_spec() if defaults is not None else {}
     changes: dict[str, Any] = {}
     for key in set(recorded) | set(wanted):
@@ -224,14 +225,18 @@ def defaults_patch(pool: Mapping[str, Any], defaults: NodeSpec | None) -> Obj | 
 
 
 def node_fields_patch(
-    pool: Mapping[str, Any], node: Mapping[str, Any], *, instance_ids: str = "provider-id"
+    pool: PoolInfo | Mapping[str, Any],
+    node: NodeInfo | Mapping[str, Any],
+    *,
+    instance_ids: str = "provider-id",
 ) -> Obj | None:
     """A merge patch bringing the pool's Node-derived fields (instance, type, zone) up to date, or
     None. People's edits to the rest of the spec are never overwritten."""
     wanted = pool_for_node(node, None, instance_ids=instance_ids)
     if wanted is None:
         return None
-    current = pool.get("spec") or {}
+    spec = as_pool(pool).spec
+    current: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {}
     changes = {k: v for k, v in wanted["spec"].items() if current.get(k) != v}
     return {"spec": changes} if changes else None
 
@@ -305,82 +310,73 @@ def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
     }
 
 
-def status_patch(status: NodeStatus, current: Mapping[str, Any], *, now: datetime.datetime) -> Obj | None:
-    """The JSON merge patch taking ``current`` (the ENIPool as last read) to ``status``, or None
-    when the controller's fields already say so. Maps drop vanished keys with explicit nulls; a
-    condition keeps its ``lastTransitionTime`` unless its status changed. The patch carries the
-    object's resourceVersion, so it applies only to the version it was computed from."""
-    generation = int(current.get("metadata", {}).get("generation") or 0)
-    old: Mapping[str, Any] = current.get("status") or {}
+def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime) -> list[Obj] | None:
+    """The JSON patch (RFC 6902) writing ``status`` into the pool ``current`` describes, or None when
+    the controller's fields already say so (their digest equals the stored one).
+
+    Each controller-owned field is replaced whole by an ``add`` of ``/status/<field>`` (``add``
+    replaces a member that exists), so the write needs nothing of the old content and never names
+    the node agent's fields: the API server applies the operations to the object as it is when the
+    write lands, the agent's latest ``used`` and ``releaseAnswers`` included, and the write needs no
+    resourceVersion. Only a pool with no status at all gets ``/status`` added whole; that write is
+    conditional on the resourceVersion it was computed from (an agent's first report meanwhile makes
+    it a 409, and the status is re-read). A condition keeps its ``lastTransitionTime`` unless its
+    status changed."""
+    generation = current.generation
     desired = desired_status(status, generation=generation)
-    patch: dict[str, Any] = {}
-    for key, value in desired.items():
-        before = old.get(key)
-        if key in ("pool", "release", "subnets"):
-            before = before or {}
-            diff = {}
-            for k, v in value.items():
-                was = before.get(k)
-                if was == v:
-                    continue
-                if isinstance(v, dict) and isinstance(
-                    was, dict
-                ):  # merge patch merges entries: null what went
-                    v = {**dict.fromkeys(set(was) - set(v)), **v}
-                diff[k] = v
-            diff.update({k: None for k in before if k not in value})
-            if diff:
-                patch[key] = diff
-        elif before != value:
-            patch[key] = value
-    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    previous = {c.get("type"): c for c in old.get("conditions") or ()}
-    conditions = []
-    for kind, ok, reason, message in _conditions(status):
-        text = "True" if ok else "False"
-        was = previous.get(kind) or {}
-        same = was.get("status") == text
-        conditions.append(
-            {
-                "type": kind,
-                "status": text,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": was.get("lastTransitionTime", stamp) if same else stamp,
-                "observedGeneration": generation,
-            }
-        )
-    if conditions != list(old.get("conditions") or ()):
-        patch["conditions"] = conditions
-    if not patch:
+    conditions: list[dict[str, Any]] = [
+        {
+            "type": kind,
+            "status": "True" if ok else "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": "",  # set below, once a write is known to be needed
+            "observedGeneration": generation,
+        }
+        for kind, ok, reason, message in _conditions(status)
+    ]
+    if status_digest({**desired, "conditions": conditions}) == current.digest:  # times are not hashed
         return None
-    version = current.get("metadata", {}).get("resourceVersion")
-    return {"metadata": {"resourceVersion": version}, "status": patch}
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    previous = {kind: (text, since) for kind, text, since in current.transitions}
+    for condition in conditions:
+        was, since = previous.get(condition["type"], ("", ""))
+        condition["lastTransitionTime"] = since if was == condition["status"] and since else stamp
+    desired["conditions"] = conditions
+    if current.has_status:
+        return [{"op": "add", "path": f"/status/{key}", "value": value} for key, value in desired.items()]
+    return [
+        {"op": "add", "path": "/metadata/resourceVersion", "value": current.resource_version},
+        {"op": "add", "path": "/status", "value": desired},
+    ]
 
 
 # -- the node agent's side ------------------------------------------------------------------------
 
 
-def node_record(obj: Mapping[str, Any]) -> NodeRecord | None:
+def node_record(obj: PoolInfo | Mapping[str, Any]) -> NodeRecord | None:
     """What a pool's status publishes of its interfaces (the generic provider's durable state), or
-    None for a pool naming no instance."""
-    spec = obj.get("spec") or {}
+    None for a pool naming no instance. A whole object is read directly (the list made at the start
+    of a term keeps only this), without projecting it first."""
+    if isinstance(obj, PoolInfo):
+        name, spec, prefixes, ipv6 = obj.name, obj.spec, obj.prefixes, obj.ipv6_prefixes
+    else:
+        status = obj.get("status")
+        interfaces = status.get("interfaces") if isinstance(status, Mapping) else None
+        name, spec = str(obj.get("metadata", {}).get("name", "")), obj.get("spec")
+        prefixes = interface_prefixes(interfaces, "prefixes")
+        ipv6 = interface_prefixes(interfaces, "ipv6Prefixes")
+    spec = spec if isinstance(spec, Mapping) else {}
     instance_id = spec.get("instanceID")
     if not isinstance(instance_id, str) or not instance_id:
         return None
-    prefixes: list[str] = []
-    ipv6: list[str] = []
-    for iface in (obj.get("status") or {}).get("interfaces") or []:
-        if isinstance(iface, Mapping):
-            prefixes.extend(p for p in iface.get("prefixes") or [] if isinstance(p, str))
-            ipv6.extend(p for p in iface.get("ipv6Prefixes") or [] if isinstance(p, str))
     subnets = spec.get("subnetIDs") or []
     return NodeRecord(
-        name=str(obj.get("metadata", {}).get("name", "")),
+        name=name,
         instance_id=instance_id,
         subnet_ids=tuple(s for s in subnets if isinstance(s, str)),
-        prefixes=tuple(prefixes),
-        ipv6_prefixes=tuple(ipv6),
+        prefixes=prefixes,
+        ipv6_prefixes=ipv6,
     )
 
 

@@ -60,10 +60,11 @@ class KubeSettings(ConfigModel):
 
     status_qps: PositiveNumber = 10.0
     """Pool status writes per second (token bucket refill): status is informative, and the API
-    server's priority and fairness budget is shared with the rest of the cluster."""
+    server's priority and fairness budget is shared with the rest of the cluster. Statuses wait in
+    line by need (pending pods, then deficit), and one the pool already holds spends nothing."""
 
     status_burst: PositiveInt = 50
-    """Status writes that may go out at once after a quiet period (a whole batch at start-up)."""
+    """Status writes that may go out at once after a quiet period."""
 
     watch_timeout: PositiveDuration = 300.0
     """Seconds a watch request stays open before the server ends it and it is renewed; a watch

@@ -18,6 +18,13 @@ While leading (:meth:`KubeNodeSource.lead`):
   (waiting at most ``PASS_WAIT``), so no address is handed out after the pool's record is gone.
 
 Handlers only queue work; one loop does the writes, in order, retrying failures with backoff.
+
+The informers keep projections (:mod:`~eni_ipam.kube.projection`), never whole objects: what is
+read of a Node, a Pending Pod and an ENIPool is all that stays in memory, and the list made at the
+start of a term keeps only each pool's :class:`~eni_ipam.core.records.NodeRecord` (and, for the
+status writer, the projection of a pool the informer has not caught up with). Statuses go to
+the :class:`~eni_ipam.kube.status.StatusWriter`, which orders them by need (this source tells it how
+many pods wait on each node) and skips those the pools already hold.
 """
 
 from __future__ import annotations
@@ -42,9 +49,9 @@ from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
+from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.resources import (
     FINALIZER,
-    being_deleted,
     defaults_patch,
     node_fields_patch,
     node_record,
@@ -62,12 +69,21 @@ LISTED_TTL = 300.0
 informer's version never passes it (no pool changes): by then its watch has long caught up."""
 
 
+def _older(current: str, listed: str) -> bool:
+    """Whether ``current`` is known to be an older resourceVersion than ``listed``."""
+    return current.isdigit() and listed.isdigit() and int(current) < int(listed)
+
+
 def _caught_up(current: str, listed: str) -> bool:
     """Whether the informer has seen everything the list saw (resourceVersions of one etcd)."""
     try:
         return int(current) >= int(listed)
     except ValueError:
         return False
+
+
+def _version(kept: NodeInfo | PoolInfo | PendingPod) -> str:
+    return kept.resource_version
 
 
 def _union(a: NodeRecord, b: NodeRecord) -> NodeRecord:
@@ -108,9 +124,13 @@ class KubeNodeSource:
         self.clock = clock
         self.rng = rng or random.Random()
         common: dict[str, Any] = {"clock": clock, "metrics": metrics, "watch_timeout": settings.watch_timeout}
-        self.nodes = Informer(api, NODES, labels=settings.node_selector, **common)
-        self.pools = Informer(api, ENIPOOLS, **common)
-        self.pods = Informer(api, PODS, fields={"status.phase": "Pending"}, **common)
+        self.nodes = Informer(
+            api, NODES, project=project_node, version=_version, labels=settings.node_selector, **common
+        )
+        self.pools = Informer(api, ENIPOOLS, project=project_pool, version=_version, **common)
+        self.pods = Informer(
+            api, PODS, project=project_pod, version=_version, fields={"status.phase": "Pending"}, **common
+        )
         self.nodes.add_handler(self._on_node)
         self.pools.add_handler(self._on_pool)
         self.pods.add_handler(self._on_pod)
@@ -121,6 +141,7 @@ class KubeNodeSource:
             metrics=metrics,
             qps=settings.status_qps,
             burst=settings.status_burst,
+            pending_pods=lambda name: self.pending_pods.get(name, 0),
         )
         self.manager: NodeManager | None = None
         self.pending_pods: collections.Counter[str] = collections.Counter()
@@ -130,7 +151,7 @@ class KubeNodeSource:
         self._leaving: dict[str, Departure] = {}
         self._invalid: dict[str, str] = {}
         self._listed: dict[str, NodeRecord] = {}
-        """The pools as a fresh list saw them when this term began (see :meth:`node_records`)."""
+        """The pools' records as a fresh list saw them when this term began (see :meth:`node_records`)."""
         self._listed_version = ""
         self._listed_at = 0.0
         self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
@@ -172,14 +193,25 @@ class KubeNodeSource:
         backoff = Backoff(initial=0.5, maximum=10.0, rng=self.rng)
         while True:
             try:
-                items, version = await self.api.list(ENIPOOLS)
+                records, version = await self.api.list(ENIPOOLS, project=self._term_record)
                 break
             except errors.KubeError as exc:
                 delay = backoff.next_delay()
                 log.warning("pool_list_failed", error=str(exc), retry_in=round(delay, 3))
                 await self.clock.sleep(delay)
-        self._listed = {r.name: r for r in map(node_record, items) if r is not None}
+        self._listed = {r.name: r for r in records if r is not None}
         self._listed_version, self._listed_at = version, self.clock.monotonic()
+
+    def _term_record(self, obj: Obj) -> NodeRecord | None:
+        """What the list made at the start of a term keeps of a pool: its record. A pool the
+        informer has an older version of (the previous leader's last writes may still be on their
+        way to its watch) is handed to the status writer too, so a status that pool already holds is
+        not written again."""
+        cached = self.pools.store.get(str(obj["metadata"]["name"]))
+        listed = str(obj["metadata"].get("resourceVersion") or "")
+        if cached is None or _older(cached.resource_version, listed):
+            self.writer.remember(project_pool(obj))
+        return node_record(obj)
 
     async def run(self) -> None:
         """Keep the caches current until cancelled (every replica runs this)."""
@@ -212,10 +244,10 @@ class KubeNodeSource:
 
     # -- informer handlers (synchronous; they only record and queue) --------------------------------
 
-    def _on_node(self, event: str, obj: Obj, old: Obj | None) -> None:
+    def _on_node(self, event: str, obj: NodeInfo, old: NodeInfo | None) -> None:
         if self.manager is None:
             return
-        name = obj["metadata"]["name"]
+        name = obj.name
         if event == "DELETED":
             # Gone, or no longer selected: stop maintaining it now (its pool, if the Node is really
             # gone, follows through the garbage collector and the finalizer).
@@ -227,14 +259,15 @@ class KubeNodeSource:
             return
         self._queue(name, "ensure")
         pool = self.pools.store.get(name)
-        if pool is not None and not being_deleted(pool):
+        if pool is not None and not pool.deleting:
             self._deliver(name, pool)  # newly selected, or re-selected
 
-    def _on_pool(self, event: str, obj: Obj, old: Obj | None) -> None:
+    def _on_pool(self, event: str, obj: PoolInfo, old: PoolInfo | None) -> None:
+        self.writer.seen(obj)
         manager = self.manager
         if manager is None:
             return
-        name = obj["metadata"]["name"]
+        name = obj.name
         if event == "DELETED":
             self._index(name, None)
             self._forget(name)
@@ -243,18 +276,17 @@ class KubeNodeSource:
                 self._deleted_by_hand.add(name)  # its Node is still here: someone deleted the pool
             self._todo[name] = "ensure"  # the Node may still be there (re-created): a new pool then
             self._wake.set()
-        elif being_deleted(obj):
+        elif obj.deleting:
             self._index(name, None)
             self._queue(name, "finalize")
         else:
             self._index(name, obj)
             self._deliver(name, obj)
 
-    def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
-        key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
-        spec = obj.get("spec") or {}
+    def _on_pod(self, event: str, obj: PendingPod, old: PendingPod | None) -> None:
+        key = obj.key
         before = self._pod_nodes.pop(key, None)
-        after = spec.get("nodeName") if event != "DELETED" and not spec.get("hostNetwork") else None
+        after = obj.node if event != "DELETED" else None  # no node for a host-network Pod
         if after:
             self._pod_nodes[key] = after
         if before == after:
@@ -265,10 +297,10 @@ class KubeNodeSource:
                 if self.pending_pods[node] <= 0:
                     del self.pending_pods[node]
                 pool = self.pools.store.get(node)
-                if pool is not None and self.manager is not None and not being_deleted(pool):
+                if pool is not None and self.manager is not None and not pool.deleting:
                     self._deliver(node, pool)
 
-    def _deliver(self, name: str, obj: Obj) -> None:
+    def _deliver(self, name: str, obj: PoolInfo) -> None:
         assert self.manager is not None
         node = self.nodes.store.get(name)
         if node is None or not _owned_by(obj, node):
@@ -282,7 +314,7 @@ class KubeNodeSource:
         try:
             resource = resource_from_pool(obj, pending_pods=self.pending_pods.get(name, 0))
         except ConfigError as exc:
-            version = str(obj["metadata"].get("resourceVersion", ""))
+            version = obj.resource_version
             if self._invalid.get(name) != version:  # once per version, not once per event
                 self._invalid[name] = version
                 log.warning("pool_invalid", pool=name, field=exc.field, error=exc.message)
@@ -303,37 +335,37 @@ class KubeNodeSource:
 
     # -- one instance, one pool -----------------------------------------------------------------
 
-    def _index(self, name: str, obj: Obj | None) -> None:
+    def _index(self, name: str, obj: PoolInfo | None) -> None:
         """Keep the instance index of pools current (``obj`` None: the pool is going)."""
         old = self._pool_instance.pop(name, None)
         if old is not None:
             self._instance_pools[old].discard(name)
             if not self._instance_pools[old]:
                 del self._instance_pools[old]
-        instance = (obj.get("spec") or {}).get("instanceID") if obj is not None else None
+        instance = obj.instance_id if obj is not None else None
         if isinstance(instance, str) and instance:
             self._pool_instance[name] = instance
             self._instance_pools[instance].add(name)
         if old is not None and old != instance and self.manager is not None:
             self._redeliver_instance(old, but=name)  # the instance may be free for another pool now
 
-    def _holder(self, name: str, obj: Obj) -> str:
+    def _holder(self, name: str, obj: PoolInfo) -> str:
         """The pool that holds ``obj``'s instance: the oldest live pool naming it (then by name)."""
-        instance = (obj.get("spec") or {}).get("instanceID")
+        instance = obj.instance_id
         rivals = self._instance_pools.get(instance, set()) if isinstance(instance, str) else set()
         candidates = []
         for other in rivals | {name}:
             pool = obj if other == name else self.pools.store.get(other)
             node = self.nodes.store.get(other)
-            if pool is None or node is None or being_deleted(pool) or not _owned_by(pool, node):
+            if pool is None or node is None or pool.deleting or not _owned_by(pool, node):
                 continue
             if self._foreign_node(node):
                 continue
-            candidates.append((str(pool["metadata"].get("creationTimestamp", "")), other))
+            candidates.append((pool.created, other))
         return min(candidates)[1] if candidates else name
 
-    def _duplicate(self, name: str, obj: Obj, holder: str) -> None:
-        instance = (obj.get("spec") or {}).get("instanceID")
+    def _duplicate(self, name: str, obj: PoolInfo, holder: str) -> None:
+        instance = obj.instance_id
         if name in self._delivered or (self.manager is not None and name in self.manager.nodes):
             self._delivered.pop(name, None)
             departure = self.manager.delete(name) if self.manager is not None else None
@@ -353,14 +385,14 @@ class KubeNodeSource:
             return
         for other in sorted(self._instance_pools.get(instance, ())):
             pool = self.pools.store.get(other)
-            if other != but and pool is not None and not being_deleted(pool):
+            if other != but and pool is not None and not pool.deleting:
                 self._deliver(other, pool)
 
     # -- Nodes of another cloud -----------------------------------------------------------------
 
-    def _foreign_node(self, node: Obj) -> bool:
+    def _foreign_node(self, node: NodeInfo) -> bool:
         """Whether ``node`` belongs to another cloud than the configured provider's (said once)."""
-        name = node["metadata"]["name"]
+        name = node.name
         scheme = provider_id_scheme(node)
         foreign = bool(
             self.schemes and self.instance_ids == "provider-id" and scheme and scheme not in self.schemes
@@ -370,7 +402,7 @@ class KubeNodeSource:
             log.warning(
                 "node_of_another_cloud",
                 node=name,
-                provider_id=(node.get("spec") or {}).get("providerID"),
+                provider_id=node.provider_id,
                 expected=sorted(self.schemes),
             )
         elif not foreign and name in self._foreign:
@@ -430,7 +462,7 @@ class KubeNodeSource:
                 self._deleted_by_hand.discard(name)
                 await self._recreated(node)
             return
-        if being_deleted(pool) or not _owned_by(pool, node):
+        if pool.deleting or not _owned_by(pool, node):
             return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
         patch = node_fields_patch(pool, node, instance_ids=self.instance_ids) or {}
         defaults = defaults_patch(pool, self.node_defaults)
@@ -442,9 +474,9 @@ class KubeNodeSource:
             await self.api.patch(ENIPOOLS, name, patch)
             log.info("pool_updated", pool=name, fields=sorted(patch.get("spec", {})))
 
-    async def _recreated(self, node: Obj) -> None:
+    async def _recreated(self, node: NodeInfo) -> None:
         """Say on the Node, as an event, that its pool was deleted by hand and made again."""
-        name = node["metadata"]["name"]
+        name = node.name
         now = self.clock.now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "metadata": {"generateName": f"{name}.", "namespace": "default"},
@@ -452,7 +484,7 @@ class KubeNodeSource:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "name": name,
-                "uid": node["metadata"].get("uid", ""),
+                "uid": node.uid,
             },
             "reason": "PoolRecreated",
             "message": (
@@ -486,18 +518,18 @@ class KubeNodeSource:
         for _ in range(3):
             if pool is None:
                 return
-            finalizers = list(pool["metadata"].get("finalizers") or ())
+            finalizers = list(pool.finalizers)
             if FINALIZER not in finalizers:
                 return
             finalizers.remove(FINALIZER)
-            version = pool["metadata"]["resourceVersion"]
+            version = pool.resource_version
             try:
                 await self.api.patch(
                     ENIPOOLS, name, {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
                 )
             except errors.KubeConflict:
                 try:
-                    pool = await self.api.get(ENIPOOLS, name)
+                    pool = project_pool(await self.api.get(ENIPOOLS, name))
                 except errors.KubeNotFound:
                     return
                 continue
@@ -507,9 +539,8 @@ class KubeNodeSource:
             return
 
 
-def _owned_by(pool: Obj, node: Obj) -> bool:
+def _owned_by(pool: PoolInfo, node: NodeInfo) -> bool:
     """Whether ``pool`` belongs to this incarnation of ``node`` (a Node re-created under the same
     name has a new uid). Pools without a Node owner (made by hand) belong to the Node of their name."""
-    uid = node["metadata"].get("uid")
-    owners = [o for o in pool["metadata"].get("ownerReferences") or () if o.get("kind") == "Node"]
-    return not owners or not uid or any(o.get("uid") == uid for o in owners)
+    uid = node.uid
+    return not pool.node_owners or not uid or uid in pool.node_owners

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -167,4 +168,64 @@ async def test_a_silent_watch_is_restarted_after_the_server_timeout_and_a_grace(
         metrics.sample("eni_ipam_informer_watch_restarts_total", {"resource": "nodes", "reason": "dropped"})
         >= 2
     )
+    task.cancel()
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """A projection for the test: a Node's name, version and zone label, nothing else."""
+
+    name: str
+    version: str
+    zone: str
+
+
+def keep(obj: dict) -> Kept:
+    meta = obj["metadata"]
+    return Kept(meta["name"], meta["resourceVersion"], meta["labels"]["topology.kubernetes.io/zone"])
+
+
+async def test_a_projecting_informer_keeps_and_delivers_only_projections(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    inf = Informer(
+        api, NODES, clock=LoopClock(), metrics=Metrics(), project=keep, version=lambda k: k.version
+    )
+    events: list[tuple[str, Kept, Kept | None]] = []
+    inf.add_handler(lambda event, obj, old: events.append((event, obj, old)))
+    kube.add_object("nodes", node("n1", "i-1"))
+    kube.add_object("nodes", node("n2", "i-2"))
+    task = asyncio.create_task(inf.run())
+    await asyncio.wait_for(inf.synced.wait(), 5)  # from the list's pages
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    kube.add_object("nodes", node("n3", "i-3", zone="us-east-1b"))  # from the watch
+    await api.client.patch(
+        NODES.resource(),
+        "n1",
+        {"metadata": {"labels": {"topology.kubernetes.io/zone": "us-east-1c"}}},
+        patch_type=PatchType.MERGE,
+    )
+    await api.client.delete(NODES.resource(), "n2")
+    await until(lambda: len(events) == 5)
+    assert [(e, o.name) for e, o, _ in events] == [
+        ("ADDED", "n1"),
+        ("ADDED", "n2"),
+        ("ADDED", "n3"),
+        ("MODIFIED", "n1"),
+        ("DELETED", "n2"),
+    ]
+    assert all(isinstance(o, Kept) and (old is None or isinstance(old, Kept)) for _, o, old in events)
+    assert events[3][1].zone == "us-east-1c" and events[3][2] == events[0][1]  # new and previous kept
+    assert set(inf.store) == {"n1", "n3"} and all(isinstance(k, Kept) for k in inf.store.values())
+    # A relist compares what is kept by version: n1 changed while the watch was down, n3 did not.
+    kube.faults.append(Fault(verb="watch", plural="nodes", status=503, times=10_000))
+    await kube.drop_watches()
+    await api.client.patch(
+        NODES.resource(), "n1", {"metadata": {"labels": {"spare": "yes"}}}, patch_type=PatchType.MERGE
+    )
+    kube.compact()
+    kube.faults.clear()
+    await until(lambda: len(events) == 6, limit=30)
+    assert (events[5][0], events[5][1].name) == ("MODIFIED", "n1")
+    assert events[5][1].version == kube.get_object("nodes", "n1")["metadata"]["resourceVersion"]
     task.cancel()

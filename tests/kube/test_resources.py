@@ -1,4 +1,4 @@
-"""ENIPool ↔ model conversions: spec parsing, Node-derived pools, status merge patches."""
+"""ENIPool ↔ model conversions: spec parsing, Node-derived pools, status writes (JSON patches)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.core.spec import POOL_ONLY_FIELDS, SPEC_FIELDS, NodeSpec
 from eni_ipam.errors import ConfigError
+from eni_ipam.kube.projection import CONTROLLER_FIELDS, project_pool, status_digest
 from eni_ipam.kube.resources import (
     DEFAULTS_ANNOTATION,
     FINALIZER,
@@ -18,10 +19,12 @@ from eni_ipam.kube.resources import (
     instance_id_from_provider_id,
     node_fields_patch,
     pool_for_node,
+    release_marks,
     resource_from_pool,
     spec_from_pool,
-    status_patch,
+    status_ops,
 )
+from eni_ipam_testkit.fake_kube.patch import json_patch
 
 NOW = datetime.datetime(2026, 11, 21, 8, 0, tzinfo=datetime.UTC)
 LATER = NOW + datetime.timedelta(minutes=1)
@@ -153,55 +156,96 @@ def _status(addresses: list[str], *, needed: int = 0, release: dict | None = Non
     )
 
 
-def _apply(obj: dict, patch: dict) -> dict:
-    """What the API server does with a merge patch on the status subresource."""
-    status = dict(obj.get("status") or {})
-    for key, value in patch["status"].items():
-        if isinstance(value, dict) and key in ("pool", "release"):
-            merged = dict(status.get(key) or {})
-            for k, v in value.items():
-                if v is None:
-                    merged.pop(k, None)
-                else:
-                    merged[k] = v
-            status[key] = merged
-        else:
-            status[key] = value
-    return {**obj, "status": status}
+def _apply(obj: dict, ops: list[dict] | None) -> dict:
+    """What the API server does with the JSON patch (the fake's RFC 6902 implementation)."""
+    assert ops is not None
+    return json_patch(obj, ops)
 
 
-def test_status_patch_writes_only_changes_and_nulls_vanished_addresses() -> None:
-    obj = {"metadata": {"name": "n1", "resourceVersion": "7", "generation": 2}, "status": {"used": ["x"]}}
-    first = status_patch(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=NOW)
-    assert first is not None and first["metadata"] == {"resourceVersion": "7"}
-    assert "used" not in first["status"]  # the agent's field is never written
+def _write(status: NodeStatus, obj: dict, *, now: datetime.datetime) -> list[dict] | None:
+    return status_ops(status, project_pool(obj), now=now)
+
+
+def test_status_ops_replace_the_controllers_fields_whole_and_never_the_agents() -> None:
+    obj = {
+        "metadata": {"name": "n1", "resourceVersion": "7", "generation": 2},
+        "status": {"used": ["x"], "releaseAnswers": {"10.0.0.6": "ready-for-release"}},
+    }
+    first = _write(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=NOW)
+    assert first is not None
+    paths = [op["path"] for op in first]
+    assert paths == [f"/status/{key}" for key in CONTROLLER_FIELDS]  # each field whole, by "add"
+    assert {op["op"] for op in first} == {"add"}
     obj = _apply(obj, first)
-    assert obj["status"]["used"] == ["x"]
-    assert status_patch(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=LATER) is None
-    second = status_patch(_status(["10.0.0.5"]), obj, now=LATER)
+    assert obj["status"]["used"] == ["x"]  # the agent's fields are never written
+    assert obj["status"]["releaseAnswers"] == {"10.0.0.6": "ready-for-release"}
+    assert obj["status"]["observedGeneration"] == 2
+    assert _write(_status(["10.0.0.5", "10.0.0.6"], needed=3), obj, now=LATER) is None
+    second = _write(_status(["10.0.0.5"]), obj, now=LATER)
     assert second is not None
-    assert second["status"]["pool"] == {"10.0.0.6": None}
     obj = _apply(obj, second)
-    assert set(obj["status"]["pool"]) == {"10.0.0.5"}
+    assert set(obj["status"]["pool"]) == {"10.0.0.5"}  # a vanished address goes with the field
+    assert obj["status"]["used"] == ["x"]
+
+
+def test_a_pool_without_status_gets_it_whole_conditional_on_its_version() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "7", "generation": 1}}
+    ops = _write(_status(["10.0.0.5"]), obj, now=NOW)
+    assert ops is not None
+    assert ops[0] == {"op": "add", "path": "/metadata/resourceVersion", "value": "7"}
+    assert ops[1]["path"] == "/status" and set(ops[1]["value"]) == set(CONTROLLER_FIELDS)
+    obj = _apply(obj, ops)
+    assert _write(_status(["10.0.0.5"]), obj, now=LATER) is None
+
+
+def test_the_digest_of_what_is_written_equals_the_digest_of_it_read_back() -> None:
+    status = NodeStatus(
+        pool=(PoolEntry(address="10.0.0.16", interface_id="eni-1", subnet_id="s-1", prefix="10.0.0.16/28"),),
+        release={"10.0.0.16": ReleaseState.MARKED},
+        subnets={"s-1": "10.0.0.0/22"},
+        interfaces=(
+            Interface(
+                id="eni-1",
+                device_index=0,
+                subnet_id="s-1",
+                primary_ip="10.0.0.4",
+                prefixes=("10.0.0.16/28",),
+                ipv6_prefixes=("2600:1f18::/80",),
+            ),
+        ),
+        stats=NodeStats(available=16, needed=2, at_capacity=True),
+        message="no room",
+    )
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1", "generation": 3}, "status": {}}
+    ops = _write(status, obj, now=NOW)
+    written = json.loads(json.dumps(_apply(obj, ops)))  # as the API server sends it back
+    assert project_pool(written).digest == status_digest(written["status"])
+    assert _write(status, written, now=LATER) is None
+    changed = {**written, "status": {**written["status"], "message": "edited by hand"}}
+    assert _write(status, changed, now=LATER) is not None  # any controller field differing is a change
+    agent = {**written, "status": {**written["status"], "used": ["10.0.0.17"]}}
+    assert _write(status, agent, now=LATER) is None  # the agent's fields are not the controller's
 
 
 def test_condition_keeps_its_transition_time_until_its_status_changes() -> None:
     obj = {"metadata": {"name": "n1", "resourceVersion": "1", "generation": 1}}
-    obj = _apply(obj, status_patch(_status([], needed=8), obj, now=NOW))
+    obj = _apply(obj, _write(_status([], needed=8), obj, now=NOW))
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Deficit")
-    obj = _apply(obj, status_patch(_status(["10.0.0.5"], needed=7), obj, now=LATER) or {"status": {}})
+    obj = _apply(obj, _write(_status(["10.0.0.5"], needed=7), obj, now=LATER))
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert ready["lastTransitionTime"] == "2026-11-21T08:00:00Z"
-    obj = _apply(obj, status_patch(_status(["10.0.0.5"] * 1), obj, now=LATER))
+    obj = _apply(obj, _write(_status(["10.0.0.5"] * 1), obj, now=LATER))
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["lastTransitionTime"]) == ("True", "2026-11-21T08:01:00Z")
 
 
 def test_release_marks_are_written_with_their_handshake_states() -> None:
     obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
-    patch = status_patch(_status(["10.0.0.5"], release={"10.0.0.5": ReleaseState.MARKED}), obj, now=NOW)
-    assert patch is not None and patch["status"]["release"] == {"10.0.0.5": "marked-for-release"}
+    ops = _write(_status(["10.0.0.5"], release={"10.0.0.5": ReleaseState.MARKED}), obj, now=NOW)
+    obj = _apply(obj, ops)
+    assert obj["status"]["release"] == {"10.0.0.5": "marked-for-release"}
+    assert release_marks(project_pool(obj)) == {"10.0.0.5": ReleaseState.MARKED}
 
 
 def test_an_address_leaving_its_prefix_loses_the_prefix_field() -> None:
@@ -209,32 +253,11 @@ def test_an_address_leaving_its_prefix_loses_the_prefix_field() -> None:
     in_prefix = NodeStatus(
         pool=(PoolEntry(address="10.0.0.16", interface_id="eni-1", subnet_id="s-1", prefix="10.0.0.16/28"),)
     )
-    obj = _apply(obj, status_patch(in_prefix, obj, now=NOW))
+    obj = _apply(obj, _write(in_prefix, obj, now=NOW))
     plain = NodeStatus(pool=(PoolEntry(address="10.0.0.16", interface_id="eni-1", subnet_id="s-1"),))
-    patch = status_patch(plain, obj, now=NOW)
-    assert patch is not None and patch["status"]["pool"] == {
-        "10.0.0.16": {"interface": "eni-1", "subnet": "s-1", "prefix": None}
-    }
-    obj = _apply_deep(obj, patch)
+    obj = _apply(obj, _write(plain, obj, now=NOW))
     assert obj["status"]["pool"]["10.0.0.16"] == {"interface": "eni-1", "subnet": "s-1"}
-    assert status_patch(plain, obj, now=NOW) is None  # converged: nothing more to write
-
-
-def _apply_deep(obj: dict, patch: dict) -> dict:
-    """RFC 7386 merge patch of the status, recursively (what the API server does)."""
-
-    def merge(target: object, change: object) -> object:
-        if not isinstance(change, dict):
-            return change
-        out = dict(target) if isinstance(target, dict) else {}
-        for key, value in change.items():
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = merge(out.get(key), value)
-        return out
-
-    return {**obj, "status": merge(obj.get("status") or {}, patch["status"])}
+    assert _write(plain, obj, now=NOW) is None  # converged: nothing more to write
 
 
 def test_pool_members_carry_their_subnets_cidr_and_skip_unknown_subnets() -> None:
@@ -327,9 +350,11 @@ def test_a_pool_made_from_defaults_records_them() -> None:
 
 def test_a_problem_becomes_the_ready_conditions_reason() -> None:
     status = NodeStatus(problem="DuplicateInstance", message="instance i-1 is node n0's already")
-    patch = status_patch(status, {"metadata": {"name": "n1"}}, now=NOW)
-    assert patch is not None
-    ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
+    obj = _apply(
+        {"metadata": {"name": "n1", "resourceVersion": "1"}},
+        _write(status, {"metadata": {"name": "n1"}}, now=NOW),
+    )
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"], ready["message"]) == (
         "False",
         "DuplicateInstance",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -409,3 +410,119 @@ async def test_a_pool_deleted_by_hand_comes_back_with_an_event(cluster: Cluster)
             "name": "n1",
             "uid": cluster.kube.get_object("nodes", "n1")["metadata"]["uid"],
         }
+
+
+# -- a hand-over with nothing changed writes no status ----------------------------------------------
+
+
+def status_writes(kube: FakeKube, since: int = 0) -> list[str]:
+    return [
+        r.name or ""
+        for r in kube.requests[since:]
+        if r.plural == "enipools" and r.subresource == "status" and r.verb in ("patch", "update")
+    ]
+
+
+def reelected(cluster: Cluster) -> Cluster:
+    """The same process leading again (its caches kept), with a new manager, as the service does."""
+    cluster.source.writer.reset()
+    cluster.manager = NodeManager(
+        provider=SimProvider(cluster.cloud, clock=cluster.clock, metrics=cluster.metrics),
+        settings=Settings(resync_interval=3600),
+        metrics=cluster.metrics,
+        clock=cluster.clock,
+        status_sink=cluster.source.writer,
+        rng=random.Random(2),
+    )
+    return cluster
+
+
+async def converge_again(cluster: Cluster, names: list[str]) -> None:
+    """Lead until every node has had a pass, its status published, and the writer is idle."""
+    published: set[str] = set()
+    publish = cluster.source.writer.publish
+
+    def recording(name: str, status: Any) -> None:
+        published.add(name)
+        publish(name, status)
+
+    cluster.source.writer.publish = recording  # type: ignore[method-assign]
+    manager, writer = cluster.manager, cluster.source.writer
+    async with leading(cluster):
+        await until(lambda: published == set(names) and manager.ready and not manager.busy(), limit=30)
+        await until(lambda: not writer.pending)
+        await asyncio.sleep(1)  # anything still on its way lands
+
+
+@pytest.mark.parametrize("how", ["restarted", "re-elected"])
+async def test_a_new_term_with_nothing_changed_writes_no_status(cluster: Cluster, how: str) -> None:
+    names = [f"n{n}" for n in range(12)]
+    for name in names:
+        cluster.add_node(name)
+    async with leading(cluster):
+        await until(lambda: all(cluster.available(n) == 4 for n in names), limit=30)
+        await until(lambda: not cluster.source.writer.pending)
+    assert sorted(set(status_writes(cluster.kube))) == sorted(names)
+    second = restarted(cluster, NodeSpec(pre_allocate=4)) if how == "restarted" else reelected(cluster)
+    since = len(cluster.kube.requests)
+    await converge_again(second, names)
+    assert status_writes(cluster.kube, since) == []
+    assert not second.source.writer._ahead  # nothing written is remembered
+
+
+async def test_a_new_term_rewrites_only_the_statuses_that_are_not_current(cluster: Cluster) -> None:
+    names = [f"n{n}" for n in range(6)]
+    for name in names:
+        cluster.add_node(name)
+    async with leading(cluster):
+        await until(lambda: all(cluster.available(n) == 4 for n in names), limit=30)
+        await until(lambda: not cluster.source.writer.pending)
+        await until(lambda: not cluster.source.writer._ahead)  # the informer has seen every write
+    # While nobody leads, someone edits a controller field of one pool and the agent reports on another.
+    await cluster.api.patch(ENIPOOLS, "n2", {"status": {"stats": {"excess": 7}}}, status=True)
+    await cluster.api.patch(ENIPOOLS, "n4", {"status": {"used": []}}, status=True)
+    second = restarted(cluster, NodeSpec(pre_allocate=4))
+    since = len(cluster.kube.requests)
+    await converge_again(second, names)
+    assert status_writes(cluster.kube, since) == ["n2"]
+    assert cluster.pool("n2")["status"]["stats"]["excess"] == 0
+
+
+async def test_a_term_whose_cache_missed_the_last_writes_compares_with_the_pools_as_listed(
+    cluster: Cluster,
+) -> None:
+    names = [f"n{n}" for n in range(6)]
+    for name in names:
+        cluster.add_node(name)
+    async with asyncio.TaskGroup() as tg:
+        informers = tg.create_task(cluster.source.run())  # they run on across both terms
+        first = tg.create_task(cluster.source.lead(cluster.manager))
+        await until(lambda: all(cluster.available(n) == 4 for n in names), limit=30)
+        await until(lambda: not cluster.source.writer.pending)
+        await asyncio.sleep(0.5)
+        first.cancel()
+        await asyncio.wait([first])
+        # The previous leader's last status writes never reached this replica's watch: its cache
+        # holds the pools as they were before (an older version, no status).
+        store = cluster.source.pools.store
+        for name in names:
+            kept = store[name]
+            older = str(int(kept.resource_version) - 1)
+            store[name] = dataclasses.replace(kept, resource_version=older, has_status=False, digest=b"")
+        second = reelected(cluster)
+        since = len(cluster.kube.requests)
+        published: set[str] = set()
+        publish = second.source.writer.publish
+
+        def recording(name: str, status: Any) -> None:
+            published.add(name)
+            publish(name, status)
+
+        second.source.writer.publish = recording  # type: ignore[method-assign]
+        term = tg.create_task(second.source.lead(second.manager))
+        await until(lambda: published == set(names) and not second.manager.busy(), limit=30)
+        await until(lambda: not second.source.writer.pending)
+        await asyncio.sleep(1)
+        assert status_writes(cluster.kube, since) == []
+        term.cancel()
+        informers.cancel()

@@ -1,0 +1,51 @@
+"""The memory an object holds: :func:`deep_size` walks it and adds up what it references.
+
+Role: the measure behind the tests and benchmarks that bound what the controller keeps per cluster
+object. ``sys.getsizeof`` counts one object's own header and table, not what it points to; this
+follows containers (dicts, lists, tuples, sets), ``__slots__`` and ``__dict__`` attributes, and
+counts every object once however often it is referenced.
+
+Invariant: the figure is an upper bound of what keeping the object costs: objects it shares with
+the rest of the process (interned strings, small ints, ``True``) are counted as if it owned them,
+except the singletons ``None``, ``True``, ``False`` and ``Ellipsis``, which nothing ever frees.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+_SINGLETONS = (None, True, False, Ellipsis, NotImplemented)
+
+
+def _referents(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        yield from obj.keys()
+        yield from obj.values()
+    elif isinstance(obj, list | tuple | set | frozenset):
+        yield from obj
+    elif isinstance(obj, str | bytes | int | float):
+        return
+    else:
+        for cls in type(obj).__mro__:
+            for slot in getattr(cls, "__slots__", ()):
+                if hasattr(obj, slot) and slot not in ("__dict__", "__weakref__"):
+                    yield getattr(obj, slot)
+        if hasattr(obj, "__dict__"):
+            yield obj.__dict__
+
+
+def deep_size(obj: Any) -> int:
+    """Bytes held by ``obj`` and everything it references (each object counted once)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if any(item is s for s in _SINGLETONS) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        stack.extend(_referents(item))
+    return total
