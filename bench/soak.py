@@ -23,7 +23,8 @@ Invariants, checked every virtual second and at every release call:
 5. a restarted process adopts what the previous one created: a create it retries is answered from
    its idempotency token (counted), and at the end no detached interface of ours is left;
 6. the exported cluster totals (``eni_ipam_ips``, ``eni_ipam_nodes``) equal the sums of the per-node
-   series of the same read, whatever the faults.
+   series of the same read plus the part of the nodes without series (none at this size),
+   whatever the faults.
 
 Results go to docs/RELIABILITY.md (``--quick``: a short run, printed).
 """
@@ -46,7 +47,7 @@ import structlog
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from bench.report import machine, publish, soak_arguments
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState, ownership_tags, tags_match
@@ -148,7 +149,7 @@ class Soak:
     # -- the process -------------------------------------------------------------------------------
 
     def start_process(self) -> None:
-        self.metrics = Metrics()
+        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(self.settings))
         provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
         self.manager = EmbeddedCluster(
             provider,

@@ -10,25 +10,42 @@ Two sets, one per process kind, so neither exports the other's series: :class:`M
 controller (``eni-ipam run``, the demos, the simulator) and ``AgentMetrics`` (in
 :mod:`eni_ipam.agent.metrics`) for a node agent. Both carry what every Kubernetes client counts.
 
+A scrape reads every family in one step on the event loop (:meth:`MetricSet.freeze`: the per-node
+families only copy a dict there) and renders the text from that copy, which a thread may do
+(:func:`render`): the loop never waits for the text of a large scrape.
+
 Invariants of the controller's pool gauges:
 
-* The cluster totals ``ips{type}`` and ``nodes{category}`` are, at every scrape, exactly the sums
-  and counts of the per-node series (``node_ips``, ``node_at_capacity``): both are read from the
-  one record :meth:`Metrics.set_node` keeps, in the same step, so no scrape sees them disagree.
-* A node's series exist from its first :meth:`Metrics.set_node` until :meth:`Metrics.remove_node`.
+* Which nodes have per-node series (``node_ips``, ``node_at_capacity``) is
+  :class:`~eni_ipam._infra.node_series.NodeSeriesPolicy`'s: every node in a cluster of up to
+  ``all_up_to`` nodes, otherwise at most ``most`` nodes that need attention.
+* The cluster totals ``ips{type}`` and ``nodes{category}`` cover every node. At every scrape they are
+  exactly the sums and counts of the per-node series plus those of the nodes without series,
+  exported as ``omitted_node_ips{type}`` and ``omitted_nodes{category}``: all are read from the one
+  record :meth:`Metrics.set_node` keeps, in the same step, so no scrape sees them disagree. When every
+  node has series, the omitted part is zero and the totals are the sums of the per-node series.
+* A node without series costs no object in prometheus_client; one with series costs a tuple.
+* A node's series exist from the :meth:`Metrics.set_node` that selects it until it leaves the
+  selection or :meth:`Metrics.remove_node`; it is counted in the totals from its first
+  :meth:`Metrics.set_node` until :meth:`Metrics.remove_node`.
 * :meth:`Metrics.clear_pool_state` drops every pool series (a standby exports none).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString as _untyped_float_text
 
 from eni_ipam import __version__
+from eni_ipam._infra.node_series import NodeSelection, NodeSeriesPolicy, urgency
 from eni_ipam.core.model import NodeStats, Subnet
 from eni_ipam.core.observe import CAPACITY_REASONS
 
@@ -36,14 +53,31 @@ NAMESPACE = "eni_ipam"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 IP_TYPES = ("available", "used", "needed", "excess")
 NODE_CATEGORIES = ("total", "in-deficit", "at-capacity")
-__all__ = ["CAPACITY_REASONS", "IP_TYPES", "NAMESPACE", "NODE_CATEGORIES", "MetricSet", "Metrics"]
+OMITTED_CATEGORIES = (*NODE_CATEGORIES, "needs-attention")
+"""``omitted_nodes`` adds ``needs-attention``: nodes that need attention but were left without
+series by the cap (``node_series_max``)."""
+__all__ = [
+    "CAPACITY_REASONS",
+    "IP_TYPES",
+    "NAMESPACE",
+    "NODE_CATEGORIES",
+    "OMITTED_CATEGORIES",
+    "Frozen",
+    "MetricSet",
+    "Metrics",
+    "NodeSeries",
+    "NodeSeriesPolicy",
+    "render",
+]
 
 
 class MetricSet:
     """A registry of its own, the families every process exports, and reading back."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._parts: list[tuple[Collector, bool]] = []
+        """Every collector in registration order, and whether a scrape reads it off the loop."""
         self.build_info = self.gauge("build_info", "Always 1; the version running", ["version"])
         self.build_info.labels(version=__version__).set(1)
         # -- every Kubernetes client ----------------------------------------------------------------
@@ -65,20 +99,29 @@ class MetricSet:
     # -- declaring families (namespace and registry filled in) ----------------------------------
 
     def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
-        return Gauge(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+        return self._add(Gauge(name, documentation, labels, namespace=NAMESPACE, registry=None), labels)
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
-        return Counter(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+        return self._add(Counter(name, documentation, labels, namespace=NAMESPACE, registry=None), labels)
 
     def histogram(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Histogram:
-        return Histogram(
-            name,
-            documentation,
-            labels,
-            namespace=NAMESPACE,
-            registry=self.registry,
-            buckets=_DURATION_BUCKETS,
+        histogram = Histogram(
+            name, documentation, labels, namespace=NAMESPACE, registry=None, buckets=_DURATION_BUCKETS
         )
+        return self._add(histogram, labels)
+
+    def register(self, collector: Collector) -> None:
+        """Add a collector of its own making; a scrape collects it on the event loop, so its
+        ``collect`` must be cheap and return families that no longer change (copies)."""
+        self.registry.register(collector)
+        self._parts.append((collector, False))
+
+    def _add(self, metric: _M, labels: Sequence[str]) -> _M:
+        # prometheus_client's labelled metrics are thread-safe and hold no function of the caller's
+        # (only an unlabelled gauge may, set_function), so a scrape collects them off the loop.
+        self.registry.register(metric)
+        self._parts.append((metric, bool(labels)))
+        return metric
 
     # -- reading back (simulator expectations, demo, tests) -------------------------------------
 
@@ -94,20 +137,83 @@ class MetricSet:
             if s.name == name
         }
 
+    # -- a scrape --------------------------------------------------------------------------------
+
+    def freeze(self) -> Frozen:
+        """One scrape's families, read on the event loop in one step where they must be: the
+        collectors of this module (a copy of the per-node record, the running sums: consistent with
+        each other) and the unlabelled metrics (a gauge's function reads the caller's state). The
+        labelled prometheus_client metrics are left for :func:`render`, which may run in a thread.
+        Costs a dict copy, never the rendering of the per-node samples."""
+        return Frozen(
+            tuple(
+                metric if threaded else _Families(tuple(metric.collect())) for metric, threaded in self._parts
+            )
+        )
+
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return render(self.freeze())
 
 
-class _PoolTotals:
-    """The cluster totals, computed at collection time from the per-node record (a collector, so
-    they cannot lag behind the per-node gauges they sum)."""
+_M = TypeVar("_M", Gauge, Counter, Histogram)
+_float_text: Callable[[float], str] = _untyped_float_text
+"""A value as the text format writes it (prometheus_client's own function)."""
 
-    def __init__(self) -> None:
+
+class _Families:
+    """Families already collected (a collector that returns them)."""
+
+    def __init__(self, families: tuple[Metric, ...]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class Frozen:
+    """One scrape, as :meth:`MetricSet.freeze` took it: collectors in registration order, each
+    either already collected or safe to collect from any thread."""
+
+    def __init__(self, parts: tuple[Collector, ...]) -> None:
+        self.parts = parts
+
+    def collect(self) -> Iterator[Metric]:
+        for part in self.parts:
+            yield from part.collect()
+
+
+def render(frozen: Frozen, *, pause: float = 0.0) -> bytes:
+    """The text exposition of one frozen scrape, safe in another thread: exactly
+    ``generate_latest`` of its families. Each family is collected, written and let go before the
+    next, and the per-node ones are written straight from their rows, so a scrape leaves few
+    objects for the garbage collector to chase (its pauses hold every thread).
+
+    ``pause``: seconds to sleep between families and every :data:`ROWS_BETWEEN_PAUSES` nodes. In a
+    thread, that hands the GIL to the event loop, which would otherwise wait up to the interpreter's
+    switch interval (5 ms) each time it wakes while the text is being written.
+    """
+    out: list[bytes] = []
+    for part in frozen.parts:
+        for family in part.collect():
+            if isinstance(family, _NodeFamily):
+                out.append(family.text(pause=pause))
+            else:
+                out.append(generate_latest(_Families((family,))))
+            if pause:
+                time.sleep(pause)
+    return b"".join(out)
+
+
+ROWS_BETWEEN_PAUSES = 500
+"""Nodes a per-node family writes between two pauses of :func:`render`."""
+
+
+class _Sums:
+    """Addresses by type and nodes by category, summed over some nodes (running sums)."""
+
+    def __init__(self, categories: Sequence[str]) -> None:
         self.ips = dict.fromkeys(IP_TYPES, 0)
-        self.nodes = dict.fromkeys(NODE_CATEGORIES, 0)
-        self.shown = False
-        """False until a node is gauged or a resync is applied, and after a clear: a replica that
-        does not reconcile exports no totals."""
+        self.nodes = dict.fromkeys(categories, 0)
 
     def account(self, stats: NodeStats, reason: str, sign: int) -> None:
         for kind in IP_TYPES:
@@ -115,10 +221,29 @@ class _PoolTotals:
         self.nodes["total"] += sign
         self.nodes["in-deficit"] += sign * (stats.needed > 0)
         self.nodes["at-capacity"] += sign * (reason == "instance-limit")
+        if "needs-attention" in self.nodes:
+            self.nodes["needs-attention"] += sign * (urgency(stats, reason) is not None)
 
     def reset(self) -> None:
-        self.ips = dict.fromkeys(IP_TYPES, 0)
-        self.nodes = dict.fromkeys(NODE_CATEGORIES, 0)
+        self.ips = dict.fromkeys(self.ips, 0)
+        self.nodes = dict.fromkeys(self.nodes, 0)
+
+
+class _PoolTotals:
+    """The cluster totals over every node, and the part of them from the nodes without per-node
+    series: a collector, computed at collection from the running sums, so they cannot lag behind
+    the per-node series they add up with."""
+
+    def __init__(self) -> None:
+        self.all = _Sums(NODE_CATEGORIES)
+        self.omitted = _Sums(OMITTED_CATEGORIES)
+        self.shown = False
+        """False until a node is gauged or a resync is applied, and after a clear: a replica that
+        does not reconcile exports no totals."""
+
+    def reset(self) -> None:
+        self.all.reset()
+        self.omitted.reset()
         self.shown = False
 
     def describe(self) -> Iterator[Metric]:
@@ -128,21 +253,179 @@ class _PoolTotals:
         yield from self._families(empty=not self.shown)
 
     def _families(self, *, empty: bool) -> Iterator[Metric]:
-        ips = GaugeMetricFamily(
-            f"{NAMESPACE}_ips", "Cluster totals of pool addresses by type (sums of node_ips)", labels=["type"]
+        families = (
+            (
+                GaugeMetricFamily(
+                    f"{NAMESPACE}_ips",
+                    "Cluster totals of pool addresses by type, every node (sums of node_ips and "
+                    "omitted_node_ips)",
+                    labels=["type"],
+                ),
+                self.all.ips,
+            ),
+            (
+                GaugeMetricFamily(
+                    f"{NAMESPACE}_nodes",
+                    "Nodes by category, every node (total; in-deficit: needed > 0; at-capacity: "
+                    "reason instance-limit)",
+                    labels=["category"],
+                ),
+                self.all.nodes,
+            ),
+            (
+                GaugeMetricFamily(
+                    f"{NAMESPACE}_omitted_node_ips",
+                    "Pool addresses by type of the nodes without node_ips series (ips = sum of "
+                    "node_ips + this)",
+                    labels=["type"],
+                ),
+                self.omitted.ips,
+            ),
+            (
+                GaugeMetricFamily(
+                    f"{NAMESPACE}_omitted_nodes",
+                    "Nodes without per-node series, by category (as nodes; needs-attention: left "
+                    "out by node_series_max)",
+                    labels=["category"],
+                ),
+                self.omitted.nodes,
+            ),
         )
-        nodes = GaugeMetricFamily(
-            f"{NAMESPACE}_nodes",
-            "Nodes by category (total; in-deficit: needed > 0; at-capacity: reason instance-limit)",
-            labels=["category"],
-        )
-        if not empty:
-            for kind, value in self.ips.items():
-                ips.add_metric([kind], value)
-            for category, value in self.nodes.items():
-                nodes.add_metric([category], value)
-        yield ips
-        yield nodes
+        for family, values in families:
+            if not empty:
+                for label, value in values.items():
+                    family.add_metric([label], value)
+            yield family
+
+
+Row = tuple[float | None, ...]
+"""One node's samples of a per-node family, by the family's label value (None: no sample)."""
+
+
+class NodeSeries:
+    """A per-node gauge family (``node_ips``, ``node_at_capacity``): node → one value per label
+    value of its second label, as a tuple in a dict.
+
+    prometheus_client's ``Gauge`` keeps an object, a lock and a label dict per label set, about
+    3 KB a node for ``node_ips`` and ``node_at_capacity``; this keeps one tuple. It offers the part
+    of ``Gauge``'s interface a test or a tool may use (``labels(...).set``, ``remove``, ``clear``);
+    :class:`Metrics` writes whole rows. Collecting copies the dict (one step, on the event loop);
+    the text, or the samples when read back, are made from that copy later, off the loop in a
+    scrape.
+    """
+
+    def __init__(self, name: str, documentation: str, label: str, values: Sequence[str]) -> None:
+        if label <= "node":
+            raise ValueError(f"{label!r} must sort after 'node' (the text writes labels in name order)")
+        self.name = f"{NAMESPACE}_{name}"
+        self.documentation = documentation
+        self.label = label
+        self.values = tuple(values)
+        self._index = {value: n for n, value in enumerate(self.values)}
+        self._rows: dict[str, Row] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._rows
+
+    def put(self, node: str, row: Row) -> None:
+        self._rows[node] = row
+
+    def drop(self, node: str) -> None:
+        self._rows.pop(node, None)
+
+    # -- Gauge's interface -------------------------------------------------------------------------
+
+    def labels(self, *, node: str, **label: str) -> _Sample:
+        ((name, value),) = label.items()
+        if name != self.label:
+            raise ValueError(f"{self.name} has labels node and {self.label}, not {name}")
+        return _Sample(self, node, self._index[value])
+
+    def remove(self, node: str, value: str) -> None:
+        """Drop one sample; KeyError when it does not exist (as ``Gauge.remove``)."""
+        row = self._rows.get(node)
+        n = self._index[value]
+        if row is None or row[n] is None:
+            raise KeyError((node, value))
+        row = (*row[:n], None, *row[n + 1 :])
+        if any(v is not None for v in row):
+            self._rows[node] = row
+        else:
+            del self._rows[node]
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    # -- a collector -------------------------------------------------------------------------------
+
+    def describe(self) -> Iterator[Metric]:
+        yield _NodeFamily(self, {})
+
+    def collect(self) -> Iterator[Metric]:
+        yield _NodeFamily(self, self._rows.copy())
+
+
+class _Sample:
+    """One sample of a :class:`NodeSeries`, as ``Gauge.labels`` returns it."""
+
+    def __init__(self, series: NodeSeries, node: str, index: int) -> None:
+        self._series, self._node, self._index = series, node, index
+
+    def set(self, value: float) -> None:
+        row = self._series._rows.get(self._node) or (None,) * len(self._series.values)
+        self._series._rows[self._node] = (*row[: self._index], value, *row[self._index + 1 :])
+
+
+class _NodeFamily(Metric):
+    """A :class:`NodeSeries` as collected: its samples are made from the copy when first read."""
+
+    def __init__(self, series: NodeSeries, rows: dict[str, Row]) -> None:
+        super().__init__(series.name, series.documentation, "gauge")
+        self._labelnames = ("node", series.label)
+        self._values = series.values
+        self._rows = rows
+        self._made: list[Sample] | None = None
+
+    @property
+    def samples(self) -> list[Sample]:
+        if self._made is None:
+            name, label, values = self.name, self._labelnames[1], self._values
+            self._made = [
+                Sample(name, {"node": node, label: values[n]}, value)
+                for node, row in self._rows.items()
+                for n, value in enumerate(row)
+                if value is not None
+            ]
+        return self._made
+
+    @samples.setter
+    def samples(self, samples: list[Sample]) -> None:
+        # Metric.__init__ assigns an empty list before the rows are known: made when first read.
+        self._made = samples if samples else None
+
+    def text(self, *, pause: float = 0.0) -> bytes:
+        """What ``generate_latest`` writes for this family, written from the rows: strings only,
+        no sample objects (labels in name order: ``node`` comes first). ``pause``: as
+        :func:`render`'s."""
+        name, label, values = self.name, self._labelnames[1], self._values
+        documentation = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines = [f"# HELP {name} {documentation}\n# TYPE {name} gauge\n"]
+        for count, (node, row) in enumerate(self._rows.items(), start=1):
+            prefix = f'{name}{{node="{_escape(node)}",{label}="'
+            for n, value in enumerate(row):
+                if value is not None:
+                    lines.append(f'{prefix}{values[n]}"}} {_float_text(value)}\n')
+            if pause and count % ROWS_BETWEEN_PAUSES == 0:
+                time.sleep(pause)
+        return "".join(lines).encode()
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format writes it."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 class Metrics(MetricSet):
@@ -150,21 +433,34 @@ class Metrics(MetricSet):
 
     Implements :class:`eni_ipam.core.observe.Observer`, the domain's reports (``node_ips`` and
     ``nodes{category="at-capacity"}`` count the ``instance-limit`` reason of
-    :data:`~eni_ipam.core.observe.CAPACITY_REASONS`)."""
+    :data:`~eni_ipam.core.observe.CAPACITY_REASONS`). ``node_series`` decides which nodes have
+    per-node series (default: the settings' default, every node up to 1,000)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
+    def __init__(self, *, node_series: NodeSeriesPolicy | None = None) -> None:
+        super().__init__()
         self._totals = _PoolTotals()
-        self.registry.register(self._totals)
+        self.register(self._totals)
         self._gauged: dict[str, tuple[NodeStats, str]] = {}
-        """Node → what its series say now (stats, capacity reason): the totals' one source."""
-        self.node_ips = self.gauge("node_ips", "Pool addresses of one node by type", ["node", "type"])
-        self.node_at_capacity = self.gauge(
+        """Node → its stats and capacity reason now, every node: the totals' one source."""
+        self._selection = NodeSelection(node_series or NodeSeriesPolicy(), self._gauged.keys())
+        """Which nodes have per-node series."""
+        self.node_ips = NodeSeries(
+            "node_ips",
+            "Pool addresses of one node by type (every node of a small cluster; otherwise the nodes "
+            "that need attention)",
+            "type",
+            IP_TYPES,
+        )
+        self.register(self.node_ips)
+        self.node_at_capacity = NodeSeries(
             "node_at_capacity",
             "1 for a node whose pool cannot grow, by reason (instance-limit, subnet, security-groups, "
-            "limits-unknown); no series for a node that can grow",
-            ["node", "reason"],
+            "limits-unknown); no series for a node that can grow (nor, in a large cluster, for a "
+            "full node that needs nothing)",
+            "reason",
+            CAPACITY_REASONS,
         )
+        self.register(self.node_at_capacity)
         self.allocation_ops = self.counter("allocation_ops", "Addresses allocated, by subnet", ["subnet"])
         self.release_ops = self.counter("release_ops", "Addresses released, by subnet", ["subnet"])
         self.interface_creation_ops = self.counter(
@@ -304,46 +600,64 @@ class Metrics(MetricSet):
     # -- nodes -----------------------------------------------------------------------------------
 
     def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
-        """Node ``name``'s series now say ``stats``; ``capacity`` is why its pool cannot grow (one of
-        :data:`CAPACITY_REASONS`), or empty. The totals follow in the same step."""
+        """Node ``name`` now has ``stats``; ``capacity`` is why its pool cannot grow (one of
+        :data:`CAPACITY_REASONS`), or empty. The totals, and which nodes have series, follow in the
+        same step."""
         old = self._gauged.get(name)
         if old is not None and old[1] == capacity and (old[0] is stats or old[0] == stats):
             return  # nothing changed (most nodes at most resyncs)
-        for kind in IP_TYPES:
-            value = getattr(stats, kind)
-            if old is None or getattr(old[0], kind) != value:
-                self.node_ips.labels(node=name, type=kind).set(value)
-        if old is not None and old[1] != capacity and old[1]:
-            with contextlib.suppress(KeyError):
-                self.node_at_capacity.remove(name, old[1])
-        if capacity and (old is None or old[1] != capacity):
-            self.node_at_capacity.labels(node=name, reason=capacity).set(1)
-        if old is not None:
-            self._totals.account(old[0], old[1], -1)
-        self._totals.account(stats, capacity, +1)
-        self._totals.shown = True
         self._gauged[name] = (stats, capacity)
+        if old is not None:
+            self._totals.all.account(old[0], old[1], -1)
+        self._totals.all.account(stats, capacity, +1)
+        self._totals.shown = True
+        if name in self._selection.shown:
+            self._write(name, stats, capacity)
+        else:
+            if old is not None:
+                self._totals.omitted.account(old[0], old[1], -1)
+            self._totals.omitted.account(stats, capacity, +1)
+        self._apply(self._selection.changed(name, urgency(stats, capacity)))
 
     def remove_node(self, name: str) -> None:
         old = self._gauged.pop(name, None)
         if old is None:
             return
-        for kind in IP_TYPES:
-            with contextlib.suppress(KeyError):
-                self.node_ips.remove(name, kind)
-        if old[1]:
-            with contextlib.suppress(KeyError):
-                self.node_at_capacity.remove(name, old[1])
-        self._totals.account(old[0], old[1], -1)
+        self._totals.all.account(old[0], old[1], -1)
+        if name in self._selection.shown:
+            self.node_ips.drop(name)
+            self.node_at_capacity.drop(name)
+        else:
+            self._totals.omitted.account(old[0], old[1], -1)
+        self._apply(self._selection.removed(name))
+
+    def _apply(self, changes: Iterable[tuple[str, bool]]) -> None:
+        """Give nodes series or take them away, moving them out of or into the omitted part."""
+        for node, show in changes:
+            stats, capacity = self._gauged[node]
+            if show:
+                self._write(node, stats, capacity)
+                self._totals.omitted.account(stats, capacity, -1)
+            else:
+                self.node_ips.drop(node)
+                self.node_at_capacity.drop(node)
+                self._totals.omitted.account(stats, capacity, +1)
+
+    def _write(self, node: str, stats: NodeStats, capacity: str) -> None:
+        self.node_ips.put(node, (stats.available, stats.used, stats.needed, stats.excess))
+        if capacity:
+            self.node_at_capacity.put(node, tuple(1 if r == capacity else None for r in CAPACITY_REASONS))
+        else:
+            self.node_at_capacity.drop(node)
 
     def show_totals(self) -> None:
         """Export the totals even with no node (this replica reconciles: zero is the truth)."""
         self._totals.shown = True
 
     def totals_problems(self) -> list[str]:
-        """Where the exported totals disagree with the exported per-node series (empty: they
-        agree), read from the collectors a scrape reads: the invariant the simulator, the soak and
-        the tests check after every step."""
+        """Where the exported totals disagree with the exported per-node series and the omitted
+        part (empty: they agree), read from the collectors a scrape reads: the invariant the
+        simulator, the soak and the tests check after every step."""
         families = (*self.node_ips.collect(), *self.node_at_capacity.collect(), *self._totals.collect())
         return pool_totals_problems(
             (s.name, s.labels, s.value) for family in families for s in family.samples
@@ -368,14 +682,12 @@ class Metrics(MetricSet):
     def clear_pool_state(self) -> None:
         """Drop the gauges that describe pools (this replica stopped reconciling: a standby must not
         export its last leader term's numbers next to the new leader's)."""
-        for gauge in (
-            self.node_ips,
-            self.node_at_capacity,
-            self.available_ips_per_subnet,
-            self.subnet_size_ips,
-        ):
+        for gauge in (self.available_ips_per_subnet, self.subnet_size_ips):
             gauge.clear()
+        self.node_ips.clear()
+        self.node_at_capacity.clear()
         self._gauged.clear()
+        self._selection.clear()
         self._totals.reset()
 
 
@@ -388,10 +700,19 @@ def _cidr_size(cidr: str) -> int | None:
 
 def pool_totals_problems(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[str]:
     """Where the totals among ``samples`` (name, labels, value: one scrape of one controller)
-    disagree with the per-node series among them; empty when they agree or none is exported."""
+    disagree with the per-node series and the omitted part among them; empty when they agree or
+    none is exported.
+
+    The totals must be exactly the sums (``ips``) and counts (``nodes``) of the per-node series plus
+    ``omitted_node_ips`` and ``omitted_nodes``. When every node has series (the omitted part is zero,
+    or absent as from an older version) that is the sums of the per-node series alone. While any node
+    is omitted, every node with series must need attention (short, or unable to grow for a reason
+    other than a full node that needs nothing).
+    """
     per_node: dict[str, dict[str, float]] = {}
     reasons: dict[str, str] = {}
     got: dict[str, float] = {}
+    omitted: dict[str, float] = {}
     for name, labels, value in samples:
         if name == f"{NAMESPACE}_node_ips":
             per_node.setdefault(labels["node"], {})[labels["type"]] = value
@@ -401,6 +722,10 @@ def pool_totals_problems(samples: Iterable[tuple[str, Mapping[str, str], float]]
             got[f'ips{{type="{labels["type"]}"}}'] = value
         elif name == f"{NAMESPACE}_nodes":
             got[f'nodes{{category="{labels["category"]}"}}'] = value
+        elif name == f"{NAMESPACE}_omitted_node_ips":
+            omitted[f'ips{{type="{labels["type"]}"}}'] = value
+        elif name == f"{NAMESPACE}_omitted_nodes":
+            omitted[f'nodes{{category="{labels["category"]}"}}'] = value
     expected: dict[str, float] = {
         f'ips{{type="{kind}"}}': sum(v.get(kind, 0.0) for v in per_node.values()) for kind in IP_TYPES
     }
@@ -412,11 +737,25 @@ def pool_totals_problems(samples: Iterable[tuple[str, Mapping[str, str], float]]
         for node, reason in reasons.items()
         if node not in per_node
     ]
+    problems += [f"omitted {series} is {value:g}" for series, value in omitted.items() if value < 0]
+    if omitted.get('nodes{category="total"}', 0) > 0:
+        problems += [
+            f"{node} has series but needs no attention while other nodes are omitted"
+            for node, values in per_node.items()
+            if values.get("needed", 0) <= 0 and reasons.get(node, "instance-limit") == "instance-limit"
+        ]
     if not got and not per_node:
         return problems  # nothing exported (not reconciling yet, or a standby)
-    for series, want in expected.items():
+    for series, in_series in expected.items():
+        rest = omitted.get(series, 0.0)
         have = got.get(series)
-        if have != want:
+        if have != in_series + rest:
             shown = "absent" if have is None else f"{have:g}"
-            problems.append(f"{series} is {shown}, the per-node series say {want:g}")
+            says = f"the per-node series say {in_series:g}"
+            if rest:
+                says = (
+                    f"the per-node series ({in_series:g}) and the omitted part ({rest:g}) say "
+                    f"{in_series + rest:g}"
+                )
+            problems.append(f"{series} is {shown}, {says}")
     return problems

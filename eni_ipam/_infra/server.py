@@ -4,17 +4,28 @@
 which role this replica has: ``ready: leader``, ``ready: standby (leader: pod-b)``, or
 ``not ready: leader, initial resync has not succeeded yet``. A standby is ready: it is healthy
 and must not block rolling updates; only a leader (or a lone process) waits for its resync.
+
+``/metrics`` reads every family on the event loop in one step (:meth:`MetricSet.freeze`, a copy:
+the scrape is consistent) and renders the text in a thread (:func:`render`), so a large scrape
+never holds the loop — nor ``/healthz``, which the liveness probe reads — while it is written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from eni_ipam._infra.metrics import MetricSet
+from eni_ipam._infra.metrics import MetricSet, render
 from eni_ipam.errors import ConfigError
+
+RENDER_PAUSE = 0.0002
+"""Seconds the thread writing a scrape sleeps between families (and every 500 nodes), handing the
+GIL to the event loop: a fifth of a millisecond, under 10 ms over a scrape of the controller's 32
+families, against the 5 ms the loop could otherwise wait each time it wakes."""
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""
@@ -22,7 +33,9 @@ Readiness = Callable[[], "bool | tuple[bool, str]"]
 
 def make_app(metrics: MetricSet, ready: Readiness) -> web.Application:
     async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        frozen = metrics.freeze()  # on the loop, in one step: what the loop changes is copied here
+        body = await asyncio.to_thread(functools.partial(render, frozen, pause=RENDER_PAUSE))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

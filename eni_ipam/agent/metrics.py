@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
-
 from eni_ipam._infra.metrics import MetricSet
 
 
 class AgentMetrics(MetricSet):
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
+    def __init__(self) -> None:
+        super().__init__()
         self.agent_ready = self.gauge(
             "agent_ready", "1 while the node agent is ready (state restored, socket served, ENIPool seen)"
         )

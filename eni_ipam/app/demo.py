@@ -15,7 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import TextIO
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam._infra.server import Readiness, make_app, start_server
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
@@ -152,9 +152,9 @@ async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: Text
 
 async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
     clock = LoopClock()
-    metrics = Metrics()
-    cloud, specs = build(nodes, seed, clock)
     settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
+    metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
+    cloud, specs = build(nodes, seed, clock)
     provider = SimProvider(cloud, clock=clock, metrics=metrics)
     manager, store, side = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
     stop = stop_on_signals()

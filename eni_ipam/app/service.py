@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
@@ -87,7 +87,7 @@ class Service:
         self.stop = stop
         self.environ = environ
         self.clock: Clock = LoopClock()
-        self.metrics = Metrics()
+        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(config.settings))
         self.state = ServiceState()
         self.fence = Fence()
         self.records = RecordsRef()

@@ -80,12 +80,34 @@ class Settings(ConfigModel):
     gc_max_per_run: NonNegativeInt = 25
     """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""
 
+    node_series_all_up_to: NonNegativeInt = 1000
+    """Clusters of up to this many nodes export every node's series (``eni_ipam_node_ips``,
+    ``eni_ipam_node_at_capacity``), as small clusters always have; larger ones only the nodes that
+    need attention (short of addresses, or unable to grow for a reason other than being full and
+    needing nothing: the nodes the per-node alerts fire for). 1,000 nodes are 4,000 per-node series,
+    0.34 MB a scrape: every node on the dashboard, cheaply. 100,000 were 400,000 series, 35 MB and
+    seconds of rendering, for nodes no alert or person looks at."""
+
+    node_series_max: NonNegativeInt = 2000
+    """The most nodes with per-node series in a cluster larger than ``node_series_all_up_to``, those
+    that cannot grow first, then the largest deficits. It bounds a scrape when every node is short at
+    once (a mass scale-up): 2,000 nodes are at most 10,000 per-node series, under 1 MB, whatever the
+    cluster's size. Twice ``node_series_all_up_to``, so a cluster that has just outgrown it still
+    shows each node when all are short; more nodes in trouble at once is a cluster-wide event, which
+    ``eni_ipam_nodes`` and ``eni_ipam_omitted_nodes`` count. At least ``node_series_all_up_to``."""
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if not 0 < self.rate_limit_share <= 1:
             raise FieldError("rate_limit_share", f"must be in (0, 1], got {self.rate_limit_share}")
         if self.backoff_max < self.backoff_initial:
             raise FieldError("backoff_max", "must be at least backoff_initial")
+        if self.node_series_max < self.node_series_all_up_to:
+            raise FieldError(
+                "node_series_max",
+                f"must be at least node_series_all_up_to ({self.node_series_all_up_to}), "
+                f"got {self.node_series_max}",
+            )
         if len(self.interface_tags) > MAX_EXTRA_TAGS:
             raise FieldError(
                 "interface_tags",

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import Instance
 from eni_ipam.core.spec import NodeResource
@@ -57,7 +57,7 @@ class Simulation:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.clock = LoopClock(measure_cpu=False)
-        self.metrics = Metrics()
+        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings))
         self.store = MemoryStore()
         self.provider: SimProvider | GenericProvider
         if scenario.generic is not None:

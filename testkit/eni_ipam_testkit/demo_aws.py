@@ -19,7 +19,7 @@ import sys
 from typing import Any, TextIO
 from unittest import mock
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
 from eni_ipam.app.service import stop_on_signals
 from eni_ipam.core.clock import LoopClock
@@ -104,13 +104,13 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         vpc, specs = await asyncio.to_thread(seed_network, ec2, nodes, random.Random(seed))
         out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {nodes} instances\n")
         clock = LoopClock()
-        metrics = Metrics()
+        settings = Settings(cluster_name="demo", resync_interval=30.0)
+        metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
         provider = AwsProvider(
             AwsSettings(region=REGION, endpoint_url=server.endpoint_url, vpc_id=vpc),
             clock=clock,
             metrics=metrics,
         )
-        settings = Settings(cluster_name="demo", resync_interval=30.0)
         manager, _, _ = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
         stop = stop_on_signals()
         started = clock.monotonic()

@@ -1,6 +1,7 @@
 """The simulator's virtual-time loop and the HTTP endpoint."""
 
 import asyncio
+import threading
 import time
 
 import aiohttp
@@ -43,3 +44,30 @@ async def test_endpoint_serves_metrics_health_and_readiness():
                 assert r.status == 200
     finally:
         await runner.cleanup()
+
+
+async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monkeypatch):
+    """The loop only copies what it owns; the text, the long part of a large scrape, is written in a
+    thread, and is the scrape's whole text."""
+    from eni_ipam._infra import server
+    from eni_ipam.core.model import NodeStats
+
+    metrics = Metrics()
+    metrics.set_node("n1", NodeStats(available=8, needed=2), capacity="subnet")
+    written_in: list[threading.Thread] = []
+
+    def render(frozen, **options):
+        written_in.append(threading.current_thread())
+        return real_render(frozen, **options)
+
+    real_render = server.render
+    monkeypatch.setattr(server, "render", render)
+    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0)
+    try:
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as r:
+            body = await r.read()
+    finally:
+        await runner.cleanup()
+    assert written_in and written_in[0] is not threading.main_thread()
+    assert body == metrics.exposition()
