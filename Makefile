@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
+.PHONY: run test lint typecheck pytest e2e simulate bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
 # The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
 # with EC2's limits), a distribution of its own that the product wheel and the image never carry.
@@ -111,6 +111,13 @@ simulate: $(STAMP)
 # Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when one of its targets is missed.
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The whole controller at 1,000, 10,000 and 100,000 nodes (bench/scale.py): the real service against the
+# EC2 front end and the fake API server, each in its own process; writes docs/PERFORMANCE.md section 6.
+# Long (about half an hour at 100,000 nodes) and memory-hungry (the two servers hold ~8 GB): not in CI,
+# which runs it at 200 nodes (tests/bench/test_scale.py).
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale
 
 # Fault-injection soaks: the reconciler (bench/soak.py, docs/RELIABILITY.md) and the node agent under hostile
 # input (bench/agent_soak.py, docs/RELIABILITY-node.md); exits 1 on an invariant violation.

@@ -268,7 +268,10 @@ class NodeManager:
         learn from the fresh view, is passed over: its stats stand, its series stand. What a fresh
         view can change without the instance changing is visited anyway: a node blocked on the last
         view (subnet room may be back), one that must re-read its instance, a terminated one, and
-        every node of an instance type whose limits the resync changed."""
+        every node of an instance type whose limits the resync changed.
+
+        A node whose instance changed but that has no work gets no pass; its status is published
+        at once, so its pool as the node side reads it is never older than the last resync."""
         changed_types = self.view.apply(snapshot)
         self.last_resync = started
         instances = snapshot.instances
@@ -285,10 +288,16 @@ class NodeManager:
                 and instance.type not in changed_types
             ):
                 continue
+            seen = node.instance
             node.observe(instance, seen_at=started)
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
+            elif node.instance is not seen and node.instance is not None and node.instance != seen:
+                # The pool changed behind our back (addresses added or removed by someone else):
+                # no pass will publish it, so it is published now (a pass is never running here,
+                # or it would have work).
+                self.status_sink.publish(node.name, node.status())
         for name in list(self._wanting):
             wanting = self._slots.get(name)
             if wanting is None:

@@ -444,3 +444,20 @@ async def test_a_costly_resync_pushes_the_next_one_back(monkeypatch):
     monkeypatch.setattr(manager.clock, "cpu_seconds", lambda: next(cpu))
     await manager.resync()
     assert manager.next_resync_in == 150.0
+
+
+async def test_a_pool_changed_behind_our_back_is_published_at_the_resync_that_sees_it():
+    manager, snapshot = _cluster(3)
+    published: list[str] = []
+    manager.status_sink = type("Sink", (), {"publish": lambda self, name, status: published.append(name)})()
+    manager.apply_resync(snapshot, started=0.0)
+    published.clear()
+    changed = dict(snapshot.instances)
+    grown = changed["i-1"].interfaces[0]
+    changed["i-1"] = dataclasses.replace(
+        changed["i-1"], interfaces=(dataclasses.replace(grown, addresses=(*grown.addresses, "10.0.1.99")),)
+    )
+    manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=1.0)
+    assert published == ["n1"]  # someone else added an address: the node side must see it in the pool
+    manager.apply_resync(dataclasses.replace(snapshot, instances=dict(changed)), started=2.0)
+    assert published == ["n1"]  # the same view again (another object, equal): nothing to publish

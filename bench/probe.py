@@ -1,0 +1,105 @@
+"""Measuring a running event loop from inside: stalls, CPU and memory, by phase.
+
+:class:`LoopProbe` is a task that sleeps ``tick`` seconds over and over and records how late each wake
+came: the lateness is the longest the loop could not run anything (a stall), measured, not reasoned
+about. Stalls are kept with their time, so a phase's worst stall is read afterwards
+(:meth:`LoopProbe.worst`). :func:`rss_mb`, :func:`peak_rss_mb` and :func:`cpu_seconds` read the
+process's own figures from the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import resource
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+
+def rss_mb() -> float:
+    """Resident set size now (Linux ``/proc/self/status``, VmRSS)."""
+    return _status_kb("VmRSS") / 1024
+
+
+def peak_rss_mb() -> float:
+    """The largest resident set so far (VmHWM)."""
+    return _status_kb("VmHWM") / 1024
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def cpu_seconds() -> float:
+    """CPU seconds this process used, every thread included (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class LoopProbe:
+    """A task measuring how late the loop wakes it (see the module docstring)."""
+
+    def __init__(self, tick: float = 0.001) -> None:
+        self.tick = tick
+        self._times: list[float] = []
+        self._lates: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="bench-loop-probe")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.tick)
+            woke = time.perf_counter()
+            late = woke - before - self.tick
+            if late > 0.005:  # keep only what matters: most wakes are on time
+                self._times.append(woke)
+                self._lates.append(late)
+
+    def worst(self, since: float, until: float | None = None) -> float:
+        """The longest stall (seconds) whose end fell in ``[since, until]`` (perf_counter times)."""
+        lo = bisect.bisect_left(self._times, since)
+        hi = bisect.bisect_right(self._times, until if until is not None else float("inf"))
+        return max(self._lates[lo:hi], default=0.0)
+
+
+class Phase:
+    """Wall time, CPU time and the worst loop stall of one stretch of a run."""
+
+    def __init__(self, probe: LoopProbe | None) -> None:
+        self.probe = probe
+        self.started = self.ended = 0.0
+        self.cpu_started = self.cpu = 0.0
+
+    @property
+    def wall(self) -> float:
+        return self.ended - self.started
+
+    @property
+    def stall(self) -> float:
+        return self.probe.worst(self.started, self.ended) if self.probe else 0.0
+
+
+@contextmanager
+def phase(probe: LoopProbe | None = None) -> Iterator[Phase]:
+    """Time the block: wall, process CPU, and (with a probe) the worst stall that ended in it."""
+    measured = Phase(probe)
+    measured.started, measured.cpu_started = time.perf_counter(), cpu_seconds()
+    try:
+        yield measured
+    finally:
+        measured.ended = time.perf_counter()
+        measured.cpu = cpu_seconds() - measured.cpu_started

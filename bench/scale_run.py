@@ -1,0 +1,276 @@
+"""The controller of the scale benchmark: the real ``eni-ipam run``, measured from inside.
+
+``python -m bench.scale_run --ec2 URL --kubeconfig FILE --nodes N --mode fresh|handover`` runs the
+service exactly as ``eni-ipam run`` does (:class:`eni_ipam.app.service.Service`: the AWS provider over
+boto3 against the EC2 front end, the Kubernetes node source over the fake API server, Lease election,
+the metrics endpoint) in this process, with a loop-lag probe beside it, and prints one JSON object:
+
+* ``fresh``: a start with pools that have no status yet. Start to ready, the first status writes (in
+  order), every status written, then a full resync (CPU, wall, worst stall), a resync with 1 % of the
+  instances changed behind the controller's back (the apply's time), a planning pass over every
+  node, scrapes of ``/metrics`` (time, size, worst stall), peak and steady RSS.
+* ``handover``: a start on pools a previous leader brought up to date: start to ready, and the status
+  writes once every node has had its pass (expected: none).
+
+Every figure is read off this process (CPU of all its threads, VmRSS/VmHWM) or off the loop probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.probe import LoopProbe, cpu_seconds, peak_rss_mb, phase, rss_mb
+from eni_ipam.app.runconfig import load_config_mapping
+from eni_ipam.app.service import Service
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.planner import node_stats, plan_allocation
+
+CHANGED_SHARE = 0.01
+SCRAPES = 3
+
+
+def config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "provider": "aws",
+        "aws": {"region": "us-east-1", "endpoint_url": args.ec2, "vpc_id": args.vpc},
+        "node_source": "kubernetes",
+        "kubernetes": {
+            "kubeconfig": args.kubeconfig,
+            "lease_namespace": "kube-system",
+            "identity": f"bench-{args.mode}",
+            "status_qps": args.status_qps,
+            "status_burst": int(args.status_qps),
+        },
+        "server": {"host": "127.0.0.1", "port": args.port},
+        "settings": {"cluster_name": "bench", "gc_interval": "0s"},
+        "log_level": "warning",
+    }
+
+
+class Recorder:
+    """What the controller writes to the API server, by name and in order (a class-level wrap of the
+    Kubernetes adapter's patch: the service's own code runs unchanged)."""
+
+    def __init__(self) -> None:
+        self.status_writes: list[str] = []
+
+    def install(self) -> None:
+        from eni_ipam.kube.api import KubeApi
+
+        for method in ("patch", "json_patch"):
+            setattr(KubeApi, method, self._recording(getattr(KubeApi, method)))
+
+    def _recording(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        async def write(api: Any, kind: Any, name: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await original(api, kind, name, *args, **kwargs)
+            if kwargs.get("status"):
+                recorder.status_writes.append(str(name))
+            return result
+
+        return write
+
+
+async def until(condition: Callable[[], bool], *, within: float, what: str, step: float = 0.05) -> None:
+    deadline = time.perf_counter() + within
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{what} did not happen within {within} s")
+        await asyncio.sleep(step)
+
+
+def settled(service: Service) -> bool:
+    """Every node had its pass and nothing is queued for the API server."""
+    manager = service.state.manager
+    if manager is None or not manager.ready or manager.busy():
+        return False
+    writer = getattr(service.records.target, "writer", None)  # the Kubernetes node source's
+    return writer is None or not writer.pending
+
+
+def scrape(port: int) -> tuple[float, int]:
+    """One ``GET /metrics`` from another thread, as Prometheus does: seconds and bytes."""
+    started = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        size = len(answer.read())
+    return time.perf_counter() - started, size
+
+
+async def in_thread(fn: Callable[[], Any]) -> Any:
+    result: list[Any] = []
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        result.append(fn())
+        loop.call_soon_threadsafe(done.set)
+
+    threading.Thread(target=run, daemon=True).start()
+    await done.wait()
+    return result[0]
+
+
+def change_instances(manager: NodeManager, endpoint: str, share: float, seed: int = 5) -> int:
+    """Add one address to ``share`` of the instances' first interface, through EC2's API directly
+    (behind the controller's back): what the next resync must notice, and only that."""
+    import boto3
+
+    client = boto3.session.Session().client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    nodes = [n for n in manager.nodes.values() if n.instance is not None and n.instance.interfaces]
+    chosen = random.Random(seed).sample(nodes, max(int(len(nodes) * share), 1))
+    for node in chosen:
+        assert node.instance is not None
+        client.assign_private_ip_addresses(
+            NetworkInterfaceId=node.instance.interfaces[-1].id, SecondaryPrivateIpAddressCount=1
+        )
+    return len(chosen)
+
+
+def requests(service: Service) -> dict[str, float]:
+    """Requests sent to EC2 so far, by operation."""
+    return {
+        dict(k)["operation"]: v for k, v in service.metrics.samples("eni_ipam_api_requests_total").items()
+    }
+
+
+def _minus(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
+    return {op: int(n - before.get(op, 0)) for op, n in sorted(after.items()) if n - before.get(op, 0)}
+
+
+def plan_every_node(manager: NodeManager) -> float:
+    """Seconds to compute the stats and an allocation plan of every node (a pass's pure part)."""
+    subnets, groups = manager.view.planner_subnets(), manager.view.security_groups
+    started = time.perf_counter()
+    for node in manager.nodes.values():
+        instance, limits = node.instance, node.limits()
+        if instance is None or limits is None:
+            continue
+        spec = node.resource.spec
+        stats = node_stats(spec, instance, limits, used=node.resource.used, prefix_delegation=False)
+        plan_allocation(spec, instance, limits, subnets, groups, must=max(stats.needed, 1))
+    return time.perf_counter() - started
+
+
+def timed_apply(manager: NodeManager) -> list[float]:
+    """Wrap the manager's resync apply (its synchronous half) to time each call."""
+    seconds: list[float] = []
+    apply = manager.apply_resync
+
+    def timed(snapshot: Any, *, started: float) -> None:
+        began = time.perf_counter()
+        apply(snapshot, started=started)
+        seconds.append(time.perf_counter() - began)
+
+    manager.apply_resync = timed  # type: ignore[method-assign]
+    return seconds
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    recorder = Recorder()
+    recorder.install()
+    stop = asyncio.Event()
+    environ = {**os.environ, "POD_NAMESPACE": "kube-system"}
+    service = Service(load_config_mapping(config(args)), stop=stop, environ=environ)
+    probe = LoopProbe()
+    probe.start()
+    out: dict[str, Any] = {"nodes": args.nodes, "mode": args.mode}
+    started, cpu_started = time.perf_counter(), cpu_seconds()
+    serving = asyncio.create_task(service.serve(), name="bench-service")
+    try:
+        await until(lambda: _leading(service), within=args.timeout, what="ready")
+        out["start_to_ready_s"] = time.perf_counter() - started
+        out["start_cpu_s"] = cpu_seconds() - cpu_started
+        out["ready_rss_mb"] = rss_mb()
+        out["start_stall_s"] = probe.worst(started)
+        manager = service.state.manager
+        assert manager is not None
+        await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
+        out["settled_s"] = time.perf_counter() - started
+        out["status_writes"] = len(recorder.status_writes)
+        out["first_status_writes"] = recorder.status_writes[: args.first]
+        if args.mode == "handover":
+            await manager.resync()  # a resync changes nothing either
+            await asyncio.sleep(1.0)
+            out["status_writes_after_resync"] = len(recorder.status_writes)
+            return out
+        applies = timed_apply(manager)
+        before = requests(service)
+        with phase(probe) as full:
+            await manager.resync()
+        out["resync"] = {
+            "wall_s": full.wall,
+            "cpu_s": full.cpu,
+            "stall_s": full.stall,
+            "apply_s": applies[-1],
+            "requests": _minus(requests(service), before),
+        }
+        out["next_resync_in_s"] = manager.next_resync_in
+        changed = await asyncio.to_thread(change_instances, manager, args.ec2, CHANGED_SHARE)
+        with phase(probe) as again:
+            await manager.resync()
+        out["resync_changed"] = {
+            "instances": changed,
+            "wall_s": again.wall,
+            "cpu_s": again.cpu,
+            "stall_s": again.stall,
+            "apply_s": applies[-1],
+        }
+        await until(lambda: settled(service), within=args.timeout, what="the changed nodes settled")
+        out["plan_all_s"] = plan_every_node(manager)
+        scrapes = []
+        for _ in range(SCRAPES):
+            with phase(probe) as measured:
+                seconds, size = await in_thread(lambda: scrape(args.port))
+            scrapes.append({"seconds": seconds, "bytes": size, "stall_s": measured.stall})
+        out["scrapes"] = scrapes
+        gc.collect()
+        out["steady_rss_mb"] = rss_mb()
+        out["worst_stall_s"] = probe.worst(started)
+        return out
+    finally:
+        out["peak_rss_mb"] = peak_rss_mb()
+        stop.set()
+        await serving
+        await probe.stop()
+
+
+def _leading(service: Service) -> bool:
+    manager = service.state.manager
+    return service.state.role == "leader" and manager is not None and manager.ready
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale_run", description=__doc__)
+    parser.add_argument("--ec2", required=True, help="the EC2 front end's URL")
+    parser.add_argument("--vpc", default="vpc-0f1ee70000000001")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--mode", choices=("fresh", "handover"), default="fresh")
+    parser.add_argument("--port", type=int, required=True, help="the metrics endpoint's port")
+    parser.add_argument("--status-qps", type=float, default=10.0)
+    parser.add_argument("--first", type=int, default=50, help="how many first status writes to report")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    args = parser.parse_args(argv)
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    print(json.dumps(asyncio.run(run(args))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
