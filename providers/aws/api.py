@@ -12,6 +12,11 @@ Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet`
   instance, on network card 0. Interfaces of other cards, or attached to AWS-managed resources
   (load balancers, Lambda), are reported detached from any instance, so the planner never counts or
   touches them.
+
+The two heavy listings (``DescribeNetworkInterfaces``, ``DescribeInstances``) usually arrive already
+in the model, read from EC2's XML by :mod:`providers.aws.listings` under the same rules.
+:func:`parse_interface` and :func:`parse_instance` read botocore's dicts (from a client without that
+parser) and are the reference the listing parser is tested against.
 """
 
 from __future__ import annotations
@@ -21,9 +26,8 @@ from typing import Any, cast
 
 from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
+from providers.aws.listings import ATTACHED
 from providers.ec2_provider import Filters, InstanceInfo, InstanceState
-
-ATTACHED = frozenset({"attaching", "attached"})
 
 
 def ec2_filters(filters: Filters | None) -> list[dict[str, Any]]:
@@ -123,20 +127,35 @@ class Boto3Api:
     async def describe_instances(
         self, *, instance_ids: Sequence[str] = (), filters: Filters | None = None
     ) -> list[InstanceInfo]:
-        reservations = await self.client.pages(
-            "DescribeInstances", "Reservations", **self._listing("InstanceIds", instance_ids, filters)
+        # The resync's listing (every live instance in scope): its end turns the reuse cache over.
+        full = not instance_ids and "instance-id" not in (filters or {})
+        items = await self.client.pages(
+            "DescribeInstances",
+            "Reservations",
+            full=full,
+            **self._listing("InstanceIds", instance_ids, filters),
         )
-        return [parse_instance(i) for r in reservations for i in r.get("Instances") or ()]
+        infos: list[InstanceInfo] = []
+        for item in items:  # InstanceInfo from the listing parser, or botocore's reservations
+            if isinstance(item, InstanceInfo):
+                infos.append(item)
+            else:
+                infos.extend(parse_instance(i) for i in item.get("Instances") or ())
+        return infos
 
     async def describe_network_interfaces(
         self, *, interface_ids: Sequence[str] = (), filters: Filters | None = None
     ) -> list[Interface]:
+        # The resync's listing (the whole VPC, or the account): unchanged interfaces of the previous
+        # one are reused, and its end turns the reuse cache over.
+        full = not interface_ids and set(filters or ()) <= {"vpc-id"}
         items = await self.client.pages(
             "DescribeNetworkInterfaces",
             "NetworkInterfaces",
+            full=full,
             **self._listing("NetworkInterfaceIds", interface_ids, filters),
         )
-        return [parse_interface(d) for d in items]
+        return [i if isinstance(i, Interface) else parse_interface(i) for i in items]
 
     async def assign_private_ip_addresses(
         self, *, interface_id: str, secondary_count: int, prefix_count: int

@@ -23,7 +23,14 @@ every attempt:
 Callers never see a botocore exception: ``ClientError`` becomes the project error its EC2 code maps
 to, and connection failures, timeouts, missing credentials and parameter validation errors map to
 :class:`~eni_ipam.core.errors.TransientError`, :class:`~eni_ipam.core.errors.Unauthorized` and
-:class:`~eni_ipam.core.errors.InvalidRequest`.
+:class:`~eni_ipam.core.errors.InvalidRequest`; an answer that cannot be read is a
+:class:`~eni_ipam.core.errors.ProviderError` with the code ``ResponseParserError``.
+
+The two heavy listings: :meth:`Ec2Client.pages` asks for ``DescribeNetworkInterfaces`` and
+``DescribeInstances`` answers in the model, which the listing parser the client's session carries
+(:mod:`providers.aws.listings`, installed by :func:`make_session`) reads straight from EC2's XML. A
+client given by a caller without it answers botocore's dicts, and :mod:`providers.aws.api` reads
+those as before.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from typing import Any
 import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.parsers
+import botocore.session
 import structlog
 
 from eni_ipam.core import errors
@@ -45,6 +54,7 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.errors import ConfigError, EniIpamError
+from providers.aws import listings
 from providers.aws.settings import AwsSettings
 from providers.ec2_errors import EC2_ERRORS, translate_ec2
 
@@ -67,6 +77,10 @@ def translate(exc: BaseException, operation: str) -> EniIpamError | None:
         return errors.Unauthorized(str(exc), code=type(exc).__name__, operation=operation)
     if isinstance(exc, botocore.exceptions.ParamValidationError):
         return errors.InvalidRequest(str(exc), code="ParamValidationError", operation=operation)
+    # An answer that cannot be read (botocore's XML parser, or the listing parser finding a layout it
+    # does not know): the call failed, loudly, whatever the HTTP status said.
+    if isinstance(exc, botocore.parsers.ResponseParserError):
+        return errors.ProviderError(str(exc), code="ResponseParserError", operation=operation)
     # HTTPClientError: read timeouts, closed connections; ConnectionError: refused, connect timeouts,
     # proxy and TLS failures. All transient from the reconciler's point of view.
     if isinstance(exc, botocore.exceptions.HTTPClientError | botocore.exceptions.ConnectionError):
@@ -74,6 +88,14 @@ def translate(exc: BaseException, operation: str) -> EniIpamError | None:
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return errors.ProviderError(str(exc), code=type(exc).__name__, operation=operation)
     return None
+
+
+def make_session() -> boto3.session.Session:
+    """A boto3 session whose clients read the two heavy listings with :mod:`providers.aws.listings`
+    (botocore's ``response_parser_factory`` component; every other answer is botocore's)."""
+    core = botocore.session.get_session()
+    listings.install(core)
+    return boto3.session.Session(botocore_session=core)
 
 
 def make_client(settings: AwsSettings) -> Any:
@@ -91,7 +113,7 @@ def make_client(settings: AwsSettings) -> Any:
         user_agent_extra="eni-ipam",
     )
     try:
-        session = boto3.session.Session()
+        session = make_session()
         return session.client(
             SERVICE,
             region_name=settings.region or None,
@@ -137,6 +159,7 @@ class Ec2Client:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._reuse = {operation: listings.ReuseCache() for operation in listings.OPERATIONS}
         events = self.client.meta.events
         events.register(f"before-send.{SERVICE}", self._count_request)
         events.register(f"response-received.{SERVICE}", self._count_throttle)
@@ -148,14 +171,22 @@ class Ec2Client:
         Raises:
             errors.ProviderError: translated from whatever botocore raised.
         """
+        return await self._call(operation, params, None)
+
+    async def _call(
+        self, operation: str, params: dict[str, Any], listing: listings.Listing | None
+    ) -> dict[str, Any]:
         if self._closed:
             raise errors.TransientError("the EC2 client is closed", code="ClientClosed", operation=operation)
         method: Callable[..., dict[str, Any]] = getattr(self.client, botocore.xform_name(operation))
+        send = (
+            functools.partial(method, **params)
+            if listing is None
+            else functools.partial(_in_model, listing, method, params)
+        )
         loop = self._loop = asyncio.get_running_loop()
         try:
-            return await self._caller.call(
-                operation, lambda: loop.run_in_executor(self._executor, functools.partial(method, **params))
-            )
+            return await self._caller.call(operation, lambda: loop.run_in_executor(self._executor, send))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self._closed and task is not None and not task.cancelling():
@@ -165,15 +196,25 @@ class Ec2Client:
                 ) from None
             raise
 
-    async def pages(self, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
+    async def pages(self, operation: str, key: str, *, full: bool = False, **params: Any) -> list[Any]:
         """Every item under ``key`` of a paged Describe answer, following ``NextToken`` to the end;
-        one rate-limited request per page."""
-        items: list[dict[str, Any]] = []
+        one rate-limited request per page.
+
+        ``DescribeNetworkInterfaces`` and ``DescribeInstances`` pages come in the model when the
+        client's session has the listing parser: ``Interface`` and ``InstanceInfo`` objects
+        (:mod:`providers.aws.listings`); otherwise (a client made without it, botocore's
+        ``Stubber``), and for every other operation, botocore's dicts. ``full``: the listing holds
+        everything in scope; its end turns over the operation's cache of unchanged items
+        (:class:`~providers.aws.listings.ReuseCache`).
+        """
+        listing = listings.Listing(self._reuse.get(operation), full=full)
+        items: list[Any] = []
         while True:
-            answer = await self.call(operation, **params)
-            items.extend(answer.get(key, []))
+            answer = await self._call(operation, params, listing)
+            items.extend(answer[listings.MODEL_KEY] if listings.MODEL_KEY in answer else answer.get(key, []))
             token = answer.get("NextToken")
             if not token:
+                listing.finish()
                 return items
             params = {**params, "NextToken": token}
 
@@ -210,3 +251,9 @@ class Ec2Client:
             log.warning("retry_token_wait_abandoned", operation=operation_name, attempt=attempt)
             return
         self._metrics.rate_limit_wait(operation=operation_name, seconds=waited)
+
+
+def _in_model(listing: listings.Listing, method: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """Call ``method`` (in a worker thread) with its listing's answers asked for in the model."""
+    with listings.model_answers(listing):
+        return method(**params)

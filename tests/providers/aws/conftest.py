@@ -15,6 +15,7 @@ import pytest
 from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from providers.aws import AwsProvider, AwsSettings
+from providers.aws.client import make_session
 from tests.aws_environment import isolate
 
 REGION = "us-east-1"
@@ -38,13 +39,18 @@ _SESSION: list[boto3.session.Session] = []
 
 
 def ec2_client(**kwargs: Any) -> Any:
-    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
+    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s).
+
+    The session is the product's (:func:`~providers.aws.client.make_session`): the provider's
+    listings are read by the listing parser, as in production. Calls made on the client directly
+    (the tests' own set-up and checks) get botocore's dicts, as from any boto3 client.
+    """
     if not _SESSION:
         # moto hooks the sessions made after it is imported: import it first, so the shared session
         # answers from moto under mock_aws however the tests are ordered (test_api.py runs first).
         import moto  # noqa: F401
 
-        _SESSION.append(boto3.session.Session())
+        _SESSION.append(make_session())
     return _SESSION[0].client("ec2", region_name=REGION, **kwargs)
 
 
