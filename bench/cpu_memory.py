@@ -155,8 +155,18 @@ def cpu(nodes: int, runs: int = 3) -> Cpu:
     async def main() -> Cpu:
         manager, snap = build(nodes)
 
-        def resync() -> None:  # manager.resync() minus the provider call, which is the cloud's time
-            manager.apply_resync(snap, started=0.0)
+        # manager.resync() minus the provider call, which is the cloud's time. Each run applies a
+        # snapshot of new (equal) instance objects, so every node is recomputed, as when every
+        # instance changed; passing over unchanged instances is benchmark 6's "resync apply".
+        fresh = [
+            dataclasses.replace(
+                snap, instances={k: dataclasses.replace(i) for k, i in snap.instances.items()}
+            )
+            for _ in range(runs + 1)
+        ]
+
+        async def resync() -> None:
+            await manager.apply_resync(fresh.pop(), started=0.0)
 
         def plan() -> None:
             view = manager.view.planner_subnets()
@@ -170,8 +180,14 @@ def cpu(nodes: int, runs: int = 3) -> Cpu:
                     spec, node.instance, LIMITS, view, manager.view.security_groups, must=stats.needed
                 )
 
-        resync()
-        return Cpu(nodes=nodes, resync_seconds=_best(runs, resync), plan_seconds=_best(runs, plan))
+        await resync()
+        applied = float("inf")
+        for _ in range(runs):
+            gc.collect()
+            started = time.perf_counter()
+            await resync()  # its yields to the loop cost nothing here: nothing else is scheduled
+            applied = min(applied, time.perf_counter() - started)
+        return Cpu(nodes=nodes, resync_seconds=applied, plan_seconds=_best(runs, plan))
 
     return asyncio.run(main())
 
@@ -202,7 +218,7 @@ def _child(nodes: int) -> None:
 
     async def hold() -> float:
         manager, snap = build(nodes)
-        manager.apply_resync(snap, started=0.0)
+        await manager.apply_resync(snap, started=0.0)
         gc.collect()
         return _rss_mb()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import gc
 import resource
 import time
 from collections.abc import Iterator
@@ -42,18 +43,33 @@ def cpu_seconds() -> float:
 
 
 class LoopProbe:
-    """A task measuring how late the loop wakes it (see the module docstring)."""
+    """A task measuring how late the loop wakes it (see the module docstring). It also times the
+    garbage collector's passes, which stop every thread: a stall is then told from a long pause."""
 
     def __init__(self, tick: float = 0.001) -> None:
         self.tick = tick
         self._times: list[float] = []
         self._lates: list[float] = []
         self._task: asyncio.Task[None] | None = None
+        self.gc_pauses: list[tuple[int, float]] = []
+        """(generation, seconds) of every collection of the oldest generation, and any other over 10 ms."""
+        self._gc_started = 0.0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="bench-loop-probe")
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        seconds = time.perf_counter() - self._gc_started
+        if info["generation"] == 2 or seconds > 0.01:
+            self.gc_pauses.append((info["generation"], seconds))
 
     async def stop(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._task is not None:
             self._task.cancel()
             with suppress(asyncio.CancelledError):
@@ -68,6 +84,14 @@ class LoopProbe:
             if late > 0.005:  # keep only what matters: most wakes are on time
                 self._times.append(woke)
                 self._lates.append(late)
+
+    def stalls(self, since: float, *, over: float) -> list[tuple[float, float]]:
+        """Every stall longer than ``over`` since ``since``: (seconds after ``since``, its length)."""
+        return [
+            (t - since, late)
+            for t, late in zip(self._times, self._lates, strict=True)
+            if t >= since and late > over
+        ]
 
     def worst(self, since: float, until: float | None = None) -> float:
         """The longest stall (seconds) whose end fell in ``[since, until]`` (perf_counter times)."""

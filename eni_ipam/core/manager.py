@@ -9,7 +9,8 @@ never sees it, and a pass reports back only through its :class:`~eni_ipam.core.n
   nodes are accepted but not maintained (``ready`` is false, ``/readyz`` says so).
 * **Events**: an upsert triggers that node at once; triggers coalesce (one queued entry per node,
   a pass that is running gets one follow-up) and respect a minimum interval per node.
-* **Ordering**: the queue serves the largest deficit first, then idle nodes, then the largest excess.
+* **Ordering**: the queue serves the largest deficit first (pods waiting for an address count with
+  it), then idle nodes, then the largest excess.
 * **Periodic resync** (``resync_interval``): refresh the view, re-fetch any node's instance that is
   missing from it (never read "missing" as "needs nothing"), and trigger every node with work. The
   interval adapts so that resyncs take at most ``resync_cpu_share`` of a core
@@ -46,6 +47,12 @@ from eni_ipam.core.view import CloudView
 from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.manager")
+
+SLICE_WORK = 200
+"""Nodes recomputed between two yields to the event loop in a resync's apply (about 5 ms of work):
+at 100,000 nodes the first apply recomputes every node, and nothing else may wait seconds for it."""
+SLICE_VISITS = 20_000
+"""Nodes merely looked at (and passed over) between two yields (also about 5 ms)."""
 
 MAX_RESYNC_INTERVAL = 900.0
 """However costly a resync, the next one comes within 15 minutes: it is the safety net for changes
@@ -226,7 +233,9 @@ class NodeManager:
                 log.warning("initial_resync_failed", error=str(exc), retry_in=round(delay, 3))
                 await self.clock.sleep(delay)
         log.info("instances_api_ready", nodes=len(self._slots), subnets=len(self.view.subnets))
-        for slot in list(self._slots.values()):
+        for n, slot in enumerate(list(self._slots.values())):
+            if n and n % SLICE_VISITS == 0:
+                await asyncio.sleep(0)
             self._trigger(slot)
 
     async def _periodic_resync(self) -> None:
@@ -248,7 +257,7 @@ class NodeManager:
             self.metrics.resync_finished(ok=False)
             raise
         self.metrics.resync_finished(ok=True)
-        self.apply_resync(snapshot, started=started)
+        await self.apply_resync(snapshot, started=started)
         # The process's CPU while the resync ran: the resync's own cost, and a little of what ran
         # beside it (an overestimate, so the share is kept).
         cost = self.clock.cpu_seconds() - cpu
@@ -259,9 +268,12 @@ class NodeManager:
             log.info("resync_interval_adapted", seconds=round(interval, 1), resync_cpu=round(cost, 3))
         self.next_resync_in = interval
 
-    def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
-        """The synchronous half of a resync: take ``snapshot`` (listed from ``started`` on) as the
-        view, update every node from it, and trigger the nodes with work.
+    async def apply_resync(self, snapshot: CloudSnapshot, *, started: float) -> None:
+        """The second half of a resync: take ``snapshot`` (listed from ``started`` on) as the view,
+        update every node from it, and trigger the nodes with work. It yields to the event loop
+        every :data:`SLICE_WORK` nodes recomputed (or :data:`SLICE_VISITS` looked at), so that other
+        work (passes, events, scrapes) is never held up long; a node added meanwhile gets its own
+        pass, one removed meanwhile is skipped.
 
         Proportional to what changed: a provider hands back the very same :class:`Instance` object
         for an instance that did not change, and a node already holding it, with nothing else to
@@ -275,8 +287,15 @@ class NodeManager:
         changed_types = self.view.apply(snapshot)
         self.last_resync = started
         instances = snapshot.instances
+        work = visits = 0
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
-        for slot in self._slots.values():
+        for slot in list(self._slots.values()):
+            visits += 1
+            if work >= SLICE_WORK or visits >= SLICE_VISITS:
+                work = visits = 0
+                await asyncio.sleep(0)
+            if slot.deleted:
+                continue
             node = slot.node
             instance = instances.get(node.resource.instance_id)
             if (
@@ -288,6 +307,7 @@ class NodeManager:
                 and instance.type not in changed_types
             ):
                 continue
+            work += 1
             seen = node.instance
             node.observe(instance, seen_at=started)
             self._recalculate(node)
@@ -406,8 +426,10 @@ class NodeManager:
     def _enqueue(self, slot: _Slot) -> None:
         slot.queued = True
         s = slot.node.stats
-        if s.needed > 0:
-            priority = (0, -s.needed)
+        waiting = slot.node.resource.pending_pods
+        if s.needed > 0 or waiting > 0:
+            # Pods waiting for an address count with the deficit: their node is served first.
+            priority = (0, -(s.needed + waiting))
         elif s.excess > 0 and self.settings.release_excess_ips:
             priority = (2, -s.excess)
         else:

@@ -281,11 +281,58 @@ class PoolEntry:
     prefix: str = ""
 
 
+class PoolEntries(Sequence[PoolEntry]):
+    """A node's pool as published: every address of its managed interfaces, made when read.
+
+    A pool of forty addresses is forty entries; a status is published after every pass of every
+    node, and most are compared with what the pool already holds and dropped. So the entries are
+    not made until something reads them, and :meth:`by_interface` lets a writer render them an
+    interface at a time."""
+
+    __slots__ = ("interfaces",)
+
+    def __init__(self, interfaces: Sequence[Interface]) -> None:
+        self.interfaces = tuple(interfaces)
+
+    def by_interface(self) -> Iterator[tuple[Interface, str, Iterator[str]]]:
+        """(interface, prefix or "", its addresses) for every run of the pool, in order."""
+        for iface in self.interfaces:
+            if iface.addresses:
+                yield iface, "", iter(iface.addresses)
+            for prefix in iface.prefixes:
+                yield iface, prefix, iter(expand_prefix(prefix))
+
+    def __iter__(self) -> Iterator[PoolEntry]:
+        for iface, prefix, addresses in self.by_interface():
+            for address in addresses:
+                yield PoolEntry(
+                    address=address, interface_id=iface.id, subnet_id=iface.subnet_id, prefix=prefix
+                )
+
+    def __len__(self) -> int:
+        return sum(i.pool_size for i in self.interfaces)
+
+    def __getitem__(self, index: Any) -> Any:
+        return list(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.interfaces)
+
+    def __repr__(self) -> str:
+        return f"PoolEntries({list(self)!r})"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeStatus:
     """What the reconciler publishes about a node."""
 
-    pool: tuple[PoolEntry, ...] = ()
+    pool: Sequence[PoolEntry] = ()
+    """Every pool address with where it lives (:class:`PoolEntries` when a pass made it)."""
     stats: NodeStats = NodeStats()
     release: Mapping[str, ReleaseState] = dataclasses.field(default_factory=dict)
     interfaces: tuple[Interface, ...] = ()

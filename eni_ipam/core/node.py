@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -39,7 +39,7 @@ from eni_ipam.core.model import (
     Interface,
     NodeStats,
     NodeStatus,
-    PoolEntry,
+    PoolEntries,
     ReleaseState,
     UnassignAddresses,
     expand_prefix,
@@ -233,23 +233,15 @@ class Node:
         return False
 
     def status(self) -> NodeStatus:
-        pool: list[PoolEntry] = []
         interfaces: tuple[Interface, ...] = ()
+        managed: Sequence[Interface] = ()
         if self.instance is not None:
             interfaces = self.instance.interfaces
-            for iface in managed_interfaces(self.instance, self.resource.spec):
-                pool.extend(
-                    PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id)
-                    for a in iface.addresses
-                )
-                for prefix in iface.prefixes:
-                    pool.extend(
-                        PoolEntry(address=a, interface_id=iface.id, subnet_id=iface.subnet_id, prefix=prefix)
-                        for a in expand_prefix(prefix)
-                    )
-        cidrs = {sid: self.env.view.cidr(sid) for sid in {e.subnet_id for e in pool}}
+            managed = managed_interfaces(self.instance, self.resource.spec)
+        pooled = {i.subnet_id for i in managed if i.pool_size}
+        cidrs = {sid: self.env.view.cidr(sid) for sid in pooled}
         return NodeStatus(
-            pool=tuple(pool),
+            pool=PoolEntries(managed),
             stats=self.stats,
             release=dict(self.release_status),
             interfaces=interfaces,

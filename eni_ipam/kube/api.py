@@ -58,6 +58,12 @@ def _resource(kind: Kind) -> Any:
     return make(kind.group, kind.version, kind.kind, kind.plural)
 
 
+def _as_data(view: Any) -> Obj:
+    from eni_ipam.kube.views import as_data
+
+    return as_data(view)
+
+
 NODES = Kind("", "v1", "Node", "nodes", namespaced=False)
 PODS = Kind("", "v1", "Pod", "pods", namespaced=True)
 LEASES = Kind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
@@ -177,6 +183,7 @@ class KubeApi:
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
         project: Callable[[Obj], T],
+        view: type | None = None,
     ) -> tuple[list[T], str]: ...
 
     async def list(
@@ -187,13 +194,17 @@ class KubeApi:
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
         project: Callable[[Obj], Any] | None = None,
+        view: type | None = None,
     ) -> tuple[list[Any], str]:
         """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion.
 
         ``project``: what to keep of each object, applied as its page is read; the page's whole
-        objects are dropped before the next page is requested."""
-        resource = kind.resource()
+        objects are dropped before the next page is requested. ``view``: a resource class of
+        :mod:`~eni_ipam.kube.views` to decode into instead of the whole object (what ``project`` is
+        then given is limited to the view's fields)."""
+        resource = view or kind.resource()
         keep: Callable[[Obj], Any] = project or (lambda obj: obj)
+        whole = _as_data if view is not None else dict
 
         async def run() -> tuple[list[Any], str]:
             listing = self.client.list(
@@ -203,7 +214,7 @@ class KubeApi:
                 fields=dict(fields or {}),
                 **self._every_namespace(kind),
             )
-            items = [keep(dict(item)) async for item in listing]
+            items = [keep(whole(item)) async for item in listing]
             return items, listing.resourceVersion
 
         return await self._call("list", kind, "", run)
@@ -216,16 +227,19 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         server_timeout: float = 300.0,
+        view: type | None = None,
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """Events after ``resource_version`` as ``(type, object)``, until cancelled.
+        """Events after ``resource_version`` as ``(type, object)``, until cancelled (``view``: as in
+        :meth:`list`).
 
         The server ends each request after ``server_timeout`` seconds and it is renewed from the last
         version seen. Raises KubeGone when the version is too old, KubeThrottled on 429, and
         KubeUnavailable when the stream drops.
         """
         self._permit(kind, "", "watch")
+        whole = _as_data if view is not None else dict
         stream = self.client.watch(
-            kind.resource(),
+            view or kind.resource(),
             resource_version=resource_version,
             labels=dict(labels or {}),
             fields=dict(fields or {}),
@@ -235,7 +249,7 @@ class KubeApi:
         self._count("watch", kind, "200")
         try:
             async for event_type, obj in stream:
-                yield event_type, dict(obj)
+                yield event_type, whole(obj)
         except Exception as exc:
             translated = translate(exc)
             if translated is None:

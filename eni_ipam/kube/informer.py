@@ -41,6 +41,9 @@ T = TypeVar("T")
 Handler = Callable[[str, T, "T | None"], None]
 """``(event type, object, previous object or None)``; type is ADDED, MODIFIED or DELETED."""
 
+EMIT_SLICE = 500
+"""Events handed to the handlers between two yields to the event loop after a list (a few ms)."""
+
 INACTIVITY_GRACE = 60.0
 """Seconds past the server-side watch timeout after which a silent watch counts as dropped."""
 
@@ -89,6 +92,7 @@ class Informer(Generic[T]):
         metrics: MetricSet,
         project: Callable[[Obj], T],
         version: Callable[[T], str],
+        view: type | None = None,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         watch_timeout: float = 300.0,
@@ -106,6 +110,7 @@ class Informer(Generic[T]):
         metrics: MetricSet,
         project: Callable[[Obj], Any] = _same,
         version: Callable[[Any], str] = _version,
+        view: type | None = None,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         watch_timeout: float = 300.0,
@@ -114,9 +119,11 @@ class Informer(Generic[T]):
         rng: random.Random | None = None,
     ) -> None:
         """``project``: what to keep of each object (default: the object); ``version``: the
-        resourceVersion of what ``project`` keeps."""
+        resourceVersion of what ``project`` keeps; ``view``: a class of :mod:`~eni_ipam.kube.views` to
+        decode objects into, when ``project`` reads only its fields."""
         self.api = api
         self.project = project
+        self.view = view
         self.version = version
         self.kind = kind
         self.clock = clock
@@ -172,17 +179,21 @@ class Informer(Generic[T]):
 
     async def _relist(self) -> None:
         items, version = await self.api.list(
-            self.kind, labels=self.labels, fields=self.fields, project=self._keyed
+            self.kind, labels=self.labels, fields=self.fields, project=self._keyed, view=self.view
         )
         self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
         fresh = dict(items)
         del items
         old, self.store = self.store, fresh
         self.resource_version = version
-        for key, obj in old.items():
+        for n, (key, obj) in enumerate(list(old.items())):
+            if n and n % EMIT_SLICE == 0:
+                await asyncio.sleep(0)
             if key not in fresh:
                 self._emit(key, "DELETED", obj, obj)
-        for key, obj in fresh.items():
+        for n, (key, obj) in enumerate(list(fresh.items())):
+            if n and n % EMIT_SLICE == 0:
+                await asyncio.sleep(0)  # a list of 100,000 objects is not handed over in one go
             previous = old.get(key)
             if previous is None:
                 self._emit(key, "ADDED", obj, None)
@@ -200,6 +211,7 @@ class Informer(Generic[T]):
             labels=self.labels,
             fields=self.fields,
             server_timeout=self.watch_timeout,
+            view=self.view,
         )
         async with asyncio.timeout(grace) as deadline:
             async for event_type, raw in events:

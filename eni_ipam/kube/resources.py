@@ -22,11 +22,11 @@ import datetime
 import ipaddress
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from eni_ipam._infra.config import validate
-from eni_ipam.core.model import Interface, NodeStatus, ReleaseState
+from eni_ipam.core.model import Interface, NodeStatus, PoolEntries, PoolEntry, ReleaseState
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
 from eni_ipam.errors import ConfigError
@@ -278,18 +278,34 @@ def _conditions(status: NodeStatus) -> list[tuple[str, bool, str, str]]:
     return [("Ready", *ready), ("AtCapacity", *capacity)]
 
 
+def _pool(pool: Sequence[PoolEntry]) -> dict[str, Any]:
+    """The ``pool`` status field: address → where it lives. The entries of one interface (or one
+    prefix) share one value, made once: a pool is rendered after every pass of every node."""
+    if isinstance(pool, PoolEntries):
+        out: dict[str, Any] = {}
+        for iface, prefix, addresses in pool.by_interface():
+            where = {
+                "interface": iface.id,
+                "subnet": iface.subnet_id,
+                **({"prefix": prefix} if prefix else {}),
+            }
+            out.update(dict.fromkeys(addresses, where))
+        return out
+    return {
+        e.address: {
+            "interface": e.interface_id,
+            "subnet": e.subnet_id,
+            **({"prefix": e.prefix} if e.prefix else {}),
+        }
+        for e in pool
+    }
+
+
 def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
     """The controller-owned status fields for ``status`` (conditions without their times)."""
     s = status.stats
     return {
-        "pool": {
-            e.address: {
-                "interface": e.interface_id,
-                "subnet": e.subnet_id,
-                **({"prefix": e.prefix} if e.prefix else {}),
-            }
-            for e in status.pool
-        },
+        "pool": _pool(status.pool),
         "release": {address: str(state) for address, state in status.release.items()},
         "subnets": {subnet: {"cidr": cidr} for subnet, cidr in status.subnets.items()},
         "interfaces": [_interface(i) for i in status.interfaces],

@@ -48,7 +48,7 @@ from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, EVENTS, NODES, PODS, KubeApi, Obj
-from eni_ipam.kube.informer import Informer
+from eni_ipam.kube.informer import EMIT_SLICE, Informer
 from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.resources import (
     FINALIZER,
@@ -61,6 +61,7 @@ from eni_ipam.kube.resources import (
 )
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.status import StatusWriter
+from eni_ipam.kube.views import NodeView
 
 log = structlog.get_logger("eni_ipam.kube.source")
 
@@ -125,7 +126,13 @@ class KubeNodeSource:
         self.rng = rng or random.Random()
         common: dict[str, Any] = {"clock": clock, "metrics": metrics, "watch_timeout": settings.watch_timeout}
         self.nodes = Informer(
-            api, NODES, project=project_node, version=_version, labels=settings.node_selector, **common
+            api,
+            NODES,
+            project=project_node,
+            version=_version,
+            view=NodeView,
+            labels=settings.node_selector,
+            **common,
         )
         self.pools = Informer(api, ENIPOOLS, project=project_pool, version=_version, **common)
         self.pods = Informer(
@@ -228,7 +235,9 @@ class KubeNodeSource:
         self.term += 1  # another leader may have changed every pool since our last term
         self.manager = manager
         try:
-            for obj in list(self.pools.store.values()):
+            for n, obj in enumerate(list(self.pools.store.values())):
+                if n and n % EMIT_SLICE == 0:
+                    await asyncio.sleep(0)  # 100,000 pools are not delivered in one go
                 self._on_pool("ADDED", obj, None)
             for name in list(self.nodes.store):
                 self._queue(name, "ensure")

@@ -387,7 +387,7 @@ async def test_a_resync_recomputes_only_the_nodes_whose_instance_changed(monkeyp
     import eni_ipam.core.node as node_module
 
     manager, snapshot = _cluster(20)
-    manager.apply_resync(snapshot, started=0.0)
+    await manager.apply_resync(snapshot, started=0.0)
     computed: list[str] = []
     real = node_module.node_stats
 
@@ -396,11 +396,11 @@ async def test_a_resync_recomputes_only_the_nodes_whose_instance_changed(monkeyp
         return real(spec, instance, limits, **kw)
 
     monkeypatch.setattr(node_module, "node_stats", counting)
-    manager.apply_resync(snapshot, started=1.0)  # the same objects: nothing changed
+    await manager.apply_resync(snapshot, started=1.0)  # the same objects: nothing changed
     assert computed == []
     changed = dict(snapshot.instances)
     changed["i-3"] = dataclasses.replace(changed["i-3"], interfaces=changed["i-3"].interfaces[:1])
-    manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=2.0)
+    await manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=2.0)
     assert computed == ["i-3"]
 
 
@@ -408,7 +408,7 @@ async def test_a_resync_visits_a_blocked_node_even_when_its_instance_did_not_cha
     import eni_ipam.core.node as node_module
 
     manager, snapshot = _cluster(5)
-    manager.apply_resync(snapshot, started=0.0)
+    await manager.apply_resync(snapshot, started=0.0)
     manager.nodes["n2"].blocked = "no-subnet"  # its last plan found no room: the fresh view may have some
     computed: list[str] = []
     real = node_module.node_stats
@@ -417,7 +417,7 @@ async def test_a_resync_visits_a_blocked_node_even_when_its_instance_did_not_cha
         "node_stats",
         lambda spec, inst, lim, **kw: computed.append(inst.id) or real(spec, inst, lim, **kw),
     )
-    manager.apply_resync(snapshot, started=1.0)
+    await manager.apply_resync(snapshot, started=1.0)
     assert computed == ["i-2"] and manager.nodes["n2"].blocked == ""
 
 
@@ -450,14 +450,26 @@ async def test_a_pool_changed_behind_our_back_is_published_at_the_resync_that_se
     manager, snapshot = _cluster(3)
     published: list[str] = []
     manager.status_sink = type("Sink", (), {"publish": lambda self, name, status: published.append(name)})()
-    manager.apply_resync(snapshot, started=0.0)
+    await manager.apply_resync(snapshot, started=0.0)
     published.clear()
     changed = dict(snapshot.instances)
     grown = changed["i-1"].interfaces[0]
     changed["i-1"] = dataclasses.replace(
         changed["i-1"], interfaces=(dataclasses.replace(grown, addresses=(*grown.addresses, "10.0.1.99")),)
     )
-    manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=1.0)
+    await manager.apply_resync(dataclasses.replace(snapshot, instances=changed), started=1.0)
     assert published == ["n1"]  # someone else added an address: the node side must see it in the pool
-    manager.apply_resync(dataclasses.replace(snapshot, instances=dict(changed)), started=2.0)
+    await manager.apply_resync(dataclasses.replace(snapshot, instances=dict(changed)), started=2.0)
     assert published == ["n1"]  # the same view again (another object, equal): nothing to publish
+
+
+async def test_a_node_with_pods_waiting_is_served_before_idle_nodes():
+    manager, snapshot = _cluster(4)
+    await manager.apply_resync(snapshot, started=0.0)
+    for name in ("n0", "n1", "n2"):
+        manager.trigger(name)  # idle nodes, queued first
+    manager.upsert(dataclasses.replace(manager.nodes["n3"].resource, pending_pods=2))
+    order = []
+    while not manager._queue.empty():
+        order.append(manager._queue.get_nowait()[2])
+    assert order == ["n3", "n0", "n1", "n2"]
