@@ -119,7 +119,8 @@ class Service:
     async def serve(self) -> int:
         config = self.config
         provider_plugin = plugin(config.provider)
-        provider_plugin.check(config.provider_settings)  # before the port: a bad region fails at once
+        # Before the port: a bad region fails at once (in a thread: a cloud SDK's set-up is slow).
+        await asyncio.to_thread(provider_plugin.check, config.provider_settings)
         runner = await start_server(
             make_app(self.metrics, self.state.readiness), host=config.server.host, port=config.server.port
         )

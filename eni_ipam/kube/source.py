@@ -433,7 +433,9 @@ class KubeNodeSource:
             self._wake.clear()
             failed: dict[str, str] = {}
             todo, self._todo = self._todo, {}
-            for name, action in todo.items():
+            for n, (name, action) in enumerate(todo.items()):
+                if n and n % EMIT_SLICE == 0:
+                    await asyncio.sleep(0)  # most pools need nothing: no call yields for them
                 try:
                     if action == "finalize":
                         await self._finalize(name)

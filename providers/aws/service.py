@@ -5,6 +5,7 @@ Imports no boto3 until asked to check or open: the run configuration loads every
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -40,9 +41,14 @@ async def open_provider(
     rate_limit_share: float,
     records: NodeRecords | None = None,
 ) -> AsyncIterator[Provider]:
+    from providers.aws.client import make_client
     from providers.aws.provider import AwsProvider
 
-    provider = AwsProvider(settings, clock=clock, metrics=metrics, rate_limit_share=rate_limit_share)
+    # botocore loads EC2's service model (tenths of a second of CPU): not on the event loop.
+    client = await asyncio.to_thread(make_client, settings)
+    provider = AwsProvider(
+        settings, clock=clock, metrics=metrics, rate_limit_share=rate_limit_share, client=client
+    )
     try:
         yield provider
     finally:
