@@ -13,7 +13,10 @@ import asyncio
 import bisect
 import gc
 import resource
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
@@ -46,8 +49,15 @@ class LoopProbe:
     """A task measuring how late the loop wakes it (see the module docstring). It also times the
     garbage collector's passes, which stop every thread: a stall is then told from a long pause."""
 
-    def __init__(self, tick: float = 0.001) -> None:
+    def __init__(self, tick: float = 0.001, *, explain_over: float = 0.08) -> None:
         self.tick = tick
+        self.explain_over = explain_over
+        """A watchdog thread notes where the loop's thread is once it has not woken the probe for
+        this long: a stall's figure comes with the code that caused it."""
+        self.explained: list[tuple[float, str]] = []
+        self._beat = time.perf_counter()
+        self._loop_thread = threading.get_ident()
+        self._watching = threading.Event()
         self._times: list[float] = []
         self._lates: list[float] = []
         self._task: asyncio.Task[None] | None = None
@@ -58,6 +68,24 @@ class LoopProbe:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="bench-loop-probe")
         gc.callbacks.append(self._on_gc)
+        self._loop_thread = threading.get_ident()
+        self._watching.set()
+        threading.Thread(target=self._watch, name="bench-stall-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        noted = 0.0
+        while self._watching.is_set():
+            time.sleep(0.01)
+            beat = self._beat
+            if time.perf_counter() - beat > self.explain_over and beat != noted:
+                noted = beat
+                frame = sys._current_frames().get(self._loop_thread)
+                if frame is not None:
+                    stack = traceback.extract_stack(frame)[-8:]
+                    where = " < ".join(
+                        f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})" for f in reversed(stack)
+                    )
+                    self.explained.append((beat, where))
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -68,6 +96,7 @@ class LoopProbe:
             self.gc_pauses.append((info["generation"], seconds))
 
     async def stop(self) -> None:
+        self._watching.clear()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         if self._task is not None:
@@ -79,11 +108,16 @@ class LoopProbe:
         while True:
             before = time.perf_counter()
             await asyncio.sleep(self.tick)
-            woke = time.perf_counter()
+            woke = self._beat = time.perf_counter()
             late = woke - before - self.tick
             if late > 0.005:  # keep only what matters: most wakes are on time
                 self._times.append(woke)
                 self._lates.append(late)
+
+    def explain(self, since: float) -> list[tuple[float, str]]:
+        """Where the loop's thread was during each stall the watchdog saw since ``since``: (seconds
+        after ``since`` the stall began, the innermost frames)."""
+        return [(t - since, where) for t, where in self.explained if t >= since]
 
     def stalls(self, since: float, *, over: float) -> list[tuple[float, float]]:
         """Every stall longer than ``over`` since ``since``: (seconds after ``since``, its length)."""

@@ -449,6 +449,10 @@ class NodeManager:
                 slot.stop()
                 raise
             self._finish(slot, result)
+            # A pass with nothing to call finishes without ever waiting, and a queue with nodes in
+            # it hands the next one over at once: without this, one worker would run a start's
+            # hundred thousand passes back to back while nothing else (the lease, a scrape) runs.
+            await asyncio.sleep(0)
 
     def _finish(self, slot: _Slot, result: PassResult) -> None:
         """Act on a pass's result: publish, then schedule what comes next."""

@@ -202,6 +202,23 @@ class AddressSet(Set[str]):
         self._addresses = Addresses(b"".join(unique)) if unique else EMPTY_ADDRESSES
 
     @classmethod
+    def ipv4_of(cls, values: Iterable[object]) -> AddressSet:
+        """The IPv4 addresses among ``values`` (anything else, an IPv6 address included, is left out:
+        it cannot be one of a pool's addresses)."""
+        kept = []
+        for value in values:
+            if isinstance(value, str) and value.count(".") == 3:
+                try:
+                    kept.append(_aton(value))
+                except OSError:
+                    continue
+        if not kept:
+            return EMPTY_ADDRESS_SET
+        packed = cls()
+        packed._addresses = Addresses(b"".join(sorted(set(kept))))
+        return packed
+
+    @classmethod
     def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
         # Results of set operations (``&``, ``|``, ``-``) are plain frozensets: they may hold
         # anything the other operand held, and are short-lived.

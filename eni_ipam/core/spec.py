@@ -123,9 +123,15 @@ class NodeSpec(ConfigModel):
         adding identity or usage, such as a scenario's node entry, drops them here)."""
         if type(self) is NodeSpec:
             return shared(self)
-        values = {key: getattr(self, key) for key in SPEC_FIELDS}
+        values = tuple(getattr(self, key) for key in SPEC_FIELDS)
+        found = _BY_VALUES.get(values)  # every pool read at a term's start comes here: no model made
+        if found is not None:
+            return found
         written = self.model_fields_set & set(SPEC_FIELDS)
-        return shared(NodeSpec.model_construct(written, **values))  # values validated already
+        spec = shared(NodeSpec.model_construct(written, **dict(zip(SPEC_FIELDS, values, strict=True))))
+        if len(_BY_VALUES) < _SHARED_MAX:
+            _BY_VALUES[values] = spec
+        return spec
 
     def as_pool_spec(self) -> dict[str, Any]:
         """The keys written here, as an ENIPool spec (camelCase, plain JSON values)."""
@@ -137,6 +143,7 @@ SPEC_FIELDS = tuple(NodeSpec.model_fields)
 DEFAULT_SPEC = NodeSpec()
 
 _SHARED: dict[NodeSpec, NodeSpec] = {}
+_BY_VALUES: dict[tuple[Any, ...], NodeSpec] = {}
 _SHARED_MAX = 4096
 
 
@@ -199,7 +206,8 @@ class NodeResource:
     """Addresses the node's workloads use (may exceed the pool: the node reports what it uses)."""
     in_use: AbstractSet[str] = EMPTY_ADDRESS_SET
     """The pool addresses among those in use; these are never released. Packed
-    (:class:`~eni_ipam.core.packed.AddressSet`): any set of strings given is packed on construction."""
+    (:class:`~eni_ipam.core.packed.AddressSet`): any set of strings given is packed on construction,
+    its IPv4 addresses only (a pool holds no other)."""
     pending_pods: int = 0
     """Pods scheduled to the node still waiting for an address (drives surge allocation)."""
     release_answers: Mapping[str, ReleaseState] = dataclasses.field(default_factory=lambda: NO_ANSWERS)
@@ -207,4 +215,4 @@ class NodeResource:
 
     def __post_init__(self) -> None:
         if not isinstance(self.in_use, AddressSet):
-            object.__setattr__(self, "in_use", AddressSet(self.in_use) if self.in_use else EMPTY_ADDRESS_SET)
+            object.__setattr__(self, "in_use", AddressSet.ipv4_of(self.in_use))

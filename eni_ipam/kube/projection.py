@@ -38,6 +38,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from eni_ipam.core.packed import AddressSet
+
 DEFAULTS_ANNOTATION = "eni-ipam.io/defaults"
 """The spec values the controller last wrote from ``node_defaults`` (JSON, ENIPool keys). A field
 holding the value recorded here follows ``node_defaults``; a field someone set to another value is
@@ -163,7 +165,8 @@ class PoolInfo:
     spec: object
     """The whole spec as it came (normally a mapping; read-only)."""
     used: object
-    """``status.used``: a tuple of the addresses when it is a list, else the value as it came."""
+    """``status.used``: packed (:class:`~eni_ipam.core.packed.AddressSet`) or a tuple when it is a
+    list, else the value as it came."""
     answers: object
     """``status.releaseAnswers`` as it came."""
     release: object
@@ -218,7 +221,7 @@ def _transitions(conditions: object) -> tuple[tuple[str, str, str], ...]:
     if not isinstance(conditions, list):
         return ()
     return tuple(
-        (_shared(c.get("type")), _shared(c.get("status")), str(c.get("lastTransitionTime") or ""))
+        (_shared(c.get("type")), _shared(c.get("status")), _shared(c.get("lastTransitionTime")))
         for c in conditions
         if isinstance(c, Mapping) and c.get("type") in CONDITION_TYPES
     )
@@ -233,6 +236,21 @@ def _spec(raw: object) -> object:
         _shared(k): (_shared(v) if k in ("zone", "instanceType") and isinstance(v, str) else v)
         for k, v in raw.items()
     }
+
+
+def _defaults(text: object) -> object:
+    # Pools made from the same node_defaults carry the same annotation: one copy for all of them.
+    return sys.intern(text) if isinstance(text, str) else text
+
+
+def _used(used: object) -> object:
+    """``status.used`` as kept: packed when it is a list of IPv4 addresses only (the usual case: a
+    hundred thousand pools of dozens of addresses), a tuple when it is another list (the conversion
+    reads its strings), else as it came (the conversion refuses it)."""
+    if not isinstance(used, list):
+        return used
+    packed = AddressSet.ipv4_of(used)
+    return packed if len(packed) == len(used) else tuple(used)
 
 
 def project_pool(obj: Mapping[str, Any]) -> PoolInfo:
@@ -258,9 +276,9 @@ def project_pool(obj: Mapping[str, Any]) -> PoolInfo:
         )
         if isinstance(owners, list)
         else (),
-        defaults=_mapping(meta.get("annotations")).get(DEFAULTS_ANNOTATION),
+        defaults=_defaults(_mapping(meta.get("annotations")).get(DEFAULTS_ANNOTATION)),
         spec=_spec(obj.get("spec")),
-        used=tuple(used) if isinstance(used, list) else used,
+        used=_used(used),
         answers=status.get("releaseAnswers") or _EMPTY,
         release=status.get("release") or _EMPTY,
         bad_status="" if not raw_status or has_status else type(raw_status).__name__,

@@ -27,6 +27,7 @@ from typing import Any
 
 from eni_ipam._infra.config import validate
 from eni_ipam.core.model import Interface, NodeStatus, PoolEntries, PoolEntry, ReleaseState
+from eni_ipam.core.packed import AddressSet
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
 from eni_ipam.errors import ConfigError
@@ -77,10 +78,13 @@ def resource_from_pool(obj: PoolInfo | Mapping[str, Any], *, pending_pods: int =
     where = f"enipools/{name}.status"
     if pool.bad_status:
         raise ConfigError(where, f"expected a mapping, got {pool.bad_status}")
-    raw_used = pool.used  # a list arrives as a tuple (projection.py)
-    if not isinstance(raw_used, tuple):
+    raw_used = pool.used  # a list arrives packed or as a tuple (projection.py)
+    if isinstance(raw_used, AddressSet):
+        used: Collection[str] = raw_used
+    elif isinstance(raw_used, tuple):
+        used = {a for a in raw_used if isinstance(a, str)}  # the agent's report, once per address
+    else:
         raise ConfigError(f"{where}.used", f"expected a list of addresses, got {type(raw_used).__name__}")
-    used = sorted({a for a in raw_used if isinstance(a, str)})  # the agent's report, once per address
     raw_answers = pool.answers
     if not isinstance(raw_answers, Mapping):
         raise ConfigError(
@@ -96,7 +100,7 @@ def resource_from_pool(obj: PoolInfo | Mapping[str, Any], *, pending_pods: int =
         instance_id=spec.instance_id,
         spec=spec.fields(),
         used=len(used),
-        in_use=frozenset(used),
+        in_use=used if isinstance(used, AddressSet) else AddressSet.ipv4_of(used),
         pending_pods=pending_pods,
         release_answers=answers,
     )

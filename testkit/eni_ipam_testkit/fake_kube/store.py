@@ -213,7 +213,10 @@ class Store:
         """Events with a version above ``rv``, oldest first; None if some of them are forgotten."""
         if rv < self.floor:
             return None
-        return list(itertools.islice(self._log, rv - self.floor, None))
+        # From the newest end: a watch that is nearly caught up costs what it reads, not the log's
+        # length (a deque is walked from an end; the log holds one event per version).
+        newer = max(len(self._log) - (rv - self.floor), 0)
+        return list(itertools.islice(reversed(self._log), newer))[::-1]
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` after every commit; returns the unsubscribe function."""
