@@ -78,9 +78,14 @@ def snapshot(nodes: int) -> CloudSnapshot:
         )
         for k in range(SUBNETS)
     }
+    # The listing parser hands out one string object per value and one tuple per set of groups
+    # (providers/aws/listings.py): an instance's id is the same object in the instance and in each of
+    # its interfaces, and every interface of the same groups shares one tuple. So here.
+    groups = ("sg-1",)
     instances = {}
     for n in range(nodes):
         subnet = f"subnet-{n % SUBNETS}"
+        instance_id = f"i-{n:06d}"
         base = f"10.{n % SUBNETS}.{(n // SUBNETS) % 256}"
         interfaces = tuple(
             Interface(
@@ -89,13 +94,13 @@ def snapshot(nodes: int) -> CloudSnapshot:
                 subnet_id=subnet,
                 primary_ip=f"{base}.{d * 40}",
                 addresses=tuple(f"{base}.{d * 40 + k + 1}" for k in range(SECONDARIES)),
-                security_groups=("sg-1",),
-                instance_id=f"i-{n:06d}",
+                security_groups=groups,
+                instance_id=instance_id,
             )
             for d in range(INTERFACES)
         )
-        instances[f"i-{n:06d}"] = Instance(
-            id=f"i-{n:06d}", type=TYPE, vpc_id="vpc", zone="z", subnet_id=subnet, interfaces=interfaces
+        instances[instance_id] = Instance(
+            id=instance_id, type=TYPE, vpc_id="vpc", zone="z", subnet_id=subnet, interfaces=interfaces
         )
     return CloudSnapshot(
         subnets=subnets,

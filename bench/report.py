@@ -9,6 +9,7 @@ import platform
 import sys
 from pathlib import Path
 
+from bench import scale_report
 from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import MIN_ROUNDS, TARGET_RATIO, PluginBench
 from bench.convergence import Convergence
@@ -244,9 +245,11 @@ def soak_arguments(prog: str, description: str, out: Path, argv: list[str] | Non
 
 
 def publish(text: str, out: Path, *, quick: bool, name: str) -> None:
-    """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr)."""
+    """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr),
+    keeping the whole-controller section ``make bench-scale`` wrote there (bench/scale_report.py)."""
     if quick:
         print(text)
     else:
-        out.write_text(text)
+        kept = scale_report.kept_section(out.read_text()) if out.exists() else ""
+        out.write_text(scale_report.splice(text, kept) if kept else text)
         print(f"{name}: wrote {out}", file=sys.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import select
@@ -27,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.scale_kube import expected_first, node_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 EC2_READY = "listening on "
@@ -44,6 +47,8 @@ class ScaleRun:
     fresh: dict[str, Any]
     handover: dict[str, Any]
     setup_s: float
+    reference: dict[str, Any]
+    node_json_bytes: int
 
 
 def _free_port() -> int:
@@ -88,6 +93,64 @@ def _controller(args: Sequence[str], env: dict[str, str], timeout: float) -> dic
     return result
 
 
+def botocore_reference(pages: Path) -> dict[str, Any]:
+    """botocore's own parser against the listing parser on pages the full resync read, in this
+    process (after the controller exited, so neither disturbs the other): CPU per page of each, and
+    the botocore CPU of the resync's listings (every page it read, at the sampled pages' speed per
+    byte).
+
+    The controller kept the first pages of each listing exactly as botocore handed them to the
+    parser, and counted every page and byte (``pages/summary.json``, :mod:`bench.scale_run`).
+    """
+    from bench import ec2_parse
+    from providers.aws import listings
+
+    summary = json.loads((pages / "summary.json").read_text())
+    out: dict[str, Any] = {"pages": {}}
+    botocore_resync_s = 0.0
+    for operation, read in sorted(summary.items()):
+        sample = [(pages / name).read_bytes() for name in read["kept"]]
+        if operation not in (ec2_parse.DNI, ec2_parse.DI) or not sample:
+            continue
+        warm = listings.ReuseCache()
+        for body in sample:
+            ec2_parse.fast_reads(body, operation, warm)
+        readers: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+            "botocore": (functools.partial(_read_all, ec2_parse.botocore_reads, sample, operation), _nothing),
+            "fast_cold": (
+                functools.partial(_read_all, ec2_parse.fast_reads, sample, operation),
+                listings.forget_shared,
+            ),
+            "fast_warm": (
+                functools.partial(
+                    _read_all, functools.partial(ec2_parse.fast_reads, cache=warm), sample, operation
+                ),
+                _nothing,
+            ),
+        }
+        sampled_bytes = sum(map(len, sample))
+        figures = ec2_parse._cpu_ms(readers, 3)
+        out["pages"][operation] = {
+            "requested": read["pages"],
+            "bytes": read["bytes"],
+            "sampled": len(sample),
+            "kb_per_page": read["bytes"] / read["pages"] / 1024,
+            **{f"{name}_ms_per_page": ms / len(sample) for name, ms in figures.items()},
+        }
+        # The pages differ in size (the last is short, a filtered listing is small): by the byte.
+        botocore_resync_s += figures["botocore"] / 1000 * read["bytes"] / sampled_bytes
+    out["botocore_resync_cpu_s"] = botocore_resync_s
+    return out
+
+
+def _read_all(read: Any, bodies: list[bytes], operation: str) -> list[Any]:
+    return [read(body, operation) for body in bodies]
+
+
+def _nothing() -> None:
+    pass
+
+
 def measure(nodes: int, *, status_qps: float = 1000.0, timeout: float = 3600.0) -> ScaleRun:
     """Set up the cloud and the cluster for ``nodes``, run the controller fresh, then hand over."""
     env = {
@@ -107,6 +170,9 @@ def measure(nodes: int, *, status_qps: float = 1000.0, timeout: float = 3600.0) 
             "--fleet",
             str(nodes),
             "--warm",
+            # The controller paces itself by EC2's buckets (its own limiter); the server's are off
+            # so that the benchmark's changes behind the controller's back do not queue behind them.
+            "--no-throttle",
         ]
         kube_command = [
             sys.executable,
@@ -123,30 +189,74 @@ def measure(nodes: int, *, status_qps: float = 1000.0, timeout: float = 3600.0) 
         ):
             setup = time.perf_counter() - started
             url = ec2.split()[0]
-            common = ["--ec2", url, "--kubeconfig", kubeconfig, "--nodes", str(nodes)]
+            pages = Path(tmp) / "pages"
+            first = str(len(expected_first(nodes)) + 50)
+            common = ["--ec2", url, "--kubeconfig", kubeconfig, "--nodes", str(nodes), "--first", first]
             fresh = _controller(
-                [*common, "--mode", "fresh", "--port", str(_free_port()), "--status-qps", str(status_qps)],
+                [
+                    *common,
+                    "--mode",
+                    "fresh",
+                    "--pages",
+                    str(pages),
+                    "--port",
+                    str(_free_port()),
+                    "--status-qps",
+                    str(status_qps),
+                ],
                 env,
                 timeout,
             )
+            reference = botocore_reference(pages)
             handover = _controller(
                 [*common, "--mode", "handover", "--port", str(_free_port()), "--status-qps", str(status_qps)],
                 env,
                 timeout,
             )
-    return ScaleRun(nodes=nodes, fresh=fresh, handover=handover, setup_s=setup)
+    return ScaleRun(
+        nodes=nodes,
+        fresh=fresh,
+        handover=handover,
+        setup_s=setup,
+        reference=reference,
+        node_json_bytes=node_bytes(nodes),
+    )
+
+
+OUT = ROOT / "docs" / "PERFORMANCE.md"
+SIZES = (1000, 10_000, 100_000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
+    from bench import scale_report
+    from bench.report import machine
+
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
-    parser.add_argument("sizes", nargs="*", type=int, default=[1000])
+    parser.add_argument("sizes", nargs="*", type=int, default=list(SIZES))
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help=f"the report whose section 6 is replaced ({OUT})"
+    )
+    parser.add_argument("--print", action="store_true", help="print the section instead of writing it")
+    parser.add_argument("--json", type=Path, help="also write every run's figures here")
     args = parser.parse_args(argv)
-    for n in args.sizes:
-        run = measure(n)
-        print(json.dumps(dataclasses.asdict(run), indent=1), flush=True)
-    return 0
+    runs = []
+    for n in sorted(args.sizes):
+        print(f"bench-scale: {n:,} nodes", file=sys.stderr, flush=True)
+        runs.append(dataclasses.asdict(measure(n)))
+        if args.json:
+            args.json.write_text(json.dumps(runs, indent=1))
+    section = scale_report.render(runs, machine())
+    if args.print:
+        print(section)
+    else:
+        args.out.write_text(scale_report.splice(args.out.read_text() if args.out.exists() else "", section))
+        print(f"bench-scale: wrote {args.out}", file=sys.stderr)
+    for target, measured, ok in scale_report.checks(runs):
+        if not ok:
+            print(f"bench-scale: not met: {target} (measured {measured})", file=sys.stderr)
+    return 0 if scale_report.all_met(runs) else 1
 
 
 if __name__ == "__main__":

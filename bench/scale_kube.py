@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 import time
@@ -50,6 +51,29 @@ def node_name(n: int) -> str:
 def every(share: float, nodes: int) -> int:
     """Every how many nodes one is picked, for ``share`` of them (0: none)."""
     return max(round(1 / share), 1) if share > 0 else nodes + 1
+
+
+def expected_first(nodes: int, *, deficit: float = 0.005, pending: float = 0.005) -> set[str]:
+    """The nodes a fresh start must write first: those with a pending pod or asking for more (as
+    :func:`seed` picks them)."""
+    deficit_every, pending_every = every(deficit, nodes), every(pending, nodes)
+    return {
+        node_name(n)
+        for n in range(nodes)
+        if n % deficit_every == deficit_every // 2 or n % pending_every == pending_every // 3
+    }
+
+
+def node_bytes(nodes: int) -> int:
+    """Bytes of JSON of the first Node seeded for a cluster of ``nodes`` (as the API server sends it)."""
+    first = fleet_nodes(FleetSpec(instances=nodes, instance_type=INSTANCE_TYPE))[0]
+    node = realistic_node(
+        node_name(0),
+        provider_id=f"aws:///{first.zone}/{first.instance_id}",
+        zone=first.zone,
+        instance_type=INSTANCE_TYPE,
+    )
+    return len(json.dumps(node, separators=(",", ":")))
 
 
 async def seed(kube: FakeKube, nodes: int, *, deficit: float, pending: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.probe import LoopProbe, cpu_seconds, peak_rss_mb, phase, rss_mb
@@ -141,6 +142,36 @@ def change_instances(manager: NodeManager, endpoint: str, share: float, seed: in
     return len(chosen)
 
 
+class PageKeeper:
+    """Every page of an EC2 answer as botocore hands it to the parser: counted (pages, bytes by
+    operation), the first ``keep`` of each operation kept for the botocore reference."""
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self.read: dict[str, dict[str, Any]] = {}
+        self.bodies: dict[str, list[bytes]] = {}
+
+    def __call__(self, operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+        name, body = operation_model.name, response_dict["body"]
+        read = self.read.setdefault(name, {"pages": 0, "bytes": 0})
+        read["pages"] += 1
+        read["bytes"] += len(body)
+        kept = self.bodies.setdefault(name, [])
+        if len(kept) < self.keep:
+            kept.append(bytes(body))
+
+    def write(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        summary = {}
+        for name, read in self.read.items():
+            files = []
+            for i, body in enumerate(self.bodies.get(name, [])):
+                (directory / f"{name}-{i}.xml").write_bytes(body)
+                files.append(f"{name}-{i}.xml")
+            summary[name] = {**read, "kept": files}
+        (directory / "summary.json").write_text(json.dumps(summary))
+
+
 def requests(service: Service) -> dict[str, float]:
     """Requests sent to EC2 so far, by operation."""
     return {
@@ -211,8 +242,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return out
         applies = timed_apply(manager)
         before = requests(service)
+        events = manager.provider.inner.api.client.client.meta.events  # type: ignore[attr-defined]
+        keeper = PageKeeper()
+        events.register("before-parse.ec2.*", keeper)
         with phase(probe) as full:
             await manager.resync()
+        events.unregister("before-parse.ec2.*", keeper)
+        if args.pages:
+            keeper.write(Path(args.pages))
         out["resync"] = {
             "wall_s": full.wall,
             "cpu_s": full.cpu,
@@ -255,12 +292,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         out["stalls_over_100ms"] = [(t, s) for t, s in stalls if s > 0.1]
         out["stalls_explained"] = probe.explain(started)
         out["gc_pauses"] = sorted(probe.gc_pauses, key=lambda p: -p[1])[:10]
+        # Last, as it walks every object it sizes on the loop (after the stalls were read).
+        out["bytes_per_node"] = held_per_node(service, args.nodes)
         return out
     finally:
         out["peak_rss_mb"] = peak_rss_mb()
         stop.set()
         await serving
         await probe.stop()
+
+
+def held_per_node(service: Service, nodes: int) -> dict[str, float]:
+    """Bytes held per node, part by part (every object reached, each once, counted with the first
+    part reaching it): the core state (the manager's nodes and cloud view, short of the provider
+    and the metrics they reference), the EC2 client (its reuse caches beyond the objects the core
+    holds), the Node informer's cache, the ENIPool informer's, the status writer, the metrics."""
+    from eni_ipam_testkit.sizes import deep_sizes
+
+    source = service.records.target
+    manager = service.state.manager
+    assert manager is not None
+    shared = (manager.provider, service.metrics, manager.settings, manager.clock)
+    parts = {
+        "core": [manager.nodes, manager.view],
+        "ec2_client": manager.provider,
+        "nodes_informer": getattr(getattr(source, "nodes", None), "store", None),
+        "pools_informer": getattr(getattr(source, "pools", None), "store", None),
+        "status_writer": getattr(source, "writer", None),
+        "metrics": service.metrics,
+    }
+    sizes = deep_sizes(*parts.values(), skip=shared)
+    return {name: size / nodes for name, size in zip(parts, sizes, strict=True)}
 
 
 def _leading(service: Service) -> bool:
@@ -279,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--status-qps", type=float, default=10.0)
     parser.add_argument("--first", type=int, default=50, help="how many first status writes to report")
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--pages", help="where to keep the pages the full resync read (fresh mode)")
     args = parser.parse_args(argv)
     import logging
 

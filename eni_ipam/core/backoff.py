@@ -11,6 +11,8 @@ import random
 
 
 class Backoff:
+    __slots__ = ("_rng", "failures", "initial", "maximum")
+
     def __init__(
         self, *, initial: float = 1.0, maximum: float = 300.0, rng: random.Random | None = None
     ) -> None:

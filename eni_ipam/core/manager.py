@@ -81,9 +81,10 @@ class _Slot:
 
     __slots__ = ("_idle", "backoff", "deleted", "dirty", "node", "not_before", "queued", "running", "timer")
 
-    def __init__(self, node: Node, backoff: Backoff) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
-        self.backoff = backoff
+        self.backoff: Backoff | None = None
+        """Made at the node's first failure, dropped at its next success (most nodes never fail)."""
         self.queued = False
         self.running = False
         self.dirty = False
@@ -188,7 +189,7 @@ class NodeManager:
         self._slots: dict[str, _Slot] = {}
         self.nodes: Mapping[str, Node] = _NodeTable(self._slots)
         """The nodes maintained, by name (read-only)."""
-        self._queue: asyncio.PriorityQueue[tuple[tuple[int, int], int, str]] = asyncio.PriorityQueue()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self.last_resync: float | None = None
         self.next_resync_in = settings.resync_interval
@@ -333,10 +334,7 @@ class NodeManager:
         name = resource.name
         slot = self._slots.get(name)
         if slot is None:
-            backoff = Backoff(
-                initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
-            )
-            slot = self._slots[name] = _Slot(Node(resource, self._env), backoff)
+            slot = self._slots[name] = _Slot(Node(resource, self._env))
             log.info("node_added", node=name, instance=resource.instance_id)
         else:
             slot.node.update(resource)
@@ -371,7 +369,7 @@ class NodeManager:
         return Schedule(
             queued=slot.queued,
             running=slot.running,
-            failures=slot.backoff.failures,
+            failures=slot.backoff.failures if slot.backoff is not None else 0,
             not_before=slot.not_before,
             timer_due=slot.timer[1] if slot.timer is not None else None,
         )
@@ -429,16 +427,17 @@ class NodeManager:
         waiting = slot.node.resource.pending_pods
         if s.needed > 0 or waiting > 0:
             # Pods waiting for an address count with the deficit: their node is served first.
-            priority = (0, -(s.needed + waiting))
+            rank, key = 0, -(s.needed + waiting)
         elif s.excess > 0 and self.settings.release_excess_ips:
-            priority = (2, -s.excess)
+            rank, key = 2, -s.excess
         else:
-            priority = (1, 0)
-        self._queue.put_nowait((priority, next(self._seq), slot.node.name))
+            rank, key = 1, 0
+        # One flat tuple an entry (a nested priority tuple would add 56 bytes a queued node).
+        self._queue.put_nowait((rank, key, next(self._seq), slot.node.name))
 
     async def _worker(self) -> None:
         while True:
-            _, _, name = await self._queue.get()
+            *_, name = await self._queue.get()
             slot = self._slots.get(name)
             if slot is None or not slot.queued:
                 continue
@@ -468,7 +467,7 @@ class NodeManager:
         now = self.clock.monotonic()
         error = result.error
         if error is None:
-            slot.backoff.reset()
+            slot.backoff = None
             slot.not_before = now + self.settings.trigger_min_interval
         elif isinstance(error, errors.Fenced):
             # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
@@ -476,6 +475,10 @@ class NodeManager:
             log.debug("maintenance_fenced", node=node.name)
             return
         else:
+            if slot.backoff is None:
+                slot.backoff = Backoff(
+                    initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
+                )
             delay = slot.backoff.next_delay()
             # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
             delay = max(delay, getattr(error, "retry_after", None) or 0.0)

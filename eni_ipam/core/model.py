@@ -141,16 +141,17 @@ class InstanceLimits:
     nodes are always prefix delegated."""
     prefixes: bool = False
     """/28 prefixes are offered whatever the hypervisor (the generic provider's blocks)."""
+    slots_per_interface: int = dataclasses.field(init=False, compare=False, repr=False)
+    """Secondary slots per interface: every secondary address or /28 prefix takes one. Stored, not
+    derived: the planner reads it several times for every node it plans."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slots_per_interface", max(self.ipv4_per_interface - 1, 0))
 
     @property
     def supports_prefixes(self) -> bool:
         """Prefix delegation: on EC2 on Nitro instances only; elsewhere as the provider says."""
         return self.prefixes or self.hypervisor == "nitro"
-
-    @property
-    def slots_per_interface(self) -> int:
-        """Secondary slots per interface: every secondary address or /28 prefix takes one."""
-        return max(self.ipv4_per_interface - 1, 0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -249,7 +249,9 @@ class _Draft:
     subnets: Mapping[str, Subnet]
     groups: Mapping[str, SecurityGroup]
     free: dict[str, int]
-    free_indexes: list[int]
+    free_indexes: list[int] | None = None
+    """Device indexes a new interface may take, found when the first is needed (most plans fit
+    on the interfaces there are)."""
     assigns: dict[str, AssignAddresses] = dataclasses.field(default_factory=dict)
     creates: list[CreateInterface] = dataclasses.field(default_factory=list)
     reason: str = ""
@@ -257,28 +259,36 @@ class _Draft:
     def fill_existing(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
         unit = PREFIX_SIZE if prefixes else 1
         slots = self.limits.slots_per_interface
+        free, assigns = self.free, self.assigns
         rooms: list[tuple[Interface, int]] = []
+        single: tuple[Interface, int] | None = None
         for iface in managed_interfaces(self.instance, self.spec):
-            if iface.id in self.assigns or iface.subnet_id in skip_subnets:
+            subnet_id = iface.subnet_id
+            if iface.id in assigns or subnet_id in skip_subnets:
                 continue
-            room = min(slots - iface.slots_used, self.free.get(iface.subnet_id, 0) // unit)
+            available = free[subnet_id] if subnet_id in free else free.get(subnet_id, 0)
+            room = min(slots - iface.slots_used, available // unit)
+            if room >= remaining:
+                single = (iface, room)  # the first interface taking it all: one call, nothing to sort
+                break
             if room > 0:
                 rooms.append((iface, room))
-        single = next(((i, r) for i, r in rooms if r >= remaining), None)
         order = [single] if single else sorted(rooms, key=lambda ir: (-ir[1], ir[0].device_index))
         for iface, room in order:
             if remaining <= 0:
                 break
             n = min(room, remaining)
-            self.assigns[iface.id] = AssignAddresses(
+            assigns[iface.id] = AssignAddresses(
                 interface_id=iface.id, subnet_id=iface.subnet_id, count=n, prefixes=prefixes
             )
-            self.free[iface.subnet_id] -= n * unit
+            free[iface.subnet_id] -= n * unit
             remaining -= n
         return remaining
 
     def create_new(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
         unit = PREFIX_SIZE if prefixes else 1
+        if remaining > 0 and self.free_indexes is None:
+            self.free_indexes = usable_free_indexes(self.instance, self.spec, self.limits)
         while remaining > 0:
             if not self.free_indexes:
                 self.reason = "at-capacity"
@@ -361,7 +371,6 @@ def plan_allocation(
         subnets=subnets,
         groups=groups,
         free=_Free(subnets),
-        free_indexes=usable_free_indexes(instance, spec, limits),
     )
     pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
     if pd:

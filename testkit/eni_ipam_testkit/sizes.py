@@ -13,7 +13,7 @@ except the singletons ``None``, ``True``, ``False`` and ``Ellipsis``, which noth
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 _SINGLETONS = (None, True, False, Ellipsis, NotImplemented)
@@ -38,14 +38,31 @@ def _referents(obj: Any) -> Iterator[Any]:
 
 def deep_size(obj: Any) -> int:
     """Bytes held by ``obj`` and everything it references (each object counted once)."""
-    seen: set[int] = set()
-    total = 0
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if any(item is s for s in _SINGLETONS) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        stack.extend(_referents(item))
-    return total
+    return deep_sizes(obj)[0]
+
+
+def deep_sizes(*roots: Any, skip: Iterable[Any] = ()) -> list[int]:
+    """What each of ``roots`` adds, in order: bytes it reaches that no root before it reached (so
+    the figures add up to the whole, and what the roots share is counted with the first).
+
+    ``skip``: objects not followed on the way unless they are a root themselves (what a part
+    references but does not own: a shared service, the registry everything reports to).
+    """
+    skipped = {id(o) for o in skip}
+    seen: set[int] = set(skipped)
+    sizes = []
+    for root in roots:
+        if id(root) in skipped:  # a root is counted, even one skipped on the way to others
+            skipped.discard(id(root))
+            seen.discard(id(root))
+        total = 0
+        stack = [root]
+        while stack:
+            item = stack.pop()
+            if any(item is s for s in _SINGLETONS) or id(item) in seen:
+                continue
+            seen.add(id(item))
+            total += sys.getsizeof(item)
+            stack.extend(_referents(item))
+        sizes.append(total)
+    return sizes

@@ -4,10 +4,13 @@ hold what they must at any size."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from bench import scale_report
 from bench.scale import measure
-from bench.scale_kube import every, node_name
+from bench.scale_kube import expected_first
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,10 +25,10 @@ def run():  # type: ignore[no-untyped-def]
 def test_a_fresh_start_writes_every_status_most_needed_first(run) -> None:  # type: ignore[no-untyped-def]
     fresh = run.fresh
     assert fresh["status_writes"] >= NODES
-    pending = {node_name(n) for n in range(NODES) if n % every(0.005, NODES) == every(0.005, NODES) // 3}
-    deficit = {node_name(n) for n in range(NODES) if n % every(0.005, NODES) == every(0.005, NODES) // 2}
-    first = fresh["first_status_writes"][: len(pending | deficit)]
-    assert set(first) == pending | deficit, (first, pending, deficit)
+    expected = expected_first(NODES)
+    assert len(expected) == 2  # one node with a pending pod, one asking for more
+    first = fresh["first_status_writes"][: len(expected)]
+    assert set(first) == expected, (first, expected)
 
 
 def test_a_hand_over_with_nothing_changed_writes_no_status(run) -> None:  # type: ignore[no-untyped-def]
@@ -41,3 +44,24 @@ def test_a_resync_reads_only_what_a_resync_must_and_notices_the_changes(run) -> 
     assert fresh["resync_changed"]["instances"] == 2
     assert fresh["scrapes"] and all(s["bytes"] > 0 for s in fresh["scrapes"])
     assert fresh["peak_rss_mb"] >= fresh["steady_rss_mb"] > 0
+
+
+def test_botocore_reads_the_resyncs_own_pages_as_a_reference(run) -> None:  # type: ignore[no-untyped-def]
+    pages = run.reference["pages"]["DescribeNetworkInterfaces"]
+    assert pages["requested"] == 1 and pages["sampled"] == 1 and pages["kb_per_page"] > 100
+    assert pages["botocore_ms_per_page"] > 3 * pages["fast_warm_ms_per_page"]
+    assert run.reference["botocore_resync_cpu_s"] > 0
+
+
+def test_the_report_judges_every_target_and_keeps_the_other_sections(run) -> None:  # type: ignore[no-untyped-def]
+    figures = dataclasses.asdict(run)
+    section = scale_report.render([figures], {"cores": "2"})
+    assert section.startswith(scale_report.HEADING)
+    assert "| a hand-over with nothing changed writes no status | 0 + 0 | met |" in section
+    rows = [line for line in section.splitlines() if line.endswith(("| met |", "| **not met** |"))]
+    assert len(rows) == len(scale_report.checks([figures])) == 15
+    report = "# Performance\n\n## 5. Before\n\ntext\n"
+    spliced = scale_report.splice(report, section)
+    assert spliced.startswith(report.rstrip("\n")) and spliced.endswith(section)
+    assert scale_report.splice(spliced, "## 6. One process for a large cluster\n\nnew\n").count("## 6.") == 1
+    assert scale_report.kept_section(spliced) == section

@@ -471,5 +471,5 @@ async def test_a_node_with_pods_waiting_is_served_before_idle_nodes():
     manager.upsert(dataclasses.replace(manager.nodes["n3"].resource, pending_pods=2))
     order = []
     while not manager._queue.empty():
-        order.append(manager._queue.get_nowait()[2])
+        order.append(manager._queue.get_nowait()[-1])
     assert order == ["n3", "n0", "n1", "n2"]

@@ -8,7 +8,7 @@ import json
 
 from eni_ipam_testkit.fake_kube import FakeKube
 from eni_ipam_testkit.fake_kube.realistic import realistic_enipool, realistic_node, realistic_pending_pod
-from eni_ipam_testkit.sizes import deep_size
+from eni_ipam_testkit.sizes import deep_size, deep_sizes
 
 NAME = "ip-10-0-113-42.ec2.internal"
 
@@ -71,3 +71,18 @@ def test_deep_size_counts_what_is_referenced_once() -> None:
 
     assert deep_size(Plain()) >= 1000  # through __dict__
     assert deep_size(None) == 0  # singletons belong to nobody
+
+
+def test_deep_sizes_count_what_roots_share_with_the_first() -> None:
+    shared, own = "s" * 1000, "o" * 500
+    first, second = deep_sizes([shared], [shared, own])
+    assert first == deep_size([shared])
+    assert second == deep_size([shared, own]) - deep_size(shared)  # the shared string counted once
+
+
+def test_deep_sizes_do_not_follow_skipped_objects_unless_they_are_a_root() -> None:
+    service = ["s" * 1000]
+    part = ["p" * 500, service]
+    alone, skipped_service = deep_sizes(part, service, skip=[service])
+    assert alone == deep_size(part) - deep_size(service)
+    assert skipped_service == deep_size(service)
