@@ -240,8 +240,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--print", action="store_true", help="print the section instead of writing it")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument(
+        "--with",
+        dest="earlier",
+        type=Path,
+        action="append",
+        default=[],
+        help="runs an earlier --json wrote, reported with these (a size measured again replaces them)",
+    )
     args = parser.parse_args(argv)
-    runs = []
+    earlier = [run for path in args.earlier for run in json.loads(path.read_text())]
+    runs = [run for run in earlier if int(run["nodes"]) not in args.sizes]
     for n in sorted(args.sizes):
         print(f"bench-scale: {n:,} nodes", file=sys.stderr, flush=True)
         runs.append(dataclasses.asdict(measure(n)))

@@ -272,6 +272,52 @@ class NodeStats:
     prefix_delegated: bool = False
 
 
+_STATS_SLOTS = tuple(
+    getattr(NodeStats, name).__set__
+    for name in (
+        "available",
+        "used",
+        "needed",
+        "excess",
+        "capacity",
+        "remaining_interfaces",
+        "at_capacity",
+        "limits_known",
+        "running",
+        "prefix_delegated",
+    )
+)
+
+
+def computed_stats(
+    available: int,
+    used: int,
+    needed: int,
+    excess: int,
+    capacity: int,
+    remaining_interfaces: int,
+    at_capacity: bool,
+    running: bool,
+    prefix_delegated: bool,
+) -> NodeStats:
+    """``NodeStats(..., limits_known=True)``, made at twice the speed: the planner makes one for
+    every node it looks at, and a frozen dataclass's ``__init__`` looks ``object.__setattr__`` up
+    again for each field. The same object in every respect (the fields' own slots are set)."""
+    stats = object.__new__(NodeStats)
+    s = _STATS_SLOTS
+    s[0](stats, available)
+    s[1](stats, used)
+    s[2](stats, needed)
+    s[3](stats, excess)
+    s[4](stats, capacity)
+    s[5](stats, remaining_interfaces)
+    s[6](stats, at_capacity)
+    s[7](stats, True)
+    s[8](stats, running)
+    s[9](stats, prefix_delegated)
+    return stats
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolEntry:
     """One pool address as published in the node's status (so the node side knows where it lives)."""

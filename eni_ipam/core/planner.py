@@ -38,6 +38,7 @@ from eni_ipam.core.model import (
     Subnet,
     UnassignAddresses,
     address_key,
+    computed_stats,
     expand_prefix,
     tags_match,
 )
@@ -104,7 +105,9 @@ def node_stats(
     node at every change and, at start, for every node of the cluster: kept to one loop over the
     interfaces."""
     managed = managed_interfaces(instance, spec)
-    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation, managed=managed)
+    pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
+        spec, instance, limits, enabled=prefix_delegation, managed=managed
+    )
     per_slot = PREFIX_SIZE if pd else 1
     slots = limits.slots_per_interface
     available = taken = open_interfaces = 0
@@ -139,16 +142,8 @@ def node_stats(
         min_allocate=spec.min_allocate,
         max_above_watermark=spec.max_above_watermark,
     )
-    return NodeStats(
-        available=available,
-        used=used,
-        needed=needed,
-        excess=excess,
-        capacity=capacity,
-        remaining_interfaces=remaining,
-        at_capacity=remaining == 0,
-        running=instance.running,
-        prefix_delegated=pd,
+    return computed_stats(
+        available, used, needed, excess, capacity, remaining, remaining == 0, instance.running, pd
     )
 
 
@@ -221,8 +216,9 @@ class _Free(dict[str, int]):
     made planning a cluster cost nodes × subnets.
     """
 
-    def __init__(self, subnets: Mapping[str, Subnet]) -> None:
-        super().__init__()
+    __slots__ = ("_subnets",)
+
+    def __init__(self, subnets: Mapping[str, Subnet]) -> None:  # the dict starts empty: no super()
         self._subnets = subnets
 
     def __missing__(self, subnet_id: str) -> int:
@@ -372,7 +368,10 @@ def plan_allocation(
         groups=groups,
         free=_Free(subnets),
     )
-    pd = is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
+    # Plain addresses offered and delegation off (the common case): no need to look further.
+    pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
+        spec, instance, limits, enabled=prefix_delegation
+    )
     if pd:
         want = math.ceil(must / PREFIX_SIZE)
         left = draft.fill_existing(want, prefixes=True, skip_subnets=no_prefix_subnets)

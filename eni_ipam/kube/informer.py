@@ -41,7 +41,7 @@ T = TypeVar("T")
 Handler = Callable[[str, T, "T | None"], None]
 """``(event type, object, previous object or None)``; type is ADDED, MODIFIED or DELETED."""
 
-EMIT_SLICE = 500
+EMIT_SLICE = 200
 """Events handed to the handlers between two yields to the event loop after a list (a few ms)."""
 
 INACTIVITY_GRACE = 60.0

@@ -199,9 +199,9 @@ class ReuseCache:
 
     Two generations of ``hash(item bytes) → Interface`` (or ``InstanceInfo``), each in
     :data:`SHARDS` dicts. Every listing reads both; what a listing parsed (or reused) goes into the
-    current one when the listing ends. The end of a full listing (everything in scope) makes the
-    current generation the previous one, so an item that is gone is forgotten one full listing
-    later; a generation past :data:`REUSE_LIMIT` turns over too. A hit must name the same id, so a
+    current one when the listing ends. The end of a full listing (everything in scope) keeps
+    exactly what it saw, so an item that is gone is forgotten then; a current generation that
+    partial listings grew past :data:`REUSE_LIMIT` becomes the previous one. A hit must name the same id, so a
     wrong reuse would need the same interface (or instance) and a 64-bit collision of Python's
     keyed hash.
 
@@ -226,7 +226,9 @@ class ReuseCache:
         with self._lock:  # two listings ending at once must not lose one's entries
             current = self._generations[0]
             if full:
-                self._generations = (found, current)
+                # What this listing did not see is gone (or changed): only its items are kept. At
+                # 100,000 nodes a second generation was 400,000 more entries, for items no one asks for.
+                self._generations = (found, _shards())
                 return
             for shard, more in zip(current, found, strict=True):
                 shard.update(more)

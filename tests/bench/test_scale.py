@@ -4,6 +4,7 @@ hold what they must at any size."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from bench import scale_report
 from bench.scale import measure
 from bench.scale_kube import expected_first
+from bench.scale_run import OwnTime
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -65,3 +67,32 @@ def test_the_report_judges_every_target_and_keeps_the_other_sections(run) -> Non
     assert spliced.startswith(report.rstrip("\n")) and spliced.endswith(section)
     assert scale_report.splice(spliced, "## 6. One process for a large cluster\n\nnew\n").count("## 6.") == 1
     assert scale_report.kept_section(spliced) == section
+
+
+async def test_own_time_leaves_out_what_ran_while_the_coroutine_waited() -> None:
+    async def waits() -> int:
+        await asyncio.sleep(0.05)  # another task's time, not this one's
+        return 7
+
+    own = OwnTime(waits())
+    assert await own == 7
+    assert own.busy < 0.02
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await OwnTime(fails())
+
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(OwnTime(forever()))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

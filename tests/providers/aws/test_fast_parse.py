@@ -669,18 +669,20 @@ def test_an_unchanged_instance_is_the_same_object_in_the_next_listing() -> None:
     assert [a is b for a, b in zip(first, second, strict=True)] == [True, False, True]
 
 
-def test_the_reuse_cache_forgets_what_two_full_listings_did_not_see() -> None:
+def test_the_reuse_cache_keeps_only_what_the_last_full_listing_saw() -> None:
     cache = listings.ReuseCache()
     fast_reads(page(eni(1), eni(2)), DNI, cache, full=True)
     fast_reads(page(eni(3)), DNI, cache)  # a partial listing adds, and turns nothing over
     assert len(cache) == 3
-    fast_reads(page(eni(1)), DNI, cache, full=True)
-    assert len(cache) == 4  # the previous generation (eni-1, eni-2, eni-3) and this one (eni-1)
-    fast_reads(page(eni(1)), DNI, cache, full=True)
-    assert len(cache) == 2
+    [again], _ = fast_reads(page(eni(1)), DNI, cache, full=True)
+    assert len(cache) == 1  # eni-2 and eni-3 are gone
+    [still], _ = fast_reads(page(eni(1)), DNI, cache, full=True)
+    assert still is again and len(cache) == 1
     small = listings.ReuseCache(limit=2)
     fast_reads(page(eni(1), eni(2), eni(3)), DNI, small)
     assert len(small) == 3  # past its limit, the generation became the previous one
+    fast_reads(page(eni(4)), DNI, small)
+    assert len(small) == 4  # the previous generation is still read, and the new one holds eni-4
 
 
 def item_key(body: bytes) -> int:

@@ -1,0 +1,34 @@
+"""The service sets glibc's allocator at start, unless the operator's environment already does."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+import pytest
+
+from eni_ipam._infra import allocator
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "gnu_get_libc_version"),
+    reason="glibc only",
+)
+
+
+def test_both_settings_are_applied_on_glibc() -> None:
+    assert allocator.tune_allocator({}) == {
+        "MALLOC_ARENA_MAX": allocator.ARENA_MAX,
+        "MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD,
+    }
+
+
+def test_a_setting_the_environment_makes_is_left_to_it() -> None:
+    applied = allocator.tune_allocator({"MALLOC_ARENA_MAX": "8"})
+    assert applied == {"MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD}
+
+
+def test_nothing_is_done_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator.sys, "platform", "darwin")
+    assert allocator.tune_allocator({}) == {}

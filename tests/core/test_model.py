@@ -1,0 +1,19 @@
+"""The model's fast constructors make exactly what its dataclasses make."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from eni_ipam.core.model import NodeStats, computed_stats
+
+
+def test_computed_stats_are_the_same_as_made_by_the_constructor() -> None:
+    made = computed_stats(40, 21, 6, 0, 56, 1, False, True, False)
+    expected = NodeStats(
+        available=40, used=21, needed=6, excess=0, capacity=56, remaining_interfaces=1, running=True
+    )
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.used = 3  # type: ignore[misc]
