@@ -23,7 +23,7 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
 FULL: dict[str, tuple[int, ...]] = {
     "api": (100, 1000),
     "convergence": (1000, 5000),
-    "cpu": (1000, 10_000),
+    "cpu": (1000, 10_000, 100_000),
     "latency": (1000, 300),
     "plugin": (200,),
 }

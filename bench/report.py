@@ -20,6 +20,9 @@ API_RATIO = 1.05
 CONVERGENCE_RATIO = 1.1
 PASS_SECONDS = 0.5
 STATE_MB = 100.0
+PLAN_100K_SECONDS = 1.0
+STATE_KB_PER_NODE = 2.5
+"""At 100,000 nodes: planning every node within a second, the state within 2.5 KB a node (250 MB)."""
 P99_MS = 50.0
 
 
@@ -52,11 +55,18 @@ class Results:
         out += [
             (f"convergence ratio, {c.nodes} nodes", c.ratio <= CONVERGENCE_RATIO) for c in self.convergence
         ]
-        big = max(self.cpu, key=lambda c: c.nodes)
-        out.append((f"resync pass, {big.nodes} nodes", big.resync_seconds < PASS_SECONDS))
-        out.append((f"planning pass, {big.nodes} nodes", big.plan_seconds < PASS_SECONDS))
-        mem = max(self.memory, key=lambda m: m.nodes)
-        out.append((f"state memory, {mem.nodes} nodes", mem.state_mb < STATE_MB))
+        for c in self.cpu:
+            if c.nodes == 10_000:
+                out.append((f"resync pass, {c.nodes} nodes", c.resync_seconds < PASS_SECONDS))
+                out.append((f"planning pass, {c.nodes} nodes", c.plan_seconds < PASS_SECONDS))
+            if c.nodes == 100_000:
+                out.append((f"planning pass, {c.nodes} nodes", c.plan_seconds <= PLAN_100K_SECONDS))
+        for m in self.memory:
+            if m.nodes == 10_000:
+                out.append((f"state memory, {m.nodes} nodes", m.state_mb < STATE_MB))
+            if m.nodes == 100_000:
+                per_node = m.state_mb * 1024 / m.nodes
+                out.append((f"state memory per node, {m.nodes} nodes", per_node <= STATE_KB_PER_NODE))
         out.append(("event to IPs p99", self.latency.p99_ms < P99_MS))
         if self.plugin.judged:
             for command in ("ADD", "DEL"):
@@ -192,14 +202,18 @@ def render(r: Results) -> str:
         "watermark, held by a real NodeManager; one core, best of three. The resync pass applies a full",
         "snapshot and recomputes every node; the planning pass plans every node's allocation. Memory is",
         "the resident set of a fresh process holding that state, minus the same process before it.",
-        f"Targets: each pass under {PASS_SECONDS} s and the state under {STATE_MB:.0f} MB at 10,000 nodes.",
+        f"Targets: each pass under {PASS_SECONDS} s and the state under {STATE_MB:.0f} MB at 10,000 nodes;",
+        f"at 100,000, planning every node within {PLAN_100K_SECONDS:.0f} s and the state within",
+        f"{STATE_KB_PER_NODE} KB a node. (A resync that changed little passes over unchanged nodes:",
+        "section 6 measures that apply.)",
         "",
-        "| nodes | resync pass (s) | planning pass (s) | state (MB) | process RSS (MB) |",
-        "|---:|---:|---:|---:|---:|",
+        "| nodes | resync pass (s) | planning pass (s) | state (MB) | state a node (KB) | process RSS (MB) |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for c, m in zip(r.cpu, r.memory, strict=True):
         times = f"{c.resync_seconds:.3f} | {c.plan_seconds:.3f}"
-        lines.append(f"| {c.nodes} | {times} | {m.state_mb:.1f} | {m.rss_mb:.1f} |")
+        per_node = m.state_mb * 1024 / m.nodes
+        lines.append(f"| {c.nodes} | {times} | {m.state_mb:.1f} | {per_node:.2f} | {m.rss_mb:.1f} |")
     if len(r.cpu) > 1:
         small, big = r.cpu[0], r.cpu[-1]
         ms, mb = r.memory[0], r.memory[-1]

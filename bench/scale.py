@@ -234,7 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.report import machine
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
-    parser.add_argument("sizes", nargs="*", type=int, default=list(SIZES))
+    parser.add_argument(
+        "sizes",
+        nargs="*",
+        type=int,
+        help="cluster sizes (default 1,000, 10,000 and 100,000; none with --with)",
+    )
     parser.add_argument(
         "--out", type=Path, default=OUT, help=f"the report whose section 6 is replaced ({OUT})"
     )
@@ -249,9 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="runs an earlier --json wrote, reported with these (a size measured again replaces them)",
     )
     args = parser.parse_args(argv)
+    sizes = args.sizes or ([] if args.earlier else list(SIZES))
     earlier = [run for path in args.earlier for run in json.loads(path.read_text())]
-    runs = [run for run in earlier if int(run["nodes"]) not in args.sizes]
-    for n in sorted(args.sizes):
+    runs = [run for run in earlier if int(run["nodes"]) not in sizes]
+    for n in sorted(sizes):
         print(f"bench-scale: {n:,} nodes", file=sys.stderr, flush=True)
         runs.append(dataclasses.asdict(measure(n)))
         if args.json:

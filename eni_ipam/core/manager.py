@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import itertools
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import Protocol
 
 import structlog
@@ -66,6 +66,10 @@ def resync_interval(*, floor: float, cost: float, share: float) -> float:
     if share <= 0 or cost <= 0:
         return floor
     return max(floor, min(cost / share, MAX_RESYNC_INTERVAL))
+
+
+Listed = tuple[CloudSnapshot, float]
+"""A full view of the cloud, and when (on the clock's timeline) its listing began."""
 
 
 class StatusSink(Protocol):
@@ -205,9 +209,13 @@ class NodeManager:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Resync until it succeeds, then serve nodes until cancelled."""
-        await self._initial_resync()
+    async def run(self, *, first: Awaitable[Listed | None] | None = None) -> None:
+        """Resync until it succeeds, then serve nodes until cancelled.
+
+        ``first``: the cloud's listing already under way (:meth:`first_listing`, started while the
+        nodes were still being learnt): the first resync applies it rather than list again; if it
+        failed, the resync is retried as usual."""
+        await self._initial_resync(first)
         async with asyncio.TaskGroup() as tg:
             for n in range(self.settings.parallel_workers):
                 tg.create_task(self._worker(), name=f"eni-ipam-worker-{n}")
@@ -223,16 +231,23 @@ class NodeManager:
                 )
                 tg.create_task(collector.run(), name="eni-ipam-gc")
 
-    async def _initial_resync(self) -> None:
+    async def _initial_resync(self, first: Awaitable[Listed | None] | None) -> None:
         backoff = Backoff(initial=self.settings.backoff_initial, maximum=60.0, rng=self.rng)
         while True:
             try:
-                await self.resync()
-                break
+                if first is None:
+                    listed: Listed | None = await self.list_cloud()
+                else:
+                    listed, first = await first, None  # its failure was logged where it ran
+                if listed is not None:
+                    snapshot, started = listed
+                    await self.apply_resync(snapshot, started=started)
+                    break
+                delay = backoff.next_delay()
             except EniIpamError as exc:
                 delay = backoff.next_delay()
                 log.warning("initial_resync_failed", error=str(exc), retry_in=round(delay, 3))
-                await self.clock.sleep(delay)
+            await self.clock.sleep(delay)
         log.info("instances_api_ready", nodes=len(self._slots), subnets=len(self.view.subnets))
         for n, slot in enumerate(list(self._slots.values())):
             if n and n % SLICE_VISITS == 0:
@@ -248,16 +263,34 @@ class NodeManager:
                 # The previous view stays; per-instance syncs keep nodes we touch accurate meanwhile.
                 log.warning("resync_failed", error=str(exc))
 
-    async def resync(self) -> None:
-        """Full resync: refresh the shared view and every node's instance; trigger nodes with work."""
+    async def list_cloud(self) -> Listed:
+        """The first half of a resync: the cloud's full view, and when its listing began.
+
+        Raises:
+            EniIpamError: the listing failed (counted in the resync metrics)."""
         started = self.clock.monotonic()
-        cpu = self.clock.cpu_seconds()
         try:
             snapshot = await self.provider.resync()
         except EniIpamError:
             self.metrics.resync_finished(ok=False)
             raise
         self.metrics.resync_finished(ok=True)
+        return snapshot, started
+
+    async def first_listing(self) -> Listed | None:
+        """:meth:`list_cloud` for :meth:`run`'s ``first``, to start before the nodes are known: a
+        failure is logged and reported as None (the first resync is then retried), never raised
+        into the caller's task group."""
+        try:
+            return await self.list_cloud()
+        except EniIpamError as exc:
+            log.warning("initial_resync_failed", error=str(exc))
+            return None
+
+    async def resync(self) -> None:
+        """Full resync: refresh the shared view and every node's instance; trigger nodes with work."""
+        cpu = self.clock.cpu_seconds()
+        snapshot, started = await self.list_cloud()
         await self.apply_resync(snapshot, started=started)
         # The process's CPU while the resync ran: the resync's own cost, and a little of what ran
         # beside it (an overestimate, so the share is kept).

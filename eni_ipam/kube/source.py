@@ -233,20 +233,23 @@ class KubeNodeSource:
     async def lead(self, manager: NodeManager) -> None:
         """Feed ``manager`` and keep ENIPools in step with Nodes until cancelled (leader only).
         ``manager`` must publish its statuses to :attr:`writer`."""
-        for informer in (self.nodes, self.pools, self.pods):
-            await informer.synced.wait()
-        await self._list_pools_for_term()
-        self.term += 1  # another leader may have changed every pool since our last term
-        self.manager = manager
         try:
-            for n, obj in enumerate(list(self.pools.store.values())):
-                if n and n % DELIVER_SLICE == 0:
-                    await asyncio.sleep(0)  # 100,000 pools are not delivered in one go
-                self._on_pool("ADDED", obj, None)
-            for name in list(self.nodes.store):
-                self._queue(name, "ensure")
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(manager.run(), name="eni-ipam-manager")
+                # The cloud's first listing needs no node: it runs while the nodes and pools are
+                # learnt (at 100,000 nodes, each takes tens of seconds).
+                listing = tg.create_task(manager.first_listing(), name="eni-ipam-first-listing")
+                for informer in (self.nodes, self.pools, self.pods):
+                    await informer.synced.wait()
+                await self._list_pools_for_term()
+                self.term += 1  # another leader may have changed every pool since our last term
+                self.manager = manager
+                for n, obj in enumerate(list(self.pools.store.values())):
+                    if n and n % DELIVER_SLICE == 0:
+                        await asyncio.sleep(0)  # 100,000 pools are not delivered in one go
+                    self._on_pool("ADDED", obj, None)
+                for name in list(self.nodes.store):
+                    self._queue(name, "ensure")
+                tg.create_task(manager.run(first=listing), name="eni-ipam-manager")
                 tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
                 tg.create_task(self._work(), name="eni-ipam-pool-writer")
         finally:

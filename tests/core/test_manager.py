@@ -1,6 +1,7 @@
 """The NodeManager: gating, ordering, backoff isolation, re-fetching, cancellation."""
 
 import asyncio
+import contextlib
 import dataclasses
 
 import pytest
@@ -473,3 +474,45 @@ async def test_a_node_with_pods_waiting_is_served_before_idle_nodes():
     while not manager._queue.empty():
         order.append(manager._queue.get_nowait()[-1])
     assert order == ["n3", "n0", "n1", "n2"]
+
+
+async def test_a_listing_started_before_the_nodes_were_known_is_the_first_resync(make_world):
+    async with make_world(start=False) as world:
+        listings: list[float] = []
+        provider = world.manager.provider
+        real = provider.resync
+
+        async def counted():  # type: ignore[no-untyped-def]
+            listings.append(asyncio.get_running_loop().time())
+            return await real()
+
+        provider.resync = counted
+        listing = asyncio.ensure_future(world.manager.first_listing())
+        await asyncio.sleep(0)
+        world.add_node("n1")  # learnt while the cloud was being listed
+        task = asyncio.create_task(world.manager.run(first=listing))
+        try:
+            await world.settle()
+            assert world.manager.ready
+            assert world.manager.nodes["n1"].stats.available == 8
+            assert len(listings) == 1  # the first resync was the listing already under way
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_a_first_listing_that_failed_is_retried(make_world):
+    async with make_world(start=False) as world:
+        world.cloud.fail_next("DescribeSubnets", 1)
+        listing = asyncio.ensure_future(world.manager.first_listing())
+        assert await listing is None  # logged, not raised into the caller's task group
+        world.add_node("n1")
+        task = asyncio.create_task(world.manager.run(first=asyncio.ensure_future(asyncio.sleep(0))))
+        try:
+            await world.settle()
+            assert world.manager.ready and world.manager.nodes["n1"].stats.available == 8
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
