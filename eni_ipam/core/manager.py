@@ -51,8 +51,10 @@ log = structlog.get_logger("eni_ipam.core.manager")
 SLICE_WORK = 200
 """Nodes recomputed between two yields to the event loop in a resync's apply (about 5 ms of work):
 at 100,000 nodes the first apply recomputes every node, and nothing else may wait seconds for it."""
-SLICE_VISITS = 20_000
+SLICE_VISITS = 5000
 """Nodes merely looked at (and passed over) between two yields (also about 5 ms)."""
+SLICE_TRIGGERS = 1000
+"""Nodes queued between two yields after the first resync (a few ms)."""
 
 MAX_RESYNC_INTERVAL = 900.0
 """However costly a resync, the next one comes within 15 minutes: it is the safety net for changes
@@ -250,7 +252,7 @@ class NodeManager:
             await self.clock.sleep(delay)
         log.info("instances_api_ready", nodes=len(self._slots), subnets=len(self.view.subnets))
         for n, slot in enumerate(list(self._slots.values())):
-            if n and n % SLICE_VISITS == 0:
+            if n and n % SLICE_TRIGGERS == 0:
                 await asyncio.sleep(0)
             self._trigger(slot)
 

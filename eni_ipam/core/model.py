@@ -410,6 +410,22 @@ class AssignAddresses:
         return self.count * PREFIX_SIZE if self.prefixes else self.count
 
 
+_ASSIGN_SLOTS = tuple(
+    getattr(AssignAddresses, name).__set__ for name in ("interface_id", "subnet_id", "count", "prefixes")
+)
+
+
+def assignment(interface_id: str, subnet_id: str, count: int, prefixes: bool) -> AssignAddresses:
+    """``AssignAddresses(...)`` at twice the speed, for the planner (see :func:`computed_stats`)."""
+    action = object.__new__(AssignAddresses)
+    s = _ASSIGN_SLOTS
+    s[0](action, interface_id)
+    s[1](action, subnet_id)
+    s[2](action, count)
+    s[3](action, prefixes)
+    return action
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CreateInterface:
     """Create an interface carrying ``count`` addresses (or prefixes), attach it at ``device_index``."""

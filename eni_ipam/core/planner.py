@@ -38,6 +38,7 @@ from eni_ipam.core.model import (
     Subnet,
     UnassignAddresses,
     address_key,
+    assignment,
     computed_stats,
     expand_prefix,
     tags_match,
@@ -274,9 +275,7 @@ class _Draft:
             if remaining <= 0:
                 break
             n = min(room, remaining)
-            assigns[iface.id] = AssignAddresses(
-                interface_id=iface.id, subnet_id=iface.subnet_id, count=n, prefixes=prefixes
-            )
+            assigns[iface.id] = assignment(iface.id, iface.subnet_id, n, prefixes)
             free[iface.subnet_id] -= n * unit
             remaining -= n
         return remaining

@@ -217,14 +217,23 @@ def interface_prefixes(interfaces: object, key: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+_TRANSITIONS: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]] = {}
+_TRANSITIONS_MAX = 65536
+
+
 def _transitions(conditions: object) -> tuple[tuple[str, str, str], ...]:
     if not isinstance(conditions, list):
         return ()
-    return tuple(
+    found = tuple(
         (_shared(c.get("type")), _shared(c.get("status")), _shared(c.get("lastTransitionTime")))
         for c in conditions
         if isinstance(c, Mapping) and c.get("type") in CONDITION_TYPES
     )
+    # Pools that became ready in the same second hold the same tuple (200 bytes a pool otherwise);
+    # the table is bounded: past its size it starts afresh, and what was handed out stays shared.
+    if len(_TRANSITIONS) >= _TRANSITIONS_MAX:
+        _TRANSITIONS.clear()
+    return _TRANSITIONS.setdefault(found, found)
 
 
 def _spec(raw: object) -> object:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from eni_ipam.core.model import NodeStats, computed_stats
+from eni_ipam.core.model import AssignAddresses, NodeStats, assignment, computed_stats
 
 
 def test_computed_stats_are_the_same_as_made_by_the_constructor() -> None:
@@ -17,3 +17,10 @@ def test_computed_stats_are_the_same_as_made_by_the_constructor() -> None:
     assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.used = 3  # type: ignore[misc]
+
+
+def test_an_assignment_is_the_same_as_made_by_the_constructor() -> None:
+    made = assignment("eni-1", "subnet-1", 3, False)
+    expected = AssignAddresses(interface_id="eni-1", subnet_id="subnet-1", count=3, prefixes=False)
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert made.addresses == 3 and dataclasses.replace(made, count=4).count == 4

@@ -178,8 +178,26 @@ def test_the_container_runs_the_mounted_configuration(default_docs):
     env = {e["name"]: e for e in ctr["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    assert ctr["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert ctr["resources"] == sizing_guide_row("10,000")
     assert pod["serviceAccountName"] == one(default_docs, "ServiceAccount")["metadata"]["name"]
+
+
+def sizing_guide_row(nodes: str) -> dict[str, dict[str, str]]:
+    """The resources docs/deploy.md ("Sizing") gives for a cluster of ``nodes``."""
+    import re
+
+    text = (REPO_ROOT / "docs" / "deploy.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| {nodes} |"))
+    cpu, memory, limit = re.search(
+        r'requests `cpu: "?(\w+)"?`, `memory: (\w+)`; limit `memory: (\w+)`', row
+    ).groups()  # type: ignore[union-attr]
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": limit}}
+
+
+def test_the_sizing_guide_grows_with_the_cluster():
+    rows = [sizing_guide_row(n) for n in ("1,000", "10,000", "100,000")]
+    limits = [int(r["limits"]["memory"].removesuffix("Mi").removesuffix("Gi")) for r in rows]
+    assert rows[0]["limits"]["memory"].endswith("Mi") and limits[0] < limits[1] < limits[2]
 
 
 def test_grace_period_outlasts_the_shutdown_timeout(default_docs):
