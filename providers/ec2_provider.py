@@ -74,7 +74,7 @@ DESCRIPTION = "eni-ipam ({instance})"
 ATTACH_ATTEMPTS = 5
 """Device indexes tried by one create: the planned one, then the next ones on an index conflict."""
 
-ASSEMBLY_SLICE = 5000
+ASSEMBLY_SLICE = 1000
 """Interfaces grouped, or instances assembled, between two yields to the event loop in a resync (a
 few milliseconds of work: the loop never waits for a whole cluster's)."""
 FILTER_VALUES_PER_CALL = 200
@@ -238,6 +238,12 @@ class Scope:
         return filters
 
 
+def _same_objects(held: Sequence[Interface], listed: Sequence[Interface]) -> bool:
+    """Whether ``listed`` holds exactly the objects of ``held`` (of the same length), in any order."""
+    ids = {id(i) for i in held}
+    return all(id(i) in ids for i in listed)
+
+
 def _chunks(items: Sequence[str], size: int = FILTER_VALUES_PER_CALL) -> list[list[str]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
@@ -385,7 +391,7 @@ class Ec2Provider:
         if (
             previous is not None
             and len(previous.interfaces) == len(interfaces)
-            and all(any(i is p for p in previous.interfaces) for i in interfaces)
+            and _same_objects(previous.interfaces, interfaces)
             and previous.running == (info.state == "running")
             and (previous.type, previous.vpc_id, previous.zone, previous.subnet_id)
             == (info.type, info.vpc_id, info.zone, info.subnet_id)

@@ -12,10 +12,6 @@ Two settings, each left alone when its environment variable is set (the operator
   only shrinks from its top: a few pinned objects keep hundreds of megabytes resident. Fixed, every
   large buffer is mapped on its own and goes back to the system when freed.
 
-And :func:`release_free_memory` hands the heap's free pages back (``malloc_trim``), which the service
-does every :data:`TRIM_INTERVAL` seconds in a thread: a burst (a list of 100,000 Nodes, a full
-resync) leaves free chunks between live ones that glibc otherwise keeps resident.
-
 Measured with the whole controller at 10,000 nodes (``make bench-scale``): steady RSS 278 → 225 MB,
 peak 359 → 230 MB. Elsewhere than glibc (musl, macOS) nothing is done. Decision 0022.
 """
@@ -40,10 +36,6 @@ _SETTINGS = (
 )
 
 
-TRIM_INTERVAL = 30.0
-"""Seconds between two :func:`release_free_memory` calls of the service."""
-
-
 def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -55,17 +47,6 @@ def _glibc() -> ctypes.CDLL | None:
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
         return None
     return libc
-
-
-def release_free_memory() -> bool:
-    """Return the heap's free pages to the system (glibc's ``malloc_trim``); False elsewhere. It
-    releases the GIL while it runs (a ctypes call), so it belongs in a thread."""
-    libc = _glibc()
-    if libc is None or not hasattr(libc, "malloc_trim"):
-        return False
-    libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    libc.malloc_trim(0)
-    return True
 
 
 def tune_allocator(environ: Mapping[str, str]) -> dict[str, int]:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from eni_ipam._infra.allocator import TRIM_INTERVAL, release_free_memory, tune_allocator
+from eni_ipam._infra.allocator import tune_allocator
 from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.app.providers import plugin
@@ -61,16 +61,11 @@ async def freeze_heap(clock: Clock, interval: float = HEAP_FREEZE_INTERVAL) -> N
     dataclasses, tuples, packed bytes): it is freed by reference counting when it goes, frozen or
     not. Cyclic garbage is still collected while it is young, which is when it is made (a task's
     frames, an exception and its traceback); only a cycle that lived more than ``interval`` before
-    becoming garbage would be kept. Every :data:`~eni_ipam._infra.allocator.TRIM_INTERVAL` the heap's
-    free pages go back to the system, in a thread. Decision 0022."""
+    becoming garbage would be kept. Decision 0022."""
     gc.freeze()  # what the imports and the configuration made
-    trimmed = clock.monotonic()
     while True:
         await clock.sleep(interval)
         gc.freeze()
-        if clock.monotonic() - trimmed >= TRIM_INTERVAL:
-            trimmed = clock.monotonic()
-            await asyncio.to_thread(release_free_memory)
 
 
 def stop_on_signals() -> asyncio.Event:

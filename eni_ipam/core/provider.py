@@ -25,6 +25,21 @@ from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interfa
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.records import NodeRecords
 
+READS_NODE_STORE = "reads_node_store"
+"""Optional attribute of a provider: true when its ``resync`` builds the view from the node store's
+records (the generic provider) rather than from a cloud. The first resync of a leadership term then
+waits until the store has been read for that term; other providers' first listing runs while the
+nodes are still being learnt."""
+
+
+def reads_node_store(provider: object) -> bool:
+    """Whether ``provider`` (or the provider it wraps, ``inner``) says :data:`READS_NODE_STORE`."""
+    while provider is not None:
+        if getattr(provider, READS_NODE_STORE, False):
+            return True
+        provider = getattr(provider, "inner", None)
+    return False
+
 
 class Provider(Protocol):
     name: str

@@ -43,6 +43,7 @@ from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager
 from eni_ipam.core.model import NodeStatus
+from eni_ipam.core.provider import reads_node_store
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
@@ -236,8 +237,13 @@ class KubeNodeSource:
         try:
             async with asyncio.TaskGroup() as tg:
                 # The cloud's first listing needs no node: it runs while the nodes and pools are
-                # learnt (at 100,000 nodes, each takes tens of seconds).
-                listing = tg.create_task(manager.first_listing(), name="eni-ipam-first-listing")
+                # learnt (at 100,000 nodes, each takes tens of seconds), unless the provider builds
+                # its view from the pools themselves.
+                listing = (
+                    None
+                    if reads_node_store(manager.provider)
+                    else tg.create_task(manager.first_listing(), name="eni-ipam-first-listing")
+                )
                 for informer in (self.nodes, self.pools, self.pods):
                     await informer.synced.wait()
                 await self._list_pools_for_term()

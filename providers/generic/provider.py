@@ -85,6 +85,9 @@ class _Node:
 
 class GenericProvider:
     name = "generic"
+    reads_node_store = True
+    """Its view is built from the node store's records: a listing is only valid once the store was
+    read in full for the current term (see :data:`eni_ipam.core.provider.READS_NODE_STORE`)."""
 
     def __init__(
         self,

@@ -516,3 +516,17 @@ async def test_a_first_listing_that_failed_is_retried(make_world):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def test_a_provider_reading_the_node_store_is_known_through_its_fence() -> None:
+    from eni_ipam.core.fence import Fence, FencedProvider
+    from eni_ipam.core.provider import reads_node_store
+    from providers.generic.provider import GenericProvider
+
+    class Cloud:
+        name = "cloud"
+
+    assert not reads_node_store(FencedProvider(Cloud(), Fence()))  # type: ignore[arg-type]
+    fenced = FencedProvider.__new__(FencedProvider)
+    fenced.inner = GenericProvider.__new__(GenericProvider)
+    assert reads_node_store(fenced)
