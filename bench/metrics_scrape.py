@@ -35,9 +35,9 @@ import threading
 import time
 import tracemalloc
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
+from bench.cpu_memory import best_seconds
 from eni_ipam._infra.metrics import Metrics, render
 from eni_ipam._infra.node_series import NodeSeriesPolicy
 from eni_ipam._infra.server import make_app, start_server
@@ -135,16 +135,6 @@ def populate(nodes: int, *, short: float, policy: NodeSeriesPolicy | None = None
     return metrics
 
 
-def _best(runs: int, fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        gc.collect()
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def measure(
     nodes: int,
     *,
@@ -158,8 +148,8 @@ def measure(
     metrics = populate(nodes, short=short, policy=policy)
     body = render(metrics.freeze())
     series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-    freeze_seconds = _best(runs, metrics.freeze)
-    render_seconds = _best(runs, lambda: render(metrics.freeze())) - freeze_seconds
+    freeze_seconds = best_seconds(runs, metrics.freeze)
+    render_seconds = best_seconds(runs, lambda: render(metrics.freeze())) - freeze_seconds
     stalls = asyncio.run(_stalls(metrics, nodes, short=short, rate=updates_per_second, seconds=seconds))
     return Scrape(
         nodes=nodes,

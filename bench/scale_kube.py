@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eni_ipam.kube.resources import pool_for_node
-from eni_ipam_testkit.ec2_wire.fleet import FleetSpec, fleet_nodes
+from eni_ipam_testkit.ec2_wire.fleet import FleetNode, FleetSpec, fleet_nodes
 from eni_ipam_testkit.fake_kube import FakeKube
 from eni_ipam_testkit.fake_kube.realistic import realistic_node, realistic_pending_pod
 
@@ -53,51 +53,55 @@ def every(share: float, nodes: int) -> int:
     return max(round(1 / share), 1) if share > 0 else nodes + 1
 
 
-def expected_first(nodes: int, *, deficit: float = 0.005, pending: float = 0.005) -> set[str]:
+def deficit_node(n: int, nodes: int, share: float = 0.005) -> bool:
+    """Whether node ``n`` of ``nodes`` is one of the ``share`` whose pool asks for more."""
+    k = every(share, nodes)
+    return n % k == k // 2
+
+
+def pending_node(n: int, nodes: int, share: float = 0.005) -> bool:
+    """Whether node ``n`` of ``nodes`` is one of the ``share`` with a pod waiting for an address."""
+    k = every(share, nodes)
+    return n % k == k // 3
+
+
+def expected_first(nodes: int) -> set[str]:
     """The nodes a fresh start must write first: those with a pending pod or asking for more (as
-    :func:`seed` picks them)."""
-    deficit_every, pending_every = every(deficit, nodes), every(pending, nodes)
-    return {
-        node_name(n)
-        for n in range(nodes)
-        if n % deficit_every == deficit_every // 2 or n % pending_every == pending_every // 3
-    }
+    :func:`seed` picks them with the default shares)."""
+    return {node_name(n) for n in range(nodes) if deficit_node(n, nodes) or pending_node(n, nodes)}
+
+
+def _node(n: int, fleet_node: FleetNode) -> dict[str, Any]:
+    return realistic_node(
+        node_name(n),
+        provider_id=f"aws:///{fleet_node.zone}/{fleet_node.instance_id}",
+        zone=fleet_node.zone,
+        instance_type=INSTANCE_TYPE,
+    )
 
 
 def node_bytes(nodes: int) -> int:
     """Bytes of JSON of the first Node seeded for a cluster of ``nodes`` (as the API server sends it)."""
     first = fleet_nodes(FleetSpec(instances=nodes, instance_type=INSTANCE_TYPE))[0]
-    node = realistic_node(
-        node_name(0),
-        provider_id=f"aws:///{first.zone}/{first.instance_id}",
-        zone=first.zone,
-        instance_type=INSTANCE_TYPE,
-    )
-    return len(json.dumps(node, separators=(",", ":")))
+    return len(json.dumps(_node(0, first), separators=(",", ":")))
 
 
 async def seed(kube: FakeKube, nodes: int, *, deficit: float, pending: float) -> dict[str, Any]:
     await kube.apply_manifest(CRD.read_text())
     spec = FleetSpec(instances=nodes, instance_type=INSTANCE_TYPE)
-    deficit_every, pending_every = every(deficit, nodes), every(pending, nodes)
     started = time.perf_counter()
     deficits, waiting = [], []
     for n, fleet_node in enumerate(fleet_nodes(spec)):
         name = node_name(n)
-        node = realistic_node(
-            name,
-            provider_id=f"aws:///{fleet_node.zone}/{fleet_node.instance_id}",
-            zone=fleet_node.zone,
-            instance_type=INSTANCE_TYPE,
-        )
+        node = _node(n, fleet_node)
         stored = kube.add_object("nodes", node)  # with its uid: the pool's owner reference names it
         pool = pool_for_node(stored, None)
         assert pool is not None
-        if n % deficit_every == deficit_every // 2:
+        if deficit_node(n, nodes, deficit):
             pool["spec"].update(DEFICIT_SPEC)
             deficits.append(name)
         kube.add_object("enipools", pool)
-        if n % pending_every == pending_every // 3:
+        if pending_node(n, nodes, pending):
             kube.add_object("pods", realistic_pending_pod(f"web-{n}", "default", name))
             waiting.append(name)
     return {"seconds": time.perf_counter() - started, "deficit": deficits, "pending": waiting}

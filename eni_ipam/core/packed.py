@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Iterator, Sequence, Set
-from typing import Any, overload
+from typing import Any, ClassVar, Self, overload
 
 _aton = socket.inet_aton
 _ntoa = socket.inet_ntoa
@@ -45,15 +45,67 @@ def address_int(address: str) -> int:
     return int.from_bytes(_aton(address), "big") if _strict(address) else 0
 
 
-class Addresses(Sequence[str]):
-    """An immutable sequence of IPv4 addresses, packed (see the module docstring)."""
+class _Packed(Sequence[str]):
+    """What both packed sequences share: fixed-width records in one ``bytes``, read as strings."""
 
     __slots__ = ("packed",)
+    _WIDTH: ClassVar[int]
+    _WIDTH_ERROR: ClassVar[str]
+    _NOUN: ClassVar[str]
 
     def __init__(self, packed: bytes = b"") -> None:
-        if len(packed) % 4:
-            raise ValueError(f"packed IPv4 addresses take four bytes each, got {len(packed)} bytes")
+        if len(packed) % self._WIDTH:
+            raise ValueError(f"{self._WIDTH_ERROR}, got {len(packed)} bytes")
         self.packed = packed
+
+    def _text(self, chunk: bytes) -> str:
+        raise NotImplementedError
+
+    def _chunk(self, i: int) -> bytes:
+        width = self._WIDTH
+        return self.packed[i * width : i * width + width]
+
+    def __len__(self) -> int:
+        return len(self.packed) // self._WIDTH
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Self: ...
+    def __getitem__(self, index: int | slice) -> str | Self:
+        if isinstance(index, slice):
+            return type(self)(b"".join(self._chunk(i) for i in range(len(self))[index]))
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"{self._NOUN} index out of range")
+        return self._text(self._chunk(index))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self)):
+            return self.packed == other.packed
+        if isinstance(other, tuple | list):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.packed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.packed,))
+
+
+class Addresses(_Packed):
+    """An immutable sequence of IPv4 addresses, packed (see the module docstring)."""
+
+    __slots__ = ()
+    _WIDTH = 4
+    _WIDTH_ERROR = "packed IPv4 addresses take four bytes each"
+    _NOUN = "address"
 
     @classmethod
     def of(cls, addresses: Iterable[str]) -> Addresses:
@@ -63,25 +115,11 @@ class Addresses(Sequence[str]):
         packed = pack(addresses)
         return cls(packed) if packed else EMPTY_ADDRESSES
 
+    def _text(self, chunk: bytes) -> str:
+        return _ntoa(chunk)
+
     def __len__(self) -> int:
-        return len(self.packed) >> 2
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Addresses: ...
-    def __getitem__(self, index: int | slice) -> str | Addresses:
-        if isinstance(index, slice):
-            return Addresses(b"".join(self._chunk(i) for i in range(len(self))[index]))
-        n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("address index out of range")
-        return _ntoa(self._chunk(index))
-
-    def _chunk(self, i: int) -> bytes:
-        return self.packed[i << 2 : (i << 2) + 4]
+        return len(self.packed) >> 2  # read for every interface of every node planned
 
     def __iter__(self) -> Iterator[str]:
         packed = self.packed
@@ -100,39 +138,21 @@ class Addresses(Sequence[str]):
             start = self.packed.find(needle, start + 1)
         return start != -1
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Addresses):
-            return self.packed == other.packed
-        if isinstance(other, tuple | list):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.packed)
-
-    def __repr__(self) -> str:
-        return f"Addresses({list(self)!r})"
-
     def __add__(self, other: Iterable[str]) -> Addresses:
         return Addresses(self.packed + Addresses.of(other).packed)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Addresses, (self.packed,))
 
 
 EMPTY_ADDRESSES = Addresses()
 
 
-class Prefixes(Sequence[str]):
+class Prefixes(_Packed):
     """An immutable sequence of IPv4 prefixes (``10.0.0.16/28``), packed five bytes each: the network
     address and the prefix length."""
 
-    __slots__ = ("packed",)
-
-    def __init__(self, packed: bytes = b"") -> None:
-        if len(packed) % 5:
-            raise ValueError(f"packed prefixes take five bytes each, got {len(packed)} bytes")
-        self.packed = packed
+    __slots__ = ()
+    _WIDTH = 5
+    _WIDTH_ERROR = "packed prefixes take five bytes each"
+    _NOUN = "prefix"
 
     @classmethod
     def of(cls, prefixes: Iterable[str]) -> Prefixes:
@@ -146,44 +166,13 @@ class Prefixes(Sequence[str]):
             parts.append(pack((address,)) + bytes((int(length),)))
         return cls(b"".join(parts)) if parts else EMPTY_PREFIXES
 
-    def __len__(self) -> int:
-        return len(self.packed) // 5
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Prefixes: ...
-    def __getitem__(self, index: int | slice) -> str | Prefixes:
-        if isinstance(index, slice):
-            return Prefixes(b"".join(self.packed[i * 5 : i * 5 + 5] for i in range(len(self))[index]))
-        n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("prefix index out of range")
-        chunk = self.packed[index * 5 : index * 5 + 5]
+    def _text(self, chunk: bytes) -> str:
         return f"{_ntoa(chunk[:4])}/{chunk[4]}"
 
     def __iter__(self) -> Iterator[str]:
         packed = self.packed
         for i in range(0, len(packed), 5):
             yield f"{_ntoa(packed[i : i + 4])}/{packed[i + 4]}"
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Prefixes):
-            return self.packed == other.packed
-        if isinstance(other, tuple | list):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.packed)
-
-    def __repr__(self) -> str:
-        return f"Prefixes({list(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Prefixes, (self.packed,))
 
 
 EMPTY_PREFIXES = Prefixes()
