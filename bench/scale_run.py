@@ -337,9 +337,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def held_per_node(service: Service, nodes: int) -> dict[str, float]:
     """Bytes held per node, part by part (every object reached, each once, counted with the first
-    part reaching it): the core state (the manager's nodes and cloud view, short of the provider
-    and the metrics they reference), the EC2 client (its reuse caches beyond the objects the core
-    holds), the Node informer's cache, the ENIPool informer's, the status writer, the metrics."""
+    part reaching it): the core state (the nodes, cloud view and node tables the manager holds,
+    short of the provider and the metrics they reference), the EC2 client (its reuse caches beyond
+    the objects the core holds), the Node informer's cache, the ENIPool informer's, the status
+    writer, the metrics."""
     from eni_ipam_testkit.sizes import deep_sizes
 
     source = service.records.target
@@ -347,7 +348,7 @@ def held_per_node(service: Service, nodes: int) -> dict[str, float]:
     assert manager is not None
     shared = (manager.provider, service.metrics, manager.settings, manager.clock)
     parts = {
-        "core": [manager.nodes, manager.view],
+        "core": manager.held(),
         "ec2_client": manager.provider,
         "nodes_informer": getattr(getattr(source, "nodes", None), "store", None),
         "pools_informer": getattr(getattr(source, "pools", None), "store", None),

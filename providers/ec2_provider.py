@@ -44,6 +44,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
     EMPTY_TAGS,
+    Changes,
     CloudSnapshot,
     Instance,
     InstanceLimits,
@@ -371,8 +372,12 @@ class Ec2Provider:
         self._instances = live
         previous = self._snapshot
         instances: dict[str, Instance] = {}
+        changed = set(previous.keys() - live.keys())
         for n, (id, info) in enumerate(live.items(), 1):
-            instances[id] = self._reuse(previous.get(id), info, attached.get(id, ()))
+            held = previous.get(id)
+            instance = instances[id] = self._reuse(held, info, attached.get(id, ()))
+            if instance is not held:
+                changed.add(id)
             if not n % ASSEMBLY_SLICE:
                 await asyncio.sleep(0)
         self._snapshot = instances
@@ -381,6 +386,7 @@ class Ec2Provider:
             security_groups={g.id: g for g in groups},
             instances=instances,
             limits=await self.limits.known({info.type for info in live.values()}),
+            changes=Changes(since=previous, instance_ids=frozenset(changed)),
         )
 
     def _reuse(

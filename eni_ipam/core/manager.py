@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import itertools
 import random
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 import structlog
@@ -37,7 +37,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.model import CloudSnapshot, NodeStatus
+from eni_ipam.core.model import CloudSnapshot, Instance, NodeStatus
 from eni_ipam.core.node import Node, NodeEnv, PassResult
 from eni_ipam.core.observe import Observer
 from eni_ipam.core.provider import Provider
@@ -126,6 +126,12 @@ class _Slot:
         return self.queued or self.running or self.timer is not None or self.node.wants_pass()
 
 
+def _unsure(node: Node) -> bool:
+    """Whether a fresh view can change the node without its instance changing: blocked on the last
+    view (room may be back), to be re-read, terminated, or still without its instance."""
+    return bool(node.blocked) or node.needs_refresh or node.terminated or node.instance is None
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
     """Where one node stands in the manager's schedule (a read-only snapshot)."""
@@ -203,6 +209,17 @@ class NodeManager:
         self._wanting: set[str] = set()
         """Nodes that wanted a pass when their stats last changed: a resync that passes over a node
         still triggers it when it is here, so no node with work is ever left without a pass."""
+        self._by_instance: dict[str, _Slot | tuple[_Slot, ...]] = {}
+        """Nodes by their instance id (a tuple where several nodes name one instance): how a resync
+        finds the nodes of the instances that changed without looking at every node."""
+        self._revisit: set[str] = set()
+        """Nodes the next resync looks at whatever its listing says: those left blocked, to be
+        re-read, terminated or without their instance since the last one (what a fresh view can
+        change without the instance changing). A node whose instance changed needs no entry: the
+        listing names it."""
+        self._applied: Mapping[str, Instance] | None = None
+        """The ``instances`` of the last snapshot applied in full (the base of the next one's
+        :class:`~eni_ipam.core.model.Changes`)."""
 
     @property
     def ready(self) -> bool:
@@ -323,9 +340,19 @@ class NodeManager:
         changed_types = self.view.apply(snapshot)
         self.last_resync = started
         instances = snapshot.instances
+        applied, self._applied = self._applied, None  # until this one is applied in full
+        changes = snapshot.changes
+        revisit, self._revisit = self._revisit, set()
+        slots: Iterable[_Slot]
+        if changes is not None and changes.since is applied and applied is not None and not changed_types:
+            # Only what changed: the nodes of the instances that are not the objects the last
+            # snapshot held, and the ones recalculated or left unsure since.
+            slots = self._changed_slots(changes.instance_ids, revisit)
+        else:
+            slots = list(self._slots.values())
         work = visits = 0
         # Deficit first (largest first), then idle, then excess (largest first): the queue orders them.
-        for slot in list(self._slots.values()):
+        for slot in slots:
             visits += 1
             if work >= SLICE_WORK or visits >= SLICE_VISITS:
                 work = visits = 0
@@ -354,13 +381,53 @@ class NodeManager:
                 # no pass will publish it, so it is published now (a pass is never running here,
                 # or it would have work).
                 self.status_sink.publish(node.name, node.status())
+            if not _unsure(node):
+                # The next resync looks at it again when its instance changes, or when a pass or an
+                # event leaves it unsure.
+                self._revisit.discard(node.name)
+        self._applied = instances
         for name in list(self._wanting):
             wanting = self._slots.get(name)
             if wanting is None:
                 self._wanting.discard(name)
             elif wanting.has_work():
                 self._trigger(wanting)
+        # A set keeps the table of its largest size: a start where every node wanted a pass would
+        # keep 40 bytes a node for good.
+        self._wanting = set(self._wanting)
         self.metrics.show_totals()
+
+    def _changed_slots(self, instance_ids: Iterable[str], revisit: Iterable[str]) -> Iterator[_Slot]:
+        """The nodes of ``instance_ids``, then those named in ``revisit`` (each once), found as the
+        apply asks for them: between its yields to the loop, however many there are."""
+        seen: set[str] = set()
+        for instance_id in instance_ids:
+            held = self._by_instance.get(instance_id)
+            for slot in held if isinstance(held, tuple) else (held,) if held is not None else ():
+                seen.add(slot.node.name)
+                yield slot
+        for name in revisit:
+            named = self._slots.get(name)
+            if named is not None and name not in seen:
+                yield named
+
+    def _index(self, instance_id: str, slot: _Slot) -> None:
+        held = self._by_instance.get(instance_id)
+        if held is None:
+            self._by_instance[instance_id] = slot
+        elif isinstance(held, tuple):
+            if slot not in held:
+                self._by_instance[instance_id] = (*held, slot)
+        elif held is not slot:
+            self._by_instance[instance_id] = (held, slot)
+
+    def _unindex(self, instance_id: str, slot: _Slot) -> None:
+        held = self._by_instance.get(instance_id)
+        if held is slot:
+            del self._by_instance[instance_id]
+        elif isinstance(held, tuple):
+            rest = tuple(s for s in held if s is not slot)
+            self._by_instance[instance_id] = rest[0] if len(rest) == 1 else rest
 
     # -- node table -----------------------------------------------------------------------------
 
@@ -370,8 +437,12 @@ class NodeManager:
         slot = self._slots.get(name)
         if slot is None:
             slot = self._slots[name] = _Slot(Node(resource, self._env))
+            self._index(resource.instance_id, slot)
             log.info("node_added", node=name, instance=resource.instance_id)
         else:
+            if slot.node.resource.instance_id != resource.instance_id:
+                self._unindex(slot.node.resource.instance_id, slot)
+                self._index(resource.instance_id, slot)
             slot.node.update(resource)
         self._recalculate(slot.node)
         if self.ready:
@@ -385,6 +456,8 @@ class NodeManager:
             return None
         slot.deleted = True
         self._wanting.discard(name)
+        self._revisit.discard(name)
+        self._unindex(slot.node.resource.instance_id, slot)
         self._disarm(slot)
         self.metrics.remove_node(name)
         log.info("node_removed", node=name)
@@ -408,6 +481,12 @@ class NodeManager:
             not_before=slot.not_before,
             timer_due=slot.timer[1] if slot.timer is not None else None,
         )
+
+    def held(self) -> tuple[object, ...]:
+        """What the manager keeps for its nodes, short of the services it shares (the provider, the
+        metrics, the clock) and of the provider's last listing it refers to: the nodes, the cloud
+        view and the tables it finds nodes by (what a memory measurement adds up)."""
+        return (self.nodes, self.view, self._by_instance, self._revisit, self._wanting, self._queue._queue)  # type: ignore[attr-defined]
 
     def busy(self) -> bool:
         """Whether any node still has work the reconciler could do (the simulator's "converged" test)."""
@@ -546,6 +625,8 @@ class NodeManager:
         slot = self._slots.get(node.name)
         if slot is not None and slot.node is node:  # a removed node's series stay removed
             self.metrics.set_node(node.name, node.stats, capacity=node.capacity_limit())
+            if _unsure(node):
+                self._revisit.add(node.name)
             if node.wants_pass():
                 self._wanting.add(node.name)
             else:

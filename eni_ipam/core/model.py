@@ -462,6 +462,25 @@ class AllocationPlan:
         return sum(a.addresses for a in self.actions)
 
 
+_PLAN_SLOTS = _field_setters(AllocationPlan)
+
+
+def allocation_plan(
+    actions: tuple[AssignAddresses | CreateInterface, ...],
+    shortfall: int,
+    reason: str,
+    prefix_delegated: bool,
+) -> AllocationPlan:
+    """``AllocationPlan(...)`` at twice the speed, for the planner (see :func:`computed_stats`)."""
+    plan = object.__new__(AllocationPlan)
+    s = _PLAN_SLOTS
+    s[0](plan, actions)
+    s[1](plan, shortfall)
+    s[2](plan, reason)
+    s[3](plan, prefix_delegated)
+    return plan
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReleasePlan:
     actions: tuple[UnassignAddresses, ...] = ()
@@ -489,3 +508,21 @@ class CloudSnapshot:
     instances: Mapping[str, Instance]
     limits: Mapping[str, InstanceLimits]
     """Limits by instance type, for every type among ``instances`` the provider knows."""
+    changes: Changes | None = None
+    """What changed since an earlier snapshot, when the provider knows (None: it does not say, and
+    every instance is looked at)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Changes:
+    """The instances of a snapshot that are not, object for object, those of an earlier one.
+
+    A provider that hands an unchanged instance back as the same object can say which ones it did
+    not: with it, a resync's apply looks only at those nodes (and at the ones it must look at anyway),
+    not at every node of the cluster."""
+
+    since: Mapping[str, Instance]
+    """The earlier snapshot's ``instances`` (the very mapping: it is compared by identity, so a
+    snapshot never applied, or one applied only in part, is never taken as the base)."""
+    instance_ids: frozenset[str]
+    """Every instance id whose object is not the one ``since`` held: new, changed or gone."""

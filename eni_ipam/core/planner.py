@@ -38,6 +38,7 @@ from eni_ipam.core.model import (
     Subnet,
     UnassignAddresses,
     address_key,
+    allocation_plan,
     assignment,
     computed_stats,
     expand_prefix,
@@ -253,13 +254,23 @@ class _Draft:
     creates: list[CreateInterface] = dataclasses.field(default_factory=list)
     reason: str = ""
 
-    def fill_existing(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
+    def fill_existing(
+        self,
+        remaining: int,
+        *,
+        prefixes: bool,
+        skip_subnets: Collection[str],
+        rooms: list[tuple[Interface, int]] | None = None,
+    ) -> int:
+        """Spread ``remaining`` over the interfaces there are, the roomiest first (``rooms``: their
+        room, already found, none taking it all); returns what did not fit."""
         unit = PREFIX_SIZE if prefixes else 1
         slots = self.limits.slots_per_interface
         free, assigns = self.free, self.assigns
-        rooms: list[tuple[Interface, int]] = []
         single: tuple[Interface, int] | None = None
-        for iface in managed_interfaces(self.instance, self.spec):
+        known = rooms is not None
+        rooms = rooms if rooms is not None else []
+        for iface in () if known else managed_interfaces(self.instance, self.spec):
             subnet_id = iface.subnet_id
             if iface.id in assigns or subnet_id in skip_subnets:
                 continue
@@ -359,6 +370,75 @@ def plan_allocation(
     """
     if must <= 0:
         return AllocationPlan()
+    # Plain addresses offered and delegation off (the common case): no need to look further.
+    pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
+        spec, instance, limits, enabled=prefix_delegation
+    )
+    rooms: list[tuple[Interface, int]] | None = None
+    if not pd:
+        single = _one_call(spec, instance, limits, subnets, must=must, bonus=bonus)
+        if isinstance(single, AllocationPlan):
+            return single
+        rooms = single
+    return _plan(
+        spec,
+        instance,
+        limits,
+        subnets,
+        groups,
+        must=must,
+        bonus=bonus,
+        pd=pd,
+        no_prefix_subnets=no_prefix_subnets,
+        rooms=rooms,
+    )
+
+
+def _one_call(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    *,
+    must: int,
+    bonus: int,
+) -> AllocationPlan | list[tuple[Interface, int]]:
+    """The plan when the first interface (in device order) with room for all ``must`` plain
+    addresses in its subnet takes them, with what of ``bonus`` fits beside. The same plan as the
+    general path's (fill the first interface that takes it all, then top it up), without its scratch
+    state: most plans of a cluster are this one call. When no interface has the room: the room of
+    each that has some, in device order, where the general path starts."""
+    slots = limits.slots_per_interface
+    rooms: list[tuple[Interface, int]] = []
+    for iface in managed_interfaces(instance, spec):
+        subnet = subnets.get(iface.subnet_id)
+        if subnet is None:
+            continue
+        room = min(slots - iface.slots_used, max(subnet.available, 0))
+        if room >= must:
+            count = must + max(min(bonus, room - must), 0)
+            action = assignment(iface.id, iface.subnet_id, count, False)
+            return allocation_plan((action,), 0, "", False)
+        if room > 0:
+            rooms.append((iface, room))
+    return rooms
+
+
+def _plan(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    groups: Mapping[str, SecurityGroup],
+    *,
+    must: int,
+    bonus: int,
+    pd: bool,
+    no_prefix_subnets: Collection[str],
+    rooms: list[tuple[Interface, int]] | None,
+) -> AllocationPlan:
+    """The general plan: fill the interfaces there are, then create new ones, then add the bonus.
+    ``rooms``: the plain-address room of the interfaces, when :func:`_one_call` found it."""
     draft = _Draft(
         spec=spec,
         instance=instance,
@@ -366,10 +446,6 @@ def plan_allocation(
         subnets=subnets,
         groups=groups,
         free=_Free(subnets),
-    )
-    # Plain addresses offered and delegation off (the common case): no need to look further.
-    pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
-        spec, instance, limits, enabled=prefix_delegation
     )
     if pd:
         want = math.ceil(must / PREFIX_SIZE)
@@ -387,18 +463,22 @@ def plan_allocation(
             planned: list[AssignAddresses | CreateInterface] = [*draft.assigns.values(), *draft.creates]
             pd = all(a.prefixes for a in planned)
     else:
-        remaining = draft.fill_existing(must, prefixes=False, skip_subnets=())
+        remaining = draft.fill_existing(must, prefixes=False, skip_subnets=(), rooms=rooms)
         remaining = draft.create_new(remaining, prefixes=False, skip_subnets=())
         draft.add_bonus(bonus)
-    ordered_assigns = list(draft.assigns.values())
-    if len(ordered_assigns) > 1:
-        index = {i.id: i.device_index for i in instance.interfaces}
-        ordered_assigns.sort(key=lambda a: index[a.interface_id])
-    return AllocationPlan(
-        actions=(*ordered_assigns, *draft.creates),
-        shortfall=max(remaining, 0),
-        reason=draft.reason if remaining > 0 else "",
-        prefix_delegated=pd,
+    assigns = draft.assigns
+    # In device order (the instance's interfaces are in it): the calls' order does not depend on
+    # which interface had the most room.
+    ordered_assigns = (
+        [assigns[i.id] for i in instance.interfaces if i.id in assigns]
+        if len(assigns) > 1
+        else list(assigns.values())
+    )
+    return allocation_plan(
+        (*ordered_assigns, *draft.creates),
+        max(remaining, 0),
+        draft.reason if remaining > 0 else "",
+        pd,
     )
 
 

@@ -51,6 +51,11 @@ class Provider(Protocol):
 
         Pages through every listing; never returns a partial view — any failure raises.
 
+        May say what changed (``CloudSnapshot.changes``): then every instance whose object is not
+        the very one the snapshot named as ``since`` held (new, changed or gone) is in
+        ``instance_ids``; the reconciler then looks only at those nodes. A provider that does not
+        know leaves it None, and every node is looked at.
+
         Raises:
             errors.ProviderError: any failure (the caller keeps its previous view).
         """

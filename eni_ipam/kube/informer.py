@@ -41,8 +41,13 @@ T = TypeVar("T")
 Handler = Callable[[str, T, "T | None"], None]
 """``(event type, object, previous object or None)``; type is ADDED, MODIFIED or DELETED."""
 
-EMIT_SLICE = 200
+EMIT_SLICE = 100
 """Events handed to the handlers between two yields to the event loop after a list (a few ms)."""
+
+LIST_CHUNK = 150
+"""Objects a list asks for per page. A page is decoded in one piece on the loop: 150 Nodes of
+13 KB are 2 MB of JSON (about 20 ms); 500, the usual page, held the loop 60 to 130 ms at 100,000
+Nodes. More pages are more requests, each a third the size."""
 
 INACTIVITY_GRACE = 60.0
 """Seconds past the server-side watch timeout after which a silent watch counts as dropped."""
@@ -179,7 +184,12 @@ class Informer(Generic[T]):
 
     async def _relist(self) -> None:
         items, version = await self.api.list(
-            self.kind, labels=self.labels, fields=self.fields, project=self._keyed, view=self.view
+            self.kind,
+            labels=self.labels,
+            fields=self.fields,
+            project=self._keyed,
+            view=self.view,
+            chunk_size=LIST_CHUNK,
         )
         self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
         fresh = dict(items)

@@ -216,6 +216,26 @@ async def check_resync_shape(env: ContractEnv) -> None:
     )
 
 
+async def check_resync_changes(env: ContractEnv) -> None:
+    """A resync that says what changed names every instance that is not the object its base held
+    (the reconciler looks at no other node): the one whose addresses changed, at least."""
+    first = await env.provider.resync()
+    primary = await _primary(env)
+    await env.provider.assign_addresses(interface_id=primary.id, count=1, **_unit(env))
+    snap = await env.provider.resync()
+    changes = snap.changes
+    if changes is None:
+        return  # the provider does not say: every node is looked at
+    since, named = changes.since, changes.instance_ids
+    unnamed = sorted(
+        {i for i, instance in snap.instances.items() if since.get(i) is not instance and i not in named}
+        | {i for i in since if i not in snap.instances and i not in named}
+    )
+    assert not unnamed, f"instances not the objects of the snapshot changes name as base, unnamed: {unnamed}"
+    if since is first.instances:
+        assert env.instance_id in named, f"{env.instance_id} gained an address and is not named as changed"
+
+
 async def check_describe_instance(env: ContractEnv) -> None:
     """describe_instance agrees with resync, and answers None for an instance that does not exist."""
     want = (await env.provider.resync()).instances[env.instance_id]
@@ -496,6 +516,7 @@ async def check_delete_without_detach(env: ContractEnv) -> None:
 
 CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
+    check_resync_changes,
     check_describe_instance,
     check_instance_limits,
     check_assign_exact_count,

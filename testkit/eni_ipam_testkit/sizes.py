@@ -12,6 +12,7 @@ except the singletons ``None``, ``True``, ``False`` and ``Ellipsis``, which noth
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -28,11 +29,19 @@ def _referents(obj: Any) -> Iterator[Any]:
     elif isinstance(obj, str | bytes | int | float):
         return
     else:
+        dict_slot = False
         for cls in type(obj).__mro__:
             for slot in getattr(cls, "__slots__", ()):
-                if hasattr(obj, slot) and slot not in ("__dict__", "__weakref__"):
+                if slot == "__dict__":
+                    dict_slot = True
+                elif slot != "__weakref__" and hasattr(obj, slot):
                     yield getattr(obj, slot)
-        if hasattr(obj, "__dict__"):
+        if dict_slot:
+            # Reading ``obj.__dict__`` would make the dict a slotted object only has once something
+            # is set there (and count it): the collector's view gives what is set there, if anything
+            # (the attribute values themselves, or the dict where one exists).
+            yield from (r for r in gc.get_referents(obj) if not isinstance(r, type))
+        elif hasattr(obj, "__dict__"):
             yield obj.__dict__
 
 

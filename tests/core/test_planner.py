@@ -1,5 +1,8 @@
 """The planner: deterministic, fewest calls, exclusion, subnet / group choice, prefixes, release."""
 
+import hypothesis
+from hypothesis import strategies as st
+
 from eni_ipam.core.model import (
     AssignAddresses,
     CreateInterface,
@@ -249,3 +252,26 @@ def test_release_prefers_whole_unused_prefixes():
     inst = instance(iface(0, prefixes=("10.0.0.16/28", "10.0.0.32/28")))
     p = plan_release(NodeSpec(), inst, in_use={"10.0.0.17"}, excess=20)
     assert p.actions[0].prefixes == ("10.0.0.32/28",) and p.addresses == 16
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    used=st.lists(st.integers(0, 14), min_size=1, max_size=4),
+    subnets_of=st.lists(st.sampled_from(["s-1", "s-2", "s-3"]), min_size=4, max_size=4),
+    free=st.lists(st.integers(-2, 40), min_size=3, max_size=3),
+    must=st.integers(1, 60),
+    bonus=st.integers(0, 20),
+    first_index=st.integers(0, 1),
+)
+def test_the_one_call_shortcut_plans_what_the_general_path_plans(
+    used, subnets_of, free, must, bonus, first_index
+):
+    from eni_ipam.core.planner import _plan
+
+    inst = instance(*(iface(n, k, sid=subnets_of[n]) for n, k in enumerate(used)))
+    subnets = {s.id: s for s in (subnet(f"s-{n + 1}", free=f) for n, f in enumerate(free))}
+    spec = NodeSpec(first_interface_index=first_index)
+    general = _plan(
+        spec, inst, M5_XLARGE, subnets, SG, must=must, bonus=bonus, pd=False, no_prefix_subnets=(), rooms=None
+    )
+    assert plan_allocation(spec, inst, M5_XLARGE, subnets, SG, must=must, bonus=bonus) == general

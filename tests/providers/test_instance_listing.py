@@ -55,6 +55,21 @@ async def test_an_unchanged_instance_is_handed_back_as_the_same_object(cloud: Si
     assert third.instances["i-0"] is second.instances["i-0"]
 
 
+async def test_a_snapshot_names_the_instances_that_are_not_the_last_ones_objects(cloud: SimCloud) -> None:
+    provider = listing(cloud)
+    first = await provider.resync()
+    assert first.changes is not None and first.changes.instance_ids == {"i-0", "i-1", "i-2"}
+    second = await provider.resync()
+    assert second.changes is not None
+    assert second.changes.since is first.instances and second.changes.instance_ids == set()
+    await provider.assign_addresses(interface_id=first.instances["i-1"].interfaces[0].id, count=2)
+    cloud.terminate_instance("i-2")
+    cloud.add_instance("i-9", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+    third = await provider.resync()
+    assert third.changes is not None and third.changes.since is second.instances
+    assert third.changes.instance_ids == {"i-1", "i-2", "i-9"}  # changed, gone, new
+
+
 async def test_a_resync_between_full_listings_asks_only_for_instances_not_running(cloud: SimCloud) -> None:
     provider = listing(cloud)
     await provider.resync()

@@ -4,6 +4,7 @@ what keeping one costs."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 
 from eni_ipam_testkit.fake_kube import FakeKube
@@ -71,6 +72,20 @@ def test_deep_size_counts_what_is_referenced_once() -> None:
 
     assert deep_size(Plain()) >= 1000  # through __dict__
     assert deep_size(None) == 0  # singletons belong to nobody
+
+
+def test_deep_size_neither_makes_nor_counts_a_dict_a_slotted_object_does_not_have() -> None:
+    class Open:
+        __slots__ = ("__dict__", "payload")
+
+        def __init__(self) -> None:
+            self.payload = "p" * 100
+
+    bare, patched = Open(), Open()
+    patched.extra = "x" * 1000  # type: ignore[attr-defined]
+    size = deep_size(bare)
+    assert not any(isinstance(r, dict) for r in gc.get_referents(bare))  # still no dict after the walk
+    assert size < 1000 < deep_size(patched)  # a dict that exists is followed
 
 
 def test_deep_sizes_count_what_roots_share_with_the_first() -> None:
