@@ -16,7 +16,7 @@ families only copy a dict there) and renders the text from that copy, which a th
 
 Invariants of the controller's pool gauges:
 
-* Which nodes have per-node series (``node_ips``, ``node_at_capacity``) is
+* Which nodes have per-node series (``node_ips``, ``node_capacity``, ``node_at_capacity``) is
   :class:`~eni_ipam._infra.node_series.NodeSeriesPolicy`'s: every node in a cluster of up to
   ``all_up_to`` nodes, otherwise at most ``most`` nodes that need attention.
 * The cluster totals ``ips{type}`` and ``nodes{category}`` cover every node. At every scrape they are
@@ -34,12 +34,24 @@ Invariants of the controller's pool gauges:
 from __future__ import annotations
 
 import ipaddress
+import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _untyped_float_text
@@ -50,8 +62,15 @@ from eni_ipam.core.model import NodeStats, Subnet
 from eni_ipam.core.observe import CAPACITY_REASONS
 
 NAMESPACE = "eni_ipam"
+
+# Every counter and histogram would also export a ``_created`` series (its creation time): a
+# series per label set nobody reads, which the text format adds to every scrape. Off for the
+# process (prometheus_client's switch is global; this process exports only its own metrics).
+disable_created_metrics()  # type: ignore[no-untyped-call]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 IP_TYPES = ("available", "used", "needed", "excess")
+CAPACITY_TYPES = ("max-ips", "interface-headroom")
+"""``node_capacity``'s types."""
 NODE_CATEGORIES = ("total", "in-deficit", "at-capacity")
 OMITTED_CATEGORIES = (*NODE_CATEGORIES, "needs-attention")
 """``omitted_nodes`` adds ``needs-attention``: nodes that need attention but were left without
@@ -72,12 +91,23 @@ __all__ = [
 
 
 class MetricSet:
-    """A registry of its own, the families every process exports, and reading back."""
+    """A registry of its own, the families every process exports, and reading back.
 
-    def __init__(self) -> None:
+    ``process``: also export the process's CPU, memory and open files, the interpreter, and its
+    garbage collector's passes (``process_*``, ``python_*``), on this registry rather than the
+    global one. Off where the figures would not be this set's process (a simulation) or where two
+    scrapes must read the same (tests)."""
+
+    def __init__(self, *, process: bool = True) -> None:
         self.registry = CollectorRegistry()
         self._parts: list[tuple[Collector, bool]] = []
         """Every collector in registration order, and whether a scrape reads it off the loop."""
+        if process:
+            self.register(ProcessCollector(registry=None))
+            self.register(PlatformCollector(registry=None))
+            if platform.python_implementation() == "CPython":  # what its collector reads
+                # It registers itself (it takes no "none"): only the scrape's list is left to fill.
+                self._parts.append((GCCollector(registry=self.registry), False))
         self.build_info = self.gauge("build_info", "Always 1; the version running", ["version"])
         self.build_info.labels(version=__version__).set(1)
         # -- every Kubernetes client ----------------------------------------------------------------
@@ -182,7 +212,7 @@ class Frozen:
             yield from part.collect()
 
 
-def render(frozen: Frozen, *, pause: float = 0.0) -> bytes:
+def render(frozen: Frozen, *, pause: float = 0.0, openmetrics: bool = False) -> bytes:
     """The text exposition of one frozen scrape, safe in another thread: exactly
     ``generate_latest`` of its families. Each family is collected, written and let go before the
     next, and the per-node ones are written straight from their rows, so a scrape leaves few
@@ -191,17 +221,29 @@ def render(frozen: Frozen, *, pause: float = 0.0) -> bytes:
     ``pause``: seconds to sleep between families and every :data:`ROWS_BETWEEN_PAUSES` nodes. In a
     thread, that hands the GIL to the event loop, which would otherwise wait up to the interpreter's
     switch interval (5 ms) each time it wakes while the text is being written.
+
+    ``openmetrics``: the OpenMetrics text format instead (what a scraper asking for
+    ``application/openmetrics-text`` gets): exactly prometheus_client's OpenMetrics
+    ``generate_latest`` of the families, with its one ``# EOF`` at the end.
     """
     out: list[bytes] = []
     for part in frozen.parts:
         for family in part.collect():
-            if isinstance(family, _NodeFamily):
+            if openmetrics:
+                chunk: bytes = openmetrics_latest(_Families((family,)))  # type: ignore[no-untyped-call]
+                out.append(chunk.removesuffix(_EOF))
+            elif isinstance(family, _NodeFamily):
                 out.append(family.text(pause=pause))
             else:
                 out.append(generate_latest(_Families((family,))))
             if pause:
                 time.sleep(pause)
+    if openmetrics:
+        out.append(_EOF)
     return b"".join(out)
+
+
+_EOF = b"# EOF\n"
 
 
 ROWS_BETWEEN_PAUSES = 500
@@ -434,10 +476,11 @@ class Metrics(MetricSet):
     Implements :class:`eni_ipam.core.observe.Observer`, the domain's reports (``node_ips`` and
     ``nodes{category="at-capacity"}`` count the ``instance-limit`` reason of
     :data:`~eni_ipam.core.observe.CAPACITY_REASONS`). ``node_series`` decides which nodes have
-    per-node series (default: the settings' default, every node up to 1,000)."""
+    per-node series (default: the settings' default, every node up to 1,000); ``process``: as
+    :class:`MetricSet`'s."""
 
-    def __init__(self, *, node_series: NodeSeriesPolicy | None = None) -> None:
-        super().__init__()
+    def __init__(self, *, node_series: NodeSeriesPolicy | None = None, process: bool = True) -> None:
+        super().__init__(process=process)
         self._totals = _PoolTotals()
         self.register(self._totals)
         self._gauged: dict[str, tuple[NodeStats, str]] = {}
@@ -461,6 +504,15 @@ class Metrics(MetricSet):
             CAPACITY_REASONS,
         )
         self.register(self.node_at_capacity)
+        self.node_capacity = NodeSeries(
+            "node_capacity",
+            "What one node can reach, by type (max-ips: addresses its interfaces can hold, those it "
+            "may still attach included; interface-headroom: interfaces that can still take an "
+            "address, attached ones with a free slot and adapter slots a new one may take)",
+            "type",
+            CAPACITY_TYPES,
+        )
+        self.register(self.node_capacity)
         self.allocation_ops = self.counter("allocation_ops", "Addresses allocated, by subnet", ["subnet"])
         self.release_ops = self.counter("release_ops", "Addresses released, by subnet", ["subnet"])
         self.interface_creation_ops = self.counter(
@@ -483,6 +535,21 @@ class Metrics(MetricSet):
         )
         self.node_failures = self.counter(
             "node_maintenance_failures", "Failed maintenance passes", ["reason"]
+        )
+        self.pass_duration = self.histogram(
+            "node_maintenance_duration_seconds",
+            "Duration of maintenance passes (cloud calls and their rate-limit waits), failed ones included",
+        )
+        self.nodes_waiting = self.gauge(
+            "nodes_waiting", "Nodes queued for a maintenance pass that has not started yet (the backlog)"
+        )
+        self.nodes_in_backoff = self.gauge(
+            "nodes_in_backoff", "Nodes whose last maintenance pass failed: retried after a growing backoff"
+        )
+        self.oldest_deficit = self.gauge(
+            "oldest_deficit_seconds",
+            "Seconds the longest-standing deficit has been open (0 when no node is short), blocked ones "
+            "included",
         )
         self.allocation_duration = self.histogram(
             "allocation_duration_seconds", "Duration of allocation operations", ["type", "status"]
@@ -583,8 +650,21 @@ class Metrics(MetricSet):
     def resync_finished(self, *, ok: bool) -> None:
         (self.resync if ok else self.resync_failures).inc()
 
-    def pass_finished(self) -> None:
+    def pass_finished(self, *, seconds: float) -> None:
         self.node_passes.inc()
+        self.pass_duration.observe(seconds)
+
+    def report_schedule(
+        self,
+        *,
+        waiting: Callable[[], int],
+        in_backoff: Callable[[], int],
+        oldest_deficit: Callable[[], float],
+    ) -> None:
+        """Export the schedule's figures as they are at each scrape (read then, never stale)."""
+        self.nodes_waiting.set_function(lambda: float(waiting()))
+        self.nodes_in_backoff.set_function(lambda: float(in_backoff()))
+        self.oldest_deficit.set_function(lambda: float(oldest_deficit()))
 
     def pass_failed(self, *, reason: str) -> None:
         self.node_failures.labels(reason=reason).inc()
@@ -627,6 +707,7 @@ class Metrics(MetricSet):
         if name in self._selection.shown:
             self.node_ips.drop(name)
             self.node_at_capacity.drop(name)
+            self.node_capacity.drop(name)
         else:
             self._totals.omitted.account(old[0], old[1], -1)
         self._apply(self._selection.removed(name))
@@ -641,10 +722,15 @@ class Metrics(MetricSet):
             else:
                 self.node_ips.drop(node)
                 self.node_at_capacity.drop(node)
+                self.node_capacity.drop(node)
                 self._totals.omitted.account(stats, capacity, +1)
 
     def _write(self, node: str, stats: NodeStats, capacity: str) -> None:
         self.node_ips.put(node, (stats.available, stats.used, stats.needed, stats.excess))
+        if stats.limits_known:
+            self.node_capacity.put(node, (stats.capacity, stats.remaining_interfaces))
+        else:
+            self.node_capacity.drop(node)  # nothing known of what it can reach
         if capacity:
             self.node_at_capacity.put(node, tuple(1 if r == capacity else None for r in CAPACITY_REASONS))
         else:
@@ -684,8 +770,10 @@ class Metrics(MetricSet):
         export its last leader term's numbers next to the new leader's)."""
         for gauge in (self.available_ips_per_subnet, self.subnet_size_ips):
             gauge.clear()
+        self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float)  # nothing scheduled here
         self.node_ips.clear()
         self.node_at_capacity.clear()
+        self.node_capacity.clear()
         self._gauged.clear()
         self._selection.clear()
         self._totals.reset()

@@ -5,9 +5,11 @@ which role this replica has: ``ready: leader``, ``ready: standby (leader: pod-b)
 ``not ready: leader, initial resync has not succeeded yet``. A standby is ready: it is healthy
 and must not block rolling updates; only a leader (or a lone process) waits for its resync.
 
-``/metrics`` reads every family on the event loop in one step (:meth:`MetricSet.freeze`, a copy:
-the scrape is consistent) and renders the text in a thread (:func:`render`), so a large scrape
-never holds the loop — nor ``/healthz``, which the liveness probe reads — while it is written.
+``/metrics`` answers in the OpenMetrics text format to a scraper that accepts it (Prometheus asks for
+it first), in the Prometheus text format otherwise. It reads every family on the event loop in one
+step (:meth:`MetricSet.freeze`, a copy: the scrape is consistent) and renders the text in a thread
+(:func:`render`), so a large scrape never holds the loop — nor ``/healthz``, which the liveness
+probe reads — while it is written.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 
 from eni_ipam._infra.metrics import MetricSet, render
 from eni_ipam.errors import ConfigError
@@ -27,15 +29,23 @@ RENDER_PAUSE = 0.0002
 GIL to the event loop: a fifth of a millisecond, under 10 ms over a scrape of the controller's 32
 families, against the 5 ms the loop could otherwise wait each time it wakes."""
 
+OPENMETRICS = "application/openmetrics-text"
+"""The media type of the OpenMetrics text format (its parameters vary with what was asked)."""
+
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""
 
 
 def make_app(metrics: MetricSet, ready: Readiness) -> web.Application:
-    async def metrics_handler(_: web.Request) -> web.Response:
+    async def metrics_handler(request: web.Request) -> web.Response:
+        # What prometheus_client's own server answers: OpenMetrics to a scraper that accepts it
+        # (Prometheus asks for it first), the text format to any other.
+        _, content_type = choose_encoder(request.headers.get("Accept", ""))
+        openmetrics = content_type.startswith(OPENMETRICS)
         frozen = metrics.freeze()  # on the loop, in one step: what the loop changes is copied here
-        body = await asyncio.to_thread(functools.partial(render, frozen, pause=RENDER_PAUSE))
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        write = functools.partial(render, frozen, pause=RENDER_PAUSE, openmetrics=openmetrics)
+        body = await asyncio.to_thread(write)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -140,7 +140,7 @@ class Agent:
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"
 
     def socket_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
         api.add_routes(app, self.allocator, ready=lambda: "" if self.readiness()[0] else self.readiness()[1])
         libnetwork.add_routes(app, self.driver)
         return app

@@ -4,14 +4,23 @@ scraped agent never exports a ``ready 0`` or an empty pool total that dashboards
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
 
 from eni_ipam._infra.metrics import MetricSet
+from eni_ipam.agent.libnetwork.protocol import ERR_NO_AVAILABLE_IPS
+
+CNI_PREFIX = "/v1/cni/"
+LIBNETWORK_PREFIXES = ("/IpamDriver.", "/Plugin.")
+LIBNETWORK_OUTCOMES = {400: "invalid", 403: "forbidden", 503: "unavailable", 500: "failed"}
+"""A libnetwork refusal's outcome by HTTP status (its body carries only a message)."""
 
 
 class AgentMetrics(MetricSet):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, process: bool = True) -> None:
+        super().__init__(process=process)
         self.agent_ready = self.gauge(
             "agent_ready", "1 while the node agent is ready (state restored, socket served, ENIPool seen)"
         )
@@ -33,6 +42,12 @@ class AgentMetrics(MetricSet):
             "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed)",
             ["outcome"],
         )
+        self.agent_requests = self.counter(
+            "agent_requests",
+            "Requests the node agent answered, by API (cni, libnetwork), operation and outcome (ok, "
+            "pool_exhausted: no free address, or the error's code)",
+            ["api", "operation", "outcome"],
+        )
         self.agent_socket_refused = self.counter(
             "agent_socket_refused",
             "Connections and requests the node agent's socket refused, by reason (connection_limit: "
@@ -43,3 +58,46 @@ class AgentMetrics(MetricSet):
     def report_ready(self, ready: Callable[[], bool]) -> None:
         """Export ``ready`` as it is at each scrape."""
         self.agent_ready.set_function(lambda: float(ready()))
+
+    def count_requests(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """An aiohttp middleware counting every CNI and libnetwork request by its outcome."""
+
+        @web.middleware
+        async def count(
+            request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        ) -> web.StreamResponse:
+            response = await handler(request)
+            named = request_operation(request.path)
+            if named is not None:
+                api, operation = named
+                self.agent_requests.labels(api=api, operation=operation, outcome=outcome(api, response)).inc()
+            return response
+
+        return count
+
+
+def request_operation(path: str) -> tuple[str, str] | None:
+    """``(api, operation)`` of a request path the agent serves to runtimes (None: another path)."""
+    if path.startswith(CNI_PREFIX):
+        return "cni", path.removeprefix(CNI_PREFIX)
+    if path.startswith(LIBNETWORK_PREFIXES):
+        return "libnetwork", path.rsplit(".", 1)[-1]
+    return None
+
+
+def outcome(api: str, response: web.StreamResponse) -> str:
+    """``ok``, ``pool_exhausted`` when no address was free, otherwise the answer's error code."""
+    if response.status < 400:
+        return "ok"
+    body = getattr(response, "body", None)
+    try:
+        answer = json.loads(body) if isinstance(body, bytes) else {}
+    except ValueError:
+        answer = {}
+    if api == "cni":
+        error = answer.get("error") if isinstance(answer, dict) else None
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, str) else f"http_{response.status}"
+    if isinstance(answer, dict) and answer.get("Err") == ERR_NO_AVAILABLE_IPS:
+        return "pool_exhausted"
+    return LIBNETWORK_OUTCOMES.get(response.status, f"http_{response.status}")

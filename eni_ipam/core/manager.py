@@ -217,6 +217,17 @@ class NodeManager:
         re-read, terminated or without their instance since the last one (what a fresh view can
         change without the instance changing). A node whose instance changed needs no entry: the
         listing names it."""
+        self._waiting = 0
+        """Nodes queued for a pass that has not started (the backlog)."""
+        self._in_backoff = 0
+        """Nodes whose last pass failed."""
+        self._deficits: dict[str, float] = {}
+        """Nodes short of addresses, with when their deficit began on the clock (blocked ones too)."""
+        metrics.report_schedule(
+            waiting=lambda: self._waiting,
+            in_backoff=lambda: self._in_backoff,
+            oldest_deficit=self._oldest_deficit,
+        )
         self._applied: Mapping[str, Instance] | None = None
         """The ``instances`` of the last snapshot applied in full (the base of the next one's
         :class:`~eni_ipam.core.model.Changes`)."""
@@ -392,9 +403,10 @@ class NodeManager:
                 self._wanting.discard(name)
             elif wanting.has_work():
                 self._trigger(wanting)
-        # A set keeps the table of its largest size: a start where every node wanted a pass would
-        # keep 40 bytes a node for good.
+        # A set or dict keeps the table of its largest size: a start where every node wanted a pass
+        # (and was short) would keep 40 bytes a node in each for good.
         self._wanting = set(self._wanting)
+        self._deficits = dict(self._deficits)
         self.metrics.show_totals()
 
     def _changed_slots(self, instance_ids: Iterable[str], revisit: Iterable[str]) -> Iterator[_Slot]:
@@ -420,6 +432,12 @@ class NodeManager:
                 self._by_instance[instance_id] = (*held, slot)
         elif held is not slot:
             self._by_instance[instance_id] = (held, slot)
+
+    def _oldest_deficit(self) -> float:
+        """Seconds the longest-standing open deficit has lasted (0: no node is short)."""
+        if not self._deficits:
+            return 0.0
+        return max(self.clock.monotonic() - min(self._deficits.values()), 0.0)
 
     def _unindex(self, instance_id: str, slot: _Slot) -> None:
         held = self._by_instance.get(instance_id)
@@ -457,6 +475,9 @@ class NodeManager:
         slot.deleted = True
         self._wanting.discard(name)
         self._revisit.discard(name)
+        self._deficits.pop(name, None)
+        self._waiting -= slot.queued
+        self._in_backoff -= slot.backoff is not None
         self._unindex(slot.node.resource.instance_id, slot)
         self._disarm(slot)
         self.metrics.remove_node(name)
@@ -537,6 +558,7 @@ class NodeManager:
 
     def _enqueue(self, slot: _Slot) -> None:
         slot.queued = True
+        self._waiting += 1
         s = slot.node.stats
         waiting = slot.node.resource.pending_pods
         if s.needed > 0 or waiting > 0:
@@ -556,21 +578,23 @@ class NodeManager:
             if slot is None or not slot.queued:
                 continue
             slot.start()
+            self._waiting -= 1
+            began = self.clock.monotonic()
             try:
                 result = await slot.node.maintain()
             except BaseException:  # cancelled
                 slot.stop()
                 raise
-            self._finish(slot, result)
+            self._finish(slot, result, seconds=self.clock.monotonic() - began)
             # A pass with nothing to call finishes without ever waiting, and a queue with nodes in
             # it hands the next one over at once: without this, one worker would run a start's
             # hundred thousand passes back to back while nothing else (the lease, a scrape) runs.
             await asyncio.sleep(0)
 
-    def _finish(self, slot: _Slot, result: PassResult) -> None:
-        """Act on a pass's result: publish, then schedule what comes next."""
+    def _finish(self, slot: _Slot, result: PassResult, *, seconds: float) -> None:
+        """Act on a pass's result (after ``seconds``): publish, then schedule what comes next."""
         node = slot.node
-        self.metrics.pass_finished()
+        self.metrics.pass_finished(seconds=seconds)
         self._set_gauges(node)
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
@@ -581,6 +605,8 @@ class NodeManager:
         now = self.clock.monotonic()
         error = result.error
         if error is None:
+            if slot.backoff is not None and not slot.deleted:
+                self._in_backoff -= 1
             slot.backoff = None
             slot.not_before = now + self.settings.trigger_min_interval
         elif isinstance(error, errors.Fenced):
@@ -590,6 +616,7 @@ class NodeManager:
             return
         else:
             if slot.backoff is None:
+                self._in_backoff += not slot.deleted
                 slot.backoff = Backoff(
                     initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
                 )
@@ -627,6 +654,10 @@ class NodeManager:
             self.metrics.set_node(node.name, node.stats, capacity=node.capacity_limit())
             if _unsure(node):
                 self._revisit.add(node.name)
+            if node.deficit_since is None:
+                self._deficits.pop(node.name, None)
+            else:
+                self._deficits[node.name] = node.deficit_since
             if node.wants_pass():
                 self._wanting.add(node.name)
             else:

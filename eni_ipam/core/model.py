@@ -473,11 +473,8 @@ def allocation_plan(
 ) -> AllocationPlan:
     """``AllocationPlan(...)`` at twice the speed, for the planner (see :func:`computed_stats`)."""
     plan = object.__new__(AllocationPlan)
-    s = _PLAN_SLOTS
-    s[0](plan, actions)
-    s[1](plan, shortfall)
-    s[2](plan, reason)
-    s[3](plan, prefix_delegated)
+    for set_field, value in zip(_PLAN_SLOTS, (actions, shortfall, reason, prefix_delegated), strict=True):
+        set_field(plan, value)
     return plan
 
 

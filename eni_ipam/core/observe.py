@@ -13,7 +13,7 @@ thread-safe (the AWS provider reports each request from botocore's threads).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from eni_ipam.core.model import NodeStats, Subnet
@@ -89,8 +89,18 @@ class ManagerObserver(Protocol):
     def resync_finished(self, *, ok: bool) -> None:
         """A full resync of the cloud view ended."""
 
-    def pass_finished(self) -> None:
-        """A maintenance pass ended, failed or not."""
+    def pass_finished(self, *, seconds: float) -> None:
+        """A maintenance pass ended, failed or not, after ``seconds``."""
+
+    def report_schedule(
+        self,
+        *,
+        waiting: Callable[[], int],
+        in_backoff: Callable[[], int],
+        oldest_deficit: Callable[[], float],
+    ) -> None:
+        """Where the schedule stands, read when reported: nodes queued for a pass not started yet,
+        nodes in backoff after a failed pass, and seconds the oldest open deficit has lasted."""
 
     def pass_failed(self, *, reason: str) -> None:
         """A maintenance pass failed; ``reason`` names its error's type (a stopped mutation fence is
@@ -159,7 +169,16 @@ class NullObserver:
     def resync_finished(self, *, ok: bool) -> None:
         pass
 
-    def pass_finished(self) -> None:
+    def pass_finished(self, *, seconds: float) -> None:
+        pass
+
+    def report_schedule(
+        self,
+        *,
+        waiting: Callable[[], int],
+        in_backoff: Callable[[], int],
+        oldest_deficit: Callable[[], float],
+    ) -> None:
         pass
 
     def pass_failed(self, *, reason: str) -> None:

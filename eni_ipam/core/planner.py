@@ -299,13 +299,15 @@ class _Draft:
             if not self.free_indexes:
                 self.reason = "at-capacity"
                 break
+            # A new interface takes its primary address from the subnet besides what it carries: a
+            # subnet with one free address has no room for one.
             subnet = choose_subnet(
                 self.spec,
                 self.instance,
                 self.limits,
                 self.subnets,
                 self.free,
-                minimum=unit,
+                minimum=unit + 1,
                 exclude=skip_subnets,
             )
             if subnet is None:
@@ -315,7 +317,7 @@ class _Draft:
             if not groups:
                 self.reason = "no-security-groups"
                 break
-            n = min(remaining, self.limits.slots_per_interface, self.free[subnet.id] // unit)
+            n = min(remaining, self.limits.slots_per_interface, (self.free[subnet.id] - 1) // unit)
             self.creates.append(
                 CreateInterface(
                     subnet_id=subnet.id,
@@ -325,7 +327,7 @@ class _Draft:
                     prefixes=prefixes,
                 )
             )
-            self.free[subnet.id] -= n * unit
+            self.free[subnet.id] -= n * unit + 1
             remaining -= n
         return remaining
 

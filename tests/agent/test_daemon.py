@@ -240,6 +240,48 @@ async def test_the_socket_refuses_a_body_larger_than_64_kib_and_changes_nothing(
     assert [a.owner for a in agent.allocator.allocations()] == ["cni:c1:eth0"]
 
 
+async def test_requests_are_counted_by_api_operation_and_outcome_pool_exhaustion_included(
+    tmp_path: Path,
+) -> None:
+    config = agent_config_from_mapping(
+        {
+            "node_source": "memory",
+            "socket": str(tmp_path / "agent.sock"),
+            "state_dir": str(tmp_path / "state"),
+            "pools": {"default": {"cidr": "10.99.0.0/30"}},  # two usable addresses
+        }
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(config, node="n1")
+    agent.allocator.restore()
+    async with unix_server(agent.socket_app()) as path:
+        connector = aiohttp.UnixConnector(path=path)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for n in range(4):
+                body = {"containerID": f"c{n}", "ifname": "eth0", "netns": "/x"}
+                async with session.post("http://agent/v1/cni/add", json=body):
+                    pass
+            async with session.post("http://agent/v1/cni/del", json={"ifname": "eth0"}):
+                pass  # no containerID: refused
+            async with session.post("http://agent/IpamDriver.RequestAddress", json={"PoolID": ""}):
+                pass
+            async with session.post("http://agent/v1/cni/nothing", json={}):
+                pass  # not an operation: not counted
+
+    def count(api: str, operation: str, outcome: str) -> float | None:
+        labels = {"api": api, "operation": operation, "outcome": outcome}
+        return agent.metrics.sample("eni_ipam_agent_requests_total", labels)
+
+    served, exhausted = count("cni", "add", "ok") or 0, count("cni", "add", "pool_exhausted") or 0
+    assert served >= 1 and exhausted >= 1 and served + exhausted == 4  # a /30 holds at most two
+    assert count("cni", "del", "bad_request") == 1
+    assert count("libnetwork", "RequestAddress", "invalid") == 1
+    operations = {
+        dict(labels)["operation"] for labels in agent.metrics.samples("eni_ipam_agent_requests_total")
+    }
+    assert "nothing" not in operations
+
+
 def test_a_subnets_base_and_gateway_are_never_pool_addresses() -> None:
     members = [
         (f"10.244.0.{n}", "10.244.0.0/16", "vif-n1", "10.244.0.0/16") for n in range(4)

@@ -72,6 +72,28 @@ async def test_failing_node_backs_off_without_slowing_the_others(make_world):
         assert schedule is not None and schedule.failures == tries
 
 
+async def test_the_schedule_exports_its_backlog_its_nodes_in_backoff_and_its_oldest_deficit(make_world):
+    async with make_world(Settings(parallel_workers=1)) as world:
+        sample = world.metrics.sample
+        world.add_node("bad")
+        world.cloud.fail_while("AssignPrivateIpAddresses", world.cloud.on_interfaces_of("i-bad"))
+        await asyncio.sleep(30)
+        assert sample("eni_ipam_nodes_in_backoff") == 1 and sample("eni_ipam_nodes_waiting") == 0
+        assert 29 <= sample("eni_ipam_oldest_deficit_seconds") <= 31  # short since it joined
+        passes = sample("eni_ipam_node_maintenance_duration_seconds_count")
+        assert passes == sample("eni_ipam_node_maintenance_passes_total") and passes >= 3
+        world.cloud.clear_faults()
+        await asyncio.sleep(60)
+        assert sample("eni_ipam_nodes_in_backoff") == 0 and sample("eni_ipam_oldest_deficit_seconds") == 0
+        world.manager.delete("bad")
+        for n in range(3):
+            world.add_node(f"n{n}")
+        world.manager.trigger("n0")
+        assert sample("eni_ipam_nodes_waiting") == sum(
+            world.manager.schedule(f"n{n}").queued for n in range(3)
+        )
+
+
 async def test_failing_node_waits_at_least_what_the_cloud_asked(make_world):
     async with make_world(Settings(parallel_workers=1)) as world:
         attempts = assign_attempts(world)

@@ -335,7 +335,7 @@ def test_totals_equal_the_node_series_plus_the_omitted_part_under_any_policy_and
 
 
 def busy_metrics() -> Metrics:
-    metrics = Metrics(node_series=NodeSeriesPolicy(all_up_to=3, most=4))
+    metrics = Metrics(node_series=NodeSeriesPolicy(all_up_to=3, most=4), process=False)
     metrics.replace_subnets([subnet("s-1", 10), subnet("s-2", 20)])
     metrics.api_call(operation="AssignPrivateIpAddresses", outcome="ok", seconds=0.2)
     metrics.report_role(ready=lambda: True, leader=lambda: True)
@@ -391,8 +391,35 @@ def test_the_per_node_families_take_the_gauge_calls_a_tool_may_make() -> None:
 
 
 def test_pausing_to_hand_over_the_gil_does_not_change_the_text() -> None:
-    metrics = Metrics(node_series=NodeSeriesPolicy(all_up_to=1200, most=1200))
+    metrics = Metrics(node_series=NodeSeriesPolicy(all_up_to=1200, most=1200), process=False)
     for n in range(1100):  # more than ROWS_BETWEEN_PAUSES nodes: the per-node text pauses too
         metrics.set_node(f"n{n}", NodeStats(available=n, needed=n % 2))
     frozen = metrics.freeze()
     assert render(frozen, pause=0.0001) == render(frozen) == generate_latest(metrics.registry)
+
+
+def test_the_process_and_the_interpreter_are_exported_and_no_created_series() -> None:
+    text = Metrics().exposition().decode()
+    assert "process_cpu_seconds_total" in text and "python_info{" in text and "python_gc_" in text
+    assert "_created" not in text
+    assert "process_" not in Metrics(process=False).exposition().decode()
+
+
+def test_openmetrics_is_the_same_samples_with_one_eof() -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+
+    metrics = busy_metrics()
+    frozen = metrics.freeze()
+    text = render(frozen, openmetrics=True).decode()
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+    plain = {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in text_string_to_metric_families(render(frozen).decode())
+        for s in f.samples
+    }
+    opened = {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in openmetrics_families(text)
+        for s in f.samples
+    }
+    assert opened == plain

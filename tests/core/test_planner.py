@@ -148,6 +148,14 @@ def test_subnet_free_addresses_bound_the_plan():
     assert p.shortfall == 5 and p.reason == "no-subnet"
 
 
+def test_a_subnet_with_one_free_address_has_no_room_for_a_new_interface():
+    full = instance(*(iface(n, n=14) for n in range(2)))  # both interfaces full, two slots free
+    p = plan(NodeSpec(), full, [subnet("s-1", free=1)], must=4)
+    assert p.actions == () and p.shortfall == 4 and p.reason == "no-subnet"
+    p = plan(NodeSpec(), full, [subnet("s-1", free=4)], must=4)
+    assert [(type(a), a.count) for a in p.actions] == [(CreateInterface, 3)]  # its primary takes one
+
+
 def test_watermark_slack_rides_on_planned_calls_but_never_adds_one():
     inst = instance(iface(0, n=10))
     p = plan(NodeSpec(), inst, [subnet("s-1")], must=4, bonus=10)

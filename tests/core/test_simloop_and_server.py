@@ -52,7 +52,7 @@ async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monk
     from eni_ipam._infra import server
     from eni_ipam.core.model import NodeStats
 
-    metrics = Metrics()
+    metrics = Metrics(process=False)
     metrics.set_node("n1", NodeStats(available=8, needed=2), capacity="subnet")
     written_in: list[threading.Thread] = []
 
@@ -71,3 +71,24 @@ async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monk
         await runner.cleanup()
     assert written_in and written_in[0] is not threading.main_thread()
     assert body == metrics.exposition()
+
+
+async def test_a_scraper_that_accepts_openmetrics_gets_it_and_any_other_the_text_format():
+    metrics = Metrics()
+    metrics.resync.inc()
+    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0)
+    prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    try:
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/metrics"
+            async with session.get(url, headers={"Accept": prometheus}) as r:
+                body = await r.text()
+                assert r.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+                assert body.endswith("# EOF\n") and "eni_ipam_resync_total 1.0" in body
+            async with session.get(url) as r:
+                body = await r.text()
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                assert "# EOF" not in body and "eni_ipam_resync_total 1.0" in body
+    finally:
+        await runner.cleanup()

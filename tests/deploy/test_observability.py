@@ -30,6 +30,8 @@ def exported() -> dict[str, tuple[str, set[str]]]:
             m._name: set(m._labelnames) for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)
         }
         for family in metrics.registry.collect():
+            if not family.name.startswith("eni_ipam_"):
+                continue  # the process's and the interpreter's own (process_*, python_*)
             # Families a collector computes (the cluster totals) declare their labels themselves.
             names = labels.get(family.name, set(getattr(family, "_labelnames", ())))
             for suffix in SUFFIXES[family.type]:
