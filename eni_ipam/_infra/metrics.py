@@ -68,6 +68,9 @@ NAMESPACE = "eni_ipam"
 # process (prometheus_client's switch is global; this process exports only its own metrics).
 disable_created_metrics()  # type: ignore[no-untyped-call]
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+_TIME_TO_IP_BUCKETS = (*_DURATION_BUCKETS, 600, 1200, 1800, 3600)
+"""A deficit can last far longer than a call: a node waiting on a subnet or a quota for an hour
+must show in a bucket of its own, not only in +Inf."""
 IP_TYPES = ("available", "used", "needed", "excess")
 CAPACITY_TYPES = ("max-ips", "interface-headroom")
 """``node_capacity``'s types."""
@@ -134,9 +137,15 @@ class MetricSet:
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         return self._add(Counter(name, documentation, labels, namespace=NAMESPACE, registry=None), labels)
 
-    def histogram(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Histogram:
+    def histogram(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = _DURATION_BUCKETS,
+    ) -> Histogram:
         histogram = Histogram(
-            name, documentation, labels, namespace=NAMESPACE, registry=None, buckets=_DURATION_BUCKETS
+            name, documentation, labels, namespace=NAMESPACE, registry=None, buckets=buckets
         )
         return self._add(histogram, labels)
 
@@ -576,7 +585,9 @@ class Metrics(MetricSet):
             ["operation"],
         )
         self.time_to_ip = self.histogram(
-            "time_to_ip_seconds", "Seconds from a node's deficit appearing to its being resolved"
+            "time_to_ip_seconds",
+            "Seconds from a node's deficit appearing to its being resolved",
+            buckets=_TIME_TO_IP_BUCKETS,
         )
         self.gc_interfaces_total = self.counter(
             "gc_interfaces",

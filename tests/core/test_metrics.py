@@ -423,3 +423,12 @@ def test_openmetrics_is_the_same_samples_with_one_eof() -> None:
         for s in f.samples
     }
     assert opened == plain
+
+
+def test_a_deficit_that_lasted_half_an_hour_has_a_bucket_of_its_own() -> None:
+    metrics = Metrics(process=False)
+    metrics.deficit_resolved(seconds=2000)
+    bucket = {
+        le: metrics.sample("eni_ipam_time_to_ip_seconds_bucket", {"le": le}) for le in ("1800.0", "3600.0")
+    }
+    assert bucket == {"1800.0": 0, "3600.0": 1}
