@@ -75,7 +75,7 @@ def check_expression(expr: str, legend: str = "") -> set[str]:
     labels = set(TARGET_LABELS).union(*(EXPORTED[n][1] for n in names))
     for name, matchers in re.findall(r"(eni_ipam_[a-z_]+)\{([^}]*)\}", expr):
         for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", matchers):
-            assert label in EXPORTED[name][1], f"{name} has no label {label!r} (in {expr!r})"
+            assert label in EXPORTED[name][1] | TARGET_LABELS, f"{name} has no label {label!r} (in {expr!r})"
     grouped = [x.strip() for g in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr) for x in g.split(",")]
     grouped += re.findall(r"label_values\([^,]+,\s*(\w+)\)", expr)
     for label in [*grouped, *re.findall(r"\{\{\s*(\w+)\s*\}\}", legend)]:
@@ -102,10 +102,17 @@ def test_dashboard_variables():
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    assert "label_values(eni_ipam_node_ips, node)" in json.dumps(variables["node"]["query"])
-    assert "label_values(eni_ipam_available_ips_per_subnet, subnet)" in json.dumps(
-        variables["subnet"]["query"]
+    assert (
+        variables["node"]["query"]["query"]
+        == 'label_values(eni_ipam_node_ips{namespace=~"$namespace"}, node)'
     )
+    assert (
+        variables["subnet"]["query"]["query"]
+        == 'label_values(eni_ipam_available_ips_per_subnet{namespace=~"$namespace"}, subnet)'
+    )
+    installation = variables["namespace"]
+    assert installation["query"]["query"] == "label_values(eni_ipam_build_info, namespace)"
+    assert installation["includeAll"] and installation["allValue"] == ".*"  # All: as before
     exprs = " ".join(e for e, _ in dashboard_exprs())
     assert "$node" in exprs and "$subnet" in exprs
     for panel in dashboard_panels():
@@ -113,6 +120,18 @@ def test_dashboard_variables():
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
             for target in panel["targets"]:
                 assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+def test_every_dashboard_query_reads_the_chosen_installation_only():
+    """Two releases scraped by one Prometheus: every selector of every query is limited to the
+    installation picked in $namespace (a "Leaders 3" across releases was the symptom)."""
+    unscoped = [
+        (expr, selector)
+        for expr, _ in dashboard_exprs()
+        for selector in re.findall(r"eni_ipam_[a-z_]+(?:\{[^}]*\})?", expr)
+        if selector != "eni_ipam_build_info" and 'namespace=~"$namespace"' not in selector
+    ]
+    assert not unscoped, unscoped
 
 
 def test_dashboard_layout():

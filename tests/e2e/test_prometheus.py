@@ -64,23 +64,23 @@ MAX_DATA_POINTS = 1000
 dashboard's range (6 h) over it, rounded (20 s)."""
 
 ALLOWED_EMPTY: dict[str, str] = {
-    'sum by (operation, outcome) (rate(eni_ipam_api_duration_seconds_count{outcome!="ok"}[$__rate_interval]))': (  # noqa: E501
+    'sum by (operation, outcome) (rate(eni_ipam_api_duration_seconds_count{namespace=~"$namespace", outcome!="ok"}[$__rate_interval]))': (  # noqa: E501
         "no cloud call fails: neither the run's in-memory cloud nor the demo's injects errors"
     ),
-    "sum by (operation) (rate(eni_ipam_api_throttled_total[$__rate_interval]))": (
+    'sum by (operation) (rate(eni_ipam_api_throttled_total{namespace=~"$namespace"}[$__rate_interval]))': (
         "nothing is throttled: neither workload comes near the in-memory cloud's EC2 token buckets"
     ),
-    "sum by (reason) (rate(eni_ipam_node_maintenance_failures_total[$__rate_interval]))": (
+    'sum by (reason) (rate(eni_ipam_node_maintenance_failures_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
         "no maintenance pass fails: no cloud error, no subnet or instance runs out"
     ),
-    "sum by (resource, reason) (increase(eni_ipam_informer_watch_restarts_total[$__rate_interval]))": (
+    'sum by (resource, reason) (increase(eni_ipam_informer_watch_restarts_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
         "no watch is restarted: the fake API server neither drops watches nor expires versions, and "
         "the 5 m watch_timeout outlasts the run"
     ),
-    "sum by (reason) (increase(eni_ipam_agent_socket_refused_total[$__rate_interval]))": (
+    'sum by (reason) (increase(eni_ipam_agent_socket_refused_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
         "the agent's socket refuses nothing: only the plugin talks to it, one whole request at a time"
     ),
-    'sum by (api, operation, outcome) (rate(eni_ipam_agent_requests_total{outcome!="ok"}[$__rate_interval]))': (  # noqa: E501
+    'sum by (api, operation, outcome) (rate(eni_ipam_agent_requests_total{namespace=~"$namespace", outcome!="ok"}[$__rate_interval]))': (  # noqa: E501
         "no CNI request fails: the churn's pods always find a free address"
     ),
 }
