@@ -228,10 +228,10 @@ SHARE = r"\s*/\s*"
         (
             "EniIpamCloudApiThrottled",
             [
-                rf"^sum by \(operation\) \(rate\(eni_ipam_api_throttled_total\[10m\]\)\){SHARE}"
-                r"sum by \(operation\) \(rate\(eni_ipam_api_requests_total\[10m\]\)\)\s+> 0.1$"
+                rf"^sum by \(operation\) \(rate\(eni_ipam_api_throttled_total\[2m\]\)\){SHARE}"
+                r"sum by \(operation\) \(rate\(eni_ipam_api_requests_total\[2m\]\)\)\s+> 0.1$"
             ],
-            "20m",
+            "10m",
         ),
         (
             "EniIpamMaintenanceFailing",
@@ -293,6 +293,7 @@ THRESHOLDS: dict[str, Any] = {
     "atCapacityFor": "17m",
     "rateWindow": "6m",
     "throttledShareAbove": 0.2,
+    "throttlingWindow": "3m",
     "throttlingFor": "25m",
     "maintenanceFailureShareAbove": 0.3,
     "statusWriteFailureShareAbove": 0.4,
@@ -312,7 +313,7 @@ EXPECTED: dict[str, tuple[str, list[str], str]] = {
     "EniIpamSubnetExhaustionPredicted": ("2h", ["< 0.17\n", "[12h:10m]", "7200"], "wake-up"),
     "EniIpamNodesInDeficit": ("9m", [], "page"),
     "EniIpamNodesAtCapacity": ("17m", [], "page"),
-    "EniIpamCloudApiThrottled": ("25m", ["_throttled_total[6m]", "_requests_total[6m]", "> 0.2"], "page"),
+    "EniIpamCloudApiThrottled": ("25m", ["_throttled_total[3m]", "_requests_total[3m]", "> 0.2"], "page"),
     "EniIpamMaintenanceFailing": ("21m", ["_failures_total[6m]", "_passes_total[6m]", "> 0.3"], "page"),
     "EniIpamResyncFailing": ("3m", ["_failures_total[19m]", "_resync_total[19m]"], "page"),
     "EniIpamGarbageCollectionFailing": ("41m", ["_run_failures_total[13m]", 'failed"}[13m]'], "page"),
