@@ -199,36 +199,33 @@ async def test_a_second_agent_on_the_same_state_directory_is_refused(
                 pass
 
 
-async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
+def memory_agent(tmp_path: Path, cidr: str, **more: Any) -> Agent:
+    """An agent of one memory-sourced pool ``cidr`` (``more``: other settings), its state restored."""
     config = agent_config_from_mapping(
         {
             "node_source": "memory",
             "socket": str(tmp_path / "agent.sock"),
             "state_dir": str(tmp_path / "state"),
-            "server": {"host": "127.0.0.1", "port": 0},
-            "pools": {"default": {"cidr": "10.99.0.0/29"}},
-            "exclude": ["10.99.0.2", "10.99.0.4"],
+            "pools": {"default": {"cidr": cidr}},
+            **more,
         }
     )
     (tmp_path / "state").mkdir()
     agent = Agent(config, node="n1")
     agent.allocator.restore()
+    return agent
+
+
+async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
+    agent = memory_agent(
+        tmp_path, "10.99.0.0/29", server={"host": "127.0.0.1", "port": 0}, exclude=["10.99.0.2", "10.99.0.4"]
+    )
     handed = [agent.allocator.allocate_next(f"o{n}")[0] for n in range(3)]
     assert [a.address for a in handed if a] == ["10.99.0.3", "10.99.0.5", "10.99.0.6"]
 
 
 async def test_the_socket_refuses_a_body_larger_than_64_kib_and_changes_nothing(tmp_path: Path) -> None:
-    config = agent_config_from_mapping(
-        {
-            "node_source": "memory",
-            "socket": str(tmp_path / "agent.sock"),
-            "state_dir": str(tmp_path / "state"),
-            "pools": {"default": {"cidr": "10.99.0.0/29"}},
-        }
-    )
-    (tmp_path / "state").mkdir()
-    agent = Agent(config, node="n1")
-    agent.allocator.restore()
+    agent = memory_agent(tmp_path, "10.99.0.0/29")
     async with unix_server(agent.socket_app()) as path:
         connector = aiohttp.UnixConnector(path=path)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -243,17 +240,7 @@ async def test_the_socket_refuses_a_body_larger_than_64_kib_and_changes_nothing(
 async def test_requests_are_counted_by_api_operation_and_outcome_pool_exhaustion_included(
     tmp_path: Path,
 ) -> None:
-    config = agent_config_from_mapping(
-        {
-            "node_source": "memory",
-            "socket": str(tmp_path / "agent.sock"),
-            "state_dir": str(tmp_path / "state"),
-            "pools": {"default": {"cidr": "10.99.0.0/30"}},  # two usable addresses
-        }
-    )
-    (tmp_path / "state").mkdir()
-    agent = Agent(config, node="n1")
-    agent.allocator.restore()
+    agent = memory_agent(tmp_path, "10.99.0.0/30")  # two usable addresses at most
     async with unix_server(agent.socket_app()) as path:
         connector = aiohttp.UnixConnector(path=path)
         async with aiohttp.ClientSession(connector=connector) as session:

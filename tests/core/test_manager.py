@@ -428,18 +428,10 @@ async def test_a_resync_recomputes_only_the_nodes_whose_instance_changed(monkeyp
 
 
 async def test_a_resync_visits_a_blocked_node_even_when_its_instance_did_not_change(monkeypatch):
-    import eni_ipam.core.node as node_module
-
     manager, snapshot = _cluster(5)
     await manager.apply_resync(snapshot, started=0.0)
     manager.nodes["n2"].blocked = "no-subnet"  # its last plan found no room: the fresh view may have some
-    computed: list[str] = []
-    real = node_module.node_stats
-    monkeypatch.setattr(
-        node_module,
-        "node_stats",
-        lambda spec, inst, lim, **kw: computed.append(inst.id) or real(spec, inst, lim, **kw),
-    )
+    computed = _counting_stats(monkeypatch)
     await manager.apply_resync(snapshot, started=1.0)
     assert computed == ["i-2"] and manager.nodes["n2"].blocked == ""
 
