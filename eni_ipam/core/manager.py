@@ -433,12 +433,6 @@ class NodeManager:
         elif held is not slot:
             self._by_instance[instance_id] = (held, slot)
 
-    def _oldest_deficit(self) -> float:
-        """Seconds the longest-standing open deficit has lasted (0: no node is short)."""
-        if not self._deficits:
-            return 0.0
-        return max(self.clock.monotonic() - min(self._deficits.values()), 0.0)
-
     def _unindex(self, instance_id: str, slot: _Slot) -> None:
         held = self._by_instance.get(instance_id)
         if held is slot:
@@ -503,11 +497,26 @@ class NodeManager:
             timer_due=slot.timer[1] if slot.timer is not None else None,
         )
 
+    def _oldest_deficit(self) -> float:
+        """Seconds the longest-standing open deficit has lasted (0: no node is short)."""
+        if not self._deficits:
+            return 0.0
+        return max(self.clock.monotonic() - min(self._deficits.values()), 0.0)
+
     def held(self) -> tuple[object, ...]:
         """What the manager keeps for its nodes, short of the services it shares (the provider, the
         metrics, the clock) and of the provider's last listing it refers to: the nodes, the cloud
         view and the tables it finds nodes by (what a memory measurement adds up)."""
-        return (self.nodes, self.view, self._by_instance, self._revisit, self._wanting, self._queue._queue)  # type: ignore[attr-defined]
+        queued = self._queue._queue  # type: ignore[attr-defined]
+        return (
+            self.nodes,
+            self.view,
+            self._by_instance,
+            self._revisit,
+            self._wanting,
+            self._deficits,
+            queued,
+        )
 
     def busy(self) -> bool:
         """Whether any node still has work the reconciler could do (the simulator's "converged" test)."""

@@ -268,19 +268,19 @@ class _Draft:
         slots = self.limits.slots_per_interface
         free, assigns = self.free, self.assigns
         single: tuple[Interface, int] | None = None
-        known = rooms is not None
-        rooms = rooms if rooms is not None else []
-        for iface in () if known else managed_interfaces(self.instance, self.spec):
-            subnet_id = iface.subnet_id
-            if iface.id in assigns or subnet_id in skip_subnets:
-                continue
-            available = free[subnet_id] if subnet_id in free else free.get(subnet_id, 0)
-            room = min(slots - iface.slots_used, available // unit)
-            if room >= remaining:
-                single = (iface, room)  # the first interface taking it all: one call, nothing to sort
-                break
-            if room > 0:
-                rooms.append((iface, room))
+        if rooms is None:
+            rooms = []
+            for iface in managed_interfaces(self.instance, self.spec):
+                subnet_id = iface.subnet_id
+                if iface.id in assigns or subnet_id in skip_subnets:
+                    continue
+                available = free[subnet_id] if subnet_id in free else free.get(subnet_id, 0)
+                room = min(slots - iface.slots_used, available // unit)
+                if room >= remaining:
+                    single = (iface, room)  # the first interface taking it all: one call, no sort
+                    break
+                if room > 0:
+                    rooms.append((iface, room))
         order = [single] if single else sorted(rooms, key=lambda ir: (-ir[1], ir[0].device_index))
         for iface, room in order:
             if remaining <= 0:

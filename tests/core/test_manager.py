@@ -450,13 +450,12 @@ def _counting_stats(monkeypatch) -> list[str]:
     return computed
 
 
-def _next(snapshot, since, **instances):
-    """``snapshot`` with ``instances`` replaced, saying which changed since ``since``."""
+def _listing(snapshot, instances, since, said=()):
+    """``snapshot`` listing ``instances``, saying that those named in ``said`` changed since ``since``."""
     from eni_ipam.core.model import Changes
 
-    listed = {**snapshot.instances, **{k.replace("_", "-"): v for k, v in instances.items()}}
-    changes = Changes(since=since, instance_ids=frozenset(k.replace("_", "-") for k in instances))
-    return dataclasses.replace(snapshot, instances=listed, changes=changes)
+    changes = Changes(since=since, instance_ids=frozenset(said))
+    return dataclasses.replace(snapshot, instances=instances, changes=changes)
 
 
 async def test_a_resync_that_says_what_changed_looks_only_at_those_nodes(monkeypatch):
@@ -465,8 +464,9 @@ async def test_a_resync_that_says_what_changed_looks_only_at_those_nodes(monkeyp
     computed = _counting_stats(monkeypatch)
     same = dataclasses.replace(snapshot.instances["i-5"])  # equal, another object, and not said
     grown = dataclasses.replace(snapshot.instances["i-3"], interfaces=())
-    second = _next(snapshot, snapshot.instances, i_3=grown)
-    second = dataclasses.replace(second, instances={**second.instances, "i-5": same})
+    second = _listing(
+        snapshot, {**snapshot.instances, "i-3": grown, "i-5": same}, snapshot.instances, {"i-3"}
+    )
     await manager.apply_resync(second, started=1.0)
     assert computed == ["i-3"]
     assert manager.nodes["n5"].instance is snapshot.instances["i-5"]  # never looked at
@@ -478,7 +478,9 @@ async def test_a_resync_whose_base_was_not_applied_looks_at_every_node(monkeypat
     computed = _counting_stats(monkeypatch)
     same = dataclasses.replace(snapshot.instances["i-4"])
     unapplied = dict(snapshot.instances)  # a snapshot the manager never applied
-    await manager.apply_resync(_next(snapshot, unapplied, i_4=same), started=1.0)
+    await manager.apply_resync(
+        _listing(snapshot, {**snapshot.instances, "i-4": same}, unapplied, {"i-4"}), started=1.0
+    )
     assert manager.nodes["n4"].instance is same and computed == ["i-4"]
 
 
@@ -490,16 +492,12 @@ async def test_a_node_whose_record_changed_is_looked_at_by_the_next_resync_that_
     computed = _counting_stats(monkeypatch)
     # n2 now names i-4's instance (replaced): forgotten its view, it reads the listing's again.
     manager.upsert(dataclasses.replace(manager.nodes["n2"].resource, instance_id="i-4"))
-    await manager.apply_resync(_next(snapshot, snapshot.instances), started=1.0)
+    await manager.apply_resync(_listing(snapshot, snapshot.instances, snapshot.instances), started=1.0)
     assert manager.nodes["n2"].instance is snapshot.instances["i-4"] and "i-4" in computed
     computed.clear()
     # Found by its new instance id: i-4 changing reaches both nodes naming it, i-2 changing neither.
-    third = _next(
-        snapshot,
-        snapshot.instances,
-        i_4=dataclasses.replace(snapshot.instances["i-4"], interfaces=()),
-        i_2=dataclasses.replace(snapshot.instances["i-2"], interfaces=()),
-    )
+    changed = {i: dataclasses.replace(snapshot.instances[i], interfaces=()) for i in ("i-4", "i-2")}
+    third = _listing(snapshot, {**snapshot.instances, **changed}, snapshot.instances, changed)
     await manager.apply_resync(third, started=2.0)
     assert sorted(computed) == ["i-4", "i-4"]
 
@@ -510,17 +508,12 @@ async def test_a_node_left_unsure_is_looked_at_by_every_resync_until_its_instanc
     gone = {k: v for k, v in snapshot.instances.items() if k != "i-1"}
     base = snapshot.instances
     for started in (1.0, 2.0):
-        listed = _next(snapshot, base)
-        listed = dataclasses.replace(listed, instances=dict(gone))
-        if started == 1.0:
-            listed = dataclasses.replace(
-                listed, changes=dataclasses.replace(listed.changes, instance_ids={"i-1"})
-            )
+        listed = _listing(snapshot, dict(gone), base, {"i-1"} if started == 1.0 else ())
         await manager.apply_resync(listed, started=started)
         assert manager.nodes["n1"].needs_refresh  # missing from the listing: read it again
         base = listed.instances
     computed = _counting_stats(monkeypatch)
-    await manager.apply_resync(_next(snapshot, base), started=3.0)
+    await manager.apply_resync(_listing(snapshot, snapshot.instances, base), started=3.0)
     assert computed == ["i-1"] and not manager.nodes["n1"].needs_refresh
 
 
