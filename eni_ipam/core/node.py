@@ -63,6 +63,11 @@ MAX_REPLANS = 3
 """Replans within one pass after a recoverable surprise (no /28 left, device index taken)."""
 _SHORTFALL_REASONS = {"no-subnet": "subnet", "no-security-groups": "security-groups"}
 """A plan's shortfall reason → the capacity reason a node short of addresses reports."""
+CAPACITY_REASON_HOLD = 300.0
+"""Seconds a node keeps reporting ``subnet`` / ``security-groups`` after the last shortfall, even when
+it needs nothing meanwhile (a pod left): a node at a full subnet under pod churn reports one steady
+reason, not one flickering with every pod, so an alert's ``for`` can run. The reason ends at once
+when a pass places the whole deficit."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +116,7 @@ class Node:
         "release_status",
         "resource",
         "shortfall",
+        "shortfall_at",
         "stats",
         "terminated",
         "view_time",
@@ -128,8 +134,11 @@ class Node:
         self.blocked = ""
         """Why the last pass could not place the deficit (``at-capacity``, ``no-subnet``); reset on change."""
         self.shortfall = ""
-        """Why the last plan fell short (as ``blocked``, but kept across resyncs until the next plan
-        says otherwise: what the node's capacity series reports)."""
+        """Why the node's allocations fall short (a plan found no room, or the cloud said the subnet
+        is full); kept until a pass places the whole deficit, or for :data:`CAPACITY_REASON_HOLD`
+        after the last shortfall once the node needs nothing: what its capacity series reports."""
+        self.shortfall_at = float("-inf")
+        """When (on the clock's timeline) the last shortfall was seen."""
         self.deficit_since: float | None = None
         # Both stay the shared read-only empty mapping until a release begins (most nodes never
         # release: two empty dicts each would be 13 MB at 100,000 nodes); only the release path
@@ -199,6 +208,8 @@ class Node:
                 prefix_delegation=self.env.settings.prefix_delegation,
             )
         now = self.env.clock.monotonic()
+        if self.shortfall and self.stats.needed == 0 and now - self.shortfall_at >= CAPACITY_REASON_HOLD:
+            self.shortfall = ""  # it needed nothing for a while: whatever blocked it is not its concern
         if self.stats.needed > 0 and self.deficit_since is None:
             self.deficit_since = now
         elif self.stats.needed == 0 and self.deficit_since is not None:
@@ -218,9 +229,22 @@ class Node:
             return "limits-unknown"
         if self.stats.at_capacity:
             return "instance-limit"
-        if self.stats.needed > 0:
+        if self.shortfall:
             return _SHORTFALL_REASONS.get(self.shortfall, "")
         return ""
+
+    def demand(self) -> int:
+        """Addresses the node must get: its deficit to the watermark or, when more, the pods
+        waiting for an address beyond the free ones — even beyond what its instance can hold,
+        where ``stats.needed`` stops (a full node with pods waiting needs them, and says so)."""
+        stats = self.stats
+        if not stats.limits_known or not stats.running:
+            return stats.needed
+        return max(stats.needed, self.resource.pending_pods - (stats.available - stats.used))
+
+    def _short_of(self, reason: str) -> None:
+        self.shortfall = reason
+        self.shortfall_at = self.env.clock.monotonic()
 
     @property
     def stopped(self) -> bool:
@@ -366,7 +390,9 @@ class Node:
             )
             # Short even after what the plan places: nothing more until the view changes (a resync,
             # a change of the node), so the node does not claim work nobody will do.
-            self.blocked = self.shortfall = plan.reason if plan.shortfall else ""
+            self.blocked = plan.reason if plan.shortfall else ""
+            if plan.shortfall:
+                self._short_of(plan.reason)
             if plan.reason == "at-capacity":
                 self._log_at_capacity(plan.shortfall)
             elif plan.reason and not plan.actions:
@@ -382,7 +408,14 @@ class Node:
                     else:
                         await self._create(action)
                     mutated = True
+                if not plan.shortfall:
+                    self.shortfall = ""  # the whole deficit is placed: nothing blocks it any more
                 return mutated
+            except errors.SubnetExhausted:
+                # The cloud knows better than the view: the subnet is full (what the view's count
+                # hid, other users' addresses). The node reports it while it backs off.
+                self._short_of("no-subnet")
+                raise
             except errors.PrefixesExhausted:
                 no_prefix.add(subnet)  # fall back in this same pass: sibling subnets, then plain addresses
                 log.info("prefixes_exhausted", node=self.name, subnet=subnet)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import structlog
 
@@ -58,6 +58,8 @@ class CloudView:
         self._limits: dict[str, InstanceLimits] = {}
         self._limits_misses: dict[str, float] = {}
         self._planner_view: dict[str, Subnet] | None = None
+        self._published: frozenset[str] = frozenset()
+        """The subnets whose free counts are exported (:meth:`publish`)."""
 
     def apply(self, snapshot: CloudSnapshot) -> frozenset[str]:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
@@ -69,7 +71,6 @@ class CloudView:
         self.security_groups = dict(snapshot.security_groups)
         changed = frozenset(t for t, limits in snapshot.limits.items() if self._limits.get(t) != limits)
         self._limits.update(snapshot.limits)
-        self._metrics.replace_subnets(snapshot.subnets.values())
         self.ready = True
         return changed
 
@@ -87,6 +88,15 @@ class CloudView:
                 for sid, s in self.subnets.items()
             }
         return self._planner_view
+
+    def publish(self, in_use: Iterable[str]) -> None:
+        """Export the free counts of the subnets eni-ipam fills, ``in_use`` (those some node has an
+        interface in, its primary's included), and of no other: a listing names every subnet of the
+        VPC, or of the region, database tiers included, and an alert on those would page for
+        what eni-ipam neither uses nor can help. Called after each full resync is applied."""
+        view = self.planner_subnets()
+        self._published = frozenset(sid for sid in in_use if sid in view)
+        self._metrics.replace_subnets(view[sid] for sid in sorted(self._published))
 
     def cidr(self, subnet_id: str) -> str | None:
         subnet = self.subnets.get(subnet_id)
@@ -112,7 +122,8 @@ class CloudView:
         if subnet_id in self._free:
             self._free[subnet_id] += delta
             self._planner_view = None
-            self._metrics.set_subnet_free(self.subnets[subnet_id], self._free[subnet_id])
+            if subnet_id in self._published:
+                self._metrics.set_subnet_free(self.subnets[subnet_id], self._free[subnet_id])
 
     # -- instance-type limits ---------------------------------------------------------------------
 

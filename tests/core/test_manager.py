@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from eni_ipam.core import errors
-from eni_ipam.core.node import PassResult
+from eni_ipam.core.node import CAPACITY_REASON_HOLD, PassResult
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 
@@ -322,10 +322,75 @@ async def test_a_node_that_cannot_grow_says_why_and_stops_saying_it_once_it_can(
         assert world.metrics.samples("eni_ipam_node_at_capacity") == {
             (("node", "bare"), ("reason", "security-groups")): 1.0
         }
-        # The pods go: nothing is needed any more, so nothing stops the node from growing.
+        # The pods go: nothing is needed any more. The reason holds a while (the next pod may come
+        # at once), then goes: nothing stops the node from growing.
         world.side.update("bare", spec=world.store.resources["bare"].spec.replace(pre_allocate=2))
         await world.settle()
+        assert world.metrics.samples("eni_ipam_node_at_capacity") == {
+            (("node", "bare"), ("reason", "security-groups")): 1.0
+        }
+        await asyncio.sleep(CAPACITY_REASON_HOLD + world.manager.settings.resync_interval)
         assert world.metrics.samples("eni_ipam_node_at_capacity") == {}
+        assert world.metrics.totals_problems() == []
+
+
+def at_capacity(world) -> dict[str, str]:
+    """Node → the capacity reason its series report."""
+    return {
+        dict(labels)["node"]: dict(labels)["reason"]
+        for labels in world.metrics.samples("eni_ipam_node_at_capacity")
+    }
+
+
+async def test_a_node_at_a_full_subnet_keeps_its_reason_while_pods_come_and_go(make_world):
+    async with make_world() as world:
+        world.add_node("n1", pre_allocate=8)
+        await world.settle()
+        world.cloud.set_subnet_available("s-1", 0)  # others took the rest of the subnet
+        changes = 0
+        last = ""
+        for minute in range(20):
+            # Churn: a pod comes (a deficit), then leaves (none), each minute.
+            world.side.update("n1", used=4 if minute % 2 == 0 else 0)
+            await asyncio.sleep(30)
+            reason = at_capacity(world).get("n1", "")
+            changes += reason != last
+            last = reason
+            await asyncio.sleep(30)
+        assert last == "subnet" and changes == 1  # on once, and never off again
+
+
+async def test_the_subnet_reason_comes_from_the_cloud_too_and_ends_when_the_deficit_is_placed(make_world):
+    async with make_world() as world:
+        world.add_node("n1", pre_allocate=8)
+        await world.settle()
+        # The view still shows room; the cloud says the subnet is full at every call.
+        world.cloud.fail_while(
+            "AssignPrivateIpAddresses", lambda request: True, "InsufficientFreeAddressesInSubnet"
+        )
+        world.side.update("n1", used=6)
+        await asyncio.sleep(10)
+        assert at_capacity(world) == {"n1": "subnet"}
+        world.cloud.clear_faults()
+        await asyncio.sleep(world.manager.settings.backoff_max)
+        assert world.manager.nodes["n1"].stats.needed == 0
+        assert at_capacity(world) == {}  # placed in full: no hold
+
+
+async def test_a_full_node_with_pods_waiting_exports_them_as_needed(make_world):
+    async with make_world() as world:
+        world.add_node("n1", type="t3.nano", pre_allocate=2)  # 2 interfaces × 2 addresses
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        world.side.update("n1", used=node.stats.capacity)
+        await world.settle()
+        assert node.stats.at_capacity and node.stats.needed == 0  # nothing more can be placed
+        assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "needed"}) == 0
+        world.side.update("n1", pending_pods=3)
+        await world.settle()
+        assert world.metrics.sample("eni_ipam_node_ips", {"node": "n1", "type": "needed"}) == 3
+        assert world.metrics.sample("eni_ipam_ips", {"type": "needed"}) == 3
+        assert at_capacity(world) == {"n1": "instance-limit"}
         assert world.metrics.totals_problems() == []
 
 
@@ -625,3 +690,20 @@ def test_a_provider_reading_the_node_store_is_known_through_its_fence() -> None:
     fenced = FencedProvider.__new__(FencedProvider)
     fenced.inner = GenericProvider.__new__(GenericProvider)
     assert reads_node_store(fenced)
+
+
+async def test_only_subnets_a_node_has_an_interface_in_are_exported(make_world):
+    async with make_world() as world:
+        world.cloud.add_subnet("s-db", vpc="vpc-1", zone="z1", cidr="10.0.8.0/24")  # another tier's
+        world.add_node("n1")
+        await world.settle()
+        await asyncio.sleep(world.manager.settings.resync_interval)
+        exported = world.metrics.samples("eni_ipam_available_ips_per_subnet")
+        assert [dict(labels)["subnet"] for labels in exported] == ["s-1"]
+        # A node whose instance lives in s-db brings it in at the next resync.
+        world.cloud.add_instance("i-db", type="m5.large", subnet="s-db", security_groups=["sg-1"])
+        world.side.add(NodeResource(name="db", instance_id="i-db", spec=NodeSpec()))
+        await world.settle()
+        await asyncio.sleep(world.manager.settings.resync_interval)
+        exported = world.metrics.samples("eni_ipam_subnet_size_ips")
+        assert sorted(dict(labels)["subnet"] for labels in exported) == ["s-1", "s-db"]
