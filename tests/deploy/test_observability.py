@@ -180,65 +180,85 @@ def test_every_alert_is_complete():
 
 SHARE = r"\s*/\s*"
 """A division, however the expression is laid out."""
+SEL = r'\{namespace="kube-system", job="eni-ipam"'
+"""This installation's series (the rendered release: eni-ipam in kube-system), by the labels its
+ServiceMonitor gives them."""
+
+
+def gauge(name: str, by: str, match: str = "") -> str:
+    """The pattern of a leader's pool gauge as the rules read it (eni-ipam.leaderGauge): live, or its
+    last value only while the installation exports no pool gauge (a hand-over)."""
+    sel = SEL + (f", {match}" if match else "") + r"\}"
+    return (
+        rf"\(\s*max by \(namespace, job, {by}\) \({name}{sel}\)\s+or\s+\(\s*"
+        rf"max by \(namespace, job, {by}\) \(last_over_time\({name}{sel}\[3m\]\)\)\s+"
+        rf"unless on \(namespace, job\)\s+eni_ipam_ips{SEL}\}}\s*\)\s*\)"
+    )
+
+
+THIS = SEL + r"\}"
+SUM = r"sum by \(namespace, job"
+FREE = gauge("eni_ipam_available_ips_per_subnet", "subnet, zone")
+SIZE = gauge("eni_ipam_subnet_size_ips", "subnet, zone")
+NEEDED = gauge("eni_ipam_node_ips", "node", 'type="needed"')
+AT_CAPACITY = gauge("eni_ipam_node_at_capacity", "node")
+STUCK = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason!="instance-limit"')
+FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance-limit"')
 
 
 @pytest.mark.parametrize(
     ("alert", "patterns", "duration"),
     [
-        ("EniIpamNotReady", [r"^sum\(eni_ipam_ready\) < 1 or absent\(eni_ipam_ready\)$"], "5m"),
-        ("EniIpamSeveralLeaders", [r"^sum by \(namespace, job\) \(eni_ipam_leader\) > 1$"], "5m"),
+        (
+            "EniIpamNotReady",
+            [rf"^{SUM}\) \(eni_ipam_ready{THIS}\) < 1\s+or\s+absent\(eni_ipam_ready{THIS}\)$"],
+            "5m",
+        ),
+        ("EniIpamSeveralLeaders", [rf"^{SUM}\) \(eni_ipam_leader{THIS}\) > 1$"], "5m"),
+        ("EniIpamSubnetFull", [rf"^{FREE} < 2$"], "5m"),
         (
             "EniIpamSubnetLow",
-            [
-                r"^max by \(subnet, zone\) \(eni_ipam_available_ips_per_subnet\) < 64\s+and",
-                rf"\(eni_ipam_available_ips_per_subnet\){SHARE}max by \(subnet, zone\) "
-                r"\(eni_ipam_subnet_size_ips\)\s*\) < 0.25$",
-            ],
+            [rf"^{FREE} < 64\s+and", rf"{FREE}{SHARE}{SIZE}\s*\) < 0.25$"],
             "10m",
         ),
         (
             "EniIpamSubnetExhaustionPredicted",
-            # Little left AND the long trend reaching 0 (kubernetes-mixin's KubePersistentVolumeFillingUp).
+            # Time to empty: something left, and both the hour's trend and the last minutes' reach 0
+            # within 4 hours.
             [
-                rf"\(eni_ipam_available_ips_per_subnet\){SHARE}max by \(subnet, zone\) "
-                r"\(eni_ipam_subnet_size_ips\)\s*\) < 0.15\s+and\s+",
-                r"predict_linear\(\s*max by \(subnet, zone\) \(eni_ipam_available_ips_per_subnet\)"
-                r"\[6h:5m\],\s*14400\s*\) < 0$",
+                rf"^{FREE} > 0\s+and\s+",
+                rf"predict_linear\(\s*{FREE}\[1h:1m\],\s*14400\s*\) < 0\s+and\s+",
+                rf"predict_linear\(\s*{FREE}\[5m:1m\],\s*14400\s*\) < 0$",
             ],
-            "1h",
+            "15m",
         ),
         (
             "EniIpamNodesInDeficit",
             # Per node, and not the nodes the capacity alert reports.
-            [
-                r'^max by \(node\) \(eni_ipam_node_ips\{type="needed"\}\) > 0\s+'
-                r"unless on \(node\)\s+max by \(node\) \(eni_ipam_node_at_capacity\)$"
-            ],
+            [rf"^{NEEDED} > 0\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}$"],
             "5m",
         ),
         (
             "EniIpamNodesAtCapacity",
-            [
-                r'^max by \(node, reason\) \(eni_ipam_node_at_capacity\{reason!="instance-limit"\}\)\s+or',
-                r'\(eni_ipam_node_at_capacity\{reason="instance-limit"\}\)\s+and on \(node\)\s+'
-                r'max by \(node\) \(eni_ipam_node_ips\{type="needed"\}\) > 0',
-            ],
+            [rf"^{STUCK}\s+or", rf"{FULL_NODE}\s+and on \(namespace, job, node\)\s+{NEEDED} > 0"],
             "15m",
         ),
         (
             "EniIpamCloudApiThrottled",
             [
-                rf"^sum by \(operation\) \(rate\(eni_ipam_api_throttled_total\[2m\]\)\){SHARE}"
-                r"sum by \(operation\) \(rate\(eni_ipam_api_requests_total\[2m\]\)\)\s+> 0.1$"
+                rf"^{SUM}, operation\) \(rate\(eni_ipam_api_throttled_total{THIS}\[2m\]\)\)"
+                rf"{SHARE}{SUM}, operation\) \(rate\(eni_ipam_api_requests_total{THIS}"
+                r"\[2m\]\)\)\s+> 0.1$"
             ],
             "10m",
         ),
         (
             "EniIpamMaintenanceFailing",
             [
-                r"^sum by \(reason\) \(rate\(eni_ipam_node_maintenance_failures_total\[10m\]\)\)\s*"
-                r"/ on \(\) group_left\s*"
-                r"sum\(rate\(eni_ipam_node_maintenance_passes_total\[10m\]\)\)\s+> 0.1$"
+                rf"^{SUM}, reason\) \(rate\(eni_ipam_node_maintenance_failures_total{THIS}"
+                r"\[10m\]\)\)\s*/ on \(namespace, job\) group_left\s*"
+                rf"{SUM}\) \(rate\(eni_ipam_node_maintenance_passes_total{THIS}\[10m\]\)\)"
+                r"\s+> 0.1$"
             ],
             "20m",
         ),
@@ -246,24 +266,28 @@ SHARE = r"\s*/\s*"
             "EniIpamResyncFailing",
             # Failures and no success in the window: the view is getting stale.
             [
-                r"^sum\(increase\(eni_ipam_resync_failures_total\[15m\]\)\) > 0\s+unless\s+"
-                r"sum\(increase\(eni_ipam_resync_total\[15m\]\)\) > 0$"
+                rf"^{SUM}\) \(increase\(eni_ipam_resync_failures_total{THIS}\[15m\]\)\) > 0"
+                r"\s+unless on \(namespace, job\)\s+"
+                rf"{SUM}\) \(increase\(eni_ipam_resync_total{THIS}\[15m\]\)\) > 0$"
             ],
             "5m",
         ),
         (
             "EniIpamGarbageCollectionFailing",
             [
-                r"^sum\(rate\(eni_ipam_gc_run_failures_total\[10m\]\)\) > 0\s+or\s+",
-                r'sum\(rate\(eni_ipam_gc_interfaces_total\{action="failed"\}\[10m\]\)\) > 0$',
+                rf"^{SUM}\) \(rate\(eni_ipam_gc_run_failures_total{THIS}\[10m\]\)\) > 0"
+                r"\s+or\s+",
+                rf'{SUM}\) \(rate\(eni_ipam_gc_interfaces_total{SEL}, action="failed"\}}'
+                r"\[10m\]\)\) > 0$",
             ],
             "30m",
         ),
         (
             "EniIpamStatusWritesFailing",
             [
-                rf'^sum\(rate\(eni_ipam_status_writes_total\{{outcome="failed"\}}\[10m\]\)\){SHARE}'
-                r"sum\(rate\(eni_ipam_status_writes_total\[10m\]\)\)\s+> 0.1$"
+                rf'^{SUM}\) \(rate\(eni_ipam_status_writes_total{SEL}, outcome="failed"\}}'
+                rf"\[10m\]\)\){SHARE}"
+                rf"{SUM}\) \(rate\(eni_ipam_status_writes_total{THIS}\[10m\]\)\)\s+> 0.1$"
             ],
             "20m",
         ),
@@ -276,16 +300,23 @@ def test_the_required_alerts_exist(alert: str, patterns: list[str], duration: st
     for pattern in patterns:
         assert re.search(pattern, expr), f"{alert}: {pattern!r} not in {expr!r}"
     assert rules[alert]["for"] == duration, alert
+    assert rules[alert]["keep_firing_for"] == "5m", alert
 
 
 THRESHOLDS: dict[str, Any] = {
+    "selector": 'job="custom", cluster="prod"',
+    "installationLabels": ["cluster", "job"],
+    "handOverGap": "4m",
+    "keepFiringFor": "6m",
     "notReadyFor": "7m",
     "severalLeadersFor": "8m",
+    "subnetFullBelow": 3,
+    "subnetFullFor": "4m",
     "subnetFreeAddressesBelow": 7,
     "subnetLowFreeShareBelow": 0.31,
     "subnetLowFor": "11m",
-    "subnetExhaustionFreeShareBelow": 0.17,
     "subnetTrendWindow": "12h",
+    "subnetRecentWindow": "7m",
     "subnetTrendResolution": "10m",
     "subnetExhaustionSeconds": 7200,
     "subnetExhaustionFor": "2h",
@@ -293,7 +324,7 @@ THRESHOLDS: dict[str, Any] = {
     "atCapacityFor": "17m",
     "rateWindow": "6m",
     "throttledShareAbove": 0.2,
-    "throttlingWindow": "3m",
+    "throttlingWindow": "4m",
     "throttlingFor": "25m",
     "maintenanceFailureShareAbove": 0.3,
     "statusWriteFailureShareAbove": 0.4,
@@ -306,18 +337,49 @@ THRESHOLDS: dict[str, Any] = {
     "warningSeverity": "page",
 }
 """A value, unlike its default, for every threshold, duration and severity under prometheusRule."""
+GAUGE = ("[4m]", "unless on (cluster, job)")
+"""What every rule reading a leader's pool gauge holds with THRESHOLDS: its hand-over gap, and the
+installation labels it bridges the gap by."""
 EXPECTED: dict[str, tuple[str, list[str], str]] = {
-    "EniIpamNotReady": ("7m", [], "wake-up"),
-    "EniIpamSeveralLeaders": ("8m", [], "wake-up"),
-    "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31"], "page"),
-    "EniIpamSubnetExhaustionPredicted": ("2h", ["< 0.17\n", "[12h:10m]", "7200"], "wake-up"),
-    "EniIpamNodesInDeficit": ("9m", [], "page"),
-    "EniIpamNodesAtCapacity": ("17m", [], "page"),
-    "EniIpamCloudApiThrottled": ("25m", ["_throttled_total[3m]", "_requests_total[3m]", "> 0.2"], "page"),
-    "EniIpamMaintenanceFailing": ("21m", ["_failures_total[6m]", "_passes_total[6m]", "> 0.3"], "page"),
-    "EniIpamResyncFailing": ("3m", ["_failures_total[19m]", "_resync_total[19m]"], "page"),
-    "EniIpamGarbageCollectionFailing": ("41m", ["_run_failures_total[13m]", 'failed"}[13m]'], "page"),
-    "EniIpamStatusWritesFailing": ("21m", ['failed"}[6m]', "_writes_total[6m]", "> 0.4"], "page"),
+    "EniIpamNotReady": ("7m", ["sum by (cluster, job)"], "wake-up"),
+    "EniIpamSeveralLeaders": ("8m", ["sum by (cluster, job)"], "wake-up"),
+    "EniIpamSubnetFull": ("4m", ["< 3", *GAUGE], "wake-up"),
+    "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
+    "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
+    "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", *GAUGE], "page"),
+    "EniIpamNodesAtCapacity": ("17m", ["max by (cluster, job, node, reason)", *GAUGE], "page"),
+    "EniIpamCloudApiThrottled": (
+        "25m",
+        ['_throttled_total{job="custom", cluster="prod"}[4m]', "> 0.2"],
+        "page",
+    ),
+    "EniIpamMaintenanceFailing": (
+        "21m",
+        [
+            '_failures_total{job="custom", cluster="prod"}[6m]',
+            '_passes_total{job="custom", cluster="prod"}[6m]',
+            "> 0.3",
+        ],
+        "page",
+    ),
+    "EniIpamResyncFailing": (
+        "3m",
+        [
+            '_failures_total{job="custom", cluster="prod"}[19m]',
+            '_resync_total{job="custom", cluster="prod"}[19m]',
+        ],
+        "page",
+    ),
+    "EniIpamGarbageCollectionFailing": (
+        "41m",
+        ['_run_failures_total{job="custom", cluster="prod"}[13m]', 'failed"}[13m]'],
+        "page",
+    ),
+    "EniIpamStatusWritesFailing": (
+        "21m",
+        ['failed"}[6m]', '_writes_total{job="custom", cluster="prod"}[6m]', "> 0.4"],
+        "page",
+    ),
 }
 """Alert → its ``for``, what its expression holds, and its severity, with THRESHOLDS."""
 
@@ -337,5 +399,7 @@ def test_alert_thresholds_come_from_values() -> None:
         assert rule["labels"]["severity"] == severity, alert
         for part in parts:
             assert part in rule["expr"], f"{alert}: {part!r} not in {rule['expr']!r}"
+        assert rule["keep_firing_for"] == "6m", alert
         # Nothing of the defaults is left where a value should be.
-        assert not re.search(r"\[(5m|10m|15m|6h)[]:]", rule["expr"]), f"{alert}: a fixed window"
+        assert not re.search(r"\[(1h|1m|2m|3m|5m|10m|15m)[]:]", rule["expr"]), f"{alert}: a fixed window"
+        assert "kube-system" not in rule["expr"] and "namespace" not in rule["expr"], alert

@@ -110,3 +110,25 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{- /*
+A pool gauge of the leader, for the alert rules: max across the installation's replicas, grouped by
+"by"; and, only while the installation exports no pool gauge at all (a leader hand-over: the old
+leader dropped its gauges, the new one has not applied its initial resync yet), each series' last
+value within "gap". A node or subnet whose series the leader drops meanwhile (its deficit filled
+above node_series_all_up_to) is gone at once, as without the bridge.
+Arguments (a dict): name, match (extra matchers, may be empty), sel, by, inst (installation
+labels), gap.
+*/}}
+{{- define "eni-ipam.leaderGauge" -}}
+{{- $m := .sel }}{{ with .match }}{{ $m = printf "%s, %s" $m . }}{{ end -}}
+(
+  max by ({{ .by }}) ({{ .name }}{ {{- $m -}} })
+  or
+  (
+    max by ({{ .by }}) (last_over_time({{ .name }}{ {{- $m -}} }[{{ .gap }}]))
+    unless on ({{ .inst }})
+    eni_ipam_ips{ {{- .sel -}} }
+  )
+)
+{{- end }}
