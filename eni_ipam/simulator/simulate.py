@@ -57,7 +57,9 @@ class Simulation:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.clock = LoopClock(measure_cpu=False)
-        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings))
+        # No process collectors: the figures (CPU, memory, open files) would be this Python
+        # process's, read from the OS, not the simulated controller's on virtual time.
+        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings), process=False)
         self.store = MemoryStore()
         self.provider: SimProvider | GenericProvider
         if scenario.generic is not None:
