@@ -1,6 +1,6 @@
 """The metric series of a simulation as promtool's input_series: the notation, scrapes aligned on
-virtual time, a recording that agrees with the metrics, merging and handing over, and promtool
-reading the file back as it was recorded."""
+virtual time, a recording that agrees with the metrics, merging and handing over, the command line,
+and promtool reading the file back as it was recorded."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
+from eni_ipam.cli import main
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.simulator.scenario import Scenario, load_scenario, parse_scenario
 from eni_ipam.simulator.series import (
@@ -295,6 +296,103 @@ def test_hand_over_refuses_to_make_two_series_one_and_bad_arguments() -> None:
         hand_over(two, at=-1, labels={"instance": "c"})
     with pytest.raises(ValueError, match="reserved"):
         hand_over(two, at=30, labels={"__name__": "c"})
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+
+SCENARIO = """
+cloud:
+  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]
+  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]
+  security_groups: [{id: sg-1, vpc: vpc-1}]
+  instances: [{id: i-1, type: m5.large, subnet: s-1, security_groups: [sg-1]}]
+nodes: [{name: node1, instance: i-1}]
+steps: [{converge: 10s}, {advance: 60s}, {expect: {node1: {available: AVAILABLE}}}]
+"""
+
+
+def scenario_file(tmp_path: Path, available: int = 8) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("AVAILABLE", str(available)))
+    return str(path)
+
+
+def test_the_cli_writes_the_series(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "series.yaml"
+    argv = ["simulate", scenario_file(tmp_path), "--series", str(out), "--scrape-interval", "15s"]
+    argv += ["--series-label", "namespace=eni-ipam", "--series-label", "job=eni-ipam-controller"]
+    assert main(argv) == 0
+    assert f"scrapes written to {out}" in capsys.readouterr().out
+    document = yaml.safe_load(out.read_text())
+    assert document["interval"] == "15s"
+    series = {entry["series"]: entry["values"] for entry in document["input_series"]}
+    node = 'eni_ipam_node_ips{job="eni-ipam-controller",namespace="eni-ipam",node="node1",type="available"}'
+    assert series[node] == "0 8+0x3"  # scrapes at 0, 15, 30, 45 and 60 s (the run ends at 60.01 s)
+
+
+def test_the_cli_writes_the_series_when_an_expectation_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "series.yaml"
+    assert main(["simulate", scenario_file(tmp_path, available=9), "--series", str(out)]) == 1
+    assert "expected 9, got 8" in capsys.readouterr().err
+    assert yaml.safe_load(out.read_text())["interval"] == "30s"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--scrape-interval", "0"], "--scrape-interval"),
+        (["--scrape-interval", "-5"], "--scrape-interval"),
+        (["--scrape-interval", "soon"], "--scrape-interval"),
+        (["--scrape-interval", "0.0001"], "--scrape-interval"),
+        (["--series-label", "namespace"], "--series-label"),
+        (["--series-label", "1st=x"], "--series-label"),
+        (["--series-label", "a.b=x"], "--series-label"),
+        (["--series-label", "__name__=x"], "--series-label"),
+        (["--series-label", "namespace="], "--series-label"),
+        (["--series-label", "a=1", "--series-label", "a=2"], "--series-label"),
+    ],
+)
+def test_bad_series_options_exit_2_naming_the_option_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], named: str
+) -> None:
+    out = tmp_path / "series.yaml"
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", scenario_file(tmp_path), "--series", str(out), *options])
+    assert info.value.code == 2
+    assert f"argument {named}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("options", [["--scrape-interval", "10"], ["--series-label", "a=b"]])
+def test_series_options_need_series(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", scenario_file(tmp_path), *options])
+    assert info.value.code == 2
+    assert "needs --series FILE" in capsys.readouterr().err
+
+
+def test_a_series_file_in_no_directory_exits_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", scenario_file(tmp_path), "--series", str(tmp_path / "absent" / "s.yaml")])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert "argument --series" in captured.err and "step" not in captured.out
+
+
+def test_a_label_a_metric_has_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "series.yaml"
+    assert main(["simulate", scenario_file(tmp_path), "--series", str(out), "--series-label", "node=x"]) == 2
+    assert "argument --series-label" in capsys.readouterr().err
+    assert not out.exists()
 
 
 # --- promtool reads it back ----------------------------------------------------------------------------
