@@ -3,7 +3,7 @@
 ``run`` exits 0 after a clean shutdown (SIGTERM), 2 for an invalid configuration (the message
 names the field) or a part that is not built yet. ``simulate`` exits 0 when every expectation
 holds, 1 with a readable diff for the first that fails, 2 with the offending key's path for an
-invalid scenario.
+invalid scenario or the option's name for a bad ``--series`` option.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eni_ipam import __version__
 from eni_ipam._infra.logging import configure
 from eni_ipam.errors import ConfigError
+
+if TYPE_CHECKING:
+    from eni_ipam.simulator.series import SeriesOptions
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +55,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = sub.add_parser("simulate", help="run a scenario file on the in-memory cloud, on virtual time")
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
+    sim.add_argument(
+        "--series",
+        default=None,
+        metavar="FILE",
+        help="also write the exported metric series, one value per scrape, as promtool's input_series "
+        "(docs/scenarios.md); written when an expectation fails too",
+    )
+    sim.add_argument(
+        "--scrape-interval",
+        type=_scrape_interval,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between two scrapes of --series, from the run's start (default 30; 15s, 1m, 500ms)",
+    )
+    sim.add_argument(
+        "--series-label",
+        dest="series_labels",
+        action="append",
+        type=_series_label,
+        default=None,
+        metavar="NAME=VALUE",
+        help="a label --series adds to every series, as Prometheus adds namespace, job and instance "
+        "(repeat the option)",
+    )
 
     commands = _plugins(COMMANDS)
     for name, command in commands.items():
@@ -120,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "aws-iam-policy":
         return _aws_iam_policy(args, iam)
     if args.command == "simulate":
-        return _simulate(args)
+        return _simulate(args, sim)
     if args.command == "run":
         return _run(args)
     if args.command == "agent":
@@ -215,6 +242,30 @@ def _policy_input(field: str) -> Callable[[str], str]:
         return text
 
     return check
+
+
+def _scrape_interval(text: str) -> float:
+    """``--scrape-interval``: a duration (``30``, ``15s``, ``500ms``) a scrape interval may be."""
+    from eni_ipam.simulator.series import check_interval
+
+    try:
+        return check_interval(_duration(text))
+    except ValueError as exc:  # argparse's ArgumentTypeError included: argparse names the option
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _series_label(text: str) -> tuple[str, str]:
+    """``--series-label``: ``NAME=VALUE``, a label that may be added to every series."""
+    from eni_ipam.simulator.series import check_labels
+
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    try:
+        check_labels({name: value})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name, value
 
 
 def _aws_iam_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -312,10 +363,36 @@ def _agent(args: argparse.Namespace) -> int:
         return 0
 
 
-def _simulate(args: argparse.Namespace) -> int:
+def _series_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SeriesOptions | None:
+    """What ``simulate --series`` records, or None without ``--series``; a bad option exits 2
+    (``parser.error`` names it)."""
+    from collections import Counter
+    from pathlib import Path
+
+    from eni_ipam.simulator.series import DEFAULT_INTERVAL, SeriesOptions
+
+    if args.series is None:
+        if args.scrape_interval is not None:
+            parser.error("argument --scrape-interval: needs --series FILE")
+        if args.series_labels is not None:
+            parser.error("argument --series-label: needs --series FILE")
+        return None
+    pairs = args.series_labels or []
+    twice = sorted(name for name, count in Counter(name for name, _ in pairs).items() if count > 1)
+    if twice:
+        parser.error(f"argument --series-label: {', '.join(twice)} given more than once")
+    directory = Path(args.series).parent
+    if not directory.is_dir():
+        parser.error(f"argument --series: no directory {str(directory)!r} to write {args.series} in")
+    return SeriesOptions(interval=args.scrape_interval or DEFAULT_INTERVAL, labels=dict(pairs))
+
+
+def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from eni_ipam.simulator.scenario import load_scenario
+    from eni_ipam.simulator.series import LabelClash
     from eni_ipam.simulator.simulate import StepResult, simulate
 
+    series = _series_options(args, parser)  # before anything runs: a bad option writes nothing
     configure(level=args.log_level or "critical")
     try:
         scenario = load_scenario(args.scenario)
@@ -340,10 +417,28 @@ def _simulate(args: argparse.Namespace) -> int:
                 print(f"    {failure}")
 
     try:
-        outcome = simulate(scenario, on_step=on_step)
+        outcome = simulate(scenario, on_step=on_step, series=series)
     except ConfigError as exc:  # found while building the cloud (e.g. an instance type EC2 lacks)
         print(f"invalid scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
+    except LabelClash as exc:  # a label a metric has, found when a scrape first saw it
+        print(f"eni-ipam simulate: error: argument --series-label: {exc}", file=sys.stderr)
+        return 2
+    if outcome.series is not None:
+        # Written whatever the outcome: the series up to a failed expectation replay an incident.
+        try:
+            outcome.series.write(args.series, source=args.scenario)
+        except OSError as exc:
+            print(
+                f"eni-ipam simulate: error: argument --series: cannot write {args.series}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        if not args.json:
+            print(
+                f"series: {len(outcome.series.series)} series, {outcome.series.scrapes} scrapes "
+                f"written to {args.series}"
+            )
     if not outcome.passed:
         failed = outcome.results[-1]
         print(f"FAILED at step {failed.index} ({failed.kind})", file=sys.stderr)

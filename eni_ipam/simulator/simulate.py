@@ -22,6 +22,7 @@ from eni_ipam.core.model import Instance
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, CloudChange, Scenario, Step, parse_sample
+from eni_ipam.simulator.series import LabelClash, Recording, SeriesOptions, SeriesRecorder
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.store.memory import MemoryStore
 from providers.generic.provider import GenericProvider
@@ -45,6 +46,9 @@ class StepResult:
 @dataclasses.dataclass
 class Outcome:
     results: list[StepResult]
+    series: Recording | None = None
+    """The exported series scrape by scrape, when the run recorded them (up to its end, or to the
+    failed expectation that ended it)."""
 
     @property
     def passed(self) -> bool:
@@ -52,12 +56,15 @@ class Outcome:
 
 
 class Simulation:
-    """One scenario's world: cloud, store, node side and the reconciler."""
+    """One scenario's world: cloud, store, node side and the reconciler; ``series``: also record
+    the exported metric series (:mod:`eni_ipam.simulator.series`)."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, *, series: SeriesOptions | None = None) -> None:
         self.scenario = scenario
         self.clock = LoopClock(measure_cpu=False)
-        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings))
+        # No process collectors: the figures (CPU, memory, open files) would be this Python
+        # process's, read from the OS, not the simulated controller's on virtual time.
+        self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings), process=False)
         self.store = MemoryStore()
         self.provider: SimProvider | GenericProvider
         if scenario.generic is not None:
@@ -80,6 +87,9 @@ class Simulation:
         self.node_side = self.cluster.side
         self.manager = self.cluster.manager
         self.started = 0.0
+        self.recorder = (
+            SeriesRecorder(self.metrics, interval=series.interval, labels=series.labels) if series else None
+        )
 
     def add(self, entry: NodeResource) -> None:
         self.node_side.add(entry)
@@ -89,22 +99,40 @@ class Simulation:
         for entry in self.scenario.nodes:
             self.add(entry)
         results: list[StepResult] = []
-        async with asyncio.TaskGroup() as tg:
-            task = tg.create_task(self.manager.run(), name="eni-ipam-manager")
-            try:
-                for n, step in enumerate(self.scenario.steps):
-                    failures = await self.execute(step)
-                    # The exported cluster totals agree with the per-node series after every step.
-                    failures += [f"{step.path}: metrics: {p}" for p in self.metrics.totals_problems()]
-                    result = StepResult(n, step.kind, self.now(), failures, self.state())
-                    results.append(result)
-                    if on_step:
-                        on_step(result)
-                    if failures:
-                        break
-            finally:
-                task.cancel()
-        return Outcome(results)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                recording = None
+                if self.recorder:
+                    # Scrape 0 is the run as it starts (nodes declared, the reconciler not started);
+                    # the task takes the later ones on the virtual clock.
+                    self.recorder.scrape_until(0.0)
+                    recording = tg.create_task(
+                        self.recorder.run(self.clock, origin=self.started), name="eni-ipam-series"
+                    )
+                task = tg.create_task(self.manager.run(), name="eni-ipam-manager")
+                try:
+                    for n, step in enumerate(self.scenario.steps):
+                        failures = await self.execute(step)
+                        # The exported cluster totals agree with the per-node series after every step.
+                        failures += [f"{step.path}: metrics: {p}" for p in self.metrics.totals_problems()]
+                        result = StepResult(n, step.kind, self.now(), failures, self.state())
+                        results.append(result)
+                        if on_step:
+                            on_step(result)
+                        if failures:
+                            break
+                    if self.recorder:
+                        # A scrape due at the very end may not have run yet (its timer and the last
+                        # step's fire at the same instant): taken now, so the last scrape is the last
+                        # multiple of the interval up to the end, whichever fired first.
+                        self.recorder.scrape_until(self.clock.monotonic() - self.started)
+                finally:
+                    task.cancel()
+                    if recording:
+                        recording.cancel()
+        except* LabelClash as clash:  # a bad option, not a failure of the run: raised as itself
+            raise clash.exceptions[0] from None
+        return Outcome(results, self.recorder.recording() if self.recorder else None)
 
     def now(self) -> float:
         return round(self.clock.monotonic() - self.started, 6)
@@ -246,11 +274,21 @@ def apply_cloud_change(sim: SimCloud, change: CloudChange) -> None:
         sim.set_latency(op, seconds)
 
 
-def simulate(scenario: Scenario, *, on_step: Callable[[StepResult], None] | None = None) -> Outcome:
-    """Run a scenario to its end (or first failed expectation) on a virtual clock."""
+def simulate(
+    scenario: Scenario,
+    *,
+    on_step: Callable[[StepResult], None] | None = None,
+    series: SeriesOptions | None = None,
+) -> Outcome:
+    """Run a scenario to its end (or first failed expectation) on a virtual clock; ``series``: also
+    record the exported metric series (:attr:`Outcome.series`).
+
+    Raises:
+        LabelClash: a label of ``series`` is one a scraped metric has.
+    """
 
     async def main() -> Outcome:
-        return await Simulation(scenario).run(on_step)
+        return await Simulation(scenario, series=series).run(on_step)
 
     result: Outcome = run_virtual(main())
     return result
