@@ -285,11 +285,24 @@ class _Draft:
         for iface, room in order:
             if remaining <= 0:
                 break
-            n = min(room, remaining)
+            # Interfaces sharing a subnet share its free addresses: the rooms were each found
+            # against the whole count, so what the ones before took is taken off here.
+            n = min(room, remaining, free.get(iface.subnet_id, 0) // unit)
+            if n <= 0:
+                continue
             assigns[iface.id] = assignment(iface.id, iface.subnet_id, n, prefixes)
             free[iface.subnet_id] -= n * unit
             remaining -= n
         return remaining
+
+    def _slots_left(self, prefixes: bool) -> bool:
+        """Whether an interface has a slot this plan leaves empty."""
+        slots = self.limits.slots_per_interface
+        for iface in managed_interfaces(self.instance, self.spec):
+            planned = self.assigns.get(iface.id)
+            if iface.slots_used + (planned.count if planned is not None else 0) < slots:
+                return True
+        return False
 
     def create_new(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
         unit = PREFIX_SIZE if prefixes else 1
@@ -297,7 +310,9 @@ class _Draft:
             self.free_indexes = usable_free_indexes(self.instance, self.spec, self.limits)
         while remaining > 0:
             if not self.free_indexes:
-                self.reason = "at-capacity"
+                # No adapter slot left: at capacity only when the interfaces are full too; slots
+                # left empty for want of subnet addresses are the subnet's doing.
+                self.reason = "no-subnet" if self._slots_left(prefixes) else "at-capacity"
                 break
             # A new interface takes its primary address from the subnet besides what it carries: a
             # subnet with one free address has no room for one.

@@ -124,6 +124,13 @@ def test_no_free_adapter_slot_is_at_capacity_not_an_error():
     assert p.actions == () and p.shortfall == 2 and p.reason == "at-capacity"
 
 
+def test_slots_left_empty_for_want_of_subnet_addresses_are_the_subnets_doing_not_capacity():
+    inst = instance(*(iface(i, n=10) for i in range(4)))  # 4 free slots on each, no adapter slot
+    p = plan(NodeSpec(), inst, [subnet("s-1", free=2)], must=8)
+    assert p.actions == (AssignAddresses(interface_id="eni-0", subnet_id="s-1", count=2),)
+    assert p.shortfall == 6 and p.reason == "no-subnet"
+
+
 def test_a_cloud_that_cannot_attach_to_running_instances_only_fills_existing_interfaces():
     azure_like = InstanceLimits(adapters=4, ipv4_per_interface=15, hot_attach=False)
     spec = NodeSpec()

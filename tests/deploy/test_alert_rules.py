@@ -191,3 +191,106 @@ def test_the_promtool_tests_fail_when_a_rule_is_reverted(
     status, output = run_promtool("test", "rules", test_file, cwd=tmp_path)
     assert status != 0, f"the promtool tests pass with the old {alert}:\n{output}"
     assert f"name: {catching_group}," in output, output
+
+
+# -- the previous rules ------------------------------------------------------------------------------
+
+PREVIOUS_RULES: dict[str, dict[str, str]] = yaml.safe_load(
+    (Path(__file__).parent / "previous_alert_rules.yaml").read_text()
+)
+"""Alert → its expression and ``for`` before the incident review (previous_alert_rules.yaml)."""
+TOLD_APART: dict[str, list[tuple[str, str]]] = {
+    "EniIpamNotReady": [
+        ("installations.yaml", "this release never ready beside a healthy release fires not ready")
+    ],
+    "EniIpamSubnetLow": [("installations.yaml", "a low subnet through a leader hand-over fires on time")],
+    "EniIpamSubnetExhaustionPredicted": [
+        (
+            "subnets.yaml",
+            "a steady drain of a /22 over six hours fires exhaustion about four hours before it is empty",
+        ),
+        ("subnets.yaml", "a burst to 12 per cent free that then stays flat never fires exhaustion"),
+    ],
+    "EniIpamNodesInDeficit": [
+        ("installations.yaml", "a node short through a leader hand-over fires deficit on time")
+    ],
+    "EniIpamNodesAtCapacity": [
+        ("installations.yaml", "a node at capacity through a leader hand-over fires on time")
+    ],
+    "EniIpamCloudApiThrottled": [
+        (
+            "failures.yaml",
+            "every request throttled for fifteen minutes warns while it goes on, and ends soon after",
+        ),
+        ("installations.yaml", "this release healthy beside another throttled fires nothing"),
+    ],
+    "EniIpamMaintenanceFailing": [
+        (
+            "installations.yaml",
+            "this release's passes failing beside a busy healthy release fires maintenance",
+        )
+    ],
+    "EniIpamResyncFailing": [
+        ("installations.yaml", "this release's resyncs failing beside a healthy release fires resync")
+    ],
+    "EniIpamGarbageCollectionFailing": [
+        (
+            "installations.yaml",
+            "this release healthy beside another whose garbage collection fails fires nothing",
+        )
+    ],
+    "EniIpamStatusWritesFailing": [
+        (
+            "installations.yaml",
+            "this release's status writes failing beside a busy healthy release fires status writes",
+        )
+    ],
+}
+"""Alert → the promtool cases its previous form fails (file, test group)."""
+
+
+def test_every_previous_rule_has_a_case_that_tells_it_apart() -> None:
+    assert set(TOLD_APART) == set(PREVIOUS_RULES)
+
+
+def only(test_file: str, case: str, alert: str, *, installation_labels: bool) -> dict[str, Any]:
+    """A promtool test file holding only ``case``'s checks of ``alert``; without the installation
+    labels in the expected alerts when ``installation_labels`` is false (the previous rules had none)."""
+    tests = yaml.safe_load((PROMTOOL_TESTS / test_file).read_text())
+    group = next(g for g in tests["tests"] if g["name"] == case)
+    checks = copy.deepcopy([c for c in group["alert_rule_test"] if c["alertname"] == alert])
+    assert checks, f"{test_file}: {case!r} checks no {alert}"
+    if not installation_labels:
+        for check in checks:
+            for expected in check.get("exp_alerts") or []:
+                for label in ("namespace", "job"):
+                    expected["exp_labels"].pop(label, None)
+    return {**tests, "tests": [{**group, "alert_rule_test": checks}]}
+
+
+@pytest.mark.parametrize(
+    ("alert", "test_file", "case"),
+    [(alert, test_file, case) for alert, cases in TOLD_APART.items() for test_file, case in cases],
+    ids=[f"{alert}-{n}" for alert, cases in TOLD_APART.items() for n in range(len(cases))],
+)
+def test_a_rule_put_back_in_its_previous_form_fails_its_named_case(
+    tmp_path: Path, alert: str, test_file: str, case: str
+) -> None:
+    spec = rendered_spec()
+    workspace(tmp_path, spec)
+    (tmp_path / "case.yaml").write_text(
+        yaml.safe_dump(only(test_file, case, alert, installation_labels=True))
+    )
+    status, output = run_promtool("test", "rules", "case.yaml", cwd=tmp_path)
+    assert status == 0, f"today's {alert} fails {case!r}:\n{output}"
+
+    previous = copy.deepcopy(without_annotations(spec))
+    rule = alerts(previous)[alert]
+    rule.update(PREVIOUS_RULES[alert])
+    rule.pop("keep_firing_for", None)
+    (tmp_path / RULES).write_text(yaml.safe_dump(previous, sort_keys=False))
+    (tmp_path / "case.yaml").write_text(
+        yaml.safe_dump(only(test_file, case, alert, installation_labels=False))
+    )
+    status, output = run_promtool("test", "rules", "case.yaml", cwd=tmp_path)
+    assert status != 0 and case in output, f"the previous {alert} passes {case!r}:\n{output}"

@@ -223,14 +223,14 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
         ),
         (
             "EniIpamSubnetExhaustionPredicted",
-            # Time to empty: something left, and both the hour's trend and the last minutes' reach 0
-            # within 4 hours.
+            # Time to empty: something left, the hour's trend reaching 0 within 4 hours, and still
+            # going down over the last quarter of an hour.
             [
                 rf"^{FREE} > 0\s+and\s+",
                 rf"predict_linear\(\s*{FREE}\[1h:1m\],\s*14400\s*\) < 0\s+and\s+",
-                rf"predict_linear\(\s*{FREE}\[5m:1m\],\s*14400\s*\) < 0$",
+                rf"deriv\(\s*{FREE}\[15m:1m\]\s*\) < 0$",
             ],
-            "15m",
+            "30m",
         ),
         (
             "EniIpamNodesInDeficit",

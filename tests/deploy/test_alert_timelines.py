@@ -1,0 +1,383 @@
+"""The chart's alerts on incidents the real reconciler plays out.
+
+Each case runs a scenario through ``eni-ipam simulate``'s engine (the production reconciler, planner
+and metrics on the in-memory cloud, on virtual time), records what a Prometheus scraping the
+controller every minute would store (:mod:`eni_ipam.simulator.series`), and asks promtool what the
+rendered rules make of it: drains of several speeds, a plateau after a burst, a subnet running out
+under pod churn, a full node with pods waiting, a throttling storm, a leader hand-over (the series
+moved to another pod after a gap) and two installations scraped by one Prometheus.
+
+When a case expects an alert at a time, the time is read off the run (the minute the subnet is
+empty, the minute the storm begins), not hard-coded: the test states the on-call engineer's
+expectation ("paged three hours before the subnet is empty"), the run supplies the clock.
+What the simulator cannot make (a status write failing, a crash-looping pod) is in the hand-written
+cases of tests/deploy/promtool/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eni_ipam.simulator.scenario import parse_scenario
+from eni_ipam.simulator.series import Recording, SeriesOptions, hand_over, merge
+from eni_ipam.simulator.simulate import simulate
+from tests.deploy.conftest import NAMESPACE
+from tests.deploy.test_alert_rules import RULES, rendered_spec, run_promtool, workspace
+
+INTERVAL = 60
+"""Seconds between scrapes (and rule evaluations): promtool works at the minute."""
+THIS = {"namespace": NAMESPACE, "job": "eni-ipam"}
+"""The labels the chart's ServiceMonitor gives this release's series (the rendered release)."""
+LEADER = {**THIS, "pod": "eni-ipam-a", "instance": "10.0.0.1:9090"}
+OTHER = {"namespace": "team-b", "job": "eni-ipam", "pod": "eni-ipam-a", "instance": "10.0.9.1:9090"}
+"""Another release of eni-ipam scraped by the same Prometheus."""
+
+
+# -- scenarios ----------------------------------------------------------------------------------------
+
+
+def cluster(
+    nodes: int, *, cidr: str = "10.0.0.0/22", type: str = "m5.4xlarge", **spec: Any
+) -> dict[str, Any]:
+    """A scenario document: ``nodes`` nodes of ``type`` in one subnet, no steps yet."""
+    return {
+        "cloud": {
+            "vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}],
+            "subnets": [{"id": "s-1", "vpc": "vpc-1", "zone": "us-east-1a", "cidr": cidr}],
+            "security_groups": [{"id": "sg-1", "vpc": "vpc-1"}],
+            "instances": [
+                {"id": f"i-{n}", "type": type, "subnet": "s-1", "security_groups": ["sg-1"]}
+                for n in range(nodes)
+            ],
+        },
+        "nodes": [{"name": f"n{n}", "instance": f"i-{n}", "pre_allocate": 8, **spec} for n in range(nodes)],
+        "steps": [],
+    }
+
+
+def drain(minutes: int, *, nodes: int = 8, total: int = 1200, after: int = 90) -> dict[str, Any]:
+    """Pods arriving steadily for ``minutes`` (``total`` addresses in all, every 5 minutes a share),
+    more than the /22 holds: the reconciler allocates until the subnet is empty. Then ``after``
+    minutes more."""
+    doc = cluster(nodes)
+    rounds = max(minutes // 5, 1)
+    for k in range(1, rounds + 1):
+        doc["steps"].append({"set": {f"n{n}": {"used": total * k // (nodes * rounds)} for n in range(nodes)}})
+        doc["steps"].append({"advance": f"{minutes * 60 // rounds}s"})
+    doc["steps"].append({"advance": f"{after * 60}s"})
+    return doc
+
+
+def record(doc: Mapping[str, Any], labels: Mapping[str, str] = LEADER) -> Recording:
+    outcome = simulate(parse_scenario(doc), series=SeriesOptions(interval=INTERVAL, labels=dict(labels)))
+    assert outcome.passed, [r.failures for r in outcome.results if r.failures]
+    assert outcome.series is not None
+    return outcome.series
+
+
+def values(recording: Recording, name: str, **labels: str) -> list[float | None]:
+    """The one series of ``name`` with these labels (among others), one value per scrape."""
+    found = [
+        v for k, v in recording.series.items() if k.name == name and labels.items() <= dict(k.labels).items()
+    ]
+    assert len(found) == 1, (name, labels, len(found))
+    return list(found[0])
+
+
+def first(series: list[float | None], holds: Callable[[float], bool]) -> int:
+    """The first minute whose scrape holds."""
+    return next(minute for minute, v in enumerate(series) if v is not None and holds(v))
+
+
+# -- promtool -----------------------------------------------------------------------------------------
+
+
+def firing(minute: int, alert: str, **labels: str) -> dict[str, Any]:
+    severity = "critical" if alert in CRITICAL else "warning"
+    return {
+        "eval_time": f"{minute}m",
+        "alertname": alert,
+        "exp_alerts": [{"exp_labels": {"severity": severity, **THIS, **labels}}],
+    }
+
+
+def quiet(minute: int, alert: str) -> dict[str, Any]:
+    return {"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": []}
+
+
+CRITICAL = {
+    "EniIpamNotReady",
+    "EniIpamSeveralLeaders",
+    "EniIpamSubnetFull",
+    "EniIpamSubnetExhaustionPredicted",
+}
+
+
+def judge(tmp_path: Path, recording: Recording, cases: list[dict[str, Any]], name: str) -> None:
+    """Run promtool on the recording with the chart's rules; fail with its report."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    workspace(tmp_path, rendered_spec())
+    series = recording.to_input_series()
+    test = {
+        "rule_files": [RULES],
+        "evaluation_interval": series["interval"],
+        "tests": [{"name": name, **series, "alert_rule_test": cases}],
+    }
+    (tmp_path / "timeline.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    status, output = run_promtool("test", "rules", "timeline.yaml", cwd=tmp_path)
+    assert status == 0, f"{name}:\n{output}"
+
+
+# -- subnets ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def six_hour_drain() -> Recording:
+    return record(drain(360))
+
+
+@pytest.mark.parametrize(
+    ("minutes", "lead"),
+    [(360, 180), (120, 45), (60, 10)],
+    ids=["six-hours", "two-hours", "one-hour"],
+)
+def test_a_drain_pages_before_the_subnet_is_empty_then_pages_it_full(tmp_path, minutes, lead):
+    recording = record(drain(minutes))
+    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
+    empty = first(free, lambda v: v < 2)
+    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    judge(
+        tmp_path,
+        recording,
+        [
+            quiet(5, "EniIpamSubnetExhaustionPredicted"),
+            firing(empty - lead, "EniIpamSubnetExhaustionPredicted", **subnet),
+            firing(empty - 1, "EniIpamSubnetExhaustionPredicted", **subnet),
+            quiet(empty + 4, "EniIpamSubnetFull"),
+            firing(empty + 6, "EniIpamSubnetFull", **subnet),
+            # Empty is EniIpamSubnetFull's: the prediction ends (after keepFiringFor).
+            quiet(empty + 12, "EniIpamSubnetExhaustionPredicted"),
+            firing(empty + 60, "EniIpamSubnetFull", **subnet),
+        ],
+        f"a drain of {minutes} minutes",
+    )
+
+
+def test_a_burst_to_twelve_per_cent_free_then_a_plateau_never_predicts_exhaustion(tmp_path):
+    doc = cluster(8)
+    doc["steps"] = [
+        {"advance": "3600s"},
+        {"set": {f"n{n}": {"used": 100} for n in range(8)}},  # a scale-up: 800 more addresses at once
+        {"advance": f"{5 * 3600}s"},
+    ]
+    recording = record(doc)
+    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
+    plateau = first(free, lambda v: v < 0.15 * 1019)
+    assert free[-1] == free[plateau + 5] > 64  # flat from then on, above the low threshold
+    judge(
+        tmp_path,
+        recording,
+        [quiet(m, "EniIpamSubnetExhaustionPredicted") for m in range(plateau - 5, plateau + 300, 5)]
+        + [quiet(plateau + 60, "EniIpamSubnetLow"), quiet(plateau + 60, "EniIpamSubnetFull")],
+        "a burst, then a plateau",
+    )
+
+
+def test_a_firing_exhaustion_page_survives_a_leader_hand_over(tmp_path, six_hour_drain):
+    free = values(six_hour_drain, "eni_ipam_available_ips_per_subnet", subnet="s-1")
+    empty = first(free, lambda v: v < 2)
+    at = empty - 120  # firing by then
+    moved = hand_over(
+        six_hour_drain, at=at * 60, gap=2 * 60, labels={"pod": "eni-ipam-b", "instance": "10.0.0.2:9090"}
+    )
+    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    judge(
+        tmp_path,
+        moved,
+        [
+            firing(m, "EniIpamSubnetExhaustionPredicted", **subnet)
+            for m in (at - 1, at, at + 1, at + 2, at + 5)
+        ]
+        + [firing(empty + 6, "EniIpamSubnetFull", **subnet)],
+        "a hand-over while exhaustion fires",
+    )
+
+
+# -- nodes --------------------------------------------------------------------------------------------
+
+
+def full_subnet_with_churn() -> dict[str, Any]:
+    """Four nodes in a /24; n0's pods take what is left, then come and go every minute while nothing
+    is (the others need nothing more)."""
+    doc = cluster(4, cidr="10.0.0.0/24")
+    doc["steps"] = [{"advance": "120s"}, {"set": {"n0": {"used": 220}}}, {"advance": "600s"}]
+    for minute in range(60):
+        doc["steps"].append({"set": {"n0": {"used": 224 if minute % 2 == 0 else 216}}})
+        doc["steps"].append({"advance": "60s"})
+    return doc
+
+
+def test_a_node_at_a_full_subnet_under_pod_churn_alerts_once_and_stays(tmp_path):
+    recording = record(full_subnet_with_churn())
+    stuck = values(recording, "eni_ipam_node_at_capacity", node="n0", reason="subnet")
+    since = first(stuck, lambda v: v == 1)
+    # The controller's reason is steady: one series, never missing once it began.
+    assert all(v == 1 for v in stuck[since:]), stuck[since:]
+    judge(
+        tmp_path,
+        recording,
+        [
+            quiet(since + 14, "EniIpamNodesAtCapacity"),
+            firing(since + 16, "EniIpamNodesAtCapacity", node="n0", reason="subnet"),
+            firing(since + 40, "EniIpamNodesAtCapacity", node="n0", reason="subnet"),
+        ],
+        "a node at a full subnet under pod churn",
+    )
+
+
+def test_a_pending_capacity_alert_keeps_its_for_through_a_hand_over(tmp_path):
+    recording = record(full_subnet_with_churn())
+    stuck = values(recording, "eni_ipam_node_at_capacity", node="n0", reason="subnet")
+    since = first(stuck, lambda v: v == 1)
+    moved = hand_over(recording, at=(since + 8) * 60, gap=2 * 60, labels={"pod": "eni-ipam-b"})
+    judge(
+        tmp_path,
+        moved,
+        [firing(since + 16, "EniIpamNodesAtCapacity", node="n0", reason="subnet")],
+        "a hand-over while a capacity alert is pending",
+    )
+
+
+def test_a_full_node_with_pods_waiting_alerts_and_a_full_node_without_does_not(tmp_path):
+    doc = cluster(2, type="t3.medium", pre_allocate=2)  # 3 interfaces of 6 addresses
+    doc["steps"] = [
+        {"converge": "60s"},
+        {"set": {"n0": {"used": 15}, "n1": {"used": 15}}},  # every slot taken
+        {"advance": "300s"},
+        {"set": {"n0": {"pending_pods": 3}}},  # three pods wait on n0
+        {"advance": "1800s"},
+    ]
+    recording = record(doc)
+    needed = values(recording, "eni_ipam_node_ips", node="n0", type="needed")
+    waiting = first(needed, lambda v: v == 3)
+    judge(
+        tmp_path,
+        recording,
+        [
+            quiet(waiting + 14, "EniIpamNodesAtCapacity"),
+            firing(waiting + 16, "EniIpamNodesAtCapacity", node="n0", reason="instance-limit"),
+            quiet(waiting + 16, "EniIpamNodesInDeficit"),
+        ],
+        "a full node with pods waiting",
+    )
+
+
+# -- the cloud's API ----------------------------------------------------------------------------------
+
+
+def storm(minutes: int) -> dict[str, Any]:
+    """Pods arrive on 20 nodes every minute for an hour; from minute 10 every AssignPrivateIpAddresses
+    is throttled for about ``minutes`` minutes (a fault per call the nodes make meanwhile)."""
+    doc = cluster(20)
+    for minute in range(70):
+        doc["steps"].append({"set": {f"n{n}": {"used": 2 * minute} for n in range(20)}})
+        if minute == 10:
+            doc["steps"].append(
+                {
+                    "cloud": {
+                        "fail": {
+                            "AssignPrivateIpAddresses": {
+                                "count": 40 * minutes,
+                                "code": "RequestLimitExceeded",
+                            }
+                        }
+                    }
+                }
+            )
+        doc["steps"].append({"advance": "60s"})
+    return doc
+
+
+def throttled_minutes(recording: Recording) -> tuple[int, int]:
+    """The first and last minute in which AssignPrivateIpAddresses requests were throttled."""
+    series = values(recording, "eni_ipam_api_throttled_total", operation="AssignPrivateIpAddresses")
+    rising = [m for m in range(1, len(series)) if (series[m] or 0) > (series[m - 1] or 0)]
+    return rising[0], rising[-1]
+
+
+def test_a_long_throttling_storm_warns_while_it_goes_on_and_a_short_one_does_not(tmp_path):
+    long = record(storm(15))
+    start, end = throttled_minutes(long)
+    assert end - start >= 12, (start, end)
+    judge(
+        tmp_path / "long",
+        long,
+        [
+            firing(end - 1, "EniIpamCloudApiThrottled", operation="AssignPrivateIpAddresses"),
+            quiet(end + 10, "EniIpamCloudApiThrottled"),
+        ],
+        "a fifteen-minute storm",
+    )
+    short = record(storm(5))
+    start, end = throttled_minutes(short)
+    assert end - start <= 8, (start, end)
+    judge(
+        tmp_path / "short",
+        short,
+        [quiet(m, "EniIpamCloudApiThrottled") for m in range(start, end + 15)],
+        "a five-minute storm",
+    )
+
+
+# -- installations ------------------------------------------------------------------------------------
+
+
+def healthy() -> dict[str, Any]:
+    doc = cluster(2)
+    doc["steps"] = [{"advance": "3600s"}]
+    return doc
+
+
+def broken(operation: str, code: str) -> dict[str, Any]:
+    """Two nodes needing addresses every few minutes while every ``operation`` call fails."""
+    doc = cluster(2)
+    doc["steps"] = [{"cloud": {"fail": {operation: {"count": 100000, "code": code}}}}]
+    for k in range(12):
+        doc["steps"].append({"set": {"n0": {"used": 8 * k}, "n1": {"used": 8 * k}}})
+        doc["steps"].append({"advance": "300s"})
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("operation", "code", "alerts"),
+    [
+        ("DescribeSubnets", "UnauthorizedOperation", {"EniIpamNotReady": {}}),
+        (
+            "AssignPrivateIpAddresses",
+            "UnauthorizedOperation",
+            {"EniIpamMaintenanceFailing": {"reason": "Unauthorized"}},
+        ),
+    ],
+    ids=["never-ready", "passes-failing"],
+)
+def test_a_broken_installation_alerts_beside_a_healthy_one(tmp_path, operation, code, alerts):
+    ours = record(broken(operation, code))
+    theirs = record(healthy(), OTHER)
+    both = merge(ours, theirs)
+    cases = [firing(40, alert, **labels) for alert, labels in alerts.items()]
+    judge(tmp_path / "ours", both, cases, f"this release broken ({operation} {code}), another healthy")
+    # And the other way round: this release healthy beside a broken one fires nothing (the other
+    # release's own rules judge it).
+    ours_ok = record(healthy())
+    theirs_broken = record(broken(operation, code), OTHER)
+    judge(
+        tmp_path / "theirs",
+        merge(ours_ok, theirs_broken),
+        [quiet(40, alert) for alert in alerts],
+        f"this release healthy, another broken ({operation} {code})",
+    )
