@@ -391,11 +391,13 @@ class Node:
             # Short even after what the plan places: nothing more until the view changes (a resync,
             # a change of the node), so the node does not claim work nobody will do.
             self.blocked = plan.reason if plan.shortfall else ""
+            before = self.shortfall
             if plan.shortfall:
                 self._short_of(plan.reason)
             if plan.reason == "at-capacity":
                 self._log_at_capacity(plan.shortfall)
-            elif plan.reason and not plan.actions:
+            elif plan.reason and not plan.actions and plan.reason != before:
+                # Once per shortfall, not at every resync that plans the node again.
                 log.warning(
                     "allocation_blocked", node=self.name, reason=plan.reason, shortfall=plan.shortfall
                 )

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 
 import pytest
+import structlog.testing
 
 from eni_ipam.core import errors
 from eni_ipam.core.node import CAPACITY_REASON_HOLD, PassResult
@@ -707,3 +708,16 @@ async def test_only_subnets_a_node_has_an_interface_in_are_exported(make_world):
         await asyncio.sleep(world.manager.settings.resync_interval)
         exported = world.metrics.samples("eni_ipam_subnet_size_ips")
         assert sorted(dict(labels)["subnet"] for labels in exported) == ["s-1", "s-db"]
+
+
+async def test_a_node_blocked_by_a_full_subnet_says_so_once_not_at_every_resync(make_world):
+    async with make_world() as world:
+        world.add_node("n1", pre_allocate=8)
+        await world.settle()
+        world.cloud.set_subnet_available("s-1", 0)
+        await asyncio.sleep(world.manager.settings.resync_interval)
+        with structlog.testing.capture_logs() as logs:
+            world.side.update("n1", used=6)
+            await asyncio.sleep(10 * world.manager.settings.resync_interval)  # ten resyncs plan it again
+        blocked = [e for e in logs if e["event"] == "allocation_blocked"]
+        assert [(e["node"], e["reason"]) for e in blocked] == [("n1", "no-subnet")]
