@@ -201,7 +201,8 @@ PREVIOUS_RULES: dict[str, dict[str, str]] = yaml.safe_load(
 """Alert → its expression and ``for`` before the incident review (previous_alert_rules.yaml)."""
 TOLD_APART: dict[str, list[tuple[str, str]]] = {
     "EniIpamNotReady": [
-        ("installations.yaml", "this release never ready beside a healthy release fires not ready")
+        ("installations.yaml", "this release never ready beside a healthy release fires not ready"),
+        ("installations.yaml", "this release gone beside a healthy release fires not ready"),
     ],
     "EniIpamSubnetLow": [("installations.yaml", "a low subnet through a leader hand-over fires on time")],
     "EniIpamSubnetExhaustionPredicted": [
