@@ -33,6 +33,7 @@ from eni_ipam.simulator.series import (
 )
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.simulator.simulate import Outcome, Simulation, simulate
+from tests.test_scenarios import BASE
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLES = ROOT / "examples" / "scenarios"
@@ -301,15 +302,8 @@ def test_hand_over_refuses_to_make_two_series_one_and_bad_arguments() -> None:
 # --- the command line --------------------------------------------------------------------------------
 
 
-SCENARIO = """
-cloud:
-  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]
-  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]
-  security_groups: [{id: sg-1, vpc: vpc-1}]
-  instances: [{id: i-1, type: m5.large, subnet: s-1, security_groups: [sg-1]}]
-nodes: [{name: node1, instance: i-1}]
-steps: [{converge: 10s}, {advance: 60s}, {expect: {node1: {available: AVAILABLE}}}]
-"""
+SCENARIO = BASE + "steps: [{converge: 10s}, {advance: 60s}, {expect: {node1: {available: AVAILABLE}}}]\n"
+"""One node in one subnet (the scenario tests' base), expecting AVAILABLE addresses after a minute."""
 
 
 def scenario_file(tmp_path: Path, available: int = 8) -> str:
