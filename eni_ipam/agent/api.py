@@ -5,12 +5,12 @@ Routes (bodies are JSON objects; field names as the CNI spec spells them):
 * ``POST /v1/cni/add`` ``{containerID, ifname, netns?, pool?, family?, ips?, network?, podUID?,
   podNamespace?, podName?}`` → 200 ``{owner, pool, existing, ips: [{address, prefixLength, gateway,
   family, pool, interfaceID, subnetID}]}``. ``family``: ``ipv4``, ``ipv6``, ``dual`` (both, or
-  nothing), or absent (every enabled family). ``ips``: the addresses the container asks for (CNI_ARGS
-  ``IP=``, the ``ips`` capability): exactly those are handed out, or the request fails —
-  ``not_in_pool`` for an address the pool does not offer, ``already_allocated`` for one another owner
-  holds; never another address instead. ``network``, ``netns`` and the pod fields are recorded with
-  the allocation: ``GC`` is per network, and the sweep releases an owner whose pod or network
-  namespace is gone.
+  nothing), or absent (IPv4; IPv6 on a node with IPv4 disabled). ``ips``: the addresses the
+  container asks for (CNI_ARGS ``IP=``, the ``ips`` capability): exactly those are handed out, or
+  the request fails — ``not_in_pool`` for an address the pool does not offer, ``already_allocated``
+  for one another owner holds; never another address instead. ``network``, ``netns`` and the pod
+  fields are recorded with the allocation: ``GC`` is per network, and the sweep releases an owner
+  whose pod or network namespace is gone.
 * ``POST /v1/cni/del`` ``{containerID, ifname}`` → 200 ``{owner, released: [...]}``; unknown is success.
 * ``POST /v1/cni/check`` ``{containerID, ifname, ips?: [address, ...]}`` → 200 ``{owner, ips}`` when the
   container still holds addresses, every one of them is among ``ips`` (the previous result), and none of
@@ -154,7 +154,7 @@ def _owner(body: Mapping[str, Any]) -> str:
 
 
 def _families(body: Mapping[str, Any]) -> tuple[Family, ...] | None:
-    """The families an ADD asks for: None = every enabled family (the allocator decides)."""
+    """The families an ADD asks for: None = none named (IPv4, or IPv6 where IPv4 is disabled)."""
     raw = body.get("family")
     if raw is None:
         return None
@@ -245,7 +245,10 @@ def cni_add(
     if families is None:
         if held:
             return held, True
-        v4, v6 = allocator.allocate_next(owner, pool, attachment=attachment)
+        # No family asked: IPv4, or IPv6 on a node without IPv4. Both only when asked (dual): an
+        # IPv4-only runtime on a node that also has IPv6 enabled must not depend on the IPv6 pool.
+        default = Family.IPV4 if allocator.enabled(Family.IPV4) else Family.IPV6
+        v4, v6 = allocator.allocate_next(owner, pool, default, attachment=attachment)
         return [a for a in (v4, v6) if a is not None], False
     missing = [f for f in families if not any(a.family == f for a in held)]
     if not missing:

@@ -14,7 +14,11 @@ Invariants:
   unstructured logs, and only on failures.
 * Input is validated completely before the agent is contacted: bad input never changes state.
 * DEL of something the agent does not know succeeds; an unreachable agent is code 11 (try again
-  later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS.
+  later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS. A missing or refusing
+  socket (the agent restarting) is retried for about 2 s first (:data:`CONNECT_RETRIES`); STATUS answers
+  within about 1.5 s whatever the agent's state.
+* GC and STATUS exist from ``cniVersion`` 1.1.0: below it they are refused with code 1, as the
+  reference plugins refuse them.
 * A requested address (CNI_ARGS ``IP=``, the ``ips`` capability) is handed out exactly, or the ADD
   fails with a code naming why; another address is never handed out instead.
 * The allocation owner is ``cni:<CNI_CONTAINERID>:<CNI_IFNAME>`` (the agent derives it).
@@ -51,6 +55,20 @@ FAMILIES = ("ipv4", "ipv6", "dual")
 REQUEST_TIMEOUT = 30.0
 """Seconds to wait for the agent (connect, and then each read); runtimes time a plugin out after
 minutes."""
+CONNECT_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.4, 0.4, 0.4)
+"""Pauses (seconds) between attempts to connect while the agent's socket is missing or refuses (the
+agent is restarting: it serves again within about a second of its start), about 2 s in all, before
+answering code 11. Runtimes that never retry an ADD (podman, Docker through CNI) then see no
+restart; only a connection is retried, never a request the agent may have received."""
+STATUS_TIMEOUT = 1.0
+"""STATUS's deadline for the agent's answer: a runtime polls STATUS to decide whether the node is
+ready, so it gets an answer within about a second and a half whatever state the agent is in
+(stopped, restarting, gone)."""
+STATUS_RETRIES = (0.05, 0.1, 0.2)
+"""STATUS's pauses between connection attempts (0.35 s in all)."""
+FLOORS = {"GC": (1, 1, 0), "STATUS": (1, 1, 0)}
+"""The oldest ``cniVersion`` a command exists in: the spec added GC and STATUS in 1.1.0, and the
+reference plugins' ``skel`` refuses them below it with code 1."""
 MAX_ANSWER = 4 << 20
 """Largest agent answer read (bytes): a pool's addresses fit many times over."""
 
@@ -270,9 +288,29 @@ def _unchunk(data: bytes) -> bytes:
 
 
 class AgentClient:
-    def __init__(self, socket_path: str, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        timeout: float = REQUEST_TIMEOUT,
+        retries: tuple[float, ...] = CONNECT_RETRIES,
+    ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        self.retries = retries
+
+    def _connect(self, sock: Any) -> None:
+        """Connect, pausing ``retries`` between attempts while the socket is missing or refuses (the
+        agent restarting); other errors, and the last attempt's, propagate."""
+        for pause in (*self.retries, None):
+            try:
+                sock.connect(self.socket_path)
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                if pause is None:
+                    raise
+                import time  # a built-in module; only a restart's path pays for it
+
+                time.sleep(pause)
 
     def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
         """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11."""
@@ -285,7 +323,7 @@ class AgentClient:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
+            self._connect(sock)
             sock.sendall(request)
             size = 0
             while size <= MAX_ANSWER:
@@ -666,6 +704,13 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
             args = parse_args(environ.get("CNI_ARGS", ""))
             conf = parse_config(raw)
             version = conf["cniVersion"]
+            floor = FLOORS.get(command)
+            if floor is not None and tuple(int(part) for part in version.split(".")) < floor:
+                _fail(
+                    INCOMPATIBLE_VERSION,
+                    f"config version does not allow {command}",
+                    f"cniVersion {version}: {command} needs {'.'.join(map(str, floor))} or later",
+                )
             validate_ipam(conf)
             if command == "CHECK" and not isinstance(conf.get("prevResult"), dict):
                 _fail(INVALID_CONFIG, "prevResult is required for CHECK (the result of the previous ADD)")
@@ -678,7 +723,10 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
                 conf=conf,
                 args=args,
             )
-            client = AgentClient(inv.socket)
+            if command == "STATUS":
+                client = AgentClient(inv.socket, STATUS_TIMEOUT, STATUS_RETRIES)
+            else:
+                client = AgentClient(inv.socket)
             if command == "ADD":
                 output = cmd_add(inv, client)
             elif command == "DEL":

@@ -222,9 +222,72 @@ async def test_allocator_refusals_are_plugin_specific_codes(
 @pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "GC"])
 async def test_an_unreachable_agent_is_try_again_later_for_every_command(command: str) -> None:
     plugin = Plugin("/nonexistent/agent.sock")
-    conf = {**plugin.conf(), "prevResult": {"ips": [{"address": "10.99.0.10/24"}]}}
+    version = "1.1.0" if command == "GC" else "1.0.0"
+    conf = {**plugin.conf(version), "prevResult": {"ips": [{"address": "10.99.0.10/24"}]}}
     rc, out, err = await plugin(command, conf)
-    expect_error(rc, out, err, cni.TRY_AGAIN_LATER, names="/nonexistent/agent.sock")
+    expect_error(rc, out, err, cni.TRY_AGAIN_LATER, names="/nonexistent/agent.sock", version=version)
+
+
+async def test_an_agent_restarting_within_the_connect_patience_serves_the_add(tmp_path: Any) -> None:
+    # The socket appears half a second after the plugin started (the agent restarting): a runtime
+    # that never retries an ADD (podman, Docker through CNI) still gets its address.
+    allocator = make_allocator()
+    app = web.Application()
+    api.add_routes(app, allocator)
+    path = str(tmp_path / "agent.sock")
+    plugin = Plugin(path)
+    add = asyncio.ensure_future(plugin("ADD"))
+    await asyncio.sleep(0.5)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.UnixSite(runner, path).start()
+        rc, out, err = await add
+    finally:
+        await runner.cleanup()
+    assert (rc, err) == (0, ""), out
+    assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
+
+
+async def test_status_answers_within_seconds_when_the_agent_accepts_but_never_answers(tmp_path: Any) -> None:
+    # A stopped (SIGSTOP) agent: the kernel still accepts connections on its socket.
+    import socket
+
+    loop = asyncio.get_running_loop()
+    path = str(tmp_path / "agent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(16)
+        plugin = Plugin(path)
+        started = loop.time()
+        rc, out, err = await plugin("STATUS", plugin.conf("1.1.0"))
+        took = loop.time() - started
+    expect_error(rc, out, err, cni.NOT_AVAILABLE, version="1.1.0")
+    assert took < 10, took  # the deadline is 1 s; an ADD's would be 30 s
+
+
+@pytest.mark.parametrize("command", ["GC", "STATUS"])
+@pytest.mark.parametrize("version", ["0.4.0", "1.0.0"])
+async def test_gc_and_status_are_refused_below_cni_1_1_0_as_the_reference_plugins_do(
+    agent: Any, command: str, version: str
+) -> None:
+    allocator, plugin = await agent()
+    assert (await plugin("ADD"))[0] == 0
+    conf = {**plugin.conf(version), "cni.dev/valid-attachments": []}
+    rc, out, err = await plugin(command, conf)
+    expect_error(rc, out, err, cni.INCOMPATIBLE_VERSION, version=version)
+    assert "does not allow" in out["msg"] and command in out["msg"]
+    assert len(allocator.allocations()) == 1  # a GC with no valid attachment would have released it
+
+
+async def test_an_add_without_family_on_a_node_with_both_gets_ipv4_alone(agent: Any) -> None:
+    # IPv6 enabled, but the IPv6 pool is empty: an IPv4-only network must not depend on it.
+    _, plugin = await agent(ipv6=True, pool=V4)
+    rc, out, err = await plugin("ADD")
+    assert (rc, err) == (0, ""), out
+    assert [ip["address"] for ip in out["ips"]] == ["10.99.0.10/24"]
+    rc, out, _ = await plugin("ADD", plugin.conf(family="dual"), container="c2")
+    assert rc != 0 and out["code"] == cni.TRY_AGAIN_LATER  # asked for both: the IPv6 pool is empty
 
 
 @pytest.mark.parametrize(
