@@ -36,6 +36,7 @@ from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
+from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.metrics import AgentMetrics
@@ -263,14 +264,8 @@ class Agent:
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
                     judges.append(NamespaceJudge(self.allocator, cni_cache_dir=self.config.cni_cache_dir))
                 if self.config.docker_socket:
-                    judges.append(
-                        DockerJudge(
-                            self.allocator,
-                            self.driver,
-                            socket=self.config.docker_socket,
-                            driver_name=self.config.docker_ipam_driver,
-                        )
-                    )
+                    docker = DockerApi(self.config.docker_socket, driver_name=self.config.docker_ipam_driver)
+                    judges.append(DockerJudge(self.allocator, self.driver, docker))
                 if self.config.sweep_interval > 0:
                     self.sweeper = Sweeper(
                         judges,

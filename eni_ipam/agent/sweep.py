@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +36,7 @@ import structlog
 
 from eni_ipam import errors
 from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.docker import DockerApi, DockerUnreachable, canonical_network
 from eni_ipam.agent.runtime import CNI_PREFIX, cached, namespace_exists
 from eni_ipam.agent.types import Allocation
 from eni_ipam.core.clock import Clock
@@ -248,38 +247,25 @@ class PodJudge:
 
 
 class DockerJudge:
-    """libnetwork allocations and pools against Docker's own view, from its API on ``socket``."""
+    """libnetwork allocations and pools against Docker's own view, from its API (:class:`DockerApi`)."""
 
     name = "docker"
 
-    def __init__(self, allocator: Allocator, driver: Any, *, socket: str, driver_name: str) -> None:
+    def __init__(self, allocator: Allocator, driver: Any, docker: DockerApi) -> None:
         self.allocator = allocator
         self.driver = driver
-        self.socket = socket
-        self.driver_name = driver_name
+        self.docker = docker
 
     async def findings(self) -> list[Finding] | None:
         try:
-            networks = await self._networks()
-        except (TimeoutError, OSError, ValueError) as exc:
-            log.info("docker_unreachable", socket=self.socket, error=str(exc))
+            view = await self.docker.view()
+        except DockerUnreachable as exc:
+            log.info("docker_unreachable", socket=self.docker.socket, error=str(exc))
             return None
-        ours = [n for n in networks if ((n.get("IPAM") or {}).get("Driver") or "") == self.driver_name]
-        in_use: set[str] = set()
-        subnets: set[str] = set()
-        for network in ours:
-            for config in (network.get("IPAM") or {}).get("Config") or ():
-                subnets.add(_canonical_network(config.get("Subnet", "")))
-                for address in (config.get("Gateway"), *((config.get("AuxiliaryAddresses") or {}).values())):
-                    if address:
-                        in_use.add(_bare(address))
-            for endpoint in (network.get("Containers") or {}).values():
-                for field in ("IPv4Address", "IPv6Address"):
-                    if endpoint.get(field):
-                        in_use.add(_bare(endpoint[field]))
+        in_use, subnets = view.in_use(), view.subnets()
         out: list[Finding] = []
         for record in self.driver.pools():
-            if _canonical_network(record.pool) not in subnets:
+            if canonical_network(record.pool) not in subnets:
                 why = f"no Docker network uses pool {record.pool} any more"
                 out.append(Finding(f"pool:{record.pool_id}", True, self._release_pool(record.pool_id), why))
                 continue
@@ -298,45 +284,3 @@ class DockerJudge:
             return None
 
         return release
-
-    async def _networks(self) -> list[dict[str, Any]]:
-        """Every Docker network with its endpoints (``GET /networks`` lists none, so each is inspected)."""
-        listed = await self._get("/networks")
-        out = []
-        for item in listed if isinstance(listed, list) else []:
-            if ((item.get("IPAM") or {}).get("Driver") or "") == self.driver_name:
-                out.append(await self._get(f"/networks/{urllib.parse.quote(str(item['Id']), safe='')}"))
-        return out
-
-    async def _get(self, path: str) -> Any:
-        """One GET on Docker's API over its unix socket (HTTP/1.0: the answer ends with the connection)."""
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.socket), 10)
-        try:
-            writer.write(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            await writer.drain()
-            raw = await asyncio.wait_for(reader.read(), 30)
-        finally:
-            writer.close()
-        head, _, body = raw.partition(b"\r\n\r\n")
-        status = head.split(b" ", 2)[1:2]
-        if status != [b"200"]:
-            raise ValueError(
-                f"GET {path}: {head.splitlines()[0].decode(errors='replace') if head else 'no answer'}"
-            )
-        return json.loads(body)
-
-
-def _bare(address: str) -> str:
-    from eni_ipam.agent.members import canonical_address
-
-    text = address.split("/")[0]
-    return canonical_address(text) or text
-
-
-def _canonical_network(text: str) -> str:
-    import ipaddress
-
-    try:
-        return str(ipaddress.ip_network(text, strict=False))
-    except ValueError:
-        return text

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.libnetwork.driver import LibnetworkDriver
 from eni_ipam.agent.libnetwork.protocol import LOCAL_ADDRESS_SPACE
 from eni_ipam.agent.sweep import DockerJudge, Finding, NamespaceJudge, PodJudge, Sweeper
@@ -269,12 +270,12 @@ def test_docker_judge_reconciles_addresses_and_pools_with_dockers_endpoints(tmp_
             network("10.98.0.0/24", {}, driver="default"),
         ]
         async with fake_docker(lambda: docker_view) as socket:
-            judge = DockerJudge(a, driver, socket=socket, driver_name="eni-ipam")
+            judge = DockerJudge(a, driver, DockerApi(socket, driver_name="eni-ipam"))
             found = {f.key: f.gone for f in await judge.findings()}
             docker_view.pop(0)  # the network was removed while the agent was down
             gone_pool = {f.key: f.gone for f in await judge.findings()}
         nowhere = str(tmp_path / "nope.sock")
-        unreachable = await DockerJudge(a, driver, socket=nowhere, driver_name="eni-ipam").findings()
+        unreachable = await DockerJudge(a, driver, DockerApi(nowhere, driver_name="eni-ipam")).findings()
         return found | {"pools": gone_pool}, (live, leaked, kept.pool_id, unreachable)
 
     found, (live, leaked, pool_id, unreachable) = run(scenario())
@@ -293,7 +294,7 @@ def test_docker_judge_releases_a_pool_docker_no_longer_uses(tmp_path: Path) -> N
         driver.request_address(pool.pool_id)
         async with fake_docker(lambda: []) as socket:
             clock = FakeClock()
-            judge = DockerJudge(a, driver, socket=socket, driver_name="eni-ipam")
+            judge = DockerJudge(a, driver, DockerApi(socket, driver_name="eni-ipam"))
             sweeper = Sweeper([judge], clock=clock, interval=1, grace=5)
             await sweeper.sweep_once()
             clock.advance(5)
