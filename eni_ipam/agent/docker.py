@@ -1,7 +1,7 @@
 """Docker's own view of the networks that use the libnetwork driver, read from its API.
 
 Two readers need it: the sweep (:class:`~eni_ipam.agent.sweep.DockerJudge`) releases what no Docker
-network or endpoint holds any more, and the start (:mod:`~eni_ipam.agent.rebuild`) rebuilds a lost
+network or endpoint holds any more, and the start (:mod:`~eni_ipam.agent.start`) rebuilds a lost
 state file from Docker's endpoints and releases the pools of networks removed while the agent was
 down. Both read Docker through :class:`DockerApi`, so they agree on what Docker holds.
 

@@ -8,15 +8,11 @@ between — is property-tested against a model of every verdict it was shown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import tempfile
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +23,7 @@ from eni_ipam.agent.libnetwork.protocol import LOCAL_ADDRESS_SPACE
 from eni_ipam.agent.sweep import DockerJudge, Finding, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import Attachment, PoolAddress
 from eni_ipam.core.clock import LoopClock
-from tests.agent import FakeClock
+from tests.agent import FakeClock, docker_network, fake_docker
 from tests.agent.test_runtime import write_entry
 
 POOL = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 20)]
@@ -219,45 +215,6 @@ def test_pod_judge_knows_running_pods_and_has_no_view_before_its_informer_synced
 # -- Docker --------------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def fake_docker(networks: Callable[[], list[dict[str, Any]]]) -> AsyncIterator[str]:
-    """Docker's API on a unix socket: ``GET /networks`` and ``GET /networks/{id}``."""
-
-    async def listing(_: web.Request) -> web.Response:
-        return web.json_response([{k: v for k, v in n.items() if k != "Containers"} for n in networks()])
-
-    async def inspect(request: web.Request) -> web.Response:
-        found = [n for n in networks() if n["Id"] == request.match_info["id"]]
-        return (
-            web.json_response(found[0])
-            if found
-            else web.json_response({"message": "no such network"}, status=404)
-        )
-
-    app = web.Application()
-    app.router.add_get("/networks", listing)
-    app.router.add_get("/networks/{id}", inspect)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    with tempfile.TemporaryDirectory(prefix="eni-dock-", dir="/tmp") as directory:
-        socket = f"{directory}/docker.sock"
-        await web.UnixSite(runner, socket).start()
-        try:
-            yield socket
-        finally:
-            await runner.cleanup()
-
-
-def network(subnet: str, containers: dict[str, str], driver: str = "eni-ipam") -> dict[str, Any]:
-    return {
-        "Id": "net-" + subnet.replace("/", "-"),
-        "IPAM": {"Driver": driver, "Config": [{"Subnet": subnet, "Gateway": "10.99.0.1"}]},
-        "Containers": {
-            cid: {"IPv4Address": f"{address}/24", "IPv6Address": ""} for cid, address in containers.items()
-        },
-    }
-
-
 def test_docker_judge_reconciles_addresses_and_pools_with_dockers_endpoints(tmp_path: Path) -> None:
     async def scenario() -> tuple[dict[str, bool], Any]:
         a = allocator()
@@ -266,8 +223,8 @@ def test_docker_judge_reconciles_addresses_and_pools_with_dockers_endpoints(tmp_
         live, _ = driver.request_address(kept.pool_id)
         leaked, _ = driver.request_address(kept.pool_id)
         docker_view = [
-            network("10.99.0.0/24", {"c1": live.split("/")[0]}),
-            network("10.98.0.0/24", {}, driver="default"),
+            docker_network("10.99.0.0/24", {"c1": live.split("/")[0]}),
+            docker_network("10.98.0.0/24", {}, driver="default"),
         ]
         async with fake_docker(lambda: docker_view) as socket:
             judge = DockerJudge(a, driver, DockerApi(socket, driver_name="eni-ipam"))
