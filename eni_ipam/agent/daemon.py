@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import os
 from pathlib import Path
@@ -41,6 +42,7 @@ from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.metrics import AgentMetrics
+from eni_ipam.agent.runtime import container_known
 from eni_ipam.agent.start import StartReconciler
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
@@ -121,12 +123,15 @@ class Agent:
             if config.docker_socket
             else None
         )
+        self.container = functools.partial(container_known, state_dirs=config.oci_state_dirs)
+        """Whether an OCI runtime knows a container: judges libcni entries without a network namespace."""
         self.startup = StartReconciler(
             self.allocator,
             self.driver,
             cni_cache_dir=config.cni_cache_dir,
             docker=self.docker,
             clock=self.clock,
+            container=self.container,
         )
         self.kube = kube
         self.endpoint: web.AppRunner | None = None
@@ -277,7 +282,11 @@ class Agent:
                     tasks += self._start_kubernetes(tg, judges)
                 else:
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
-                    judges.append(NamespaceJudge(self.allocator, cni_cache_dir=self.config.cni_cache_dir))
+                    judges.append(
+                        NamespaceJudge(
+                            self.allocator, cni_cache_dir=self.config.cni_cache_dir, container=self.container
+                        )
+                    )
                 if self.docker is not None:
                     judges.append(DockerJudge(self.allocator, self.driver, self.docker))
                 if self.config.sweep_interval > 0:

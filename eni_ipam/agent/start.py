@@ -3,7 +3,9 @@
 * **The rebuild.** When the state file is missing or cannot be trusted (``Allocator.needs_rebuild``),
   the allocations are rebuilt from what every configured runtime says it holds:
 
-  - libcni's result cache, for containers run through the CNI plugin (:mod:`~eni_ipam.agent.runtime`);
+  - libcni's result cache, for containers run through the CNI plugin: each entry whose owner is not
+    proven gone (:mod:`~eni_ipam.agent.runtime`); the files of those that are are removed once the
+    rebuilt state is saved, so that no later rebuild resurrects them;
   - Docker's API (``docker_socket``), for networks using the libnetwork driver: every endpoint's
     address and every auxiliary address, owned by ``libnetwork:<PoolID>`` of the registered pool
     (libnetwork.json) whose subnet holds it. A network's gateway is its subnet's router, which the
@@ -41,7 +43,7 @@ from eni_ipam.agent.docker import DockerApi, DockerUnreachable, DockerView, cano
 from eni_ipam.agent.errors import StateNotWritten
 from eni_ipam.agent.libnetwork import IpamRequestError, LibnetworkDriver, PoolRecord
 from eni_ipam.agent.members import canonical_address
-from eni_ipam.agent.runtime import cni_cache_view
+from eni_ipam.agent.runtime import CachedAttachment, CacheView, Liveness, read_cache, remove_stale
 from eni_ipam.agent.types import RuntimeEntry
 from eni_ipam.core.clock import Clock
 
@@ -81,13 +83,15 @@ def docker_entries(
     return entries, unmapped
 
 
-def merge(cni: Mapping[str, RuntimeEntry], docker: Mapping[str, RuntimeEntry]) -> dict[str, RuntimeEntry]:
-    """The runtimes' views as one; an address both claim stays Docker's (logged)."""
-    merged = dict(cni)
+def merge(cni: CacheView, docker: Mapping[str, RuntimeEntry]) -> dict[str, RuntimeEntry]:
+    """The runtimes' views as one; an address both claim stays Docker's (logged: as a warning when
+    libcni's entry was proven alive too — two live owners of one address)."""
+    merged = dict(cni.entries)
     for address, entry in docker.items():
         other = merged.get(address)
         if other is not None and other.owner != entry.owner:
-            log.warning("runtime_duplicate_address", address=address, kept=entry.owner, dropped=other.owner)
+            event = log.warning if address in cni.alive else log.info
+            event("runtime_duplicate_address", address=address, kept=entry.owner, dropped=other.owner)
         merged[address] = entry
     return merged
 
@@ -105,6 +109,7 @@ class StartReconciler:
         cni_cache_dir: str | Path,
         docker: DockerApi | None,
         clock: Clock,
+        container: Liveness = lambda _: None,
         first_read: float = FIRST_READ,
         retry: float = RETRY,
     ) -> None:
@@ -113,6 +118,8 @@ class StartReconciler:
         self.cni_cache_dir = cni_cache_dir
         self.docker = docker
         self.clock = clock
+        self.container = container
+        """Whether an OCI runtime knows a container (libcni entries without a network namespace)."""
         self.first_read = first_read
         self.retry = retry
         self.unread = ""
@@ -124,15 +131,19 @@ class StartReconciler:
         """Restore (rebuilding from the runtimes when needed), then settle with Docker if it answers."""
         view = await self._read(self.first_read) if self.docker is not None else None
         runtime: dict[str, RuntimeEntry] = {}
+        stale: tuple[tuple[CachedAttachment, str], ...] = ()
         rebuild = self.allocator.needs_rebuild()
         if rebuild:
-            cni = await asyncio.to_thread(cni_cache_view, self.cni_cache_dir)
+            cni = await asyncio.to_thread(read_cache, self.cni_cache_dir, container=self.container)
+            stale = cni.stale
             docker: dict[str, RuntimeEntry] = {}
             if view is not None:
                 docker, unmapped = docker_entries(view, self.driver.pools())
                 self._withhold_unregistered(unmapped)
             runtime = merge(cni, docker)
         report = self.allocator.restore(runtime=runtime)
+        for entry, why in stale:  # only once the rebuild is saved: until then, the files are evidence
+            await asyncio.to_thread(remove_stale, entry, why)
         self.driver.adopt_orphans()  # libnetwork pools whose registry was lost: back from their allocations
         self._startup_pools = {r.pool_id for r in self.driver.pools()}
         if view is not None:

@@ -55,6 +55,7 @@ def make_agent(tmp_path: Path, docker_socket: str, **more: Any) -> Agent:
     )
     (tmp_path / "state").mkdir(exist_ok=True)
     (tmp_path / "cni-cache").mkdir(exist_ok=True)
+    Path(config.socket).unlink(missing_ok=True)  # a previous run's: serving starts when it is back
     agent = Agent(config, node="n1")
     agent.startup.retry = 0.05
     return agent
@@ -283,3 +284,28 @@ async def test_a_pool_requested_since_the_start_is_left_to_the_sweep(docker_path
         await start.run()
     assert [r.pool_id for r in driver.pools()] == [since.pool_id] != [before.pool_id]
     assert allocator.withheld() == {} and start.status() == ""
+
+
+# -- stale libcni cache entries --------------------------------------------------------------------
+
+
+async def test_a_rebuild_resurrects_no_stale_cache_entry_and_removes_their_files(tmp_path: Path) -> None:
+    """A podman host (libcni before 1.2: no namespace in any entry) whose failed DELs left cache
+    files behind, one of whose addresses a later container got: rebuilt twice, the live containers
+    keep their addresses, the dead ones are neither imported nor left to be imported again."""
+    previous_run(tmp_path)
+    cache, oci = tmp_path / "cni-cache", tmp_path / "runc"
+    for live in ("keep", "new"):
+        (oci / live).mkdir(parents=True)  # runc's state of a container it runs
+    write_entry(cache, "keep", "10.99.0.2", mtime=1000)
+    leftovers = [write_entry(cache, f"gone{n}", f"10.99.0.{n}", mtime=1000) for n in (3, 4, 5)]
+    write_entry(cache, "new", "10.99.0.3", mtime=2000)  # handed out again after a lost state
+    leftovers.append(write_entry(cache, "netns", "10.99.0.6", netns=str(tmp_path / "gone"), mtime=1000))
+    for _ in range(2):
+        lose_state(tmp_path)
+        with capture_logs() as logs:
+            async with running(make_agent(tmp_path, "", oci_state_dirs=[str(oci)])) as agent:
+                assert owners(agent) == {"10.99.0.2": "cni:keep:eth0", "10.99.0.3": "cni:new:eth0"}
+        assert not [e for e in logs if e["event"] == "cni_cache_duplicate_address"]
+        assert not any(path.exists() for path in leftovers)
+    assert sorted(p.name for p in cache.iterdir()) == ["podnet-keep-eth0", "podnet-new-eth0"]

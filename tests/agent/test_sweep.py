@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.libnetwork.driver import LibnetworkDriver
 from eni_ipam.agent.libnetwork.protocol import LOCAL_ADDRESS_SPACE
+from eni_ipam.agent.runtime import container_known
 from eni_ipam.agent.sweep import DockerJudge, Finding, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import Attachment, PoolAddress
 from eni_ipam.core.clock import LoopClock
@@ -147,7 +149,7 @@ def test_namespace_judge_reads_the_namespace_and_falls_back_on_the_cache(tmp_pat
         "cni:gone:eth0": Attachment(netns=str(netns / "gone")),
         "cni:hidden:eth0": Attachment(netns="/nowhere/visible/ns"),
         "cni:pid:eth0": Attachment(netns="/proc/1/ns/net"),
-        "cni:cached:eth0": Attachment(),  # no namespace recorded; libcni still lists it
+        "cni:cached:eth0": Attachment(),  # no namespace recorded; libcni still lists it: no verdict
         "cni:forgotten:eth0": Attachment(),  # no namespace recorded; libcni lists it no more
     }
     for owner, attachment in attach.items():
@@ -155,15 +157,35 @@ def test_namespace_judge_reads_the_namespace_and_falls_back_on_the_cache(tmp_pat
     a.allocate_next("claim:ns/c")  # not a CNI allocation: never judged here
     write_entry(cache, "cached", "10.99.0.14")
     found = {f.key.split("|")[0]: f.gone for f in run(NamespaceJudge(a, cni_cache_dir=cache).findings())}
-    assert found == {
-        "cni:live:eth0": False,
-        "cni:gone:eth0": True,
-        "cni:cached:eth0": False,
-        "cni:forgotten:eth0": True,
-    }
+    assert found == {"cni:live:eth0": False, "cni:gone:eth0": True, "cni:forgotten:eth0": True}
     # Without a visible cache, an allocation with no namespace recorded gets no verdict.
     found = {f.key.split("|")[0] for f in run(NamespaceJudge(a, cni_cache_dir=tmp_path / "none").findings())}
     assert found == {"cni:live:eth0", "cni:gone:eth0"}
+
+
+def test_an_allocation_without_a_namespace_is_judged_by_its_container_and_its_cache_entry_removed(
+    tmp_path: Path,
+) -> None:
+    """A rebuild from libcni before 1.2 leaves allocations without a namespace; a cache file is no
+    evidence of life (libcni keeps the file of a failed DEL), an OCI runtime's state is."""
+    cache, oci = tmp_path / "results", tmp_path / "runc"
+    cache.mkdir()
+    (oci / "running").mkdir(parents=True)
+    a = allocator()
+    for name in ("running", "removed"):
+        v4, _ = a.allocate_next(f"cni:{name}:eth0")
+        assert v4 is not None
+        write_entry(cache, name, v4.address)
+    judge = NamespaceJudge(
+        a, cni_cache_dir=cache, container=functools.partial(container_known, state_dirs=[oci])
+    )
+    clock = FakeClock()
+    sweeper = Sweeper([judge], clock=clock, interval=1, grace=5)
+    assert run(sweeper.sweep_once()) == []
+    clock.advance(5)
+    assert run(sweeper.sweep_once()) == ["cni:removed:eth0|10.99.0.11"]
+    assert [x.owner for x in a.allocations()] == ["cni:running:eth0"]
+    assert sorted(p.name for p in cache.iterdir()) == ["podnet-running-eth0"]  # no rebuild brings it back
 
 
 def test_a_release_checks_the_allocation_is_still_the_one_judged(tmp_path: Path) -> None:
