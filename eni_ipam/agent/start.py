@@ -168,6 +168,9 @@ class StartReconciler:
             except StateNotWritten as exc:  # the endpoints could not be saved: withheld a while longer
                 log.warning("docker_settle_failed", error=str(exc))
                 self.unread = str(exc)
+            except Exception as exc:  # a bug must not stop the agent; what is withheld stays withheld
+                log.exception("docker_settle_failed")
+                self.unread = f"settling failed: {exc}"
 
     def status(self) -> str:
         """What the start has not settled yet, for ``/readyz`` (empty: everything)."""
@@ -212,7 +215,14 @@ class StartReconciler:
             except IpamRequestError as exc:  # the registry could not be written: the sweep tries again
                 log.warning("removed_network_pool_not_released", pool_id=record.pool_id, error=exc.message)
                 continue
-            log.warning("removed_network_pool_released", pool_id=record.pool_id, pool=record.pool)
+            # The sweep's event and key: whoever looks for what was reclaimed finds it in one place.
+            log.warning(
+                "sweep_released",
+                key=f"pool:{record.pool_id}",
+                why=f"no Docker network uses pool {record.pool} any more",
+                gone_for=0,
+                at_start=True,
+            )
         self._startup_pools = set()
 
     def _withhold_unregistered(self, addresses: set[str]) -> None:

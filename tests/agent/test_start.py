@@ -239,14 +239,17 @@ async def test_a_pool_whose_network_was_removed_while_the_agent_was_down_is_rele
     removed = agent.driver.request_pool(address_space=LOCAL_ADDRESS_SPACE, pool=CIDR)
     kept = agent.driver.request_pool(address_space=LOCAL_ADDRESS_SPACE, pool=LAB)
     still_there = [docker_network(LAB, {}, gateway="10.98.0.1")]
-    async with (
-        fake_docker(lambda: still_there, docker_path),
-        running(make_agent(tmp_path, docker_path)) as agent,
-    ):
-        # The sweep (every 30 s, a minute's grace) has not run: the start released it.
-        assert [r.pool_id for r in agent.driver.pools()] == [kept.pool_id]
-        status, answer = await call(agent, "RequestPool", request_pool(CIDR))
-        assert status == 200 and answer["Pool"] == CIDR and answer["PoolID"] != removed.pool_id
+    with capture_logs() as logs:
+        async with (
+            fake_docker(lambda: still_there, docker_path),
+            running(make_agent(tmp_path, docker_path)) as agent,
+        ):
+            # The sweep (every 30 s, a minute's grace) has not run: the start released it.
+            assert [r.pool_id for r in agent.driver.pools()] == [kept.pool_id]
+            status, answer = await call(agent, "RequestPool", request_pool(CIDR))
+            assert status == 200 and answer["Pool"] == CIDR and answer["PoolID"] != removed.pool_id
+    [released] = [e for e in logs if e["event"] == "sweep_released"]  # where the sweep's releases are
+    assert (released["key"], released["at_start"]) == (f"pool:{removed.pool_id}", True)
 
 
 async def test_a_removed_networks_pool_is_released_as_soon_as_docker_answers(
