@@ -34,16 +34,17 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     │   ├── KubeForbidden         401/403: RBAC
     │   ├── KubeThrottled         429: back off (``retry_after``)
     │   └── KubeUnavailable       5xx, connection refused or dropped; retry later
-    └── AllocatorError            eni_ipam.agent.errors: the node-local allocator refused
-        ├── FamilyDisabled        the address family (ipv4/ipv6) is not enabled
-        ├── UnknownPool           no pool of that name
-        ├── NotInPool             the address is not in the pool (or is excluded, or held for release)
-        ├── AlreadyAllocated      the address has an owner already
-        ├── NotAllocated          release of an address nobody holds
-        ├── PoolExhausted         no free address left in the pool for that family
-        ├── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
-        ├── StateNotWritten       the state file could not be written; the change was undone
-        └── CorruptState          the allocator's state file is unreadable or invalid (``path``)
+    ├── AllocatorError            eni_ipam.agent.errors: the node-local allocator refused
+    │   ├── FamilyDisabled        the address family (ipv4/ipv6) is not enabled
+    │   ├── UnknownPool           no pool of that name
+    │   ├── NotInPool             the address is not in the pool (or is excluded, or held for release)
+    │   ├── AlreadyAllocated      the address has an owner already
+    │   ├── NotAllocated          release of an address nobody holds
+    │   ├── PoolExhausted         no free address left in the pool for that family
+    │   ├── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
+    │   ├── StateNotWritten       the state file could not be written; the change was undone
+    │   └── CorruptState          the allocator's state file is unreadable or invalid (``path``)
+    └── DockerUnreachable         eni_ipam.agent.docker: Docker's API gave no usable view
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ non-empty string: a container id + ifname, ``claim:<ns>/<name>``, a libnetwork e
 Invariants:
 
 * An address has at most one owner, across all pools: allocations are keyed by address.
-* An excluded address (in its pool), and an address held by the release handshake (named by the
-  reconciler's current marks, or with a ready-for-release answer still published — in any pool), is never
+* An excluded address (in its pool), an address held by the release handshake (named by the
+  reconciler's current marks, or with a ready-for-release answer still published — in any pool), and an
+  address inside a withheld range (in any pool: a runtime that could not be read may hold it) is never
   handed out. An owner keeps what it already holds.
 * Handing out is deterministic: the lowest free address first, in numeric order; serially, the first free
   address after the last one the pool handed out for that family, wrapping.
@@ -19,8 +20,9 @@ Invariants:
   holds a stale allocation, never a missing one, until the next save.)
 * An expiration timer belongs to one allocation: releasing stops it, a timer releases only the allocation
   it was started for (matched by UUID), and a restored allocation gets its timer back, with its full timeout.
-* Exclusions and holds are not persisted: they come from configuration and the node's ENIPool status,
-  which the daemon applies (``set_pool``, ``exclude``, ``answer_release``) before serving. The serial
+* Exclusions, holds and withheld ranges are not persisted: they come from configuration, the node's
+  ENIPool status and what the start could not read, which the daemon applies (``set_pool``,
+  ``exclude``, ``answer_release``, ``withhold``) before serving. The serial
   cursors are saved with the allocations: after a restart, serial allocation goes on after the last
   address handed out rather than handing out again the one just released.
 * Not thread-safe: calls and timer callbacks run on one event loop.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import ipaddress
 import math
 import uuid as uuid_module
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -48,7 +51,7 @@ from eni_ipam.core.model import ReleaseState
 
 from .handshake import ReleaseHolds
 from .members import FAMILY_LABEL, PoolMembers, address_family, address_key, canonical_address, parse_address
-from .state import RestoreReport, StateFile, recover
+from .state import RestoreReport, StateFile, needs_rebuild, recover
 from .types import DEFAULT_POOL, Allocation, Attachment, Family, PoolAddress, RuntimeEntry
 
 __all__ = ["Allocator", "RestoreReport"]
@@ -91,6 +94,7 @@ class Allocator:
         self._timers: dict[str, _Timer] = {}
         self._cursors: dict[tuple[str, Family], str] = {}  # (pool, family) -> last address handed out
         self._excluded: dict[str, dict[str, str]] = {}  # pool -> address -> who excluded it
+        self._withheld: dict[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {}  # by whom
         self._holds = ReleaseHolds()
         self._restored = state is None
         self._depth = 0
@@ -141,6 +145,28 @@ class Allocator:
         excluded[canonical] = owner
         if (current := self._allocations.get(canonical)) is not None and current.owner != owner:
             log.warning("excluded_address_allocated", address=canonical, owner=current.owner, pool=pool)
+
+    def withhold(self, network: str, owner: str) -> None:
+        """Hand out no address inside ``network`` (CIDR), from any pool, until :meth:`lift` of ``owner``.
+
+        A range rather than addresses: the pool may not list its members yet (the node's ENIPool is
+        read after the restore), and an IPv6 range is too large to list. Allocations inside it stay."""
+        parsed = ipaddress.ip_network(network, strict=False)
+        ranges = self._withheld.setdefault(owner, [])
+        if parsed not in ranges:
+            ranges.append(parsed)
+            log.info("range_withheld", network=str(parsed), owner=owner)
+
+    def lift(self, owner: str) -> list[str]:
+        """Lift every range ``owner`` withheld; the ranges lifted."""
+        lifted = [str(n) for n in self._withheld.pop(owner, [])]
+        if lifted:
+            log.info("ranges_lifted", owner=owner, networks=lifted)
+        return lifted
+
+    def withheld(self) -> dict[str, list[str]]:
+        """owner → the ranges it withholds."""
+        return {owner: [str(n) for n in ranges] for owner, ranges in sorted(self._withheld.items())}
 
     def capacity(self, pool: str = DEFAULT_POOL) -> int:
         """The pool's members of enabled families that are not excluded (allocated ones included)."""
@@ -365,6 +391,8 @@ class Allocator:
             lines.append(f"  {a.address} pool {a.pool} owner {a.owner}{expiry}")
         for name, excluded in sorted(self._excluded.items()):
             lines += [f"  excluded {a} pool {name} by {owner}" for a, owner in sorted(excluded.items())]
+        for owner, networks in self.withheld().items():
+            lines += [f"  withheld {network} (every pool) by {owner}" for network in networks]
         return "\n".join(lines)
 
     def _status_line(self) -> str:
@@ -379,6 +407,11 @@ class Allocator:
         return f"{', '.join(parts)}; pools: {', '.join(self.pools()) or 'none'}; {held} held for release"
 
     # -- restore -----------------------------------------------------------------------------------
+
+    def needs_rebuild(self) -> bool:
+        """Whether :meth:`restore` will rebuild from the runtime's view (the state file is missing or
+        cannot be trusted): only then need the runtimes be asked what they hold."""
+        return needs_rebuild(self._state)
 
     def restore(self, *, runtime: Mapping[str, str | RuntimeEntry] | None = None) -> RestoreReport:
         """Load the state file, or — when it is corrupt (then moved aside) or missing — rebuild from
@@ -416,22 +449,52 @@ class Allocator:
         event("state_restored", **counts, corrupt=report.corrupt, missing=report.missing)
         return report
 
-    def _place(self, address: str, entry: RuntimeEntry) -> Allocation | None:
-        """The allocation ``entry``'s owner would have of ``address`` in the first pool holding it
-        (default first), with what the runtime said of the container.
+    def adopt(self, runtime: Mapping[str, RuntimeEntry]) -> tuple[list[Allocation], dict[str, str]]:
+        """Record what a runtime reported after the restore (one that could not be read then), each
+        address placed as :meth:`restore` places it. An address another owner holds by now is left
+        to it. Returns the allocations made and the conflicts (address → the owner that holds it)."""
+        made: list[Allocation] = []
+        conflicts: dict[str, str] = {}
+        with self._change():
+            for address, entry in runtime.items():
+                allocation = self._place(address, entry)
+                if allocation is None:
+                    continue
+                if (current := self._allocations.get(allocation.address)) is not None:
+                    if current.owner != entry.owner:
+                        conflicts[allocation.address] = current.owner
+                    continue
+                self._allocations[allocation.address] = allocation
+                made.append(allocation)
+        if made or conflicts:
+            log.warning(
+                "runtime_allocations_adopted",
+                adopted={a.address: a.owner for a in made},
+                conflicts=conflicts,
+            )
+        return made, conflicts
 
-        An address no pool holds (yet: the node's pool may still be filling in) is kept in the default
-        pool all the same — a running container holds it, so it must never be handed to another."""
+    def _place(self, address: str, entry: RuntimeEntry) -> Allocation | None:
+        """The allocation ``entry``'s owner would have of ``address`` in the pool the runtime named, else
+        the first pool holding it (default first), with what the runtime said of the container.
+
+        An address no pool holds (yet: the node's pool may still be filling in) is kept all the same,
+        in the pool the runtime named or the default pool — a running container holds it, so it must
+        never be handed to another."""
         if (canonical := canonical_address(address)) is None:
             return None
-        pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
-        pool = next((p for p in pools if canonical in self._pools[p].members), None)
+        if entry.pool:
+            known = entry.pool in self._pools and canonical in self._pools[entry.pool].members
+            pool = entry.pool if known else None
+        else:
+            pools = sorted(self._pools, key=lambda name: (name != DEFAULT_POOL, name))
+            pool = next((p for p in pools if canonical in self._pools[p].members), None)
         if pool is not None:
             return self._allocation(canonical, entry.owner, pool, entry.attachment)
         host = 32 if address_family(canonical) is Family.IPV4 else 128
         return Allocation(
             address=canonical,
-            pool=DEFAULT_POOL,
+            pool=entry.pool or DEFAULT_POOL,
             owner=entry.owner,
             prefix_length=host,
             gateway="",
@@ -533,9 +596,15 @@ class Allocator:
             return "not a member of the pool"
         if (excluded_by := self._excluded.get(pool, {}).get(address)) is not None:
             return f"excluded by {excluded_by}"
+        if self._withheld and (withheld_by := self._withholder(address)):
+            return f"withheld by {withheld_by}"
         if self._is_held(address):
             return "held for release"
         return "allocated" if address in self._allocations else ""
+
+    def _withholder(self, address: str) -> str:
+        parsed = ipaddress.ip_address(address)
+        return next((o for o, ranges in self._withheld.items() if any(parsed in n for n in ranges)), "")
 
     def _allocation(
         self, address: str, owner: str, pool: str, attachment: Attachment | None = None

@@ -158,7 +158,13 @@ class AgentConfig(ConfigModel):
     state_dir: Name = "/var/lib/eni-ipam"
     """Where allocations survive restarts (a hostPath in the DaemonSet)."""
     cni_cache_dir: Name = "/var/lib/cni/results"
-    """libcni's cache of results: the runtime's view used to rebuild a corrupt state file."""
+    """libcni's cache of results: one of the runtimes' views a lost or corrupt state file is rebuilt from."""
+    oci_state_dirs: Annotated[tuple[Name, ...], Field(strict=False)] = ("/run/runc", "/run/crun")
+    """Where OCI runtimes keep a directory per container they created (runc's and crun's roots, for
+    root). A libcni cache entry without a network namespace (libcni before 1.2, as podman 4 uses, records
+    none) is alive while its container ID is a directory in one of them, and gone once it is in none:
+    the rebuild then drops it, and the sweep releases it. Only directories that exist count; with
+    none, such an entry is kept."""
     ipv4: bool = True
     ipv6: bool = False
     server: ServerSection = ServerSection()

@@ -6,9 +6,10 @@ It keeps the node's allocator in step with the node's pool and tells the control
   name): the addresses in ``status.pool``, each with the prefix length and gateway of its subnet
   (``status.subnets``). With ``memory`` it is the configured ``pools.default``. Named static pools
   come from the configuration either way.
-* **Restore before serving**: the state file is loaded (or rebuilt from libcni's result cache when
-  it is corrupt or missing) before the socket opens — so no address held by a running container is
-  handed out again after a restart. Restored addresses need no pool to be kept, so the agent serves
+* **Restore before serving**: the state file is loaded (or, when it is corrupt or missing, rebuilt
+  from what every configured runtime holds: libcni's result cache, Docker's endpoints) before the
+  socket opens — so no address held by a running container is handed out again after a restart
+  (:mod:`~eni_ipam.agent.start`). Restored addresses need no pool to be kept, so the agent serves
   at once: DEL and CHECK work even while the API server is out of reach, and new ADDs get "try
   again later" until the node's pool is known.
 * **Report**: every ``report_interval``, the addresses in use (``status.used``) and the release
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import os
 from pathlib import Path
@@ -36,10 +38,12 @@ from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
+from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.metrics import AgentMetrics
-from eni_ipam.agent.runtime import cni_cache_view
+from eni_ipam.agent.runtime import container_known
+from eni_ipam.agent.start import StartReconciler
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
@@ -114,6 +118,21 @@ class Agent:
         self.driver = libnetwork.LibnetworkDriver(
             self.allocator, state_path=self.state_dir / "libnetwork.json"
         )
+        self.docker = (
+            DockerApi(config.docker_socket, driver_name=config.docker_ipam_driver)
+            if config.docker_socket
+            else None
+        )
+        self.container = functools.partial(container_known, state_dirs=config.oci_state_dirs)
+        """Whether an OCI runtime knows a container: judges libcni entries without a network namespace."""
+        self.startup = StartReconciler(
+            self.allocator,
+            self.driver,
+            cni_cache_dir=config.cni_cache_dir,
+            docker=self.docker,
+            clock=self.clock,
+            container=self.container,
+        )
         self.kube = kube
         self.endpoint: web.AppRunner | None = None
         """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
@@ -137,7 +156,10 @@ class Agent:
             )
         if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
             return False, "waiting for the node's pool (ENIPool); release and check are served meanwhile"
-        return True, f"node {self.node}, {len(self.allocator.used())} addresses in use"
+        unsettled = self.startup.status()
+        return True, f"node {self.node}, {len(self.allocator.used())} addresses in use" + (
+            f"; {unsettled}" if unsettled else ""
+        )
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
@@ -170,12 +192,11 @@ class Agent:
             self._answer()
         self.pool_seen.set()
 
-    def _restore(self) -> None:
+    async def _restore(self) -> None:
         leftovers = remove_leftovers(self.state_dir)
         if leftovers:
             log.warning("state_leftovers_removed", files=[p.name for p in leftovers])
-        report = self.allocator.restore(runtime=cni_cache_view(self.config.cni_cache_dir))
-        self.driver.adopt_orphans()  # libnetwork pools whose registry was lost: back from their allocations
+        report = await self.startup.restore()
         self.restored = True
         self._answer()
         log.info("allocations_restored", node=self.node, report=str(report))
@@ -254,23 +275,20 @@ class Agent:
             async with asyncio.TaskGroup() as tg:
                 # Restore first: the state file (or its rebuild) needs no pool, and a container's DEL
                 # or CHECK must work even while the API server is out of reach.
-                self._restore()
-                tasks = []
+                await self._restore()
+                tasks = [tg.create_task(self.startup.run(), name="eni-ipam-agent-start")]
                 judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
                     tasks += self._start_kubernetes(tg, judges)
                 else:
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
-                    judges.append(NamespaceJudge(self.allocator, cni_cache_dir=self.config.cni_cache_dir))
-                if self.config.docker_socket:
                     judges.append(
-                        DockerJudge(
-                            self.allocator,
-                            self.driver,
-                            socket=self.config.docker_socket,
-                            driver_name=self.config.docker_ipam_driver,
+                        NamespaceJudge(
+                            self.allocator, cni_cache_dir=self.config.cni_cache_dir, container=self.container
                         )
                     )
+                if self.docker is not None:
+                    judges.append(DockerJudge(self.allocator, self.driver, self.docker))
                 if self.config.sweep_interval > 0:
                     self.sweeper = Sweeper(
                         judges,

@@ -314,6 +314,18 @@ class StateFile:
         return move_aside(self.path)
 
 
+def needs_rebuild(state: StateFile | None) -> bool:
+    """Whether :func:`recover` would rebuild from the runtime's view: there is no state file, or it
+    cannot be trusted. (Read ahead of the restore, so that the runtimes are asked only when needed.)"""
+    if state is None or not state.path.exists():
+        return True
+    try:
+        state.read()
+    except CorruptState:
+        return True
+    return False
+
+
 def recover(
     state: StateFile | None,
     runtime: Mapping[str, RuntimeEntry],

@@ -10,7 +10,12 @@ sweep asks its judges, each a source of truth for some allocations, which of the
 * :class:`NamespaceJudge` (a host without Kubernetes): a CNI allocation whose network namespace
   (``CNI_NETNS`` at ADD, or in libcni's cache entry) no longer exists is gone — a container without
   its namespace cannot use the address; one whose namespace exists is alive. With no namespace
-  known, the allocation is gone only when libcni's cache no longer lists it either.
+  known (rebuilt from the cache of a libcni before 1.2), the rebuild's rule
+  (:func:`~eni_ipam.agent.runtime.owner_alive`): alive while an OCI runtime knows the container, gone
+  once none does. A cache entry is no evidence of life (libcni keeps the file of a failed DEL): when
+  no OCI runtime's directory is visible, such an allocation is gone only if libcni's cache no longer
+  lists it, and has no verdict otherwise. Releasing one also removes its cache entry, so that no
+  later rebuild resurrects it.
 * :class:`DockerJudge` (``docker_socket``): a libnetwork allocation whose address no endpoint of a
   Docker network using this driver holds (nor its gateway or auxiliary addresses) is gone, and so is
   a libnetwork pool no Docker network uses any more (a ReleasePool that failed).
@@ -28,9 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +41,18 @@ import structlog
 
 from eni_ipam import errors
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.runtime import CNI_PREFIX, cached, namespace_exists
+from eni_ipam.agent.docker import DockerApi, DockerUnreachable, canonical_network
+from eni_ipam.agent.runtime import (
+    CNI_PREFIX,
+    CachedAttachment,
+    Liveness,
+    cached,
+    gone_because,
+    namespace_alive,
+    owner_alive,
+    parse_cni_owner,
+    remove_stale,
+)
 from eni_ipam.agent.types import Allocation
 from eni_ipam.core.clock import Clock
 
@@ -165,7 +179,7 @@ def _key(allocation: Allocation) -> str:
 
 
 class NamespaceJudge:
-    """CNI allocations against their network namespaces (a host without Kubernetes)."""
+    """CNI allocations against their network namespaces, or their containers (a host without Kubernetes)."""
 
     name = "namespaces"
 
@@ -174,11 +188,14 @@ class NamespaceJudge:
         allocator: Allocator,
         *,
         cni_cache_dir: str | Path,
-        exists: Callable[[str], bool | None] = namespace_exists,
+        namespace: Liveness = namespace_alive,
+        container: Liveness = lambda _: None,
     ) -> None:
+        """``container``: whether an OCI runtime knows a container ID (None: cannot tell from here)."""
         self.allocator = allocator
         self.cache_dir = Path(cni_cache_dir)
-        self.exists = exists
+        self.namespace = namespace
+        self.container = container
 
     async def findings(self) -> list[Finding] | None:
         allocations = _cni_allocations(self.allocator)
@@ -187,34 +204,41 @@ class NamespaceJudge:
         entries = await asyncio.to_thread(cached, self.cache_dir) if self._cache_visible() else None
         out: list[Finding] = []
         for allocation in allocations:
-            verdict, why = self._judge(allocation, entries)
+            entry = entries.get(allocation.owner) if entries is not None else None
+            verdict, why = self._judge(allocation, entry, cache_visible=entries is not None)
             if verdict is not None:
-                out.append(
-                    Finding(
-                        _key(allocation), not verdict, release_allocation(self.allocator, allocation), why
-                    )
-                )
+                release = self._release(allocation, entry if not verdict else None, why)
+                out.append(Finding(_key(allocation), not verdict, release, why))
         return out
 
     def _cache_visible(self) -> bool:
         return self.cache_dir.is_dir()
 
-    def _judge(self, allocation: Allocation, entries: Mapping[str, Any] | None) -> tuple[bool | None, str]:
+    def _judge(
+        self, allocation: Allocation, entry: CachedAttachment | None, *, cache_visible: bool
+    ) -> tuple[bool | None, str]:
         """(alive, why); alive None: no opinion."""
-        netns = allocation.netns
-        entry = entries.get(allocation.owner) if entries is not None else None
-        if not netns and entry is not None:
-            netns = entry.attachment.netns
-        if netns:
-            if netns.startswith("/proc/"):
-                return None, ""  # a pid's namespace: /proc here may not be the host's
-            exists = self.exists(netns)
-            return exists, "" if exists or exists is None else f"network namespace {netns} is gone"
-        if entries is None:
-            return None, ""
-        if entry is None:
+        netns = allocation.netns or (entry.attachment.netns if entry is not None else "")
+        container_id = (parse_cni_owner(allocation.owner) or ("", ""))[0]
+        alive = owner_alive(netns, container_id, namespace=self.namespace, container=self.container)
+        if alive is not None:
+            return alive, "" if alive else gone_because(netns, container_id)
+        if not netns and cache_visible and entry is None:
             return False, "no network namespace recorded, and libcni's cache no longer lists it"
-        return True, ""
+        return None, ""
+
+    def _release(
+        self, allocation: Allocation, entry: CachedAttachment | None, why: str
+    ) -> Callable[[], object]:
+        release = release_allocation(self.allocator, allocation)
+
+        def release_and_forget() -> object:
+            released = release()
+            if released is not None and entry is not None:
+                remove_stale(entry, why)  # its owner is gone: no rebuild may bring it back
+            return released
+
+        return release_and_forget
 
 
 class PodJudge:
@@ -248,38 +272,25 @@ class PodJudge:
 
 
 class DockerJudge:
-    """libnetwork allocations and pools against Docker's own view, from its API on ``socket``."""
+    """libnetwork allocations and pools against Docker's own view, from its API (:class:`DockerApi`)."""
 
     name = "docker"
 
-    def __init__(self, allocator: Allocator, driver: Any, *, socket: str, driver_name: str) -> None:
+    def __init__(self, allocator: Allocator, driver: Any, docker: DockerApi) -> None:
         self.allocator = allocator
         self.driver = driver
-        self.socket = socket
-        self.driver_name = driver_name
+        self.docker = docker
 
     async def findings(self) -> list[Finding] | None:
         try:
-            networks = await self._networks()
-        except (TimeoutError, OSError, ValueError) as exc:
-            log.info("docker_unreachable", socket=self.socket, error=str(exc))
+            view = await self.docker.view()
+        except DockerUnreachable as exc:
+            log.info("docker_unreachable", socket=self.docker.socket, error=str(exc))
             return None
-        ours = [n for n in networks if ((n.get("IPAM") or {}).get("Driver") or "") == self.driver_name]
-        in_use: set[str] = set()
-        subnets: set[str] = set()
-        for network in ours:
-            for config in (network.get("IPAM") or {}).get("Config") or ():
-                subnets.add(_canonical_network(config.get("Subnet", "")))
-                for address in (config.get("Gateway"), *((config.get("AuxiliaryAddresses") or {}).values())):
-                    if address:
-                        in_use.add(_bare(address))
-            for endpoint in (network.get("Containers") or {}).values():
-                for field in ("IPv4Address", "IPv6Address"):
-                    if endpoint.get(field):
-                        in_use.add(_bare(endpoint[field]))
+        in_use, subnets = view.in_use(), view.subnets()
         out: list[Finding] = []
         for record in self.driver.pools():
-            if _canonical_network(record.pool) not in subnets:
+            if canonical_network(record.pool) not in subnets:
                 why = f"no Docker network uses pool {record.pool} any more"
                 out.append(Finding(f"pool:{record.pool_id}", True, self._release_pool(record.pool_id), why))
                 continue
@@ -298,45 +309,3 @@ class DockerJudge:
             return None
 
         return release
-
-    async def _networks(self) -> list[dict[str, Any]]:
-        """Every Docker network with its endpoints (``GET /networks`` lists none, so each is inspected)."""
-        listed = await self._get("/networks")
-        out = []
-        for item in listed if isinstance(listed, list) else []:
-            if ((item.get("IPAM") or {}).get("Driver") or "") == self.driver_name:
-                out.append(await self._get(f"/networks/{urllib.parse.quote(str(item['Id']), safe='')}"))
-        return out
-
-    async def _get(self, path: str) -> Any:
-        """One GET on Docker's API over its unix socket (HTTP/1.0: the answer ends with the connection)."""
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.socket), 10)
-        try:
-            writer.write(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            await writer.drain()
-            raw = await asyncio.wait_for(reader.read(), 30)
-        finally:
-            writer.close()
-        head, _, body = raw.partition(b"\r\n\r\n")
-        status = head.split(b" ", 2)[1:2]
-        if status != [b"200"]:
-            raise ValueError(
-                f"GET {path}: {head.splitlines()[0].decode(errors='replace') if head else 'no answer'}"
-            )
-        return json.loads(body)
-
-
-def _bare(address: str) -> str:
-    from eni_ipam.agent.members import canonical_address
-
-    text = address.split("/")[0]
-    return canonical_address(text) or text
-
-
-def _canonical_network(text: str) -> str:
-    import ipaddress
-
-    try:
-        return str(ipaddress.ip_network(text, strict=False))
-    except ValueError:
-        return text

@@ -95,3 +95,6 @@ class RuntimeEntry:
 
     owner: str
     attachment: Attachment = Attachment()
+    pool: str = ""
+    """The pool the owner's addresses come from, when the runtime knows it (a libnetwork pool's);
+    empty: the first pool listing the address."""

@@ -1,6 +1,6 @@
 """Tests of the node side. :class:`FakeClock` drives the allocator's expiration timers by hand;
-:func:`unix_server` serves an aiohttp app on a unix socket, as the agent does; :func:`built_plugin`
-is the CNI plugin as it is installed."""
+:func:`unix_server` serves an aiohttp app on a unix socket, as the agent does; :func:`fake_docker`
+is Docker's API on one; :func:`built_plugin` is the CNI plugin as it is installed."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -48,6 +49,61 @@ async def unix_server(app: web.Application, *, prefix: str = "eni-agent-") -> As
             yield path
         finally:
             await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def fake_docker(
+    networks: Callable[[], list[dict[str, Any]]], socket: str | None = None
+) -> AsyncIterator[str]:
+    """Docker's API on a unix socket (``socket``, else a fresh one): ``GET /networks`` and
+    ``GET /networks/{id}``, from what ``networks()`` returns at each request."""
+
+    async def listing(_: web.Request) -> web.Response:
+        return web.json_response([{k: v for k, v in n.items() if k != "Containers"} for n in networks()])
+
+    async def inspect(request: web.Request) -> web.Response:
+        found = [n for n in networks() if n["Id"] == request.match_info["id"]]
+        return (
+            web.json_response(found[0])
+            if found
+            else web.json_response({"message": "no such network"}, status=404)
+        )
+
+    app = web.Application()
+    app.router.add_get("/networks", listing)
+    app.router.add_get("/networks/{id}", inspect)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    with tempfile.TemporaryDirectory(prefix="eni-dock-", dir="/tmp") as directory:
+        path = socket or f"{directory}/docker.sock"
+        await web.UnixSite(runner, path).start()
+        try:
+            yield path
+        finally:
+            await runner.cleanup()
+
+
+def docker_network(
+    subnet: str,
+    containers: dict[str, str],
+    driver: str = "eni-ipam",
+    *,
+    gateway: str = "10.99.0.1",
+    auxiliary: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A network as ``GET /networks/{id}`` shows it: ``containers`` maps an endpoint to its address."""
+    config: dict[str, Any] = {"Subnet": subnet, "Gateway": gateway}
+    if auxiliary:
+        config["AuxiliaryAddresses"] = auxiliary
+    return {
+        "Id": "net-" + subnet.replace("/", "-"),
+        "Name": "net-" + subnet,
+        "IPAM": {"Driver": driver, "Config": [config]},
+        "Containers": {
+            cid: {"IPv4Address": f"{address}/{subnet.split('/')[1]}", "IPv6Address": ""}
+            for cid, address in containers.items()
+        },
+    }
 
 
 @dataclasses.dataclass(eq=False)

@@ -245,6 +245,24 @@ def test_excluding_something_that_is_not_an_address_is_refused() -> None:
         make().exclude("10.0.0.300", "router")
 
 
+def test_a_withheld_range_is_handed_out_from_no_pool_until_lifted() -> None:
+    allocator = make("10.0.0.5", "10.0.0.6", "10.0.0.9", ipv6=False)
+    allocator.set_pool("static", members("10.0.0.7"))
+    allocator.allocate("10.0.0.6", "c0")
+    allocator.withhold("10.0.0.4/30", "rebuild:docker")  # 10.0.0.4-7, a range no pool need list
+    assert allocator.withheld() == {"rebuild:docker": ["10.0.0.4/30"]}
+    assert "withheld 10.0.0.4/30 (every pool) by rebuild:docker" in allocator.debug_status()
+    v4, _ = allocator.allocate_next("c1")
+    assert v4 is not None and v4.address == "10.0.0.9"
+    with pytest.raises(errors.NotInPool, match="withheld by rebuild:docker"):
+        allocator.allocate("10.0.0.5", "c2")
+    with pytest.raises(errors.PoolExhausted):
+        allocator.allocate_next("c2", "static")
+    assert allocator.allocate("10.0.0.6", "c0").owner == "c0"  # an owner keeps what it holds
+    assert allocator.lift("rebuild:docker") == ["10.0.0.4/30"] and allocator.withheld() == {}
+    assert allocator.allocate("10.0.0.5", "c2").owner == "c2"
+
+
 # -- release -------------------------------------------------------------------------------------
 
 

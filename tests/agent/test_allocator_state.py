@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from eni_ipam.agent import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.state import StateFile
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, RuntimeEntry
 from eni_ipam.core.model import ReleaseState
 from tests.agent import FakeClock
 from tests.agent.test_allocator import members
@@ -539,3 +539,46 @@ def test_serial_allocation_goes_on_after_a_restart_instead_of_reusing_the_addres
     again = start(path, FakeClock())  # a new process on the same file
     after, _ = again.allocate_next("c2", serial=True)
     assert after is not None and after.address != v4.address
+
+
+def test_whether_a_rebuild_is_needed_is_known_before_the_restore(path: Path) -> None:
+    assert Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()  # missing
+    assert Allocator(clock=FakeClock()).needs_rebuild()  # no state file at all
+    path.write_text("garbage")
+    assert Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()
+    path.unlink()
+    StateFile(path).save([V4])
+    assert not Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()
+    assert [a.address for a in start(path, FakeClock()).allocations()] == ["10.0.0.5"]  # still restored
+
+
+def test_a_runtime_entry_naming_its_pool_is_rebuilt_there(path: Path) -> None:
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    allocator.set_pool("docker", members("10.0.0.5", "10.0.0.9"))
+    allocator.restore(
+        runtime={
+            "10.0.0.5": RuntimeEntry(owner="libnetwork:p1", pool="docker"),  # default lists it too
+            "10.0.0.8": RuntimeEntry(owner="libnetwork:p1", pool="docker"),  # no pool lists it (yet)
+            "10.0.0.6": RuntimeEntry(owner="c1"),
+        }
+    )
+    assert {(a.address, a.pool, a.prefix_length) for a in allocator.allocations()} == {
+        ("10.0.0.5", "docker", 24),
+        ("10.0.0.8", "docker", 32),
+        ("10.0.0.6", DEFAULT_POOL, 24),
+    }
+
+
+def test_what_a_runtime_reports_after_the_restore_is_adopted_and_saved(path: Path) -> None:
+    allocator = start(path, FakeClock())
+    allocator.allocate("10.0.0.6", "c1")
+    made, conflicts = allocator.adopt(
+        {
+            "10.0.0.5": RuntimeEntry(owner="libnetwork:p1"),
+            "10.0.0.6": RuntimeEntry(owner="libnetwork:p1"),  # taken meanwhile: left to its owner
+            "10.0.0.7": RuntimeEntry(owner="libnetwork:p1"),
+        }
+    )
+    assert [a.address for a in made] == ["10.0.0.5", "10.0.0.7"] and conflicts == {"10.0.0.6": "c1"}
+    assert StateFile(path).load() == allocator.allocations()

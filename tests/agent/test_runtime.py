@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.runtime import cni_cache_view, namespace_exists, parse_cni_owner, uses_this_plugin
+from eni_ipam.agent.runtime import (
+    cni_cache_view,
+    container_known,
+    namespace_exists,
+    parse_cni_owner,
+    read_cache,
+    remove_stale,
+    uses_this_plugin,
+)
 from eni_ipam.agent.types import Attachment, PoolAddress, RuntimeEntry
 from eni_ipam.core.clock import LoopClock
 
@@ -76,10 +86,11 @@ def test_the_entry_says_the_network_namespace_and_pod(tmp_path: Path) -> None:
         ["K8S_POD_UID", "u-1"],
         ["IgnoreUnknown", "1"],
     ]
-    write_entry(tmp_path, "c1", "10.99.0.10", netns="/run/netns/a", args=args)
+    (tmp_path / "a").touch()
+    write_entry(tmp_path, "c1", "10.99.0.10", netns=str(tmp_path / "a"), args=args)
     assert cni_cache_view(tmp_path)["10.99.0.10"] == RuntimeEntry(
         owner="cni:c1:eth0",
-        attachment=Attachment(network="podnet", netns="/run/netns/a", pod_uid="u-1", pod="ns/web"),
+        attachment=Attachment(network="podnet", netns=str(tmp_path / "a"), pod_uid="u-1", pod="ns/web"),
     )
 
 
@@ -92,6 +103,71 @@ def test_an_address_claimed_twice_goes_to_the_owner_whose_namespace_is_alive(tmp
     write_entry(cache, "live", "10.99.0.10", netns=str(tmp_path / "netns" / "live"), mtime=1000)
     write_entry(cache, "stale", "10.99.0.10", netns=str(tmp_path / "netns" / "gone"), mtime=2000)
     assert cni_cache_view(cache)["10.99.0.10"].owner == "cni:live:eth0"
+
+
+def test_an_entry_whose_owner_is_proven_gone_is_not_rebuilt_and_its_file_is_removed(tmp_path: Path) -> None:
+    netns, cache, oci = tmp_path / "netns", tmp_path / "results", tmp_path / "runc"
+    for directory in (netns, cache, oci):
+        directory.mkdir()
+    (netns / "live").touch()
+    (oci / "running").mkdir()  # runc's state of a container it runs
+    write_entry(cache, "live", "10.99.0.10", netns=str(netns / "live"))
+    gone = write_entry(cache, "gone", "10.99.0.11", netns=str(netns / "gone"))
+    write_entry(cache, "hidden", "10.99.0.12", netns="/nowhere/visible/ns")  # cannot tell: kept
+    write_entry(cache, "running", "10.99.0.13")  # libcni before 1.2 records no namespace
+    removed = write_entry(cache, "removed", "10.99.0.14")  # a failed DEL's leftover
+    view = read_cache(cache, container=functools.partial(container_known, state_dirs=[oci]))
+    assert {a: e.owner for a, e in view.entries.items()} == {
+        "10.99.0.10": "cni:live:eth0",
+        "10.99.0.12": "cni:hidden:eth0",
+        "10.99.0.13": "cni:running:eth0",
+    }
+    assert view.alive == {"10.99.0.10", "10.99.0.13"}
+    assert [(e.path, why) for e, why in view.stale] == [
+        (gone, f"network namespace {netns / 'gone'} is gone"),
+        (removed, "no network namespace recorded, and no OCI runtime knows container removed"),
+    ]
+    with capture_logs() as logs:
+        assert all(remove_stale(entry, why) for entry, why in view.stale)
+    assert not gone.exists() and not removed.exists()
+    assert [e["path"] for e in logs if e["event"] == "cni_cache_entry_removed"] == [str(gone), str(removed)]
+    # Where no OCI runtime's directory is visible, nothing says an entry without a namespace is gone.
+    assert sorted(cni_cache_view(cache, container=functools.partial(container_known, state_dirs=[]))) == [
+        "10.99.0.10",
+        "10.99.0.12",
+        "10.99.0.13",
+    ]
+
+
+def test_without_a_namespace_an_entry_loses_to_one_proven_alive_and_is_not_removed(tmp_path: Path) -> None:
+    (tmp_path / "netns").mkdir()
+    (tmp_path / "netns" / "live").touch()
+    cache = tmp_path / "results"
+    cache.mkdir()
+    write_entry(cache, "live", "10.99.0.10", netns=str(tmp_path / "netns" / "live"), mtime=1000)
+    old = write_entry(cache, "old", "10.99.0.10", mtime=2000)  # newer file, but nothing says it is alive
+    with capture_logs() as logs:
+        view = read_cache(cache)
+    assert view.entries["10.99.0.10"].owner == "cni:live:eth0" and view.stale == ()
+    [duplicate] = [e for e in logs if e["event"] == "cni_cache_duplicate_address"]
+    assert (duplicate["log_level"], duplicate["decided_by"]) == ("info", "liveness")
+    assert old.exists()  # not proven gone: its file stays
+
+
+def test_a_cache_file_rewritten_since_it_was_judged_is_not_removed(tmp_path: Path) -> None:
+    write_entry(tmp_path, "c1", "10.99.0.10", netns=str(tmp_path / "gone"), mtime=1000)
+    [(entry, why)] = read_cache(tmp_path).stale
+    path = write_entry(tmp_path, "c1", "10.99.0.11", netns=str(tmp_path / "gone"), mtime=2000)  # ADD again
+    assert not remove_stale(entry, why) and path.exists()
+
+
+def test_a_container_is_known_by_its_oci_runtimes_state_directory(tmp_path: Path) -> None:
+    (tmp_path / "runc" / "c1").mkdir(parents=True)
+    dirs = [tmp_path / "runc", tmp_path / "crun"]  # crun never ran here: its root does not exist
+    assert container_known("c1", dirs) is True
+    assert container_known("c2", dirs) is False
+    assert container_known("c1", [tmp_path / "crun"]) is None  # nothing visible: cannot tell
+    assert container_known("../runc", dirs) is None and container_known("", dirs) is None
 
 
 def test_when_liveness_cannot_tell_the_newer_entry_wins(tmp_path: Path) -> None:
@@ -117,7 +193,8 @@ def test_a_fifo_in_the_cache_does_not_block_the_rebuild(tmp_path: Path) -> None:
 
 
 def test_a_rebuilt_allocation_keeps_what_the_cache_said_of_its_container(tmp_path: Path) -> None:
-    write_entry(tmp_path, "c1", "10.99.0.10", netns="/run/netns/a")
+    (tmp_path / "a").touch()
+    write_entry(tmp_path, "c1", "10.99.0.10", netns=str(tmp_path / "a"))
     allocator = Allocator(clock=LoopClock())
     allocator.set_pool("default", [PoolAddress(address="10.99.0.10", prefix_length=24, gateway="10.99.0.1")])
     allocator.restore(runtime=cni_cache_view(tmp_path))
@@ -125,7 +202,7 @@ def test_a_rebuilt_allocation_keeps_what_the_cache_said_of_its_container(tmp_pat
     assert (allocation.owner, allocation.network, allocation.netns) == (
         "cni:c1:eth0",
         "podnet",
-        "/run/netns/a",
+        str(tmp_path / "a"),
     )
 
 

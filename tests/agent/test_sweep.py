@@ -8,25 +8,24 @@ between — is property-tested against a model of every verdict it was shown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import tempfile
-from collections.abc import AsyncIterator, Callable
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eni_ipam.agent.allocator import Allocator
+from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.libnetwork.driver import LibnetworkDriver
 from eni_ipam.agent.libnetwork.protocol import LOCAL_ADDRESS_SPACE
+from eni_ipam.agent.runtime import container_known
 from eni_ipam.agent.sweep import DockerJudge, Finding, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import Attachment, PoolAddress
 from eni_ipam.core.clock import LoopClock
-from tests.agent import FakeClock
+from tests.agent import FakeClock, docker_network, fake_docker
 from tests.agent.test_runtime import write_entry
 
 POOL = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 20)]
@@ -150,7 +149,7 @@ def test_namespace_judge_reads_the_namespace_and_falls_back_on_the_cache(tmp_pat
         "cni:gone:eth0": Attachment(netns=str(netns / "gone")),
         "cni:hidden:eth0": Attachment(netns="/nowhere/visible/ns"),
         "cni:pid:eth0": Attachment(netns="/proc/1/ns/net"),
-        "cni:cached:eth0": Attachment(),  # no namespace recorded; libcni still lists it
+        "cni:cached:eth0": Attachment(),  # no namespace recorded; libcni still lists it: no verdict
         "cni:forgotten:eth0": Attachment(),  # no namespace recorded; libcni lists it no more
     }
     for owner, attachment in attach.items():
@@ -158,15 +157,35 @@ def test_namespace_judge_reads_the_namespace_and_falls_back_on_the_cache(tmp_pat
     a.allocate_next("claim:ns/c")  # not a CNI allocation: never judged here
     write_entry(cache, "cached", "10.99.0.14")
     found = {f.key.split("|")[0]: f.gone for f in run(NamespaceJudge(a, cni_cache_dir=cache).findings())}
-    assert found == {
-        "cni:live:eth0": False,
-        "cni:gone:eth0": True,
-        "cni:cached:eth0": False,
-        "cni:forgotten:eth0": True,
-    }
+    assert found == {"cni:live:eth0": False, "cni:gone:eth0": True, "cni:forgotten:eth0": True}
     # Without a visible cache, an allocation with no namespace recorded gets no verdict.
     found = {f.key.split("|")[0] for f in run(NamespaceJudge(a, cni_cache_dir=tmp_path / "none").findings())}
     assert found == {"cni:live:eth0", "cni:gone:eth0"}
+
+
+def test_an_allocation_without_a_namespace_is_judged_by_its_container_and_its_cache_entry_removed(
+    tmp_path: Path,
+) -> None:
+    """A rebuild from libcni before 1.2 leaves allocations without a namespace; a cache file is no
+    evidence of life (libcni keeps the file of a failed DEL), an OCI runtime's state is."""
+    cache, oci = tmp_path / "results", tmp_path / "runc"
+    cache.mkdir()
+    (oci / "running").mkdir(parents=True)
+    a = allocator()
+    for name in ("running", "removed"):
+        v4, _ = a.allocate_next(f"cni:{name}:eth0")
+        assert v4 is not None
+        write_entry(cache, name, v4.address)
+    judge = NamespaceJudge(
+        a, cni_cache_dir=cache, container=functools.partial(container_known, state_dirs=[oci])
+    )
+    clock = FakeClock()
+    sweeper = Sweeper([judge], clock=clock, interval=1, grace=5)
+    assert run(sweeper.sweep_once()) == []
+    clock.advance(5)
+    assert run(sweeper.sweep_once()) == ["cni:removed:eth0|10.99.0.11"]
+    assert [x.owner for x in a.allocations()] == ["cni:running:eth0"]
+    assert sorted(p.name for p in cache.iterdir()) == ["podnet-running-eth0"]  # no rebuild brings it back
 
 
 def test_a_release_checks_the_allocation_is_still_the_one_judged(tmp_path: Path) -> None:
@@ -218,45 +237,6 @@ def test_pod_judge_knows_running_pods_and_has_no_view_before_its_informer_synced
 # -- Docker --------------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def fake_docker(networks: Callable[[], list[dict[str, Any]]]) -> AsyncIterator[str]:
-    """Docker's API on a unix socket: ``GET /networks`` and ``GET /networks/{id}``."""
-
-    async def listing(_: web.Request) -> web.Response:
-        return web.json_response([{k: v for k, v in n.items() if k != "Containers"} for n in networks()])
-
-    async def inspect(request: web.Request) -> web.Response:
-        found = [n for n in networks() if n["Id"] == request.match_info["id"]]
-        return (
-            web.json_response(found[0])
-            if found
-            else web.json_response({"message": "no such network"}, status=404)
-        )
-
-    app = web.Application()
-    app.router.add_get("/networks", listing)
-    app.router.add_get("/networks/{id}", inspect)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    with tempfile.TemporaryDirectory(prefix="eni-dock-", dir="/tmp") as directory:
-        socket = f"{directory}/docker.sock"
-        await web.UnixSite(runner, socket).start()
-        try:
-            yield socket
-        finally:
-            await runner.cleanup()
-
-
-def network(subnet: str, containers: dict[str, str], driver: str = "eni-ipam") -> dict[str, Any]:
-    return {
-        "Id": "net-" + subnet.replace("/", "-"),
-        "IPAM": {"Driver": driver, "Config": [{"Subnet": subnet, "Gateway": "10.99.0.1"}]},
-        "Containers": {
-            cid: {"IPv4Address": f"{address}/24", "IPv6Address": ""} for cid, address in containers.items()
-        },
-    }
-
-
 def test_docker_judge_reconciles_addresses_and_pools_with_dockers_endpoints(tmp_path: Path) -> None:
     async def scenario() -> tuple[dict[str, bool], Any]:
         a = allocator()
@@ -265,16 +245,16 @@ def test_docker_judge_reconciles_addresses_and_pools_with_dockers_endpoints(tmp_
         live, _ = driver.request_address(kept.pool_id)
         leaked, _ = driver.request_address(kept.pool_id)
         docker_view = [
-            network("10.99.0.0/24", {"c1": live.split("/")[0]}),
-            network("10.98.0.0/24", {}, driver="default"),
+            docker_network("10.99.0.0/24", {"c1": live.split("/")[0]}),
+            docker_network("10.98.0.0/24", {}, driver="default"),
         ]
         async with fake_docker(lambda: docker_view) as socket:
-            judge = DockerJudge(a, driver, socket=socket, driver_name="eni-ipam")
+            judge = DockerJudge(a, driver, DockerApi(socket, driver_name="eni-ipam"))
             found = {f.key: f.gone for f in await judge.findings()}
             docker_view.pop(0)  # the network was removed while the agent was down
             gone_pool = {f.key: f.gone for f in await judge.findings()}
         nowhere = str(tmp_path / "nope.sock")
-        unreachable = await DockerJudge(a, driver, socket=nowhere, driver_name="eni-ipam").findings()
+        unreachable = await DockerJudge(a, driver, DockerApi(nowhere, driver_name="eni-ipam")).findings()
         return found | {"pools": gone_pool}, (live, leaked, kept.pool_id, unreachable)
 
     found, (live, leaked, pool_id, unreachable) = run(scenario())
@@ -293,7 +273,7 @@ def test_docker_judge_releases_a_pool_docker_no_longer_uses(tmp_path: Path) -> N
         driver.request_address(pool.pool_id)
         async with fake_docker(lambda: []) as socket:
             clock = FakeClock()
-            judge = DockerJudge(a, driver, socket=socket, driver_name="eni-ipam")
+            judge = DockerJudge(a, driver, DockerApi(socket, driver_name="eni-ipam"))
             sweeper = Sweeper([judge], clock=clock, interval=1, grace=5)
             await sweeper.sweep_once()
             clock.advance(5)
