@@ -159,9 +159,15 @@ class AgentConfig(ConfigModel):
     """Where allocations survive restarts (a hostPath in the DaemonSet)."""
     cni_cache_dir: Name = "/var/lib/cni/results"
     """libcni's cache of results: one of the runtimes' views a lost or corrupt state file is rebuilt from."""
-    oci_state_dirs: Annotated[tuple[Name, ...], Field(strict=False)] = ("/run/runc", "/run/crun")
+    oci_state_dirs: Annotated[tuple[Name, ...], Field(strict=False)] = (
+        "/run/runc",
+        "/run/crun",
+        "/run/containerd/runc/k8s.io",
+    )
     """Where OCI runtimes keep a directory per container they created (runc's and crun's roots, for
-    root). A libcni cache entry without a network namespace (libcni before 1.2, as podman 4 uses, records
+    root, and containerd's runc shims' root for its CRI namespace, where a pod sandbox's ID, the CNI
+    container ID, is a directory: without it a host running podman too would judge every sandbox
+    gone). A libcni cache entry without a network namespace (libcni before 1.2, as podman 4 uses, records
     none) is alive while its container ID is a directory in one of them, and gone once it is in none:
     the rebuild then drops it, and the sweep releases it. Only directories that exist count; with
     none, such an entry is kept."""

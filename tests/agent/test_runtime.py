@@ -170,6 +170,15 @@ def test_a_container_is_known_by_its_oci_runtimes_state_directory(tmp_path: Path
     assert container_known("../runc", dirs) is None and container_known("", dirs) is None
 
 
+def test_a_containerd_sandbox_is_known_on_a_host_that_runs_podman_too() -> None:
+    # By default: runc's root holds podman's containers, containerd's shims keep its CRI sandboxes
+    # under their own root; with only the former listed, every sandbox would be judged gone.
+    from eni_ipam.agent.config import AgentConfig
+
+    roots = AgentConfig.model_fields["oci_state_dirs"].default
+    assert {"/run/runc", "/run/crun", "/run/containerd/runc/k8s.io"} <= set(roots)
+
+
 def test_when_liveness_cannot_tell_the_newer_entry_wins(tmp_path: Path) -> None:
     write_entry(tmp_path, "old", "10.99.0.10", mtime=1000)
     write_entry(tmp_path, "new", "10.99.0.10", mtime=2000)
