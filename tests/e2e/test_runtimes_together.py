@@ -169,19 +169,22 @@ class Outcome:
     id: str
     """The container's (the sandbox's) id; empty when the start failed."""
     error: str = ""
+    ended: float = 0.0
+    """When the start returned (``time.perf_counter()``)."""
 
 
 def try_start(rts: Runtimes, name: str, ip: str | None = None) -> Outcome:
     rt = rts.by_name(name)
     if isinstance(rt, Containerd):
         try:
-            return Outcome(name, rt.try_run())
+            return Outcome(name, rt.try_run(), ended=time.perf_counter())
         except grpc.RpcError as exc:
-            return Outcome(name, "", str(exc.details()))
+            return Outcome(name, "", str(exc.details()), time.perf_counter())
     done = rt.try_start(ip)
     if done.returncode == 0:
-        return Outcome(name, done.stdout.strip())
-    return Outcome(name, "", done.stderr.strip()[-400:])
+        return Outcome(name, done.stdout.strip(), ended=time.perf_counter())
+    said = " | ".join(line for line in done.stderr.splitlines() if "level=warning" not in line)
+    return Outcome(name, "", said.strip()[-1000:], time.perf_counter())
 
 
 def start_across(rts: Runtimes, counts: dict[str, int], *, workers: int = 8) -> list[Outcome]:
@@ -377,6 +380,8 @@ def stale_cache_entries(node: Node, rts: Runtimes, say: Say) -> None:
 
 
 RESTARTS = 5
+UP_BETWEEN = float(os.environ.get("ENI_IPAM_E2E_UP_BETWEEN", "0.2"))
+"""Seconds the agent serves between two restarts of the burst (as ``systemctl restart`` in a loop)."""
 BURST = {"podman": 7, "docker": 7, "containerd": 6}
 
 
@@ -389,6 +394,7 @@ def restart_burst(node: Node, rts: Runtimes, say: Say) -> None:
     plan = [name for name, n in BURST.items() for _ in range(n)]
     random.shuffle(plan)
     restarts: list[str] = []
+    zero = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(plan)) as pool:
         futures = [pool.submit(try_start, rts, name) for name in plan]
         until("a first address of the burst", node.allocations, 60, poll=0.05)
@@ -399,8 +405,11 @@ def restart_burst(node: Node, rts: Runtimes, say: Say) -> None:
             else:
                 node.stop()
             node.start()
-            restarts.append(f"{'SIGKILL' if n % 2 else 'SIGTERM'} {time.perf_counter() - began:.1f}s")
-            time.sleep(0.2)
+            signal_name = "SIGKILL" if n % 2 else "SIGTERM"
+            restarts.append(
+                f"{signal_name} at {began - zero:.1f}s, serving at {time.perf_counter() - zero:.1f}s"
+            )
+            time.sleep(UP_BETWEEN)
         in_flight = sum(not f.done() for f in futures)
         outcomes = [f.result() for f in futures]
     failed = collections.Counter(o.runtime for o in outcomes if not o.id)
@@ -410,11 +419,13 @@ def restart_burst(node: Node, rts: Runtimes, say: Say) -> None:
     )
     for o in outcomes:
         if not o.id:
-            say(f"{o.runtime} start failed: {o.error}")
+            say(f"{o.runtime} start failed at {o.ended - zero:.1f}s: {o.error}")
     if failed["docker"]:
         again = start_across(rts, {"docker": failed["docker"]})
         say(f"docker: {sum(bool(o.id) for o in again)} of {failed['docker']} failed starts succeeded again")
     hard = {name: n for name, n in failed.items() if name != "docker"}
+    # Found so: a SIGTERM closes the agent's listener with requests queued or unread, which the plugin
+    # (retrying connections only) reports as "not reachable": a reset, or an answer ending in its head.
     assert not hard, f"starts failed across the restarts: {hard}"
 
 
@@ -507,8 +518,12 @@ def test_stale_cache_entries_of_failed_dels_are_swept_and_the_pool_refills(
 def test_quick_restarts_during_starts_fail_no_cni_start_and_duplicate_nothing(
     node: Node, together: Runtimes
 ) -> None:
-    restart_burst(node, together, print)
-    assert_invariants(node, together, "after the restart burst")
+    """A start refused across the restarts fails this test, but only after the invariants are checked:
+    both stay visible."""
+    try:
+        restart_burst(node, together, print)
+    finally:
+        assert_invariants(node, together, "after the restart burst")
 
 
 def test_a_stopped_agent_answers_status_50_quickly_and_loses_nothing(node: Node, together: Runtimes) -> None:
@@ -535,6 +550,7 @@ class SoakTally:
     notes: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
+@pytest.mark.timeout(float(os.environ.get(SOAK_SECONDS) or 0) + 600)
 def test_soak(node: Node, together: Runtimes) -> None:
     """``bench/runtimes_soak.py``: the faults in random order for ``$ENI_IPAM_RUNTIMES_SOAK_SECONDS``,
     the invariants after each; the figures as JSON in ``$ENI_IPAM_RUNTIMES_SOAK_REPORT``."""
