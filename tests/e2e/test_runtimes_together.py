@@ -607,3 +607,5 @@ def note(tally: SoakTally, fault: str, text: str) -> None:
     for name in NAMES:
         if text.startswith(f"{name} start failed"):
             tally.notes[f"{fault}: {name} start failed"] += 1
+            if name != "docker":  # the round fails: say why
+                tally.details.append(f"{fault} #{tally.rounds[fault]}: {text[:600]}")
