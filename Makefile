@@ -120,10 +120,13 @@ bench-scale: $(STAMP)
 	$(BIN)/python -m bench.scale
 
 # Fault-injection soaks: the reconciler (bench/soak.py, docs/RELIABILITY.md) and the node agent under hostile
-# input (bench/agent_soak.py, docs/RELIABILITY-node.md); exits 1 on an invariant violation.
+# input (bench/agent_soak.py, docs/RELIABILITY-node.md), then podman, Docker and containerd on one agent
+# through a node's faults (bench/runtimes_soak.py, its section of docs/RELIABILITY-node.md; as root with
+# `make node-runtimes`, otherwise it says why and skips); exits 1 on an invariant violation.
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.agent_soak
+	$(BIN)/python -m bench.runtimes_soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -250,20 +250,56 @@ def render(r: Results) -> str:
     return "\n".join(lines) + "\n"
 
 
-def soak_arguments(prog: str, description: str, out: Path, argv: list[str] | None) -> argparse.Namespace:
-    """The command line of a soak: ``--quick`` (a short run, printed) and ``--out`` (the report)."""
+def soak_arguments(
+    prog: str, description: str, out: Path, argv: list[str] | None, *, seconds: float | None = None
+) -> argparse.Namespace:
+    """The command line of a soak: ``--quick`` (a short run, printed) and ``--out`` (the report); with
+    ``seconds``, ``--seconds`` too (how long the faults go on, that by default)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--quick", action="store_true", help="a short run; print, do not write the report")
     parser.add_argument("--out", type=Path, default=out)
+    if seconds is not None:
+        parser.add_argument("--seconds", type=float, default=seconds, help=f"seconds of faults ({seconds:g})")
     return parser.parse_args(argv)
+
+
+RUNTIMES_HEADING = "## podman, Docker and containerd on one agent"
+"""The section ``bench/runtimes_soak.py`` writes at the end of docs/RELIABILITY-node.md, which the
+agent soak's report (the rest of that page) keeps when it replaces the page."""
+
+
+def section_from(text: str, heading: str) -> str:
+    """``text`` from the line ``heading`` to its end, or nothing."""
+    at = text.find(f"\n{heading}\n")
+    return "" if at < 0 else text[at + 1 :]
 
 
 def publish(text: str, out: Path, *, quick: bool, name: str) -> None:
     """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr),
-    keeping the whole-controller section ``make bench-scale`` wrote there (bench/scale_report.py)."""
+    keeping the whole-controller section ``make bench-scale`` wrote there (bench/scale_report.py) and
+    the runtimes soak's section (:data:`RUNTIMES_HEADING`)."""
     if quick:
         print(text)
     else:
-        kept = scale_report.kept_section(out.read_text()) if out.exists() else ""
-        out.write_text(scale_report.splice(text, kept) if kept else text)
+        old = out.read_text() if out.exists() else ""
+        kept = scale_report.kept_section(old)
+        new = scale_report.splice(text, kept) if kept else text
+        runtimes = section_from(old, RUNTIMES_HEADING)
+        if runtimes and not section_from(new, RUNTIMES_HEADING):
+            new = new.rstrip("\n") + "\n\n" + runtimes
+        out.write_text(new)
+        print(f"{name}: wrote {out}", file=sys.stderr)
+
+
+def publish_section(section: str, out: Path, heading: str, *, quick: bool, name: str) -> None:
+    """As :func:`publish`, for a report that is the last section of ``out`` (from the line ``heading``
+    on, which it starts with): that section is replaced, or added at the end; the rest is kept."""
+    assert section.startswith(f"{heading}\n"), f"the section must start with {heading!r}"
+    if quick:
+        print(section)
+    else:
+        old = out.read_text() if out.exists() else ""
+        tail = section_from(old, heading)
+        head = old[: len(old) - len(tail)] if tail else old
+        out.write_text((head.rstrip("\n") + "\n\n" if head.strip() else "") + section)
         print(f"{name}: wrote {out}", file=sys.stderr)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.__main__ import QUICK, run
 from bench.cluster import lower_bound, lower_bound_by_operation
 from bench.convergence import bucket_bound
-from bench.report import render
+from bench.report import RUNTIMES_HEADING, publish, publish_section, render
 from eni_ipam.core.ratelimit import EC2_BUCKETS
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,3 +41,16 @@ def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     assert plugin.skipped or {"eni-ipam-cni ADD", "eni-ipam-cni DEL", "host-local ADD"} <= set(plugin.timings)
     text = render(results)
     assert "| check | result |" in text and "**missed**" not in text
+
+
+def test_the_agent_soak_and_the_runtimes_soak_share_their_page(tmp_path: Path) -> None:
+    page = tmp_path / "RELIABILITY-node.md"
+    publish("# Reliability of the node agent\n\nfirst run\n", page, quick=False, name="agent soak")
+    section = f"{RUNTIMES_HEADING}\n\nrun one\n"
+    publish_section(section, page, RUNTIMES_HEADING, quick=False, name="runtimes soak")
+    assert page.read_text() == f"# Reliability of the node agent\n\nfirst run\n\n{section}"
+    publish("# Reliability of the node agent\n\nsecond run\n", page, quick=False, name="agent soak")
+    assert page.read_text() == f"# Reliability of the node agent\n\nsecond run\n\n{section}"
+    again = f"{RUNTIMES_HEADING}\n\nrun two\n"
+    publish_section(again, page, RUNTIMES_HEADING, quick=False, name="runtimes soak")
+    assert page.read_text() == f"# Reliability of the node agent\n\nsecond run\n\n{again}"
