@@ -14,9 +14,10 @@ Invariants:
   unstructured logs, and only on failures.
 * Input is validated completely before the agent is contacted: bad input never changes state.
 * DEL of something the agent does not know succeeds; an unreachable agent is code 11 (try again
-  later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS. A missing or refusing
-  socket (the agent restarting) is retried for about 2 s first (:data:`CONNECT_RETRIES`); STATUS answers
-  within about 1.5 s whatever the agent's state.
+  later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS. Every call is
+  idempotent, so while no whole answer comes (the socket missing or refusing, the connection cut:
+  the agent restarting) it is sent again for about 2.5 s first (:data:`CONNECT_RETRIES`); STATUS
+  answers within about 1.5 s whatever the agent's state.
 * GC and STATUS exist from ``cniVersion`` 1.1.0: below it they are refused with code 1, as the
   reference plugins refuse them.
 * A requested address (CNI_ARGS ``IP=``, the ``ips`` capability) is handed out exactly, or the ADD
@@ -55,17 +56,22 @@ FAMILIES = ("ipv4", "ipv6", "dual")
 REQUEST_TIMEOUT = 30.0
 """Seconds to wait for the agent (connect, and then each read); runtimes time a plugin out after
 minutes."""
-CONNECT_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.4, 0.4, 0.4)
-"""Pauses (seconds) between attempts to connect while the agent's socket is missing or refuses (the
-agent is restarting: it serves again within about a second of its start), about 2 s in all, before
-answering code 11. Runtimes that never retry an ADD (podman, Docker through CNI) then see no
-restart; only a connection is retried, never a request the agent may have received."""
+CONNECT_RETRIES = (0.05,) + (0.1,) * 24
+"""Pauses (seconds) between attempts while the agent cannot be reached, about 2.5 s in all, before
+answering code 11: its socket missing or refusing (the agent restarting serves again within about
+a second of its start), or the connection cut before a whole answer (the agent stopped while the
+request waited or ran). Every call is idempotent (an ADD by the same owner gets the same addresses
+back, a DEL of nothing succeeds, CHECK, GC and STATUS only read or converge), so a request is sent
+again whole. Attempts every 0.1 s find the agent in the short while it serves between two quick
+restarts. Runtimes that never retry an ADD (podman, Docker through CNI) then see no restart. A
+request the agent received but does not answer (a stopped agent) is not retried: it waits out
+:data:`REQUEST_TIMEOUT`."""
 STATUS_TIMEOUT = 1.0
 """STATUS's deadline for the agent's answer: a runtime polls STATUS to decide whether the node is
 ready, so it gets an answer within about a second and a half whatever state the agent is in
 (stopped, restarting, gone)."""
-STATUS_RETRIES = (0.05, 0.1, 0.2)
-"""STATUS's pauses between connection attempts (0.35 s in all)."""
+STATUS_RETRIES = (0.05, 0.1, 0.1, 0.1)
+"""STATUS's pauses between attempts (0.35 s in all)."""
 FLOORS = {"GC": (1, 1, 0), "STATUS": (1, 1, 0)}
 """The oldest ``cniVersion`` a command exists in: the spec added GC and STATUS in 1.1.0, and the
 reference plugins' ``skel`` refuses them below it with code 1."""
@@ -298,48 +304,26 @@ class AgentClient:
         self.timeout = timeout
         self.retries = retries
 
-    def _connect(self, sock: Any) -> None:
-        """Connect, pausing ``retries`` between attempts while the socket is missing or refuses (the
-        agent restarting); other errors, and the last attempt's, propagate."""
-        for pause in (*self.retries, None):
-            try:
-                sock.connect(self.socket_path)
-                return
-            except (FileNotFoundError, ConnectionRefusedError):
-                if pause is None:
-                    raise
-                import time  # a built-in module; only a restart's path pays for it
-
-                time.sleep(pause)
-
     def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
-        """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11."""
+        """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11, after
+        ``retries`` pauses while no whole answer came (see :data:`CONNECT_RETRIES`)."""
         payload = dumps(body).encode()
         request = (
             f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
         ).encode() + payload
-        chunks: list[bytes] = []
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            self._connect(sock)
-            sock.sendall(request)
-            size = 0
-            while size <= MAX_ANSWER:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        except OSError as exc:
-            _unreachable(path, self.socket_path, exc)
-        finally:
-            sock.close()
-        try:
-            status, raw = _http_body(b"".join(chunks))
-        except ValueError as exc:
-            _unreachable(path, self.socket_path, exc)
+        for pause in (*self.retries, None):
+            try:
+                status, raw = self._exchange(request)
+                break
+            except _NoAnswer as exc:
+                if pause is None:
+                    _unreachable(path, self.socket_path, exc.cause)
+                import time  # a built-in module; only a restart's path pays for it
+
+                time.sleep(pause)
+            except OSError as exc:  # a timeout: the agent took the request and does not answer
+                _unreachable(path, self.socket_path, exc)
         try:
             return status, loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):
@@ -348,6 +332,40 @@ class AgentClient:
                 "the eni-ipam agent answered something that is not JSON",
                 f"{path}: {raw[:200]!r}",
             )
+
+    def _exchange(self, request: bytes) -> tuple[int, bytes]:
+        """One connection: the request sent, the whole answer read. _NoAnswer when the socket is
+        missing or refuses, or the connection ends before a whole answer; other OSErrors (a
+        timeout) propagate."""
+        chunks: list[bytes] = []
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            sock.sendall(request)
+            size = 0
+            while size <= MAX_ANSWER:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError) as exc:
+            raise _NoAnswer(exc) from None
+        finally:
+            sock.close()
+        try:
+            return _http_body(b"".join(chunks))
+        except ValueError as exc:  # nothing, or cut short: the agent went away while answering
+            raise _NoAnswer(exc) from None
+
+
+class _NoAnswer(Exception):
+    """No whole answer came from the agent; sending the request again is safe."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _agent_error(status: int, body: Any) -> NoReturn:

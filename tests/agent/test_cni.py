@@ -249,6 +249,47 @@ async def test_an_agent_restarting_within_the_connect_patience_serves_the_add(tm
     assert [a.owner for a in allocator.allocations()] == ["cni:c1:eth0"]
 
 
+async def test_an_add_cut_off_before_its_answer_is_sent_again_and_holds_one_address(
+    agent: Any, tmp_path: Any
+) -> None:
+    # The agent takes the ADD (the address is allocated and saved) and goes away before answering,
+    # twice: the plugin sends the same ADD again, and the same owner gets the same address back.
+    allocator, plugin = await agent()
+    cut = 2
+
+    async def front(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal cut
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(
+                v
+                for k, v in (h.split(b": ", 1) for h in head.split(b"\r\n")[1:-2])
+                if k.lower() == b"content-length"
+            )
+        )
+        request = head + await reader.readexactly(length)
+        back_reader, back_writer = await asyncio.open_unix_connection(plugin.socket)
+        back_writer.write(request)
+        answer = await back_reader.read()
+        back_writer.close()
+        if cut > 0:
+            cut -= 1
+        else:
+            writer.write(answer)
+        writer.close()
+
+    path = str(tmp_path / "front.sock")
+    server = await asyncio.start_unix_server(front, path)
+    try:
+        rc, out, err = await Plugin(path)("ADD")
+    finally:
+        server.close()
+    assert (rc, err) == (0, ""), out
+    assert cut == 0  # both cut-off exchanges happened
+    assert [(a.address, a.owner) for a in allocator.allocations()] == [("10.99.0.10", "cni:c1:eth0")]
+    assert out["ips"] == [{"address": "10.99.0.10/24", "gateway": "10.99.0.1"}]
+
+
 async def test_status_answers_within_seconds_when_the_agent_accepts_but_never_answers(tmp_path: Any) -> None:
     # A stopped (SIGSTOP) agent: the kernel still accepts connections on its socket.
     import socket
