@@ -106,6 +106,17 @@ def docker_network(
     }
 
 
+def agent_paths(tmp_path: Path) -> dict[str, object]:
+    """The keys of an agent configuration that place it under ``tmp_path``: its socket, state, libcni
+    cache, and its endpoint on a free loopback port."""
+    return {
+        "socket": str(tmp_path / "run" / "agent.sock"),
+        "state_dir": str(tmp_path / "state"),
+        "cni_cache_dir": str(tmp_path / "cni-cache"),
+        "server": {"host": "127.0.0.1", "port": 0},
+    }
+
+
 @dataclasses.dataclass(eq=False)
 class FakeHandle:
     callback: Callable[[], None]

@@ -18,7 +18,7 @@ from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam_testkit.fake_kube import FakeKube
-from tests.agent import unix_server
+from tests.agent import agent_paths, unix_server
 from tests.agent.conftest import enipool_status
 from tests.kube.conftest import make_api
 from tests.waiting import until
@@ -44,10 +44,7 @@ async def set_pool(controller: KubeApi, addresses: list[str], **kwargs: Any) -> 
 async def running_agent(kube: FakeKube, tmp_path: Path, **options: Any) -> AsyncIterator[Agent]:
     config = agent_config_from_mapping(
         {
-            "socket": str(tmp_path / "run" / "agent.sock"),
-            "state_dir": str(tmp_path / "state"),
-            "cni_cache_dir": str(tmp_path / "cni-cache"),
-            "server": {"host": "127.0.0.1", "port": 0},
+            **agent_paths(tmp_path),
             "report_interval": "50ms",
             "claims": False,
             **options,
@@ -318,10 +315,7 @@ async def test_an_address_whose_network_namespace_is_gone_comes_back_after_the_g
     config = agent_config_from_mapping(
         {
             "node_source": "memory",
-            "socket": str(tmp_path / "run" / "agent.sock"),
-            "state_dir": str(tmp_path / "state"),
-            "cni_cache_dir": str(tmp_path / "cni-cache"),
-            "server": {"host": "127.0.0.1", "port": 0},
+            **agent_paths(tmp_path),
             "pools": {"default": {"cidr": "10.99.0.0/29"}},
             "sweep_interval": "50ms",
             "sweep_grace": "200ms",

@@ -24,7 +24,7 @@ from eni_ipam.agent.libnetwork import LOCAL_ADDRESS_SPACE, LibnetworkDriver, Poo
 from eni_ipam.agent.start import UNREAD, StartReconciler, docker_entries
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import Attachment, PoolAddress, RuntimeEntry
-from tests.agent import FakeClock, docker_network, fake_docker
+from tests.agent import FakeClock, agent_paths, docker_network, fake_docker
 from tests.agent.test_runtime import write_entry
 from tests.waiting import until
 
@@ -44,10 +44,7 @@ def make_agent(tmp_path: Path, docker_socket: str, **more: Any) -> Agent:
     config = agent_config_from_mapping(
         {
             "node_source": "memory",
-            "socket": str(tmp_path / "run" / "agent.sock"),
-            "state_dir": str(tmp_path / "state"),
-            "cni_cache_dir": str(tmp_path / "cni-cache"),
-            "server": {"host": "127.0.0.1", "port": 0},
+            **agent_paths(tmp_path),
             "pools": {"default": {"cidr": CIDR}, "lab": {"cidr": LAB}},
             "docker_socket": docker_socket,
             **more,

@@ -79,8 +79,8 @@ def unmount_under(directory: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True, timeout=10)
 
 
-def stop_dockerd(daemon: subprocess.Popen[bytes], home: Path) -> None:
-    """SIGTERM (dockerd stops its containerd), SIGKILL after 30 s; then whatever it left mounted."""
+def terminate(daemon: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL when it has not exited within 30 s."""
     if daemon.poll() is None:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -88,6 +88,11 @@ def stop_dockerd(daemon: subprocess.Popen[bytes], home: Path) -> None:
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait(10)
+
+
+def stop_dockerd(daemon: subprocess.Popen[bytes], home: Path) -> None:
+    """SIGTERM (dockerd stops its containerd), SIGKILL after 30 s; then whatever it left mounted."""
+    terminate(daemon)
     pidfile = home / "exec" / "containerd" / "containerd.pid"
     with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
         os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)  # a containerd dockerd left behind

@@ -59,7 +59,7 @@ import pytest
 import yaml
 
 from tests.e2e.cri import RuntimeService
-from tests.e2e.dockerd import host_paths_restored, unmount_under
+from tests.e2e.dockerd import host_paths_restored, terminate, unmount_under
 from tests.e2e.test_node_runtimes import (
     AGENT_CONFIG,
     CNI_CACHE,
@@ -70,12 +70,12 @@ from tests.e2e.test_node_runtimes import (
     SWEPT_WITHIN,
     Node,
     Runtime,
-    build_plugin,
-    busybox_image,
     check_held,
     doc_file,
     parallel,
     parallel_map,
+    relocated_node,
+    require_netns_host,
     run,
     tail,
     until,
@@ -281,47 +281,13 @@ def make_node(root: Path) -> Node:
     assert documented["socket"] == DOC_SOCKET, "the page's socket is the unit's"
     assert documented["node_source"] == "memory", documented
     assert documented.get("cni_cache_dir", str(CNI_CACHE)) == str(CNI_CACHE), "libcni's cache is containerd's"
-    config = {
-        **documented,
-        "socket": str(root / "run" / "agent.sock"),
-        "state_dir": str(root / "state"),
-        "server": {**documented["server"], "port": 0},  # any free port
-        "sweep_interval": f"{SWEEP_INTERVAL:g}s",
-        "sweep_grace": f"{SWEEP_GRACE:g}s",
-        "pools": {"default": {**documented["pools"]["default"], "ranges": [RANGE]}},
-    }
-    config_path = root / "etc" / "config.yaml"
-    config_path.parent.mkdir(parents=True)
-    config_path.write_text(yaml.safe_dump(config))
-    plugin_dir = root / "cni-bin"
-    plugin_dir.mkdir()
-    build_plugin(plugin_dir / "eni-ipam-cni")
-    return Node(
-        root=root,
-        config=config,
-        config_path=config_path,
-        socket=Path(config["socket"]),
-        log=root / "agent.log",
-        plugin_dir=plugin_dir,
-        image_tar=busybox_image(root / "image"),
-        driver="",
-        docker_socket=root / "no-docker.sock",
-    )
+    return relocated_node(root, documented, driver="", docker_api=root / "no-docker.sock", pool_range=RANGE)
 
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[Node]:
     """The agent of the page's containerd section, running; skips where this host cannot host pods."""
-    if os.geteuid() != 0:
-        pytest.skip("containerd's pod sandboxes and network namespaces need root")
-    for tool in ("ip", "nsenter", "mount"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"the {tool} command is missing")
-    probe = f"eni-e2e-{uuid.uuid4().hex[:8]}"
-    added = run(["ip", "netns", "add", probe], check=False, timeout=10)
-    if added.returncode != 0:
-        pytest.skip(f"no network namespaces here: ip netns add: {added.stderr.strip()}")
-    run(["ip", "netns", "del", probe], check=False, timeout=10)
+    require_netns_host("containerd's pod sandboxes and network namespaces need root")
 
     root = Path(tempfile.mkdtemp(prefix="eni-cd-"))  # short: unix socket paths are limited to 107 bytes
     this: Node | None = None
@@ -363,13 +329,7 @@ def processes_of(address: str) -> list[int]:
 def stop_containerd(daemon: subprocess.Popen[bytes], home: Path, address: str) -> None:
     """SIGTERM, SIGKILL after 30 s; then the shims it left (their sandboxes are removed before), and
     whatever it left mounted."""
-    if daemon.poll() is None:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
+    terminate(daemon)
     for pid in processes_of(address):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -444,16 +444,47 @@ def make_node(root: Path) -> Node:
     assert docker_config["docker_ipam_driver"] == "eni-ipam", "the page's driver name is its spec file's"
 
     driver = f"eni-ipam-e2e-{uuid.uuid4().hex[:8]}"
+    docker_socket = root / "docker" / "docker.sock"
+    keys = {"docker_socket": str(docker_socket), "docker_ipam_driver": driver}
+    return relocated_node(root, docker_config, driver=driver, docker_api=docker_socket, **keys)
+
+
+def require_netns_host(why_root: str) -> None:
+    """Skip, saying why, unless this host can run containers in network namespaces: root, the
+    ``ip``, ``nsenter`` and ``mount`` commands, and ``ip netns add`` working."""
+    if os.geteuid() != 0:
+        pytest.skip(why_root)
+    for tool in ("ip", "nsenter", "mount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the {tool} command is missing")
+    probe = f"eni-e2e-{uuid.uuid4().hex[:8]}"
+    added = run(["ip", "netns", "add", probe], check=False, timeout=10)
+    if added.returncode != 0:
+        pytest.skip(f"no network namespaces here: ip netns add: {added.stderr.strip()}")
+    run(["ip", "netns", "del", probe], check=False, timeout=10)
+
+
+def relocated_node(
+    root: Path,
+    documented: dict[str, Any],
+    *,
+    driver: str,
+    docker_api: Path,
+    pool_range: str = RANGE,
+    **more: Any,
+) -> Node:
+    """An agent configured as ``documented`` (a page's config.yaml) with every path in ``root``, any
+    free port, the test's sweep, ``pool_range`` and ``more``; its configuration file written, the
+    plugin built, the image made; not started."""
     config = {
-        **docker_config,
+        **documented,
         "socket": str(root / "run" / "agent.sock"),
         "state_dir": str(root / "state"),
-        "server": {**docker_config["server"], "port": 0},  # any free port
+        "server": {**documented["server"], "port": 0},  # any free port
         "sweep_interval": f"{SWEEP_INTERVAL:g}s",
         "sweep_grace": f"{SWEEP_GRACE:g}s",
-        "docker_socket": str(root / "docker" / "docker.sock"),
-        "docker_ipam_driver": driver,
-        "pools": {"default": {**docker_config["pools"]["default"], "ranges": [RANGE]}},
+        "pools": {"default": {**documented["pools"]["default"], "ranges": [pool_range]}},
+        **more,
     }
     config_path = root / "etc" / "config.yaml"
     config_path.parent.mkdir(parents=True)
@@ -470,7 +501,7 @@ def make_node(root: Path) -> Node:
         plugin_dir=plugin_dir,
         image_tar=busybox_image(root / "image"),
         driver=driver,
-        docker_socket=Path(config["docker_socket"]),
+        docker_socket=docker_api,
     )
 
 

@@ -40,7 +40,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +60,7 @@ from tests.e2e.test_node_runtimes import (
     docker,
     make_node,
     podman,
-    run,
+    require_netns_host,
     tail,
     until,
 )
@@ -87,16 +86,7 @@ NAMES = ("podman", "docker", "containerd")
 def node() -> Iterator[Node]:
     """The agent of docs/node.md (the Docker host's configuration, which is the podman host's plus its
     Docker keys; containerd's libcni cache is the default ``cni_cache_dir``), its pool 30 addresses."""
-    if os.geteuid() != 0:
-        pytest.skip("podman, dockerd, containerd and network namespaces need root")
-    for tool in ("ip", "nsenter", "mount"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"the {tool} command is missing")
-    probe = f"eni-e2e-{uuid.uuid4().hex[:8]}"
-    added = run(["ip", "netns", "add", probe], check=False, timeout=10)
-    if added.returncode != 0:
-        pytest.skip(f"no network namespaces here: ip netns add: {added.stderr.strip()}")
-    run(["ip", "netns", "del", probe], check=False, timeout=10)
+    require_netns_host("podman, dockerd, containerd and network namespaces need root")
 
     root = Path(tempfile.mkdtemp(prefix="eni-rt-"))  # short: unix socket paths are limited to 107 bytes
     this: Node | None = None
