@@ -45,7 +45,6 @@ import shutil
 import signal
 import subprocess
 import tarfile
-import tempfile
 import threading
 import time
 import tomllib
@@ -77,6 +76,7 @@ from tests.e2e.test_node_runtimes import (
     relocated_node,
     require_netns_host,
     run,
+    running_node,
     tail,
     until,
 )
@@ -288,18 +288,8 @@ def make_node(root: Path) -> Node:
 def node() -> Iterator[Node]:
     """The agent of the page's containerd section, running; skips where this host cannot host pods."""
     require_netns_host("containerd's pod sandboxes and network namespaces need root")
-
-    root = Path(tempfile.mkdtemp(prefix="eni-cd-"))  # short: unix socket paths are limited to 107 bytes
-    this: Node | None = None
-    try:
-        this = make_node(root)
-        this.start()
+    with running_node("eni-cd-", make_node) as this:
         yield this
-    finally:
-        if this is not None:
-            this.stop()
-            print(f"agent log (last lines):\n{tail(this.log, 15)}")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def start_containerd(binary: str, config: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -407,25 +407,27 @@ class Node:
 @pytest.fixture(scope="module")
 def node() -> Iterator[Node]:
     """The agent of docs/node.md, running (one for both runtimes); skips where this host cannot host it."""
-    if os.geteuid() != 0:
-        pytest.skip("podman, dockerd and network namespaces need root")
-    if shutil.which("ip") is None:
-        pytest.skip("the ip command (iproute2) is missing")
-    probe = f"eni-e2e-{uuid.uuid4().hex[:8]}"
-    added = run(["ip", "netns", "add", probe], check=False, timeout=10)
-    if added.returncode != 0:
-        pytest.skip(f"no network namespaces here: ip netns add: {added.stderr.strip()}")
-    run(["ip", "netns", "del", probe], check=False, timeout=10)
+    require_netns_host("podman, dockerd and network namespaces need root")
+    with running_node("eni-nr-", make_node) as this:
+        yield this
 
-    # Short paths (unix socket paths are limited to 107 bytes), removed on the way out.
-    root = Path(tempfile.mkdtemp(prefix="eni-nr-"))
+
+@contextlib.contextmanager
+def running_node(
+    prefix: str, make: Callable[[Path], Node], *, before_stop: Callable[[Node], None] | None = None
+) -> Iterator[Node]:
+    """The agent ``make`` sets up in a fresh directory (short: unix socket paths are limited to 107
+    bytes), started; on the way out stopped, its log's last lines printed, the directory removed."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     this: Node | None = None
     try:
-        this = make_node(root)
+        this = make(root)
         this.start()
         yield this
     finally:
         if this is not None:
+            if before_stop is not None:
+                before_stop(this)
             this.stop()
             print(f"agent log (last lines):\n{tail(this.log, 15)}")
         shutil.rmtree(root, ignore_errors=True)

@@ -35,10 +35,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -61,7 +59,7 @@ from tests.e2e.test_node_runtimes import (
     make_node,
     podman,
     require_netns_host,
-    tail,
+    running_node,
     until,
 )
 
@@ -88,20 +86,14 @@ def node() -> Iterator[Node]:
     Docker keys; containerd's libcni cache is the default ``cni_cache_dir``), its pool 30 addresses."""
     require_netns_host("podman, dockerd, containerd and network namespaces need root")
 
-    root = Path(tempfile.mkdtemp(prefix="eni-rt-"))  # short: unix socket paths are limited to 107 bytes
-    this: Node | None = None
-    try:
+    def make(root: Path) -> Node:
         this = make_node(root)
         this.config["pools"]["default"]["ranges"] = [RANGE]
         this.config_path.write_text(yaml.safe_dump(this.config))
-        this.start()
+        return this
+
+    with running_node("eni-rt-", make, before_stop=resume) as this:
         yield this
-    finally:
-        if this is not None:
-            resume(this)
-            this.stop()
-            print(f"agent log (last lines):\n{tail(this.log, 15)}")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
