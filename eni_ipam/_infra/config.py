@@ -80,7 +80,7 @@ def parse_duration(value: Any) -> float:
         ValueError: not a duration, not finite, too large, or negative (the message says which).
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s, 5m or 250ms, got {value!r}")
+        raise ValueError(f"expected a duration such as 30s, 5m or 250ms, got {short(value)}")
     try:
         if isinstance(value, int | float):
             seconds = float(value)
@@ -91,7 +91,7 @@ def parse_duration(value: Any) -> float:
     except OverflowError:
         raise ValueError("too large for a duration") from None
     if not math.isfinite(seconds):
-        raise ValueError(f"expected a finite duration, got {value!r}")
+        raise ValueError(f"expected a finite duration, got {short(value)}")
     if seconds < 0:
         raise ValueError("must not be negative")
     return seconds
@@ -111,7 +111,7 @@ def _finite_positive(value: Any) -> float:
     except OverflowError:
         raise ValueError("too large") from None
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"expected a positive number, got {value!r}")
+        raise ValueError(f"expected a positive number, got {short(value)}")
     return number
 
 
@@ -123,7 +123,7 @@ def _number(value: Any) -> float:
     except OverflowError:
         raise ValueError("too large") from None
     if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {value!r}")
+        raise ValueError(f"expected a finite number, got {short(value)}")
     return number
 
 
@@ -347,6 +347,9 @@ def got(value: Any) -> str:
 
 
 def short(value: Any) -> str:
-    """``repr`` of a bad value, cut short: an error names the field, it does not echo a megabyte."""
+    """``repr`` of a bad value, cut short: an error names the field, it does not echo a megabyte
+    (nor turns an integer of thousands of digits into text, which Python refuses)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

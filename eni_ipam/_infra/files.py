@@ -8,6 +8,7 @@ document). The domain never reads files; the packages above it do, through this 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,55 @@ class _Loader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
+
+# YAML 1.1's base-60 numbers (``1:30`` is 90) are gone from YAML 1.2 and surprise people (a
+# ``ports: [22:22]`` becomes 1342), and a long one costs quadratic time to convert: here they are
+# strings, which a numeric field then refuses by name.
+_Loader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
+        |[-+]?0[0-7_]+
+        |[-+]?(?:0|[1-9][0-9_]*)
+        |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    list("-+0123456789"),
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    """YAML's int, or a YAML error naming the line for one Python cannot read (a decimal of over
+    4,300 digits): no setting takes such a number, and the message must name where it is."""
+    try:
+        value: int = yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(str(node.value))} digits: no setting takes one", node.start_mark
+        ) from None
+    return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 MAX_FILE_BYTES = 4 << 20
 """Largest configuration or scenario file read (4 MiB): a path to /dev/zero or a log is an error,

@@ -9,6 +9,7 @@ import pytest
 
 from eni_ipam._infra.config import ConfigModel, parse_duration, validate
 from eni_ipam._infra.files import load_yaml_file, load_yaml_text, read_config_file
+from eni_ipam.app.runconfig import load_config
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.settings import MAX_EXTRA_TAGS, Settings
@@ -129,6 +130,38 @@ def test_a_key_written_twice_is_refused_with_its_lines(tmp_path: Path) -> None:
 def test_a_key_written_twice_in_a_list_entry_is_refused() -> None:
     with pytest.raises(ValueError, match="duplicate key 'name'"):
         load_yaml_text("nodes:\n  - {name: a, name: b}\n", what="x")
+
+
+def test_base_60_numbers_are_strings_a_numeric_field_then_refuses_by_name(tmp_path: Path) -> None:
+    # YAML 1.1 read 1:30 as 90 (and a long one in quadratic time); YAML 1.2 has no such numbers.
+    assert load_yaml_text("a: 1:30\nb: 0x1f\nc: 017\nd: 1_000\ne: -1.5\nf: .inf\n", what="x") == {
+        "a": "1:30",
+        "b": 31,
+        "c": 15,
+        "d": 1000,
+        "e": -1.5,
+        "f": float("inf"),
+    }
+    assert load_yaml_text("a: 1" + ":1" * 100_000, what="x")["a"].startswith("1:1:1")
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: aws\naws:\n  region: us-east-1\n  max_results: 1:30\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert caught.value.field == "aws.max_results" and "'1:30'" in caught.value.message
+
+
+def test_an_integer_of_thousands_of_digits_is_refused_naming_its_field(tmp_path: Path) -> None:
+    # Python refuses to turn an integer of over 4,300 digits into text: the message must not try.
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: aws\naws:\n  region: us-east-1\n  max_results: 0x" + "f" * 4000 + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert caught.value.field == "aws.max_results"
+    assert "an integer of 16000 bits" in caught.value.message
+    path.write_text("provider: aws\naws:\n  region: us-east-1\n  max_results: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert "an integer of 5000 digits" in caught.value.message and "line 4" in caught.value.message
 
 
 def test_yaml_syntax_errors_name_the_file(tmp_path: Path) -> None:
