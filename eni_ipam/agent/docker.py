@@ -22,11 +22,15 @@ import dataclasses
 import ipaddress
 import json
 import urllib.parse
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from eni_ipam.errors import EniIpamError
 
 from .members import canonical_address
+
+if TYPE_CHECKING:
+    from .libnetwork import PoolRecord
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to connect to Docker's socket (a dockerd that is starting queues connections)."""
@@ -80,6 +84,11 @@ class DockerView:
     def subnets(self) -> set[str]:
         """The subnets of the networks using this driver (canonical CIDR)."""
         return {s.subnet for n in self.networks for s in n.subnets}
+
+    def unused(self, records: Iterable[PoolRecord]) -> list[PoolRecord]:
+        """The registered pools no network using this driver has as its subnet any more."""
+        subnets = self.subnets()
+        return [r for r in records if canonical_network(r.pool) not in subnets]
 
 
 class DockerApi:

@@ -206,9 +206,8 @@ class StartReconciler:
         self._release_removed_pools(view)
 
     def _release_removed_pools(self, view: DockerView) -> None:
-        subnets = view.subnets()
-        for record in self.driver.pools():
-            if record.pool_id not in self._startup_pools or canonical_network(record.pool) in subnets:
+        for record in view.unused(self.driver.pools()):
+            if record.pool_id not in self._startup_pools:
                 continue
             try:
                 self.driver.release_pool(record.pool_id)

@@ -41,7 +41,7 @@ import structlog
 
 from eni_ipam import errors
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.docker import DockerApi, DockerUnreachable, canonical_network
+from eni_ipam.agent.docker import DockerApi, DockerUnreachable
 from eni_ipam.agent.runtime import (
     CNI_PREFIX,
     CachedAttachment,
@@ -287,10 +287,10 @@ class DockerJudge:
         except DockerUnreachable as exc:
             log.info("docker_unreachable", socket=self.docker.socket, error=str(exc))
             return None
-        in_use, subnets = view.in_use(), view.subnets()
+        in_use, unused = view.in_use(), {r.pool_id for r in view.unused(self.driver.pools())}
         out: list[Finding] = []
         for record in self.driver.pools():
-            if canonical_network(record.pool) not in subnets:
+            if record.pool_id in unused:
                 why = f"no Docker network uses pool {record.pool} any more"
                 out.append(Finding(f"pool:{record.pool_id}", True, self._release_pool(record.pool_id), why))
                 continue

@@ -295,7 +295,7 @@ class _Draft:
             remaining -= n
         return remaining
 
-    def _slots_left(self, prefixes: bool) -> bool:
+    def _slots_left(self) -> bool:
         """Whether an interface has a slot this plan leaves empty."""
         slots = self.limits.slots_per_interface
         for iface in managed_interfaces(self.instance, self.spec):
@@ -312,7 +312,7 @@ class _Draft:
             if not self.free_indexes:
                 # No adapter slot left: at capacity only when the interfaces are full too; slots
                 # left empty for want of subnet addresses are the subnet's doing.
-                self.reason = "no-subnet" if self._slots_left(prefixes) else "at-capacity"
+                self.reason = "no-subnet" if self._slots_left() else "at-capacity"
                 break
             # A new interface takes its primary address from the subnet besides what it carries: a
             # subnet with one free address has no room for one.
