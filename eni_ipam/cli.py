@@ -103,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--seed", type=int, default=1, help="seed of the simulated workload")
     demo.add_argument("--port", type=int, default=9090, help="port of /metrics on 127.0.0.1 (0: off)")
+    demo.add_argument(
+        "--plain",
+        action="store_true",
+        help="print lines rather than the live view (always off a terminal or without eni-ipam[view])",
+    )
 
     iam = sub.add_parser(
         "aws-iam-policy",
@@ -164,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eni_ipam.app.demo import run_demo
 
     nodes = 50 if args.nodes is None else args.nodes
-    return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port)
+    return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port, plain=args.plain)
 
 
 COMMANDS = "eni_ipam.commands"

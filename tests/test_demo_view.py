@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+import structlog
+from rich.cells import cell_len
+from rich.console import Console
+from rich.text import Text
+
+import eni_ipam.app.demo as demo_module
+from eni_ipam._infra.logging import configure, diverted
 from eni_ipam._infra.metrics import Metrics
-from eni_ipam.app.demo import build, local_cluster, render
+from eni_ipam.app.demo import _demo, build, local_cluster, render
+from eni_ipam.app.view import Frame, NodeRow, Watcher, screen
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
@@ -54,3 +63,178 @@ def test_plain_lines_are_unchanged_on_a_terminal_and_off_it() -> None:
     lines, screen = _settled(30, 3, 30.0, plain)
     assert lines == (GOLDEN / "demo_plain_lines.txt").read_text()
     assert screen == (GOLDEN / "demo_plain_screen.txt").read_text()
+
+
+# -- the live view -------------------------------------------------------------------------------
+
+
+def _row(name: str, *, needed: int = 0, reason: str = "", used: int = 4, available: int = 8) -> NodeRow:
+    return NodeRow(
+        name=name,
+        instance_type="m5.large",
+        available=available,
+        used=used,
+        needed=needed,
+        excess=0,
+        capacity=27,
+        interfaces=1,
+        reason=reason,
+    )
+
+
+def _frame(rows: tuple[NodeRow, ...], **more: Any) -> Frame:
+    return Frame(title="eni-ipam demo", elapsed=12.0, ready=True, leader=True, nodes=rows, **more)
+
+
+def _draw(frame: Frame, width: int, height: int) -> list[str]:
+    """The frame on a virtual terminal of ``width`` × ``height``: its lines as a person sees them."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, height=height, force_terminal=True, color_system="truecolor")
+    console.print(screen(frame, width, height))
+    return [Text.from_ansi(line).plain for line in out.getvalue().splitlines()]
+
+
+def _fits(lines: list[str], width: int, height: int) -> None:
+    assert len(lines) <= height, f"{len(lines)} lines on a terminal of {height}"
+    too_wide = [line for line in lines if cell_len(line) > width]
+    assert not too_wide, too_wide
+
+
+def test_rows_sort_by_need_then_by_what_cannot_grow() -> None:
+    rows = (
+        _row("calm"),
+        _row("short-2", needed=2),
+        _row("full", reason="instance-limit", used=27, available=27),
+        _row("short-9", needed=9),
+    )
+    lines = _draw(_frame(rows), 80, 24)
+    order = [line.split()[0] for line in lines if line.startswith(("calm", "short", "full"))]
+    assert order == ["short-9", "short-2", "full", "calm"]
+
+
+def _demo_frame(nodes: int, *, full: str = "") -> Frame:
+    """A frame of the demo's cluster after 20 virtual seconds; ``full``: that node's pods asked
+    for far more addresses than its instance can hold, after the first frame."""
+
+    async def main() -> Frame:
+        clock = LoopClock(measure_cpu=False)
+        metrics = Metrics(process=False)
+        cloud, specs = build(nodes, 3, clock)
+        provider = SimProvider(cloud, clock=clock, metrics=metrics)
+        manager, _, side = local_cluster(provider, Settings(), specs, metrics=metrics, clock=clock, seed=3)
+        watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
+        task = asyncio.create_task(manager.run())
+        try:
+            watcher.sample()
+            await asyncio.sleep(10)
+            watcher.sample()
+            if full:
+                side.update(full, used=500)
+            await asyncio.sleep(10)
+            return watcher.sample()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    frame: Frame = run_virtual(main())
+    return frame
+
+
+def test_a_node_at_capacity_shows_its_reason_and_the_event() -> None:
+    frame = _demo_frame(12, full="node-004")
+    lines = _draw(frame, 80, 24)
+    row = next(line for line in lines if line.startswith("node-004"))
+    assert row.rstrip().endswith("instance-limit")
+    assert lines.index(row) == 2, "a node short of addresses comes first"
+    assert any("node-004 cannot grow: instance-limit" in e for e in frame.events)
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60)])
+def test_the_view_fits_the_terminal(width: int, height: int) -> None:
+    frame = _demo_frame(50)
+    assert frame.subnets and frame.requests and frame.events
+    lines = _draw(frame, width, height)
+    _fits(lines, width, height)
+    shown = {line.split()[0] for line in lines if line.startswith("node-")}
+    if height < 50:
+        more = next(line for line in lines if line.startswith("… "))
+        assert more.startswith(f"… {50 - len(shown)} more")
+    else:
+        assert len(shown) == 50
+    assert any(line.startswith("subnets: free addresses") for line in lines) or any(
+        "subnets: free addresses" in line for line in lines
+    )
+    assert any("AssignPrivateIpAddresses" in line for line in lines)
+    assert any("throttled" in line for line in lines)
+
+
+def test_the_view_shrinks_with_the_terminal_rather_than_wrapping() -> None:
+    frame = _demo_frame(50)
+    for width, height in [(40, 8), (100, 30), (120, 40), (300, 100)]:
+        _fits(_draw(frame, width, height), width, height)
+
+
+def _gave_back(text: str) -> int:
+    """Where the view left the alternate screen, checking it entered it, drew on it, and showed the
+    cursor again as it left."""
+    enter, leave = text.index("\x1b[?1049h"), text.rindex("\x1b[?1049l")
+    assert enter < text.index("used/pool/max") < leave
+    assert text[:leave].endswith("\x1b[?25h"), "the cursor is shown again"
+    return leave
+
+
+def test_the_live_view_gives_the_terminal_back_and_prints_the_summary() -> None:
+    out = _Terminal()
+    rc = asyncio.run(_demo(nodes=8, duration=2.5, seed=3, port=0, out=out))
+    text = out.getvalue()
+    assert rc == 0
+    leave = _gave_back(text)
+    assert leave < text.index("summary: 8 nodes")
+    assert "\x1b[H\x1b[2J" not in text, "no plain screen while the view is up"
+
+
+def test_an_interrupted_view_still_gives_the_terminal_back() -> None:
+    out = _Terminal()
+
+    async def interrupted() -> None:
+        demo = asyncio.create_task(_demo(nodes=8, duration=0, seed=3, port=0, out=out))
+        await asyncio.sleep(1.5)
+        demo.cancel()
+        await asyncio.gather(demo, return_exceptions=True)
+
+    asyncio.run(interrupted())
+    text = out.getvalue()
+    _gave_back(text)
+
+
+def test_plain_on_a_terminal_prints_todays_screen() -> None:
+    out = _Terminal()
+    asyncio.run(_demo(nodes=8, duration=1.5, seed=3, port=0, out=out, plain=True))
+    text = out.getvalue()
+    assert "\x1b[?1049h" not in text
+    assert text.startswith("\x1b[H\x1b[2Jeni-ipam demo")
+    assert "node       type        avail  used  need excess ifaces" in text
+
+
+def test_without_the_view_extra_the_demo_says_so_and_prints_plain_lines(monkeypatch: Any) -> None:
+    monkeypatch.setattr(demo_module, "live_view_missing", lambda: "the live view needs the view extra")
+    out = _Terminal()
+    asyncio.run(_demo(nodes=8, duration=1.5, seed=3, port=0, out=out))
+    text = out.getvalue()
+    assert text.startswith("the live view needs the view extra\n\x1b[H\x1b[2Jeni-ipam demo")
+
+
+def test_log_events_go_to_the_view_while_it_is_up_and_to_the_stream_after() -> None:
+    stream = io.StringIO()
+    configure(level="warning", json=True, stream=stream)
+    try:
+        events: list[Mapping[str, Any]] = []
+        log = structlog.get_logger("test")
+        with diverted(events.append):
+            log.warning("subnet_gone", subnet="s-1")
+            log.info("too_quiet")
+        log.warning("after_the_view")
+    finally:
+        configure(level="warning")
+    assert events == [{"subnet": "s-1", "event": "subnet_gone", "level": "warning"}]
+    assert "subnet_gone" not in stream.getvalue() and "after_the_view" in stream.getvalue()

@@ -3,9 +3,10 @@
 A dependency that arrives only because another one needs it (httpx2 through lightkube, botocore
 through boto3) can vanish with that one's next release; so each distribution's imports are checked
 against its own ``pyproject.toml``: the product's runtime dependencies (the Azure provider's in the
-``azure`` extra), the test kit's. The module → distribution map is read from the installed
-distributions' file lists, so namespace packages (``azure.*``, ``lightkube`` and its models) name
-the distribution that really ships the module.
+``azure`` extra, the live view's and the plots' in ``view`` and ``plot``), the test kit's. The
+module → distribution map is read from the installed distributions' file lists, so namespace
+packages (``azure.*``, ``lightkube`` and its models) name the distribution that really ships the
+module.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"eni_ipam", "providers", "eni_ipam_testkit", "bench", "scripts", "tests", "__future__"}
+
+
+EXTRAS = {
+    "azure": "providers/azure/",
+    "view": "eni_ipam/app/view.py",
+    "plot": "eni_ipam/simulator/plot.py",
+}
+"""The product's extras, and the files that may import what each brings."""
 
 
 def _normalise(name: str) -> str:
@@ -97,7 +106,7 @@ def _undeclared(packages: list[Path], declared: set[str]) -> dict[str, list[str]
 @pytest.mark.parametrize(
     ("packages", "pyproject", "extras"),
     [
-        ([ROOT / "eni_ipam", ROOT / "providers"], ROOT / "pyproject.toml", ("azure",)),
+        ([ROOT / "eni_ipam", ROOT / "providers"], ROOT / "pyproject.toml", tuple(EXTRAS)),
         ([ROOT / "testkit" / "eni_ipam_testkit"], ROOT / "testkit" / "pyproject.toml", ()),
     ],
     ids=["product", "testkit"],
@@ -108,17 +117,21 @@ def test_every_imported_distribution_is_declared(
     assert _undeclared(packages, _declared(pyproject, *extras)) == {}
 
 
-def test_the_azure_sdk_is_imported_only_where_its_extra_applies() -> None:
+@pytest.mark.parametrize("extra", sorted(EXTRAS))
+def test_an_extras_distributions_are_imported_only_where_it_applies(extra: str) -> None:
+    """A product without the extra installed never imports what it brings, outside the files that
+    need it (and that its callers import only when it is there)."""
     runtime = _declared(ROOT / "pyproject.toml")
+    brought = _declared(ROOT / "pyproject.toml", extra) - runtime
     imported = _imports(ROOT / "eni_ipam")
     for module, files in _imports(ROOT / "providers").items():
         imported.setdefault(module, set()).update(files)
     outside = {
-        module: files
+        module: sorted(f for f in files if not f.startswith(EXTRAS[extra]))
         for module, files in imported.items()
-        if (dist := _distribution_of(module)) is not None and dist not in runtime
+        if _distribution_of(module) in brought
     }
-    assert all(f.startswith("providers/azure/") for files in outside.values() for f in files), outside
+    assert {module: files for module, files in outside.items() if files} == {}
 
 
 def test_the_check_sees_a_transitive_import() -> None:

@@ -6,9 +6,11 @@ decides rendering, once, at process start (the CLI calls :func:`configure`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from typing import TextIO
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TextIO
 
 import structlog
 
@@ -30,3 +32,23 @@ def configure(*, level: str = "info", json: bool | None = None, stream: TextIO |
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+
+
+@contextlib.contextmanager
+def diverted(sink: Callable[[Mapping[str, Any]], None]) -> Iterator[None]:
+    """Every log event at the configured level goes to ``sink`` (its event dict: ``event``,
+    ``level`` and the bound keys) instead of the stream, for the block; the configuration before it
+    is restored after. For a full-screen view, which owns the terminal the stream writes to."""
+    before = structlog.get_config()
+
+    def divert(logger: Any, method: str, event: structlog.types.EventDict) -> Any:
+        sink(event)
+        raise structlog.DropEvent
+
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, divert]
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**before)

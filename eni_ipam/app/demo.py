@@ -4,15 +4,22 @@ Nodes of mixed instance types on several subnets, a workload that starts and sto
 in-memory cloud with realistic latency and EC2's token buckets, and a live view of every node's
 pool. ``/metrics`` is served on 127.0.0.1 while it runs. Ctrl-C (or ``--duration``) stops it and
 prints a summary.
+
+On a terminal the view is :mod:`eni_ipam.app.view`'s full screen (bars, gauges, sparklines, events),
+redrawn every second and at once on a resize; the terminal is given back as it was however the demo
+ends. With ``--plain``, off a terminal, or without the ``view`` extra, it prints the plain lines of
+:func:`render`, which stay as they are for whatever reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import random
+import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TextIO
 
 from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
@@ -150,7 +157,68 @@ async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: Text
             await runner.cleanup()
 
 
-async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
+def live_view_missing() -> str:
+    """Why the live view cannot be drawn here (its extra is not installed), or empty."""
+    if importlib.util.find_spec("rich") is None:
+        return "the live view needs the view extra (pip install 'eni-ipam[view]'): plain lines follow"
+    return ""
+
+
+@contextlib.contextmanager
+def display(
+    manager: NodeManager,
+    metrics: Metrics,
+    calls: Mapping[str, int],
+    clock: LoopClock,
+    out: TextIO,
+    *,
+    plain: bool,
+) -> Iterator[Callable[[], None]]:
+    """What draws one tick for the block: the live view on a terminal (unless ``plain``), otherwise
+    :func:`render`'s lines. The live view takes the log events while it is up and, once closed,
+    prints its last frame on the ordinary screen."""
+    started = clock.monotonic()
+    missing = "" if plain or not out.isatty() else live_view_missing()
+    if plain or not out.isatty() or missing:
+        if missing:
+            out.write(missing + "\n")
+        yield lambda: render(manager, calls, clock.monotonic() - started, out)
+        return
+    from eni_ipam.app import view
+
+    watcher = view.Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
+    frames: list[view.Frame] = []
+    with watcher.diverting():
+        try:
+            with view.live(out) as draw:
+
+                def tick() -> None:
+                    frames[:] = [watcher.sample()]
+                    draw(frames[0])
+
+                yield tick
+        finally:
+            if frames:
+                view.final(frames[0], out)
+
+
+async def _pause(stop: asyncio.Event, seconds: float, wake: asyncio.Event | None) -> None:
+    """Up to ``seconds``, or until ``stop`` (or ``wake``, cleared then) is set."""
+    waits = [asyncio.ensure_future(stop.wait())]
+    if wake is not None:
+        waits.append(asyncio.ensure_future(wake.wait()))
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        if wake is not None:
+            wake.clear()
+
+
+async def _demo(
+    *, nodes: int, duration: float, seed: int, port: int, out: TextIO, plain: bool = False
+) -> int:
     clock = LoopClock()
     settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
     metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
@@ -162,16 +230,17 @@ async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextI
     async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
         reconciler = tg.create_task(manager.run(), name="manager")
         pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
-        while not stop.is_set():
-            render(manager, cloud.calls, clock.monotonic() - started, out)
-            timeout = 1.0
-            if duration:
-                timeout = min(timeout, max(duration - (clock.monotonic() - started), 0.0))
-                if timeout == 0:
-                    stop.set()
-                    break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=timeout)
+        with display(manager, metrics, cloud.calls, clock, out, plain=plain) as show:
+            wake = resized() if out.isatty() and not plain else None
+            while not stop.is_set():
+                show()
+                timeout = 1.0
+                if duration:
+                    timeout = min(timeout, max(duration - (clock.monotonic() - started), 0.0))
+                    if timeout == 0:
+                        stop.set()
+                        break
+                await _pause(stop, timeout, wake)
         reconciler.cancel()
         pods.cancel()
     totals = [n.stats for n in manager.nodes.values()]
@@ -185,8 +254,21 @@ async def _demo(*, nodes: int, duration: float, seed: int, port: int, out: TextI
     return 0
 
 
-def run_demo(*, nodes: int = 50, duration: float = 60.0, seed: int = 1, port: int = 9090) -> int:
+def resized() -> asyncio.Event:
+    """An event set when the terminal is resized (where the loop takes signal handlers): the view
+    is redrawn at once at the new size rather than at its next tick."""
+    event = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGWINCH, event.set)
+    return event
+
+
+def run_demo(
+    *, nodes: int = 50, duration: float = 60.0, seed: int = 1, port: int = 9090, plain: bool = False
+) -> int:
     try:
-        return asyncio.run(_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
+        return asyncio.run(
+            _demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout, plain=plain)
+        )
     except KeyboardInterrupt:
         return 0

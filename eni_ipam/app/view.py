@@ -1,0 +1,455 @@
+"""The live terminal view of an embedded cluster: ``eni-ipam demo``, and ``eni-ipam run`` on its
+embedded default.
+
+Two halves. A :class:`Watcher` samples, once a tick, what the process already has — the manager's
+nodes (stats, capacity reason, release handshake) and the exported metrics (requests and throttles
+by operation, interfaces created, addresses released, free addresses per subnet, readiness and
+leadership) — into a :class:`Frame`, keeping a minute of per-second rates and the last notable
+events. :func:`screen` draws a frame for a terminal of a given size; it is a pure function, which
+the tests render on a virtual console of a fixed size.
+
+Invariants: the drawing is never taller or wider than the size it is given (the node rows are cut,
+with a line saying how many more there are); the nodes that need attention come first (the largest
+need, then those that cannot grow, then the fullest); the watcher only reads and never writes the
+manager or the metrics. rich is imported here and nowhere else in the product: it comes with the
+``view`` extra (decision 0032), and the callers fall back to the plain lines without it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from eni_ipam._infra.logging import diverted
+from eni_ipam._infra.metrics import Metrics
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.model import ReleaseState
+
+HISTORY = 60
+"""Seconds of per-second rates kept for the sparklines: a minute, what fits beside a node table."""
+EVENTS = 50
+"""Notable events kept; the screen shows the last ones that fit."""
+WIDE = 120
+"""From this many columns the node table gets the left side and the rest a column on the right."""
+SPARKS = " ▁▂▃▄▅▆▇█"
+USED, SPARE, NEEDED = "█", "▒", "░"
+"""The bar's cells: used addresses, spare ones in the pool, and the need. Distinct characters, not only
+colours, so the bars read in a copy of the screen as text too."""
+LEGEND = f"used {USED} spare {SPARE} need {NEEDED}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRow:
+    name: str
+    instance_type: str
+    available: int
+    used: int
+    needed: int
+    excess: int
+    capacity: int
+    """Most addresses the node's interfaces could ever hold (0: its limits are unknown)."""
+    interfaces: int
+    reason: str = ""
+    """Why its pool cannot grow (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`), or empty."""
+
+    def attention(self) -> tuple[int, bool, float, str]:
+        """Sort key, most urgent first: the largest need, then a node that cannot grow, then the
+        fullest pool."""
+        fullness = self.used / self.available if self.available else float(self.used > 0)
+        return (-self.needed, not self.reason, -fullness, self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubnetGauge:
+    id: str
+    free: int
+    size: int
+    """Addresses in the CIDR (0: unknown)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """Everything one screen shows."""
+
+    title: str
+    elapsed: float
+    ready: bool
+    leader: bool
+    nodes: tuple[NodeRow, ...]
+    subnets: tuple[SubnetGauge, ...] = ()
+    requests: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    """Operation → requests a second, oldest first."""
+    throttles: tuple[float, ...] = ()
+    """Requests the cloud throttled, a second, oldest first."""
+    events: tuple[str, ...] = ()
+    """Notable events, oldest first, each with its time."""
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+
+class Watcher:
+    """Turns a running manager and its metrics into frames; call :meth:`sample` once a tick.
+
+    Events are what changed since the last sample: an interface created (or failed), addresses
+    offered for release (the handshake starts) and released (it ended), throttled requests, a node
+    that can no longer grow; and, while :meth:`diverting`, the log events at warning and above.
+    """
+
+    def __init__(
+        self,
+        manager: Callable[[], NodeManager | None],
+        metrics: Metrics,
+        *,
+        clock: Clock,
+        title: str,
+        history: int = HISTORY,
+    ) -> None:
+        self._manager = manager
+        self._metrics = metrics
+        self._clock = clock
+        self._title = title
+        self._started = clock.monotonic()
+        self._last: float | None = None
+        self._history = history
+        self._requests: dict[str, collections.deque[float]] = {}
+        self._throttles: collections.deque[float] = collections.deque(maxlen=history)
+        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._reasons: dict[str, str] = {}
+        self._offered: dict[str, int] = {}
+        self.events: collections.deque[str] = collections.deque(maxlen=EVENTS)
+
+    def elapsed(self) -> float:
+        return self._clock.monotonic() - self._started
+
+    def note(self, text: str) -> None:
+        self.events.append(f"{self.elapsed():6.1f}s  {text}")
+
+    @contextlib.contextmanager
+    def diverting(self) -> Iterator[None]:
+        """Log events at warning and above become events of the view for the block, the others are
+        dropped (the view owns the terminal: a line written to it would tear the screen)."""
+
+        def sink(event: Mapping[str, Any]) -> None:
+            name, level = str(event.get("event", "")), str(event.get("level", "info"))
+            if level in ("debug", "info") or name == "node_at_capacity":
+                # What the view shows itself (a node's reason, interfaces created, releases) is
+                # most of what is logged below warning; at capacity is the node's reason already.
+                return
+            extra = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp"))
+            self.note(f"{level}: {name} {extra}".rstrip())
+
+        with diverted(sink):
+            yield
+
+    def _deltas(self, metric: Any, suffix: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Each labelled series of a counter: its increase since the last sample."""
+        out: dict[tuple[tuple[str, str], ...], float] = {}
+        for family in metric.collect():
+            for s in family.samples:
+                if not s.name.endswith(suffix):
+                    continue
+                labels = tuple(sorted(s.labels.items()))
+                key = (s.name, labels)
+                before = self._counts.get(key, 0.0 if self._last is not None else s.value)
+                self._counts[key] = s.value
+                out[labels] = s.value - before
+        return out
+
+    @staticmethod
+    def _values(metric: Any) -> dict[tuple[tuple[str, str], ...], float]:
+        return {
+            tuple(sorted(s.labels.items())): s.value for family in metric.collect() for s in family.samples
+        }
+
+    def sample(self) -> Frame:
+        now = self._clock.monotonic()
+        seconds = max(now - self._last, 1e-9) if self._last is not None else 1.0
+        m = self._metrics
+        requests = self._deltas(m.api_requests, "_total")
+        throttled = self._deltas(m.api_throttled, "_total")
+        created = self._deltas(m.interface_creation_ops, "_total")
+        released = self._deltas(m.release_ops, "_total")
+        first = self._last is None
+        self._last = now
+        for labels, n in requests.items():
+            op = dict(labels)["operation"]
+            self._requests.setdefault(op, collections.deque(maxlen=self._history)).append(n / seconds)
+        self._throttles.append(sum(throttled.values()) / seconds)
+        if not first:
+            for labels, n in sorted(throttled.items()):
+                if n:
+                    self.note(f"throttled: {dict(labels)['operation']} ×{n:.0f}")
+            for labels, n in sorted(created.items()):
+                if n:
+                    got = dict(labels)
+                    what = "created" if got["status"] == "success" else f"failed ({got['status']})"
+                    self.note(f"interface {what} in {got['subnet']}" + (f" ×{n:.0f}" if n > 1 else ""))
+            for labels, n in sorted(released.items()):
+                if n:
+                    self.note(f"released {_addresses(n)} to {dict(labels)['subnet']}: handshake done")
+        manager = self._manager()
+        rows = self._rows(manager, quiet=first) if manager is not None else ()
+        ready = self._values(m.ready).get((), 0.0) == 1.0
+        leader = self._values(m.leader).get((), 0.0) == 1.0
+        sizes = {dict(k).get("subnet", ""): v for k, v in self._values(m.subnet_size_ips).items()}
+        subnets = tuple(
+            SubnetGauge(subnet, int(free), int(sizes.get(subnet, 0)))
+            for subnet, free in sorted(
+                (dict(k).get("subnet", ""), v) for k, v in self._values(m.available_ips_per_subnet).items()
+            )
+        )
+        return Frame(
+            title=self._title,
+            elapsed=now - self._started,
+            ready=ready,
+            leader=leader,
+            nodes=rows,
+            subnets=subnets,
+            requests={op: tuple(q) for op, q in sorted(self._requests.items())},
+            throttles=tuple(self._throttles),
+            events=tuple(self.events),
+        )
+
+    def _rows(self, manager: NodeManager, *, quiet: bool) -> tuple[NodeRow, ...]:
+        rows = []
+        for node in manager.nodes.values():
+            s = node.stats
+            reason = node.capacity_limit()
+            offered = sum(1 for state in node.release_status.values() if state == ReleaseState.MARKED)
+            if not quiet:
+                if reason and self._reasons.get(node.name, "") != reason:
+                    self.note(f"{node.name} cannot grow: {reason}")
+                if offered > self._offered.get(node.name, 0):
+                    self.note(f"{node.name} offers {_addresses(offered)} for release")
+            self._reasons[node.name] = reason
+            self._offered[node.name] = offered
+            instance = node.instance
+            rows.append(
+                NodeRow(
+                    name=node.name,
+                    instance_type=instance.type if instance else "?",
+                    available=s.available,
+                    used=s.used,
+                    needed=s.needed,
+                    excess=s.excess,
+                    capacity=s.capacity if s.limits_known else 0,
+                    interfaces=len(instance.interfaces) if instance else 0,
+                    reason=reason,
+                )
+            )
+        return tuple(rows)
+
+
+def _addresses(n: float) -> str:
+    return f"{n:.0f} address" + ("" if n == 1 else "es")
+
+
+# -- drawing -------------------------------------------------------------------------------------
+
+
+def _fit(text: Text, width: int) -> Text:
+    text.truncate(width, overflow="ellipsis")
+    return text
+
+
+def _bar(row: NodeRow, width: int) -> Text:
+    """Used, spare and needed cells against the node's maximum (its pool and need when unknown)."""
+    top = max(row.capacity, row.available + row.needed, row.used, 1)
+    used = min(row.used, row.available)
+
+    def cells(n: int) -> int:
+        return round(n * width / top)
+
+    u = cells(used)
+    s = min(cells(row.available) - u, width - u)
+    n = min(cells(row.needed), width - u - s)
+    bar = Text()
+    bar.append(USED * u, "green")
+    bar.append(SPARE * s, "cyan")
+    bar.append(NEEDED * n, "bold red")
+    bar.append("·" * (width - u - s - n), "bright_black")
+    return bar
+
+
+def _spark(values: Sequence[float], width: int) -> str:
+    shown = list(values)[-width:]
+    top = max(shown, default=0.0)
+    line = "".join(
+        SPARKS[0] if v <= 0 or top <= 0 else SPARKS[max(1, round(v / top * (len(SPARKS) - 1)))] for v in shown
+    )
+    return line.rjust(width)
+
+
+def _header(frame: Frame, width: int) -> Text:
+    nodes = frame.nodes
+    text = Text()
+    text.append(frame.title, "bold")
+    text.append(f"  {frame.elapsed:6.1f}s  {len(nodes)} nodes  ")
+    text.append("● ready" if frame.ready else "○ not ready", "green" if frame.ready else "yellow")
+    text.append("  ")
+    text.append("● leader" if frame.leader else "○ standby", "green" if frame.leader else "yellow")
+    text.append(
+        f"  pool {sum(n.available for n in nodes)}  used {sum(n.used for n in nodes)}  "
+        f"short {sum(1 for n in nodes if n.needed > 0)}"
+    )
+    return _fit(text, width)
+
+
+def _node_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    """The node table in at most ``height`` lines (its heading, the rows that fit, "N more")."""
+    name_w = max((len(n.name) for n in frame.nodes), default=4)
+    name_w = min(max(name_w, 4), 16)
+    type_w = 10
+    fixed = name_w + 1 + type_w + 1 + 1 + 13 + 1 + 5 + 1 + 15
+    bar_w = max(width - fixed, 6)
+    heading = Text(
+        f"{'node':<{name_w}} {'type':<{type_w}} {LEGEND:<{bar_w}}"
+        f" {'used/pool/max':>13} {'need':>5} {'cannot grow'}",
+        "bold",
+    )
+    lines = [_fit(heading, width)]
+    rows = sorted(frame.nodes, key=NodeRow.attention)
+    room = height - 1
+    shown = rows if len(rows) <= room else rows[: max(room - 1, 0)]
+    for row in shown:
+        line = Text(f"{row.name[:name_w]:<{name_w}} {row.instance_type[:type_w]:<{type_w}} ")
+        line.append_text(_bar(row, bar_w))
+        maximum = str(row.capacity) if row.capacity else "?"
+        line.append(f" {f'{row.used}/{row.available}/{maximum}':>13} ")
+        line.append(f"{f'+{row.needed}' if row.needed else '':>5}", "bold red" if row.needed else "")
+        line.append(f" {row.reason}", "bold red" if row.reason else "")
+        lines.append(_fit(line, width))
+    if len(shown) < len(rows):
+        rest = rows[len(shown) :]
+        short = sum(1 for r in rest if r.needed or r.reason)
+        lines.append(_fit(Text(f"… {len(rest)} more ({short} of them need attention)", "italic"), width))
+    return lines[:height]
+
+
+def _subnet_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    lines = [Text("subnets: free addresses", "bold")]
+    name_w = min(max((len(s.id) for s in frame.subnets), default=6), 24)
+    for subnet in frame.subnets[: max(height - 1, 0)]:
+        figure = f" {subnet.free}/{subnet.size}" if subnet.size else f" {subnet.free}"
+        gauge_w = max(width - name_w - 1 - len(figure), 4)
+        share = subnet.free / subnet.size if subnet.size else 1.0
+        full = round(share * gauge_w)
+        colour = "green" if share > 0.5 else "yellow" if share > 0.2 else "bold red"
+        line = Text(f"{subnet.id[:name_w]:<{name_w}} ")
+        line.append("█" * full, colour)
+        line.append("·" * (gauge_w - full), "bright_black")
+        line.append(figure)
+        lines.append(_fit(line, width))
+    return lines[:height]
+
+
+def _api_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    """Requests a second by operation as sparklines (the busiest ones when they do not all fit),
+    and the throttled requests."""
+    lines = [Text("API requests a second", "bold")]
+    room = max(height - 2, 0)
+    busiest = sorted(frame.requests.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:room]
+    name_w = min(max((len(op) for op, _ in busiest), default=9), 24)
+    spark_w = max(width - name_w - 8, 4)
+    for op, rates in sorted(busiest):
+        line = Text(f"{op[:name_w]:<{name_w}} ")
+        line.append(_spark(rates, spark_w), "cyan")
+        line.append(f" {rates[-1] if rates else 0:5.1f}")
+        lines.append(_fit(line, width))
+    throttles = Text(f"{'throttled':<{name_w}} ")
+    throttles.append(_spark(frame.throttles, spark_w), "bold red")
+    throttles.append(f" {frame.throttles[-1] if frame.throttles else 0:5.1f}")
+    lines.append(_fit(throttles, width))
+    return lines[:height]
+
+
+def _event_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    lines = [Text("events", "bold")]
+    shown = frame.events[-(height - 1) :] if height > 1 else ()
+    lines += [_fit(Text(e), width) for e in shown]
+    if len(lines) == 1:
+        lines.append(Text("none yet", "italic"))
+    return lines[:height]
+
+
+def _side_by_side(left: list[Text], right: list[Text], left_w: int, width: int) -> list[Text]:
+    out = []
+    for n in range(max(len(left), len(right))):
+        line = left[n].copy() if n < len(left) else Text()
+        line.pad_right(left_w - line.cell_len)
+        line.append("  ")
+        if n < len(right):
+            line.append_text(right[n])
+        out.append(_fit(line, width))
+    return out
+
+
+def screen(frame: Frame, width: int, height: int) -> Group:
+    """The frame drawn in at most ``width`` columns and ``height`` lines."""
+    width, height = max(width, 40), max(height, 8)
+    lines = [_header(frame, width)]
+    body = height - 1
+    ops = len(frame.requests) + 2
+    if width >= WIDE:
+        table_w = min(width * 3 // 5, 110)  # past it, a longer bar says nothing more
+        side_w = width - table_w - 2
+        side: list[Text] = []
+        subnets = min(len(frame.subnets) + 1, max(body // 3, 2))
+        side += [*_subnet_lines(frame, side_w, subnets), Text()]
+        api = min(ops, max(body - len(side) - 4, 2))
+        side += [*_api_lines(frame, side_w, api), Text()]
+        side += _event_lines(frame, side_w, max(body - len(side), 2))
+        lines += _side_by_side(_node_lines(frame, table_w, body), side[:body], table_w, width)
+    else:
+        half = (width - 2) // 2
+        events = 4 if body >= 20 else 2
+        lower = min(max(len(frame.subnets) + 1, ops), max(body // 3, 3))
+        nodes = max(body - lower - events - 2, 2)
+        lines += [*_node_lines(frame, width, nodes), Text()]
+        lines += _side_by_side(
+            _subnet_lines(frame, half, lower), _api_lines(frame, width - half - 2, lower), half, width
+        )
+        lines += [Text(), *_event_lines(frame, width, events)]
+    return Group(*lines[:height])
+
+
+# -- the live loop -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def live(out: TextIO) -> Iterator[Callable[[Frame], None]]:
+    """The terminal's alternate screen for the block, and a function drawing a frame on it at the
+    terminal's size now (so a resize shows at the next frame). Leaving the block — at the end, on
+    Ctrl-C, on an error — restores the screen and the cursor."""
+    console = Console(file=out)
+    with Live(
+        console=console,
+        screen=True,
+        auto_refresh=False,
+        redirect_stdout=False,
+        redirect_stderr=False,
+        vertical_overflow="crop",
+    ) as view:
+
+        def show(frame: Frame) -> None:
+            size = console.size
+            view.update(screen(frame, size.width, size.height), refresh=True)
+
+        yield show
+
+
+def final(frame: Frame, out: TextIO) -> None:
+    """The last frame, printed once on the ordinary screen after the view closed, at the terminal's
+    width and with every node: what the run ended with stays in the scrollback."""
+    console = Console(file=out)
+    height = len(frame.nodes) + len(frame.subnets) + len(frame.requests) + 16
+    console.print(screen(frame, console.size.width, height), crop=True)
