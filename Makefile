@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
+.PHONY: run test lint typecheck pytest e2e simulate plots bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
 # The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
 # with EC2's limits), a distribution of its own that the product wheel and the image never carry.
@@ -107,6 +107,11 @@ crd: $(STAMP)
 
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
+
+# The pictures in the docs that a run draws: docs/scenarios.md's plot of a simulated morning. Run after
+# changing the scenario, the plot or the reconciler's behaviour in it; the SVG is the same for the same run.
+plots: $(STAMP)
+	$(BIN)/eni-ipam simulate examples/scenarios/busy_morning.yaml --plot docs/img/busy_morning.svg
 
 # Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when one of its targets is missed.
 bench: $(STAMP)

@@ -56,6 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
     sim.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw the run (pools, subnets, API calls, steps on virtual time) to FILE, .svg or .png "
+        "(needs eni-ipam[plot]); drawn when an expectation fails too",
+    )
+    sim.add_argument(
         "--series",
         default=None,
         metavar="FILE",
@@ -392,12 +399,33 @@ def _series_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return SeriesOptions(interval=args.scrape_interval or DEFAULT_INTERVAL, labels=dict(pairs))
 
 
+def _plot_option(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    """The plotting module for ``simulate --plot``, or None without it; a format it cannot write, a
+    missing directory or a missing plot extra exits 2 (``parser.error`` names the option)."""
+    from pathlib import Path
+
+    if args.plot is None:
+        return None
+    from eni_ipam.simulator import plot
+
+    try:
+        plot.check_path(args.plot)
+        plot.available()
+    except (ValueError, plot.PlotUnavailable) as exc:
+        parser.error(f"argument --plot: {exc}")
+    directory = Path(args.plot).parent
+    if not directory.is_dir():
+        parser.error(f"argument --plot: no directory {str(directory)!r} to write {args.plot} in")
+    return plot
+
+
 def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from eni_ipam.simulator.scenario import load_scenario
     from eni_ipam.simulator.series import LabelClash
     from eni_ipam.simulator.simulate import StepResult, simulate
 
     series = _series_options(args, parser)  # before anything runs: a bad option writes nothing
+    plot = _plot_option(args, parser)
     configure(level=args.log_level or "critical")
     try:
         scenario = load_scenario(args.scenario)
@@ -405,16 +433,13 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"invalid scenario {args.scenario}: {exc}", file=sys.stderr)
         return 2
 
+    records: list[dict[str, Any]] = []
+
     def on_step(result: StepResult) -> None:
+        if plot is not None:
+            records.append(json.loads(json.dumps(result.record(), default=str)))  # as --json has it
         if args.json:
-            print(
-                json.dumps(
-                    {"step": result.index, "kind": result.kind, "time": result.time, **result.state},
-                    sort_keys=True,
-                    default=str,
-                ),
-                flush=True,
-            )
+            print(json.dumps(result.record(), sort_keys=True, default=str), flush=True)
         else:
             mark = "FAIL" if result.failures else "ok"
             print(f"[{result.time:9.3f}s] step {result.index:>2} {result.kind:<12} {mark}")
@@ -444,6 +469,17 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 f"series: {len(outcome.series.series)} series, {outcome.series.scrapes} scrapes "
                 f"written to {args.series}"
             )
+    if plot is not None:
+        # Drawn whatever the outcome, as the series are: the steps up to a failed expectation.
+        try:
+            plot.write(records, args.plot, title=f"eni-ipam simulate {args.scenario}")
+        except OSError as exc:
+            print(
+                f"eni-ipam simulate: error: argument --plot: cannot write {args.plot}: {exc}", file=sys.stderr
+            )
+            return 2
+        if not args.json:
+            print(f"plot: {len(records)} steps drawn to {args.plot}")
     if not outcome.passed:
         failed = outcome.results[-1]
         print(f"FAILED at step {failed.index} ({failed.kind})", file=sys.stderr)

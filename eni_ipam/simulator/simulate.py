@@ -42,6 +42,16 @@ class StepResult:
     failures: list[str]
     state: dict[str, Any]
 
+    def record(self) -> dict[str, Any]:
+        """What ``--json`` prints for the step, and what ``--plot`` draws."""
+        return {
+            "step": self.index,
+            "kind": self.kind,
+            "time": self.time,
+            "failures": list(self.failures),
+            **self.state,
+        }
+
 
 @dataclasses.dataclass
 class Outcome:
@@ -209,7 +219,16 @@ class Simulation:
         return {
             "nodes": {name: self.node_state(name) for name in sorted(self.store.resources)},
             "api_calls": dict(sorted(self.calls.items())),
+            "subnets": self._by_label("eni_ipam_available_ips_per_subnet", "subnet"),
+            "throttles": self._by_label("eni_ipam_api_throttled_total", "operation"),
         }
+
+    def _by_label(self, name: str, label: str) -> dict[str, int]:
+        """An exported metric's samples by one label's value: free addresses of the subnets the
+        controller publishes, throttled requests by operation."""
+        return dict(
+            sorted((dict(labels)[label], int(value)) for labels, value in self.metrics.samples(name).items())
+        )
 
     def check(self, expect: Mapping[str, Any], path: str) -> list[str]:
         failures: list[str] = []
