@@ -2,7 +2,8 @@
 
 Each figure is reported next to a reference measured in the same run: the lower bound of API calls,
 the bound EC2's buckets allow, the reference operator's algorithm, the 1,000-node run for growth.
-``--quick`` runs small sizes (a smoke run; the test suite uses it) and prints instead of writing.
+``--quick`` runs small sizes (a smoke run; the test suite uses it) and prints instead of writing;
+a full run also draws the report's figures into docs/img/ (bench/figures.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from bench import api_efficiency, cni_plugin, convergence, cpu_memory, latency
+from bench import api_efficiency, cni_plugin, convergence, cpu_memory, figures, latency
 from bench.report import Results, machine, publish, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     results = run(QUICK if args.quick else FULL)
     publish(render(results), args.out, quick=args.quick, name="bench")
+    if not args.quick:  # the pictures the report links to, beside it
+        for path in figures.draw(results, args.out.parent / "img"):
+            print(f"bench: drew {path}", file=sys.stderr)
     return 0 if results.all_met() else 1
 
 

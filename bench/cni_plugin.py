@@ -44,12 +44,14 @@ class Timing:
     name: str
     median_ms: float
     p99_ms: float
+    samples_ms: tuple[float, ...] = ()
+    """Every round's time, in order: the distribution bench/figures.py draws."""
 
     @classmethod
     def of(cls, name: str, samples: list[float]) -> Timing:
         ordered = sorted(samples)
         p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-        return cls(name, statistics.median(ordered) * 1000, p99 * 1000)
+        return cls(name, statistics.median(ordered) * 1000, p99 * 1000, tuple(s * 1000 for s in ordered))
 
 
 @dataclasses.dataclass(frozen=True)

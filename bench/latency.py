@@ -35,6 +35,8 @@ class Latency:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    samples_ms: tuple[float, ...] = ()
+    """Every event's time, in order: the distribution bench/figures.py draws."""
 
 
 class _Timed(SimProvider):
@@ -99,6 +101,7 @@ async def run(nodes: int, events: int, seed: int = 5) -> Latency:
         p50_ms=statistics.median(ms),
         p99_ms=ms[min(len(ms) - 1, int(len(ms) * 0.99))],
         max_ms=ms[-1],
+        samples_ms=tuple(ms),
     )
 
 

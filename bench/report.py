@@ -9,7 +9,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import scale_report
+from bench import figures, scale_report
 from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import MIN_ROUNDS, TARGET_RATIO, PluginBench
 from bench.convergence import Convergence
@@ -196,6 +196,7 @@ def render(r: Results) -> str:
         lines.append(f"| {conv.nodes} | {row} |")
     lines += [
         "",
+        *figures.link("convergence", "Seconds to converge: eni-ipam, the bucket bound, the reference model"),
         "## 3. CPU and memory",
         "",
         "Nodes with four interfaces of ten addresses each (m5.2xlarge limits), each short of its",
@@ -228,6 +229,7 @@ def render(r: Results) -> str:
     lat = r.latency
     lines += [
         "",
+        *figures.link("growth", "Passes and memory against the number of nodes"),
         "## 4. Event to IPs",
         "",
         f"A converged cluster of {lat.nodes} nodes on the in-memory cloud with zero latency and no rate",
@@ -241,6 +243,9 @@ def render(r: Results) -> str:
         f"| {lat.events} | {lat.p50_ms:.2f} | {lat.p99_ms:.2f} | {lat.max_ms:.2f} |",
         "",
         *_plugin_section(r.plugin),
+        "The distributions of sections 4 and 5: the share of events, or of a plugin's runs, within a time.",
+        "",
+        *figures.link("latency", "Event to IPs and the CNI plugin's ADD and DEL, as distributions"),
         "## Targets",
         "",
         "| check | result |",
