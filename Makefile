@@ -108,10 +108,12 @@ crd: $(STAMP)
 simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
 
-# The pictures in the docs that a run draws: docs/scenarios.md's plot of a simulated morning. Run after
-# changing the scenario, the plot or the reconciler's behaviour in it; the SVG is the same for the same run.
+# The pictures in the docs that a run draws: docs/scenarios.md's plot of a simulated morning, and the
+# README's copy of the demo's live view (half a minute of the demo on virtual time, tests/demo_screen.py).
+# Run after changing them or the reconciler's behaviour in them; the same run draws the same bytes.
 plots: $(STAMP)
 	$(BIN)/eni-ipam simulate examples/scenarios/busy_morning.yaml --plot docs/img/busy_morning.svg
+	$(BIN)/python -m tests.demo_screen
 
 # Benchmarks (bench/): writes docs/PERFORMANCE.md; exits 1 when one of its targets is missed.
 bench: $(STAMP)

@@ -238,3 +238,20 @@ def test_log_events_go_to_the_view_while_it_is_up_and_to_the_stream_after() -> N
         configure(level="warning")
     assert events == [{"subnet": "s-1", "event": "subnet_gone", "level": "warning"}]
     assert "subnet_gone" not in stream.getvalue() and "after_the_view" in stream.getvalue()
+
+
+def test_the_readmes_demo_screen_is_a_frame_of_the_view() -> None:
+    """The README shows what ``make plots`` captured from the view (tests/demo_screen.py): a frame
+    of its size, in the view's layout, its rows in the view's order."""
+    from tests import demo_screen
+
+    lines = demo_screen.block(demo_screen.README.read_text()).splitlines()
+    _fits(lines, demo_screen.WIDTH, demo_screen.HEIGHT)
+    assert lines[0].startswith("eni-ipam demo") and "● ready" in lines[0]
+    assert lines[1].split() == Text(_draw(_frame((_row("node-000"),)), 100, 30)[1]).plain.split()
+    rows = [line for line in lines if line.startswith("node-")]
+    reasons = [line.rstrip().endswith(("instance-limit", "subnet", "security-groups")) for line in rows]
+    assert any(reasons) and reasons == sorted(reasons, reverse=True), "nodes that cannot grow first"
+    assert any(line.startswith("… ") and " more " in line for line in lines)
+    assert any("subnets: free addresses" in line and "API requests a second" in line for line in lines)
+    assert "events" in lines
