@@ -41,6 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Without it: the embedded default (the in-memory cloud, three nodes, no Kubernetes)",
     )
     run.add_argument("--check", action="store_true", help="validate the configuration and exit")
+    run.add_argument(
+        "--plain",
+        action="store_true",
+        help="on the embedded default, log lines rather than the live view of its nodes (the view needs "
+        "a terminal and eni-ipam[view])",
+    )
 
     agent = sub.add_parser("agent", help="run the node agent (allocator, CNI API, libnetwork driver)")
     agent.add_argument("--node", default=None, help="this node's name (default: $NODE_NAME)")
@@ -327,9 +333,18 @@ def _run(args: argparse.Namespace) -> int:
         print(f"configuration OK: provider {config.provider}, node source {config.node_source}")
         return 0
     configure(level=args.log_level or config.log_level)
+    view = None
+    if args.config is None and not args.plain and sys.stdout.isatty():
+        from eni_ipam.app.demo import live_view_missing
+
+        missing = live_view_missing()
+        if missing:
+            print(missing, file=sys.stderr)
+        else:
+            view = sys.stdout  # the embedded default is a trial: show it
 
     async def main() -> int:
-        return await serve(config, stop=stop_on_signals())
+        return await serve(config, stop=stop_on_signals(), view=view)
 
     try:
         return asyncio.run(main())

@@ -255,3 +255,23 @@ def test_the_readmes_demo_screen_is_a_frame_of_the_view() -> None:
     assert any(line.startswith("… ") and " more " in line for line in lines)
     assert any("subnets: free addresses" in line and "API requests a second" in line for line in lines)
     assert "events" in lines
+
+
+def test_run_on_its_embedded_default_draws_the_view_and_gives_the_terminal_back() -> None:
+    from eni_ipam.app.runconfig import load_config
+    from eni_ipam.app.service import serve
+
+    config = load_config(None, {"ENI_IPAM_SERVER__PORT": "0"})
+    out = _Terminal()
+
+    async def briefly() -> int:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(2.5, stop.set)
+        return await serve(config, stop=stop, environ={}, view=out)
+
+    assert asyncio.run(briefly()) == 0
+    text = out.getvalue()
+    _gave_back(text)
+    last = [Text.from_ansi(line).plain for line in text[text.rindex("\x1b[?1049l") :].splitlines()]
+    assert last[0].startswith("eni-ipam run") and "● ready" in last[0] and "● leader" in last[0]
+    assert {line.split()[0] for line in last if line.startswith("node-")} == {"node-1", "node-2", "node-3"}

@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 from collections.abc import Mapping
+from typing import TextIO
 
 import structlog
 
@@ -100,16 +101,33 @@ class ServiceState:
         return True, self.role
 
 
-async def serve(config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str] | None = None) -> int:
-    """Run until ``stop`` is set; 0 after a clean shutdown."""
-    return await Service(config, stop=stop, environ=os.environ if environ is None else environ).serve()
+async def serve(
+    config: RunConfig,
+    *,
+    stop: asyncio.Event,
+    environ: Mapping[str, str] | None = None,
+    view: TextIO | None = None,
+) -> int:
+    """Run until ``stop`` is set; 0 after a clean shutdown. ``view``: a terminal to draw the live
+    view of the nodes on (:mod:`eni_ipam.app.view`), with ``node_source: memory`` only."""
+    environ = os.environ if environ is None else environ
+    return await Service(config, stop=stop, environ=environ, view=view).serve()
 
 
 class Service:
     """One run of the service: its clock, metrics, readiness and mutation fence."""
 
-    def __init__(self, config: RunConfig, *, stop: asyncio.Event, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        stop: asyncio.Event,
+        environ: Mapping[str, str],
+        view: TextIO | None = None,
+    ) -> None:
         self.config = config
+        self.view = view
+        """The terminal of the live view (the embedded default on a terminal), or None."""
         self.stop = stop
         self.environ = environ
         self.clock: Clock = LoopClock()
@@ -195,6 +213,20 @@ class Service:
         self.fence.open()
         async with asyncio.TaskGroup() as tg:
             reconciler = tg.create_task(manager.run(), name="eni-ipam-manager")
+            if self.view is not None:
+                from eni_ipam.app.view import watch
+
+                tg.create_task(
+                    watch(
+                        lambda: manager,
+                        self.metrics,
+                        clock=self.clock,
+                        title="eni-ipam run",
+                        out=self.view,
+                        stop=self.stop,
+                    ),
+                    name="eni-ipam-view",
+                )
             await self.stop.wait()
             await self._drain()
             reconciler.cancel()

@@ -17,9 +17,11 @@ manager or the metrics. rich is imported here and nowhere else in the product: i
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import dataclasses
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -453,3 +455,43 @@ def final(frame: Frame, out: TextIO) -> None:
     console = Console(file=out)
     height = len(frame.nodes) + len(frame.subnets) + len(frame.requests) + 16
     console.print(screen(frame, console.size.width, height), crop=True)
+
+
+async def watch(
+    manager: Callable[[], NodeManager | None],
+    metrics: Metrics,
+    *,
+    clock: Clock,
+    title: str,
+    out: TextIO,
+    stop: asyncio.Event,
+    interval: float = 1.0,
+) -> None:
+    """The live view until ``stop`` is set: a frame every ``interval`` seconds, and at once after a
+    resize; the last frame printed on the ordinary screen after."""
+    watcher = Watcher(manager, metrics, clock=clock, title=title)
+    last: list[Frame] = []
+    resized = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+        loop.add_signal_handler(signal.SIGWINCH, resized.set)
+    try:
+        with watcher.diverting():
+            try:
+                with live(out) as draw:
+                    while not stop.is_set():
+                        last[:] = [watcher.sample()]
+                        draw(last[0])
+                        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(resized.wait())]
+                        try:
+                            await asyncio.wait(waits, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+                        finally:
+                            for w in waits:
+                                w.cancel()
+                            resized.clear()
+            finally:
+                if last:
+                    final(last[0], out)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.remove_signal_handler(signal.SIGWINCH)
