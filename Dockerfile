@@ -42,14 +42,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH="/opt/venv/bin:${PATH}"
 # No installer in the final image: the base's own pip, setuptools and wheel go (the venv never had
-# them), so nothing in a running container can fetch and install code.
+# them), and so does ensurepip, which carries a pip wheel of its own (`python -m venv` would install
+# it): nothing in a running container can fetch and install code. Both bases: python's image keeps
+# its stdlib in /usr/local/lib/python3.X, Debian's python3 in /usr/lib/python3.X.
 RUN groupadd --system --gid 65532 eni-ipam \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin eni-ipam \
     && rm -rf /usr/local/bin/pip* /usr/local/lib/python3*/site-packages/pip \
        /usr/local/lib/python3*/site-packages/pip-* /usr/local/lib/python3*/site-packages/setuptools* \
        /usr/local/lib/python3*/site-packages/wheel* /usr/lib/python3/dist-packages/pip \
-       /usr/lib/python3/dist-packages/setuptools /usr/share/python-wheels
+       /usr/lib/python3/dist-packages/setuptools /usr/share/python-wheels \
+       /usr/local/lib/python3*/ensurepip /usr/lib/python3*/ensurepip
 COPY --from=builder /opt/venv /opt/venv
 # The CNI plugin, for the node agent's init container to copy to the host (deploy/helm: agent.installCNI):
 # one file, standard library only, run by the host's python3 (>= 3.11) as `python3 -I -S`

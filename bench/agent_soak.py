@@ -4,7 +4,8 @@ A real ``eni-ipam agent`` process (static pool, state on disk) serves the real C
 hostile input the agent is known to meet is thrown at its socket, in random order: floods of idle
 connections, request heads and bodies that never finish, oversized bodies, huge container ids, bad
 interface names, oversized libnetwork options, nesting bombs. It is restarted (SIGTERM and SIGKILL) with
-a FIFO in the libcni cache and temporary files left in its state directory, and, as root, its state
+a FIFO in the libcni cache and temporary files left in its state directory, its first start is refused
+(exit 2) for a symbolic link planted at its lock file, and, as root, its state
 directory (a tiny tmpfs) is filled up and freed again.
 
 Invariants, checked after every step (any breach is a violation and ``make soak`` fails):
@@ -17,7 +18,8 @@ Invariants, checked after every step (any breach is a violation and ``make soak`
    the flood;
 5. the state file stays small (no field of a request reaches it unbounded);
 6. a start never blocks or fails (FIFO in the cache, leftovers, a full disk): ready within seconds,
-   leftovers removed, SIGTERM exits 0;
+   leftovers removed, SIGTERM exits 0; a link planted in the state directory stops it at once (exit
+   2) and is never followed;
 7. on a full disk, ADD and DEL answer code 11, CHECK is served, ``/readyz`` is unready after the
    failed write and ready again once space is back.
 """
@@ -480,6 +482,26 @@ class AgentSoak:
             self.report.violate("a leftover temporary file survived the start")
         self.check_invariants("after a restart")
 
+    def planted_lock(self) -> None:
+        """A symbolic link planted at ``.lock`` before the agent starts: the start is refused at once
+        (exit 2, naming the link), and nothing is created where the link points."""
+        lock, target = self.agent.state_dir / ".lock", self.directory / "planted-by-a-link"
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(target)
+        try:
+            self.agent.start()
+        except RuntimeError as exc:
+            if "exited 2" not in str(exc) or "symbolic link" not in str(exc):
+                self.report.violate(f"a link at .lock: expected exit 2 naming it, got {exc}")
+        else:
+            self.report.violate("a link at .lock: the agent started")
+            self.agent.stop()
+        finally:
+            lock.unlink(missing_ok=True)
+        if target.exists():
+            self.report.violate("a link at .lock: the agent created the file it points to")
+        self.report.hostile["start: symbolic link at .lock"] += 1
+
     def full_disk(self) -> None:
         """Fill the state directory's disk. Changes that fit the state file's slots are written in
         place and succeed; a change that needs the file to grow (large recorded fields) cannot be
@@ -534,6 +556,7 @@ class AgentSoak:
     # -- the run --
 
     def run(self) -> AgentSoakReport:
+        self.planted_lock()  # before the clock starts: a refused start costs an interpreter's start
         started = time.perf_counter()
         self.report.max_start_seconds = self.agent.start()
         self.report.base_fds = self.agent.fds()

@@ -110,12 +110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="sim",
         help="; ".join(f"{name}: {help}" for name, help in clouds.items()),
     )
-    demo.add_argument("--nodes", type=int, default=None, help="number of nodes (default 50; moto: 10)")
+    demo.add_argument(
+        "--nodes",
+        type=_integer(1, MAX_DEMO_NODES),
+        default=None,
+        help=f"number of nodes (default 50; moto: 10; at most {MAX_DEMO_NODES})",
+    )
     demo.add_argument(
         "--duration", type=_duration, default=60.0, help="how long to run (60, 10s, 5m); 0 runs until Ctrl-C"
     )
-    demo.add_argument("--seed", type=int, default=1, help="seed of the simulated workload")
-    demo.add_argument("--port", type=int, default=9090, help="port of /metrics on 127.0.0.1 (0: off)")
+    demo.add_argument("--seed", type=_integer(0, 2**63 - 1), default=1, help="seed of the simulated workload")
+    demo.add_argument(
+        "--port", type=_integer(0, 65535), default=9090, help="port of /metrics on 127.0.0.1 (0: off)"
+    )
     demo.add_argument(
         "--plain",
         action="store_true",
@@ -236,6 +243,30 @@ def _needs_testkit(what: str) -> int:
         file=sys.stderr,
     )
     return 2
+
+
+MAX_DEMO_NODES = 1000
+"""Most nodes ``demo`` runs: the simulated VPC's node subnets hold about 2,000 instances, and a live
+display of more shows nothing a thousand do not."""
+
+
+def _integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer from ``low`` to ``high``. argparse names the option in the
+    error; a number of thousands of digits is refused by its length, never echoed or converted."""
+
+    def check(text: str) -> int:
+        digits = text.strip().removeprefix("-").removeprefix("+")
+        if not (digits.isascii() and digits.isdigit()):
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            raise argparse.ArgumentTypeError(f"{shown!r} is not an integer")
+        if len(digits) > len(str(high)):
+            raise argparse.ArgumentTypeError(f"an integer of {len(digits)} digits: at most {high}")
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: at least {low}, at most {high}")
+        return value
+
+    return check
 
 
 def _duration(text: str) -> float:

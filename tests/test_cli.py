@@ -62,6 +62,27 @@ def test_a_bad_command_line_duration_is_a_usage_error(capsys: pytest.CaptureFixt
     assert "--duration" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--nodes", "9" * 5000, "an integer of 5000 digits"),
+        ("--nodes", "99999999999999999999", "at most 1000"),
+        ("--nodes", "0x10", "not an integer"),
+        ("--port", "99999", "at most 65535"),
+        ("--seed", "9" * 5000, "an integer of 5000 digits"),
+        ("--duration", "1" + "0" * 400, "expected a finite duration"),
+    ],
+)
+def test_an_oversized_number_on_the_command_line_is_a_usage_error_naming_the_option(
+    option: str, value: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and why in err and len(err) < 1000
+
+
 @pytest.mark.parametrize("host", ["$(HOST_IP)", "", "10.0.0.300", "a b"])
 def test_the_agent_refuses_a_listen_address_that_is_none(
     host: str, capsys: pytest.CaptureFixture[str]

@@ -144,8 +144,12 @@ Number = Annotated[float, BeforeValidator(_number)]
 """A finite number (not a boolean)."""
 PositiveNumber = Annotated[float, BeforeValidator(_finite_positive)]
 """A finite number above zero (rates, bucket sizes)."""
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(ge=1)]
+MAX_INT = 2**63 - 1
+"""Largest integer a count setting takes (Kubernetes' and Go's int64): YAML reads a hexadecimal
+number of any length, and a count of 20,000 bits would be accepted, then fail deep inside (a range
+too large for a C integer) instead of naming its field."""
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_INT)]
 Cidr = Annotated[ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_network)]
 """An IPv4 or IPv6 network written as ``10.0.0.0/16`` (host bits refused)."""
 Name = Annotated[str, Field(min_length=1)]

@@ -38,7 +38,6 @@ allocator, so requests are atomic with respect to each other.
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,7 +45,7 @@ import structlog
 from aiohttp import web
 
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.cni import FAMILIES, container_id_problem, ifname_problem
+from eni_ipam.agent.cni import FAMILIES, HugeInteger, container_id_problem, ifname_problem, load_json
 from eni_ipam.agent.errors import (
     AllocatorError,
     AlreadyAllocated,
@@ -121,7 +120,9 @@ def allocation_json(allocation: Allocation) -> dict[str, Any]:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        body = await request.json(loads=json.loads)
+        body = await request.json(loads=load_json)
+    except HugeInteger as exc:
+        raise _bad(exc.field, exc.reason) from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _bad("", f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):

@@ -194,6 +194,77 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+MAX_DIGITS = 4300
+"""Longest integer read from JSON, in digits: Python's own limit for turning text into an int
+(``sys.get_int_max_str_digits``), past which ``int`` raises without saying where the number was.
+No field of a network configuration or of the agent's API takes a number anywhere near it."""
+
+
+class HugeInteger(ValueError):
+    """A JSON document holds an integer of more than :data:`MAX_DIGITS` digits; ``field`` says where
+    (``ipam.routes[0].metric``; empty: the document is that number)."""
+
+    def __init__(self, field: str, digits: int) -> None:
+        self.reason = f"an integer of {digits} digits: no field takes one"
+        super().__init__(f"{field or 'the document'}: {self.reason}")
+        self.field = field
+        self.digits = digits
+
+
+class _Huge:
+    """Where :func:`parse_int` met an integer too long to read (found again by :func:`_check_integers`)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+_HUGE: list[_Huge] = []
+"""The markers of the document being decoded (one decode at a time: the plugin is one thread, the
+agent decodes on its event loop)."""
+
+
+def parse_int(text: str) -> Any:
+    """JSON's integers; one too long for Python is marked, not raised, so that the error can name its
+    field once the document is read."""
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_DIGITS:
+        marker = _Huge(digits)
+        _HUGE.append(marker)
+        return marker
+    return int(text)
+
+
+def _check_integers(value: Any) -> Any:
+    """``value``, or HugeInteger naming the first integer :func:`parse_int` marked in it."""
+    if not _HUGE:
+        return value
+    _HUGE.clear()
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # depth first, in document order; no recursion (the document may be deep)
+        path, item = stack.pop()
+        if isinstance(item, _Huge):
+            raise HugeInteger(path, item.digits)
+        if isinstance(item, dict):
+            children = [(f"{path}.{key}" if path else str(key), child) for key, child in item.items()]
+        elif isinstance(item, list):
+            children = [(f"{path}[{n}]", child) for n, child in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(children))
+    return value  # pragma: no cover - a marker is always in the document it was made for
+
+
+def load_json(text: str | bytes) -> Any:
+    """``json.loads(text)`` for the agent's own endpoints; an integer too long to read is a
+    :class:`HugeInteger` naming its field rather than Python's bare ValueError."""
+    import json
+
+    _HUGE.clear()
+    return _check_integers(json.loads(text, parse_int=parse_int))
+
+
 class _Context:
     """What ``_json.make_scanner`` reads from ``json.JSONDecoder`` (strict, plain types)."""
 
@@ -201,7 +272,7 @@ class _Context:
     object_hook = None
     object_pairs_hook = None
     parse_float = float
-    parse_int = int
+    parse_int = staticmethod(parse_int)
     parse_constant = staticmethod(_no_constant)
 
 
@@ -226,11 +297,11 @@ _SPACE = " \t\n\r"
 
 
 def loads(text: str) -> Any:
-    """``json.loads(text)``; raises ValueError (or RecursionError) on anything else."""
+    """``json.loads(text)``; raises ValueError (or RecursionError) on anything else, HugeInteger for
+    an integer too long to read."""
     if _SCAN is None:  # pragma: no cover
-        import json
-
-        return json.loads(text)
+        return load_json(text)
+    _HUGE.clear()
     start = len(text) - len(text.lstrip(_SPACE))
     try:
         value, end = _SCAN(text, start)
@@ -238,7 +309,7 @@ def loads(text: str) -> Any:
         raise ValueError(f"expecting a value at character {exc.value}") from None
     if text[end:].strip(_SPACE):
         raise ValueError(f"extra data at character {end}")
-    return value
+    return _check_integers(value)
 
 
 # --- the agent client: HTTP/1.1 over a unix socket, one request per connection ----------------
@@ -428,6 +499,8 @@ def parse_config(raw: str) -> dict[str, Any]:
     """Decode the network configuration and check the version (code 6 / 7 / 1)."""
     try:
         conf = loads(raw)
+    except HugeInteger as exc:  # valid JSON, but no field takes such a number: say which field
+        _fail(INVALID_CONFIG, f"the network configuration on stdin: {exc}")
     except (ValueError, RecursionError) as exc:
         _fail(DECODE_FAILURE, "the network configuration on stdin is not valid JSON", str(exc))
     if not isinstance(conf, dict):

@@ -39,7 +39,7 @@ from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.docker import DockerApi
-from eni_ipam.agent.files import remove_leftovers
+from eni_ipam.agent.files import NotRegularFile, kind, open_regular, remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.runtime import container_known
@@ -101,6 +101,7 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.metrics.report_ready(lambda: self.readiness()[0])
         self.state_dir = Path(config.state_dir)
+        _make_state_dir(self.state_dir)  # before the driver reads its registry there
         self.allocator = Allocator(
             clock=self.clock,
             ipv4=config.ipv4,
@@ -263,7 +264,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the pool, restore, serve, report — until ``stop`` is set."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        _make_state_dir(self.state_dir)
         lock = _lock(self.state_dir)  # one agent per state directory: two allocators would hand out twice
         socket = Path(self.config.socket)
         socket.parent.mkdir(parents=True, exist_ok=True)
@@ -272,10 +273,11 @@ class Agent:
         )
         own_kube = self.kube is None and self.config.node_source == "kubernetes"
         try:
+            # Restore first: the state file (or its rebuild) needs no pool, and a container's DEL or
+            # CHECK must work even while the API server is out of reach. Outside the task group, so
+            # that a refused state file stops the start with its own error (exit 2), not a group.
+            await self._restore()
             async with asyncio.TaskGroup() as tg:
-                # Restore first: the state file (or its rebuild) needs no pool, and a container's DEL
-                # or CHECK must work even while the API server is out of reach.
-                await self._restore()
                 tasks = [tg.create_task(self.startup.run(), name="eni-ipam-agent-start")]
                 judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
@@ -363,13 +365,37 @@ def _remove_stale(socket: Path) -> None:
         socket.unlink()
 
 
+def _make_state_dir(state_dir: Path) -> None:
+    """Create ``state_dir`` (mode 0700: only root plants names in it) unless it exists.
+
+    Raises:
+        ConfigError: something other than a directory is there (a link to a directory is followed:
+            a hostPath may be reached through one).
+    """
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        found = state_dir.lstat().st_mode if os.path.lexists(state_dir) else 0
+        what = kind(found, state_dir) if found else "not reachable"
+        raise ConfigError("state_dir", f"{state_dir} is {what}, not a directory") from None
+    except OSError as exc:
+        raise ConfigError("state_dir", f"cannot create {state_dir}: {exc}") from None
+
+
 def _lock(state_dir: Path) -> IO[bytes]:
     """Hold an exclusive lock on ``state_dir`` for this process's life (released when closed).
 
+    The lock file is opened as the state files are (:func:`~eni_ipam.agent.files.open_regular`): a
+    link planted at ``.lock`` must not have root create a file where it points.
+
     Raises:
-        ConfigError: another agent holds it.
+        ConfigError: another agent holds it, or ``.lock`` is not a regular file.
     """
-    handle = (state_dir / ".lock").open("ab")
+    path = state_dir / ".lock"
+    try:
+        handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, 0o600), "r+b")
+    except NotRegularFile as exc:
+        raise ConfigError("state_dir", str(exc)) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

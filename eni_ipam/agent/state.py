@@ -24,7 +24,9 @@ Invariants:
   durable state: the slot being written is never the one holding it, so a torn slot (a crash or a
   kill mid-write) leaves the previous document, the last one acknowledged, readable beside it. A
   failed write is retried on the same slot.
-* :meth:`StateFile.load` never guesses: a missing file is an empty state; a file with no valid
+* :meth:`StateFile.load` never guesses: a missing file is an empty state; anything but a regular
+  file at the path (a symbolic link, a FIFO, a directory) is a ConfigError naming it, not followed
+  and not moved aside (:mod:`~eni_ipam.agent.files`); a file with no valid
   document (truncated, garbage, checksum mismatch, another version, an invalid entry, an address listed
   twice) raises :class:`~eni_ipam.agent.errors.CorruptState`. A slot that is not valid beside a valid
   one is a write that never completed, so it was never acknowledged: it is logged and ignored.
@@ -47,7 +49,15 @@ from typing import Any
 import structlog
 
 from eni_ipam.agent.errors import CorruptState
-from eni_ipam.agent.files import checksum, move_aside, write_atomically, write_in_place
+from eni_ipam.agent.files import (
+    NotRegularFile,
+    checksum,
+    move_aside,
+    read_regular,
+    write_atomically,
+    write_in_place,
+)
+from eni_ipam.errors import ConfigError
 
 from .types import Allocation, RuntimeEntry
 
@@ -180,11 +190,15 @@ class StateFile:
         """The saved allocations with their timers' timeouts (see :meth:`load`)."""
         self._layout = _Layout()
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return Snapshot([], {})
+            raw = read_regular(self.path)
+        except NotRegularFile as exc:
+            # Not a state file that went bad but something put in its place: moving it aside and
+            # starting afresh would hide it; the agent refuses to start until a person looks.
+            raise ConfigError("state_dir", str(exc)) from None
         except OSError as exc:
             raise self._corrupt(f"unreadable: {exc}") from exc
+        if raw is None:
+            return Snapshot([], {})
         size = len(raw) // 2
         if size >= MIN_SLOT and len(raw) % 2 == 0:
             found: list[tuple[int, int, Snapshot]] = []
@@ -317,7 +331,7 @@ class StateFile:
 def needs_rebuild(state: StateFile | None) -> bool:
     """Whether :func:`recover` would rebuild from the runtime's view: there is no state file, or it
     cannot be trusted. (Read ahead of the restore, so that the runtimes are asked only when needed.)"""
-    if state is None or not state.path.exists():
+    if state is None or not os.path.lexists(state.path):
         return True
     try:
         state.read()
@@ -340,7 +354,7 @@ def recover(
     snapshot, corrupt, moved_to, missing = Snapshot([], {}), "", "", state is None
     if state is not None:
         try:
-            missing = not state.path.exists()
+            missing = not os.path.lexists(state.path)
             snapshot = state.read()
         except CorruptState as exc:
             corrupt = str(exc)

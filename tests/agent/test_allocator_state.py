@@ -248,8 +248,14 @@ def test_load_refuses_a_corrupt_file(path: Path, corrupt: Callable[[Path], None]
     assert isinstance(caught.value, errors.AllocatorError)
 
 
-def test_an_unreadable_file_is_corrupt(path: Path) -> None:
-    path.mkdir()  # reading a directory fails with an OSError other than "not found"
+def test_an_unreadable_file_is_corrupt(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def failing(_: object) -> bytes:  # an OSError other than "not found" (a directory is refused instead)
+        raise OSError(errno.EIO, "Input/output error")
+
+    path.write_bytes(b"{}")
+    monkeypatch.setattr("eni_ipam.agent.state.read_regular", failing)
     with pytest.raises(errors.CorruptState, match="unreadable"):
         StateFile(path).load()
 

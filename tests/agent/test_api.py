@@ -203,6 +203,17 @@ async def test_a_body_that_is_not_json_is_400(serve: Any) -> None:
     assert allocator.allocations() == []
 
 
+async def test_an_integer_too_long_to_read_is_400_naming_its_field(serve: Any) -> None:
+    allocator = make_allocator()
+    client = await serve(allocator)
+    data = b'{"containerID": "c1", "ifname": "eth0", "ips": [1, ' + b"9" * 5000 + b"]}"
+    response = await client.post("/v1/cni/add", data=data, headers={"Content-Type": "application/json"})
+    body = await response.json()
+    assert (response.status, body["error"]["field"]) == (400, "ips[1]")
+    assert body["error"]["msg"] == "ips[1]: an integer of 5000 digits: no field takes one"
+    assert allocator.allocations() == []
+
+
 async def test_an_exhausted_pool_is_503_pool_exhausted(serve: Any) -> None:
     allocator = make_allocator(pool=V4[:1])
     client = await serve(allocator)

@@ -25,6 +25,7 @@ HOSTILE = {
     "idle connection (flood)",
     "plugin: container id of 300 characters",
     "plugin: interface name of 16 bytes",
+    "start: symbolic link at .lock",
 }
 
 

@@ -133,6 +133,15 @@ def test_the_shipped_environment_never_had_pip_and_the_bases_is_removed():
     assert any("site-packages/pip" in run and "setuptools" in run for run in final_runs)
 
 
+def test_the_final_stage_removes_ensurepip_of_either_base():
+    """ensurepip carries a pip wheel: left in place, ``python -m venv`` in the container yields pip."""
+    removed = " ".join(
+        args for instruction, args in FINAL if instruction == "RUN" and "rm -rf" in args
+    ).split()
+    assert "/usr/local/lib/python3*/ensurepip" in removed  # python:3.X-slim
+    assert "/usr/lib/python3*/ensurepip" in removed  # Debian's python3 (scripts/build_image.py)
+
+
 def test_the_lock_files_are_the_ones_make_lock_writes():
     makefile = (REPO_ROOT / "Makefile").read_text()
     for lock in ("requirements/image.txt", "requirements/build.txt"):

@@ -136,6 +136,24 @@ def test_the_image_holds_no_installer_and_runs_as_a_non_root_user(docker: Docker
     assert version.startswith("eni-ipam ")
 
 
+def test_a_virtual_environment_made_in_the_image_gets_no_pip(docker: Docker, image: str) -> None:
+    """The base's ensurepip carries a pip wheel: ``python -m venv`` would install it, and an
+    installer would be back in the container."""
+    probe = (
+        "import os, subprocess, sys; "
+        "subprocess.run([sys.executable, '-m', 'venv', '/tmp/v'], capture_output=True); "
+        "ensurepip = subprocess.run([sys.executable, '-m', 'ensurepip', '--version'], capture_output=True); "
+        "print(sorted(os.listdir('/tmp/v/bin')) if os.path.isdir('/tmp/v/bin') else [], ensurepip.returncode)"
+    )
+    for python in ("python3", "/opt/venv/bin/python3"):
+        answer = docker(
+            "run", "--rm", "--network", "none", "--entrypoint", python, image, "-c", probe
+        ).stdout.strip()
+        made, _, returncode = answer.rpartition(" ")
+        assert "pip" not in made, f"{python} -m venv made {made}"
+        assert returncode != "0", f"{python} -m ensurepip works"
+
+
 def _flags(security: dict[str, Any], pod_security: dict[str, Any]) -> list[str]:
     """docker run flags for a rendered container securityContext (and its pod's)."""
     merged = {**pod_security, **security}

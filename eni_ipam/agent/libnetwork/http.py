@@ -14,13 +14,13 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
 from aiohttp import web
 
+from eni_ipam.agent.cni import HugeInteger, load_json
 from eni_ipam.errors import EniIpamError
 
 from .driver import LibnetworkDriver
@@ -101,8 +101,10 @@ def _endpoint(
         raw = await request.read()
         try:
             try:
-                body = json.loads(raw) if raw.strip() else None
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+                body = load_json(raw) if raw.strip() else None
+            except HugeInteger as exc:
+                raise invalid(f"{method}: {exc}") from None
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError included
                 raise invalid(f"{method}: malformed JSON body: {exc or 'nested too deeply'}") from None
             if body is None and not payload:
                 body = {}

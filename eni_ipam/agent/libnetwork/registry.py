@@ -9,6 +9,8 @@ Invariants:
   write before they return and undo the change when the write fails (the request then fails with 500).
   Adopted pools are the exception: they stay registered in memory even when they cannot be written,
   since the allocations they were rebuilt from are real.
+* Anything but a regular file at the path (a symbolic link, a FIFO) is a ConfigError naming it: the
+  agent does not start (:mod:`eni_ipam.agent.files`).
 * A file that cannot be read or fails its checksum is moved aside (``<name>.corrupt-<n>``) and reported,
   never silently replaced; the pools it held come back by adoption from their allocations.
 """
@@ -23,9 +25,9 @@ from pathlib import Path
 
 import structlog
 
-from eni_ipam.agent.files import checksum, move_aside, write_atomically
+from eni_ipam.agent.files import NotRegularFile, checksum, move_aside, read_regular, write_atomically
 from eni_ipam.agent.types import Family
-from eni_ipam.errors import EniIpamError
+from eni_ipam.errors import ConfigError, EniIpamError
 
 from .protocol import IpamRequestError
 
@@ -159,12 +161,13 @@ class PoolRegistry:
             raise IpamRequestError(f"cannot save the pool registry {self._path}: {exc}", status=500) from exc
 
     def _load(self, path: Path) -> None:
+        text: str | None = None
         try:
-            text: str | None = path.read_text()
-        except FileNotFoundError:
-            text = None
-        except OSError as exc:
-            text = None
+            raw = read_regular(path)
+            text = None if raw is None else raw.decode()
+        except NotRegularFile as exc:  # put there, not gone bad: refused, as the state file is
+            raise ConfigError("state_dir", str(exc)) from None
+        except (OSError, UnicodeDecodeError) as exc:
             self._quarantine(path, f"unreadable: {exc}")
         if text is not None:
             try:
