@@ -162,6 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="the tag of the cluster's instances (default: kubernetes.io/cluster/<cluster-name>=owned)",
     )
+    iam.add_argument(
+        "--interface-tag-key",
+        dest="interface_tag_keys",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key of settings.interface_tags, allowed on new interfaces (repeat the option)",
+    )
 
     # Known arguments only, so that a command of a missing test kit can say so whatever its options.
     args, unknown = parser.parse_known_args(argv)
@@ -325,6 +333,7 @@ def _aws_iam_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         "instance_tag": "--instance-tag",
         "subnet_ids": "--subnet-id",
         "security_group_ids": "--security-group-id",
+        "interface_tag_keys": "--interface-tag-key",
     }
     try:
         tag = None if args.instance_tag is None else parse_instance_tag(args.instance_tag)
@@ -337,6 +346,7 @@ def _aws_iam_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             security_group_ids=args.security_group_ids,
             partition=args.partition,
             instance_tag=tag,
+            interface_tag_keys=args.interface_tag_keys,
         )
     except PolicyInputError as exc:
         parser.error(f"{options.get(exc.field, exc.field)}: {exc}")  # exits 2

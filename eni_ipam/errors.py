@@ -18,6 +18,7 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     │   ├── TransientError        5xx, timeouts, InternalError; retry later
     │   ├── NotFound              the interface / instance / subnet does not exist (any more)
     │   ├── InstanceNotRunning    the instance is stopping, stopped or terminated
+    │   ├── InstanceOutOfScope    the instance is outside the configured VPC, tags or resource groups
     │   ├── DeviceIndexInUse      attach raced another interface at that device index
     │   ├── InvalidRequest        the request was malformed (a bug, or a value the cloud refuses)
     │   ├── Unauthorized          missing permission

@@ -24,6 +24,10 @@ Invariants:
   the deleted interface, so the next create derives a fresh token from it, in a fixed sequence. After a
   restart, the sequence leads back to an interface an interrupted attempt left behind, instead of
   making another one.
+* A lookup by id (a node's providerID) sees no further than the listings: the instance must be in
+  the configured VPC and carry the configured instance tags (the same filters as the resync's
+  listing). One that exists outside them is refused with
+  :class:`~eni_ipam.core.errors.InstanceOutOfScope` naming the failed check, never described.
 * The only waiting here is for EC2 to finish a detach before the delete (detaching is asynchronous on
   EC2). It is bounded and runs on the injected clock. Retries across passes belong to the reconciler's
   backoff.
@@ -414,6 +418,8 @@ class Ec2Provider:
         """The instance with its attached interfaces now; ``None`` when missing or terminated.
 
         Raises:
+            errors.InstanceOutOfScope: the instance exists outside the configured VPC or without
+                the configured instance tags.
             errors.ProviderError: the cloud could not answer (never for "not found").
         """
         info = self._instances.get(instance_id)
@@ -423,7 +429,7 @@ class Ec2Provider:
             if info is None:
                 return None
         interfaces = await self.api.describe_network_interfaces(
-            filters={"attachment.instance-id": [instance_id]}
+            filters={"attachment.instance-id": [instance_id], **self.scope.vpc()}
         )
         if not interfaces and not fresh:
             info = await self._instance_info(instance_id)
@@ -639,16 +645,41 @@ class Ec2Provider:
         raise AssertionError("ATTACH_ATTEMPTS must be at least 1")
 
     async def _instance_info(self, instance_id: str) -> InstanceInfo | None:
-        """DescribeInstances for one instance; refreshes the cache; ``None`` when missing or terminated."""
+        """DescribeInstances for one instance, with the listing's filters (VPC, instance tags);
+        refreshes the cache; ``None`` when missing or terminated.
+
+        Raises:
+            errors.InstanceOutOfScope: it exists, live, outside those filters.
+        """
         # A filter, not InstanceIds: an unknown id answers an empty page instead of an error, and a
         # filtered, paginated request is in EC2's larger non-mutating bucket.
-        infos = await self.api.describe_instances(filters={"instance-id": [instance_id]})
+        scope = self.scope
+        infos = await self.api.describe_instances(
+            filters={**scope.instance_filters(), "instance-id": [instance_id]}
+        )
         info = next((i for i in infos if i.id == instance_id and i.state in LIVE_STATES), None)
         if info is None:
             self._instances.pop(instance_id, None)
+            if scope.vpc_id or scope.instance_tags:
+                await self._refuse_if_out_of_scope(instance_id)
         else:
             self._instances[instance_id] = info
         return info
+
+    async def _refuse_if_out_of_scope(self, instance_id: str) -> None:
+        """The scoped lookup found nothing: a second one by id alone tells a missing instance (return)
+        from one outside the scope (raise, naming the check). Only instances not found pay for it."""
+        infos = await self.api.describe_instances(filters={"instance-id": [instance_id]})
+        info = next((i for i in infos if i.id == instance_id and i.state in LIVE_STATES), None)
+        if info is None:
+            return
+        scope = self.scope
+        if scope.vpc_id and info.vpc_id != scope.vpc_id:
+            check = f"its VPC {info.vpc_id or '(none)'} is not the configured {scope.vpc_id}"
+        else:
+            tags = ", ".join(f"{k}={v}" for k, v in sorted(scope.instance_tags.items()))
+            check = f"it does not carry every configured instance tag ({tags})"
+        raise errors.InstanceOutOfScope(instance_id, check, operation="DescribeInstances")
 
     @staticmethod
     def _instance(info: InstanceInfo, interfaces: Sequence[Interface]) -> Instance:

@@ -226,7 +226,7 @@ class Agent:
     async def report_once(self) -> bool:
         """Write the agent's status fields if they changed; True when nothing is left to write."""
         from eni_ipam.kube.api import ENIPOOLS
-        from eni_ipam.kube.resources import agent_status_patch
+        from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch
 
         if self.restored:
             self._observe()
@@ -234,7 +234,16 @@ class Agent:
             return True
         # Answers follow allocations too (an address marked while free, then taken, is do-not-release).
         self._answer()
-        patch = agent_status_patch(self._pool, used=self._used(), answers=self._answers)
+        try:
+            patch = agent_status_patch(self._pool, used=self._used(), answers=self._answers)
+        except StatusTooLarge as exc:
+            # More than any node's pool: the allocator's state is wrong. Nothing is written (a
+            # truncated ``used`` would let the controller release addresses in use); said every report.
+            self.metrics.agent_status_reports.labels(outcome="refused").inc()
+            log.error(
+                "status_report_refused", node=self.node, field=exc.field, count=exc.count, limit=exc.limit
+            )
+            return True
         if patch is None:
             return True
         try:

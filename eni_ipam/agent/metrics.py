@@ -39,7 +39,7 @@ class AgentMetrics(MetricSet):
         )
         self.agent_status_reports = self.counter(
             "agent_status_reports",
-            "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed)",
+            "A node agent's writes of its ENIPool status fields, by outcome (ok, conflict, failed, refused)",
             ["outcome"],
         )
         self.agent_requests = self.counter(

@@ -62,6 +62,22 @@ class NotFound(ProviderError):
     """The named resource does not exist (or no longer does)."""
 
 
+class InstanceOutOfScope(ProviderError):
+    """The instance exists, but outside the provider's configured scope: another VPC, without the
+    configured instance tags, another resource group. Its node is refused (never planned): a Node's
+    providerID must not reach further than the listings do."""
+
+    def __init__(self, instance_id: str, check: str, *, operation: str = "") -> None:
+        super().__init__(
+            f"instance {instance_id} is outside the configured scope: {check}",
+            code="InstanceOutOfScope",
+            operation=operation,
+        )
+        self.instance_id = instance_id
+        self.check = check
+        """Which check failed, in words (``its VPC vpc-2 is not the configured vpc-1``)."""
+
+
 class InstanceNotRunning(ProviderError):
     """The instance is not running, so its interfaces cannot change."""
 

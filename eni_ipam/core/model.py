@@ -27,6 +27,24 @@ from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Pre
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
 
+MAX_NODE_ADDRESSES = 32_768
+"""Most IPv4 addresses one node's pool can hold, and so the bound of the ENIPool status lists and
+maps keyed by address (``used``, ``pool``, ``release``, ``releaseAnswers``): the API server refuses a
+longer one, and the node agent never writes one. The largest instance type of the shipped EC2 table
+holds 24 interfaces of 63 secondary slots, each a /28 when prefix-delegated: 24 × 63 × 16 = 24,192
+addresses (x8i.96xlarge). Azure's largest size holds 8 NICs of 255 configurations (2,040); the generic
+provider's ``max_blocks_per_node`` is bounded by it. A power of two above the largest, so a type with
+a few more interfaces still fits; a test fails when the table holds one that does not."""
+
+MAX_NODE_INTERFACES = 64
+"""Most interfaces (and so subnets) one node reports: EC2's largest type attaches 24 on network card
+0, Azure's 8 NICs, the generic provider 1."""
+
+MAX_INTERFACE_PREFIXES = MAX_NODE_ADDRESSES // PREFIX_SIZE
+"""Most /28 prefixes on one interface: the generic provider's single interface may hold a whole
+node's pool in prefixes (EC2's hold at most 63)."""
+
+
 DETACHED_INDEX = -1
 """``Interface.device_index`` of an interface that is not attached (EC2 reports no attachment)."""
 

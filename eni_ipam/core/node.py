@@ -343,11 +343,25 @@ class Node:
             self.recalculate()
 
     async def refresh(self) -> None:
-        """Per-instance sync: re-read the instance from the cloud. A missing instance is terminated."""
+        """Per-instance sync: re-read the instance from the cloud. A missing instance is terminated.
+
+        An instance outside the provider's scope (:class:`~errors.InstanceOutOfScope`: the Node's
+        providerID names an instance of another VPC, without the instance tags) is refused: the node
+        forgets any view of it, publishes why, and the error ends the pass (the manager backs off),
+        so nothing is ever planned for it."""
         env = self.env
         instance_id = self.resource.instance_id
         started = env.clock.monotonic()
-        instance = await env.provider.describe_instance(instance_id=instance_id)
+        try:
+            instance = await env.provider.describe_instance(instance_id=instance_id)
+        except errors.InstanceOutOfScope as exc:
+            message = f"refused: {exc.message}"
+            if self.message != message:  # once per refusal, not at every backed-off retry
+                log.warning("instance_out_of_scope", node=self.name, instance=instance_id, check=exc.check)
+            self.instance, self.needs_refresh, self.message = None, True, message
+            self.view_time = float("-inf")
+            self._publish = True
+            raise
         if instance is None:
             if not self.terminated:
                 log.warning("instance_gone", node=self.name, instance=instance_id)

@@ -26,7 +26,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from eni_ipam._infra.config import validate
-from eni_ipam.core.model import Interface, NodeStatus, PoolEntries, PoolEntry, ReleaseState
+from eni_ipam.core.model import (
+    MAX_NODE_ADDRESSES,
+    Interface,
+    NodeStatus,
+    PoolEntries,
+    PoolEntry,
+    ReleaseState,
+)
 from eni_ipam.core.packed import AddressSet
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
@@ -434,11 +441,30 @@ def pool_members(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
+class StatusTooLarge(ValueError):
+    """A status field would hold more entries than the CRD admits (``MAX_NODE_ADDRESSES``): no node
+    has that many addresses, so the writer's state is wrong, and nothing is written."""
+
+    def __init__(self, field: str, count: int, limit: int) -> None:
+        super().__init__(f"status.{field} would hold {count} entries; the ENIPool CRD admits {limit}")
+        self.field = field
+        self.count = count
+        self.limit = limit
+
+
 def agent_status_patch(
     obj: Mapping[str, Any], *, used: Collection[str], answers: Mapping[str, ReleaseState]
 ) -> Obj | None:
     """The merge patch of the agent's own status fields (``used``, ``releaseAnswers``) taking
-    ``obj`` to what the agent knows, conditional on its resourceVersion; None when nothing changes."""
+    ``obj`` to what the agent knows, conditional on its resourceVersion; None when nothing changes.
+
+    Raises:
+        StatusTooLarge: ``used`` or ``answers`` holds more than :data:`MAX_NODE_ADDRESSES`. Neither is
+            truncated: a ``used`` cut short would let the controller release addresses in use.
+    """
+    for field, entries in (("used", used), ("releaseAnswers", answers)):
+        if len(entries) > MAX_NODE_ADDRESSES:
+            raise StatusTooLarge(field, len(entries), MAX_NODE_ADDRESSES)
     status = obj.get("status") or {}
     patch: dict[str, Any] = {}
     wanted_used = sorted(used, key=_address_order)

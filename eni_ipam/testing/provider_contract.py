@@ -56,6 +56,9 @@ class ContractEnv:
     small_interface_id: str = ""
     """Required where ``limits.hot_attach`` is false: an attached interface in ``small_subnet_id``
     with no secondary addresses or prefixes yet (on any instance)."""
+    out_of_scope_instance_id: str = ""
+    """A running instance that the provider's configured scope leaves out (another VPC, without the
+    instance tags, another resource group). Empty: the scope check is not run."""
 
 
 Check = Callable[[ContractEnv], Awaitable[None]]
@@ -251,6 +254,25 @@ async def check_describe_instance(env: ContractEnv) -> None:
         env.provider.describe_instance(instance_id=UNKNOWN_INSTANCE), "describe_instance of an unknown id"
     )
     assert missing is None, f"describe_instance of an unknown id returned {missing!r}, not None"
+
+
+async def check_out_of_scope_instance(env: ContractEnv) -> None:
+    """An instance outside the configured scope is never listed, and describe_instance by its id (a
+    node's providerID) refuses it with InstanceOutOfScope naming it, never answering its view."""
+    if not env.out_of_scope_instance_id:
+        return
+    outside = env.out_of_scope_instance_id
+    assert outside not in (await env.provider.resync()).instances, (
+        f"resync lists {outside}, outside the scope"
+    )
+    call = env.provider.describe_instance(instance_id=outside)
+    refused = await _raises(
+        errors.InstanceOutOfScope, call, f"describe_instance of {outside}, outside the scope"
+    )
+    assert refused.instance_id == outside and outside in str(refused), str(refused)
+    assert refused.check, "InstanceOutOfScope says which check failed"
+    inside = await _instance(env)  # the refusal cached nothing wrong: an instance in scope still reads
+    assert inside.id == env.instance_id
 
 
 async def check_instance_limits(env: ContractEnv) -> None:
@@ -518,6 +540,7 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
     check_resync_changes,
     check_describe_instance,
+    check_out_of_scope_instance,
     check_instance_limits,
     check_assign_exact_count,
     check_assign_beyond_interface_limit,

@@ -3,10 +3,12 @@
 :func:`render_policy` writes it for one account, region, VPC and cluster: every ARN names the region
 and the account, addresses are assigned only on interfaces of the cluster's VPC and subnets, interfaces
 are created only in the listed subnets with the listed security groups and the cluster's ownership
-tags, and attached, detached, modified or deleted only when they carry this cluster's tags (attached
-only to instances carrying the cluster's instance tag). ``eni-ipam aws-iam-policy`` prints it, the
-chart's ``awsIamPolicy`` block renders the same document, and ``deploy/aws/iam-policy.json`` is its
-rendering for the example values of the docs.
+tags (and no tag key but the ones eni-ipam writes: another tool's ownership tag cannot be put on a new
+interface), and attached, detached, modified or deleted only when they carry this cluster's tags
+(attached only to instances carrying the cluster's instance tag; modified only without any attribute
+IAM can see, which leaves delete-on-termination). ``eni-ipam aws-iam-policy`` prints it, the chart's
+``awsIamPolicy`` block renders the same document, and ``deploy/aws/iam-policy.json`` is its rendering
+for the example values of the docs.
 
 This module imports no SDK: rendering a policy needs no credentials and no network.
 """
@@ -17,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
-from eni_ipam.core.model import MANAGED_BY, TAG_CLUSTER, TAG_MANAGED_BY
+from eni_ipam.core.model import MANAGED_BY, TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
 
 DISCOVER_ACTIONS = (
     "ec2:DescribeVpcs",
@@ -40,6 +42,27 @@ PATTERNS = {
         "a security group id such as sg-0123456789abcdef0",
     ),
 }
+OWN_TAG_KEYS = (TAG_CLUSTER, TAG_MANAGED_BY, TAG_NODE, TAG_INSTANCE)
+"""The tag keys eni-ipam writes on every interface it creates (``interface_tags`` in the core); with the
+keys of ``settings.interface_tags``, the only keys a create may carry (``aws:TagKeys``)."""
+
+MODIFY_ATTRIBUTE_KEYS = (
+    "ec2:Attribute/AssociatePublicIpAddress",
+    "ec2:Attribute/Description",
+    "ec2:Attribute/EnablePrimaryIpv6",
+    "ec2:Attribute/SourceDestCheck",
+)
+"""ModifyNetworkInterfaceAttribute's parameters that IAM exposes as ``ec2:Attribute/<name>`` (EC2's
+condition keys cover a parameter of a primitive type, or an object holding only ``Value``). The
+provider sets only ``Attachment.DeleteOnTermination``, which no key exposes: the policy allows the call
+only while every one of these is absent (``Null``), so a stolen credential cannot turn off the
+source/destination check, give an interface a public address or rewrite its description. ``Groups``
+is refused otherwise: it makes the security groups resources of the request, and no statement grants
+the action on a security group. A test compares this list with botocore's model of the operation."""
+
+TAG_KEY_LIMIT = 128
+"""EC2's longest tag key."""
+
 """Each input's shape (matched whole) and how to describe it in an error. The chart's template
 (deploy/helm/eni-ipam/templates/aws-iam-policy.yaml) checks the same patterns."""
 
@@ -81,6 +104,20 @@ def _check_list(field: str, values: Sequence[str]) -> list[str]:
     return checked
 
 
+def _check_tag_keys(keys: Sequence[str]) -> list[str]:
+    if isinstance(keys, str):
+        raise PolicyInputError("interface_tag_keys", "a list of tag keys, not one string")
+    for key in keys:
+        if not isinstance(key, str) or not key or len(key) > TAG_KEY_LIMIT or key.lower().startswith("aws:"):
+            raise PolicyInputError(
+                "interface_tag_keys",
+                f"{key!r} is not a tag key (1 to {TAG_KEY_LIMIT} characters, not starting with aws:)",
+            )
+    if len(set(keys)) != len(keys):
+        raise PolicyInputError("interface_tag_keys", "lists the same key twice")
+    return sorted({*OWN_TAG_KEYS, *keys})
+
+
 def render_policy(
     *,
     account_id: str,
@@ -91,17 +128,21 @@ def render_policy(
     security_group_ids: Sequence[str],
     partition: str = "aws",
     instance_tag: tuple[str, str] | None = None,
+    interface_tag_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The policy document for one cluster. ``subnet_ids`` are every subnet eni-ipam fills or creates
     interfaces in (the nodes' own subnets too: addresses are assigned only on interfaces in them);
     ``instance_tag`` is the tag the cluster's instances carry (default
-    ``kubernetes.io/cluster/<cluster_name>=owned``). Raises :class:`PolicyInputError` naming the input."""
+    ``kubernetes.io/cluster/<cluster_name>=owned``); ``interface_tag_keys`` the keys of the controller's
+    ``settings.interface_tags``, allowed on new interfaces besides eni-ipam's own. Raises
+    :class:`PolicyInputError` naming the input."""
     _check("account_id", account_id)
     _check("partition", partition)
     _check("region", region)
     _check("vpc_id", vpc_id)
     subnets = _check_list("subnet_ids", subnet_ids)
     groups = _check_list("security_group_ids", security_group_ids)
+    tag_keys = _check_tag_keys(interface_tag_keys)
     if not isinstance(cluster_name, str) or not cluster_name:
         raise PolicyInputError("cluster_name", "the cluster name is required")
     tag_key, tag_value = instance_tag if instance_tag is not None else default_instance_tag(cluster_name)
@@ -116,6 +157,15 @@ def render_policy(
     request_tags = {
         f"aws:RequestTag/{TAG_CLUSTER}": cluster_name,
         f"aws:RequestTag/{TAG_MANAGED_BY}": MANAGED_BY,
+    }
+    # Every key of the request among these (the ownership tags above make sure there are keys).
+    only_our_keys = {"ForAllValues:StringEquals": {"aws:TagKeys": tag_keys}}
+    ours = {
+        "StringEquals": {
+            f"ec2:ResourceTag/{TAG_CLUSTER}": cluster_name,
+            f"ec2:ResourceTag/{TAG_MANAGED_BY}": MANAGED_BY,
+        },
+        "ArnEquals": {"ec2:Vpc": vpc},
     }
     statements: list[dict[str, Any]] = [
         {
@@ -137,7 +187,7 @@ def render_policy(
             "Effect": "Allow",
             "Action": ["ec2:CreateNetworkInterface"],
             "Resource": interfaces,
-            "Condition": {"StringEquals": dict(request_tags)},
+            "Condition": {"StringEquals": dict(request_tags), **only_our_keys},
         },
         {
             "Sid": "CreateInClusterSubnetsWithClusterGroups",
@@ -151,7 +201,10 @@ def render_policy(
             "Effect": "Allow",
             "Action": ["ec2:CreateTags"],
             "Resource": interfaces,
-            "Condition": {"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface", **request_tags}},
+            "Condition": {
+                "StringEquals": {"ec2:CreateAction": "CreateNetworkInterface", **request_tags},
+                **only_our_keys,
+            },
         },
         {
             "Sid": "AttachAndDetachOnClusterInstances",
@@ -166,17 +219,17 @@ def render_policy(
             "Action": [
                 "ec2:AttachNetworkInterface",
                 "ec2:DetachNetworkInterface",
-                "ec2:ModifyNetworkInterfaceAttribute",
                 "ec2:DeleteNetworkInterface",
             ],
             "Resource": interfaces,
-            "Condition": {
-                "StringEquals": {
-                    f"ec2:ResourceTag/{TAG_CLUSTER}": cluster_name,
-                    f"ec2:ResourceTag/{TAG_MANAGED_BY}": MANAGED_BY,
-                },
-                "ArnEquals": {"ec2:Vpc": vpc},
-            },
+            "Condition": ours,
+        },
+        {
+            "Sid": "DeleteOnTerminationOfClusterInterfacesOnly",
+            "Effect": "Allow",
+            "Action": ["ec2:ModifyNetworkInterfaceAttribute"],
+            "Resource": interfaces,
+            "Condition": {**ours, "Null": dict.fromkeys(MODIFY_ATTRIBUTE_KEYS, "true")},
         },
     ]
     return {"Version": "2012-10-17", "Statement": statements}

@@ -15,7 +15,10 @@ call, another writer's change kept, configurations told apart by name, one deadl
 (``operation_timeout``) per assign or unassign, and ``TransientError`` meaning that nothing changed
 except with code ``OutcomeUnknown``.
 
-``describe_instance`` answers ``None`` only when Azure says that the VM itself does not exist
+``describe_instance`` reaches no further than the resync: a VM outside ``resource_groups``, or whose
+primary NIC is in another virtual network than ``vnet_id``, is refused with
+:class:`~eni_ipam.core.errors.InstanceOutOfScope` (the resource group is in the id: no request is
+sent for it). It answers ``None`` only when Azure says that the VM itself does not exist
 (``ResourceNotFound``/``NotFound`` on reading it): any other 404 (``SubscriptionNotFound``,
 ``ResourceGroupNotFound``) says nothing about the VM, and is raised.
 """
@@ -96,6 +99,7 @@ class AzureProvider:
         self.updates = NicUpdates(self.client)
         self._vnet = settings.vnet
         self._subscription = settings.subscription_id.lower()
+        self._groups = frozenset(rg.lower() for rg in settings.resource_groups)
 
     @property
     def _network(self) -> Any:
@@ -219,17 +223,33 @@ class AzureProvider:
         this subscription).
 
         Raises:
+            errors.InstanceOutOfScope: the VM is outside ``resource_groups``, or its primary NIC in
+                another virtual network than ``vnet_id``.
             errors.ProviderError: any failure, a 404 that does not say that the VM is gone included.
         """
         ref = ids.parse_instance(instance_id)
         if ref is None or ref.subscription != self._subscription:
             return None
+        if ref.resource_group.lower() not in self._groups:
+            raise errors.InstanceOutOfScope(
+                instance_id,
+                f"its resource group {ref.resource_group} is not one of azure.resource_groups",
+                operation="describe_instance",
+            )
         try:
             if isinstance(ref, ids.VmRef):
-                return await self._describe_vm(ref)
-            return await self._describe_scale_set_vm(ref)
+                instance = await self._describe_vm(ref)
+            else:
+                instance = await self._describe_scale_set_vm(ref)
         except _Gone:
             return None
+        if instance.vpc_id and instance.vpc_id.lower() != self._vnet.id.lower():
+            raise errors.InstanceOutOfScope(
+                instance_id,
+                f"its virtual network {instance.vpc_id} is not azure.vnet_id",
+                operation="describe_instance",
+            )
+        return instance
 
     async def _read_vm(self, operation: str, read: Callable[[], Awaitable[Any]]) -> Json:
         """The VM document; :class:`_Gone` when Azure says that it does not exist."""

@@ -409,7 +409,10 @@ class NicUpdates:
     async def _write_nic(self, ref: ids.NicRef, nic: Json, configs: list[Json]) -> Json:
         body = copy.deepcopy(nic)
         body.setdefault("properties", {})["ipConfigurations"] = configs
-        headers = {"If-Match": str(nic["etag"])} if nic.get("etag") else {}
+        # Always conditional: the role's networkInterfaces/write would let a PUT to a new name create
+        # a NIC, and ARM answers a conditional PUT to a NIC that does not exist (deleted since the
+        # read) with 412 instead. ``*`` when the read carried no ETag: "only if it exists".
+        headers = {"If-Match": str(nic["etag"]) if nic.get("etag") else "*"}
         # The SDK model serializes without the read-only fields (provisioning state, MAC address,
         # the VM reference), as every Azure client sends a NIC back; unknown fields are kept.
         return await self.client.lro(

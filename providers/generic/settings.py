@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from eni_ipam._infra.config import Cidr, ConfigModel, FieldError, NonNegativeInt
-from eni_ipam.core.model import PREFIX_SIZE
+from eni_ipam.core.model import MAX_NODE_ADDRESSES, PREFIX_SIZE
 from providers.generic.blocks import MAX_BLOCK_BITS
 
 PREFIX_MASK = 28
@@ -70,6 +70,13 @@ class GenericSettings(ConfigModel):
             raise FieldError(
                 "cluster_cidrs",
                 "needs an IPv4 CIDR: the pool is IPv4 /28 prefixes; IPv6 CIDRs add a per-node IPv6 block",
+            )
+        if self.blocks_per_node * self.block_size > MAX_NODE_ADDRESSES:
+            raise FieldError(
+                "max_blocks_per_node",
+                f"{self.blocks_per_node} blocks of /{self.node_mask_ipv4} are "
+                f"{self.blocks_per_node * self.block_size} addresses; a node's pool holds at most "
+                f"{MAX_NODE_ADDRESSES} (the ENIPool status admits no more)",
             )
         return self
 

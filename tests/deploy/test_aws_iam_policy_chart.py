@@ -76,6 +76,21 @@ def test_the_chart_renders_what_the_renderer_does_for_other_values() -> None:
     )
 
 
+def test_the_keys_of_the_controllers_interface_tags_are_allowed_on_new_interfaces() -> None:
+    values = _with("config.settings.interface_tags", {"team": "payments", "cost-center": "4711"})
+    _, policy = rendered_policy(values)
+    assert policy == render_policy(**EXAMPLE, interface_tag_keys=["team", "cost-center"])
+    (create,) = [s for s in policy["Statement"] if s["Sid"] == "CreateOnlyClusterTaggedInterfaces"]
+    assert create["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"] == [
+        "cost-center",
+        "eni-ipam/cluster",
+        "eni-ipam/instance",
+        "eni-ipam/managed-by",
+        "eni-ipam/node",
+        "team",
+    ]
+
+
 def test_the_default_instance_tag_is_the_clusters() -> None:
     _, policy = rendered_policy(EXAMPLE_VALUES)
     (attach,) = [s for s in policy["Statement"] if s["Sid"] == "AttachAndDetachOnClusterInstances"]

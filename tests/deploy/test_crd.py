@@ -1,21 +1,34 @@
 """The ENIPool CRD against the model: the spec schema is generated from the node spec model
-(scripts/gen_crd.py), stats are NodeStats', and the release handshake's states are ReleaseState's,
-split between the two writers of the status."""
+(scripts/gen_crd.py), stats are NodeStats', the release handshake's states are ReleaseState's,
+split between the two writers of the status, and every list and map of the status is bounded by what
+one node can hold."""
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from typing import Annotated, Any
 
+import pytest
 import yaml
 from pydantic import Field
 
-from eni_ipam.core.model import NodeStats, ReleaseState
+from eni_ipam.core.model import (
+    MAX_INTERFACE_PREFIXES,
+    MAX_NODE_ADDRESSES,
+    MAX_NODE_INTERFACES,
+    PREFIX_SIZE,
+    NodeStats,
+    ReleaseState,
+)
 from eni_ipam.core.spec import CRD_DEFAULTS, POOL_ONLY_FIELDS, SPEC_FIELDS, PoolSpec
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
+from eni_ipam.kube.projection import CONDITION_TYPES
+from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch
 from scripts import gen_crd
 from tests.deploy.conftest import CHART
+from tests.deploy.schemas import KUBE_NEWEST, custom_resource_errors
 
 CRD = yaml.safe_load((CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text())
 SPECIAL = {"instance_id": "instanceID", "subnet_ids": "subnetIDs"}
@@ -110,3 +123,92 @@ def test_printer_columns_point_at_existing_fields():
                 node = node["items"]
             node = node["properties"][part]
         assert node["type"] == column["type"], path
+
+
+BOUNDS = {
+    "pool": ("maxProperties", MAX_NODE_ADDRESSES),
+    "used": ("maxItems", MAX_NODE_ADDRESSES),
+    "release": ("maxProperties", MAX_NODE_ADDRESSES),
+    "releaseAnswers": ("maxProperties", MAX_NODE_ADDRESSES),
+    "subnets": ("maxProperties", MAX_NODE_INTERFACES),
+    "interfaces": ("maxItems", MAX_NODE_INTERFACES),
+    "interfaces.securityGroups": ("maxItems", MAX_NODE_INTERFACES),
+    "interfaces.prefixes": ("maxItems", MAX_INTERFACE_PREFIXES),
+    "interfaces.ipv6Prefixes": ("maxItems", MAX_INTERFACE_PREFIXES),
+    "conditions": ("maxItems", 8),
+}
+"""Every list and map of the status, with its bound: an unbounded one lets a writer (a compromised
+agent) store an object the size of etcd's limit, which every informer then holds and decodes."""
+
+
+def collections_of(node: dict[str, Any], path: str = "") -> dict[str, dict[str, Any]]:
+    """Every array, and every object keyed freely (``additionalProperties``), under ``node``."""
+    found: dict[str, dict[str, Any]] = {}
+    if node.get("type") == "array":
+        found[path] = node
+        found.update(collections_of(node["items"], path))
+    if node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
+        found[path] = node
+    for name, child in (node.get("properties") or {}).items():
+        found.update(collections_of(child, f"{path}.{name}".lstrip(".")))
+    return found
+
+
+def test_every_list_and_map_of_the_status_is_bounded_by_what_a_node_holds():
+    status = schema()["properties"]["status"]
+    found = collections_of(status)
+    assert set(found) == set(BOUNDS)
+    for path, (keyword, bound) in BOUNDS.items():
+        assert found[path].get(keyword) == bound, (path, keyword, found[path].get(keyword))
+    assert len(CONDITION_TYPES) <= BOUNDS["conditions"][1]
+
+
+def test_no_shipped_instance_type_holds_more_than_the_bound():
+    from providers.azure.limits import load_table
+    from providers.ec2_limits import load_limits
+
+    for name, limits in load_limits().items():
+        prefixed = limits.adapters * limits.slots_per_interface * PREFIX_SIZE
+        assert prefixed <= MAX_NODE_ADDRESSES and limits.adapters <= MAX_NODE_INTERFACES, name
+        assert limits.slots_per_interface <= MAX_INTERFACE_PREFIXES, name
+    nics = max(load_table().values())
+    assert nics * 255 <= MAX_NODE_ADDRESSES and nics <= MAX_NODE_INTERFACES
+
+
+def pool(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "node-1"},
+        "spec": {"instanceID": "i-0123456789abcdef0"},
+        "status": status,
+    }
+
+
+def addresses(count: int) -> list[str]:
+    return [str(ipaddress.IPv4Address("10.0.0.0") + n) for n in range(count)]
+
+
+def test_a_status_over_the_bound_is_refused_by_the_schema():
+    at_bound = addresses(MAX_NODE_ADDRESSES)
+    over = addresses(MAX_NODE_ADDRESSES + 1)
+    assert custom_resource_errors(pool({"used": at_bound}), KUBE_NEWEST) == []
+    (used,) = custom_resource_errors(pool({"used": over}), KUBE_NEWEST)
+    assert used.startswith("status.used:") and "too long" in used, used
+    answers = dict.fromkeys(over, "ready-for-release")
+    (refused,) = custom_resource_errors(pool({"releaseAnswers": answers}), KUBE_NEWEST)
+    assert refused.startswith("status.releaseAnswers:") and "too many properties" in refused, refused
+    interfaces = [{"id": f"eni-{n}", "deviceIndex": n, "subnet": "s"} for n in range(MAX_NODE_INTERFACES + 1)]
+    assert custom_resource_errors(pool({"interfaces": interfaces}), KUBE_NEWEST)
+
+
+def test_the_agent_never_writes_more_than_the_crd_admits():
+    obj = {"metadata": {"resourceVersion": "7"}, "status": {}}
+    patch = agent_status_patch(obj, used=addresses(MAX_NODE_ADDRESSES), answers={})
+    assert patch is not None and len(patch["status"]["used"]) == MAX_NODE_ADDRESSES
+    with pytest.raises(StatusTooLarge) as refused:
+        agent_status_patch(obj, used=addresses(MAX_NODE_ADDRESSES + 1), answers={})
+    assert refused.value.field == "used" and refused.value.count == MAX_NODE_ADDRESSES + 1
+    answers = dict.fromkeys(addresses(MAX_NODE_ADDRESSES + 1), ReleaseState.READY)
+    with pytest.raises(StatusTooLarge, match=r"status\.releaseAnswers would hold 32769 entries"):
+        agent_status_patch(obj, used=[], answers=answers)

@@ -88,6 +88,19 @@ class Network:
             ]
         return str(self.ec2.run_instances(**params)["Instances"][0]["InstanceId"])
 
+    def instance_in_another_vpc(self, instance_type: str = "m5.large") -> str:
+        """An instance of another tier's VPC, which a scope of this one leaves out."""
+        vpc = self.ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+        subnet = self.ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.0.0/20", AvailabilityZone=ZONE)
+        answer = self.ec2.run_instances(
+            ImageId=AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=instance_type,
+            SubnetId=subnet["Subnet"]["SubnetId"],
+        )
+        return str(answer["Instances"][0]["InstanceId"])
+
     def provider(self, metrics: Metrics | None = None, **settings: Any) -> AwsProvider:
         config = AwsSettings(region=REGION, vpc_id=self.vpc_id, **settings)
         return AwsProvider(config, clock=LoopClock(), metrics=metrics or Metrics(), client=self.ec2)

@@ -4,11 +4,18 @@ It follows the documented evaluation logic for a single identity-based policy: a
 some ``Allow`` statement matches it and no ``Deny`` statement does (an explicit deny wins; no match is
 an implicit deny). A statement matches when its ``Action`` matches the action, its ``Resource`` matches
 the resource ARN (``*`` and ``?`` wildcards, case-sensitive) and every condition holds. Conditions: the
-operators ``StringEquals``, ``StringLike``, ``ArnEquals``, ``ArnLike`` and ``Null``; the keys of one
-operator, and the operators of one statement, are ANDed; the values listed for one key are ORed; a key
-missing from the request context fails every operator but ``Null``. Anything else (``NotAction``,
-``NotResource``, other operators, ``ForAllValues:``/``ForAnyValue:``, policy variables) raises, so the
-evaluator can never silently allow what it does not understand.
+operators ``StringEquals``, ``StringLike``, ``ArnEquals``, ``ArnLike`` and ``Null``, and the set
+qualifiers ``ForAllValues:`` and ``ForAnyValue:`` before the string operators; the keys of one operator,
+and the operators of one statement, are ANDed; the values listed for one key are ORed; a key missing
+from the request context fails every operator but ``Null`` and ``ForAllValues:``.
+
+Multivalued keys (``aws:TagKeys``: every tag key of the request) are lists in the request context and
+may only be judged with a set qualifier, as IAM's documentation asks: ``ForAllValues:`` holds when every
+value of the request matches one of the policy's (also when the key is missing or empty, which is why a
+policy pairs it with a condition that needs the key present), ``ForAnyValue:`` when at least one does.
+Anything else (``NotAction``, ``NotResource``, other operators, a single-valued operator on a list or a
+qualifier on a single value, policy variables) raises, so the evaluator can never silently allow what it
+does not understand.
 
 Action names compare case-insensitively, as IAM's do; condition key names compare case-insensitively,
 values case-sensitively.
@@ -18,10 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 OPERATORS = {"StringEquals", "StringLike", "ArnEquals", "ArnLike", "Null"}
+QUALIFIERS = {"ForAllValues", "ForAnyValue"}
+QUALIFIED = {"StringEquals", "StringLike"}
+"""Operators a set qualifier may precede here."""
+
+Value = str | Sequence[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +42,8 @@ class Request:
 
     action: str
     resource: str
-    context: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    context: Mapping[str, Value] = dataclasses.field(default_factory=dict)
+    """Condition keys of the request: a string, or a list for a multivalued key (``aws:TagKeys``)."""
 
 
 def _listed(value: Any) -> list[Any]:
@@ -51,14 +64,32 @@ def _arn_like(pattern: str, arn: str) -> bool:
     return all(_wildcard(w, g) for w, g in zip(want, got, strict=True))
 
 
-def _condition_holds(operator: str, key: str, values: list[Any], context: Mapping[str, str]) -> bool:
+def _matches(operator: str, actual: str, values: list[Any]) -> bool:
+    if operator == "StringEquals":
+        return any(actual == v for v in values)
+    if operator == "StringLike":
+        return any(_wildcard(v, actual) for v in values)
+    raise NotImplementedError(operator)
+
+
+def _condition_holds(operator: str, key: str, values: list[Any], context: Mapping[str, Value]) -> bool:
     present = {k.lower(): v for k, v in context.items()}
     actual = present.get(key.lower())
+    qualifier, _, operator = operator.rpartition(":")
+    if qualifier:
+        if actual is not None and isinstance(actual, str):
+            raise NotImplementedError(f"{qualifier}: on the single-valued key {key}")
+        members = list(actual or ())
+        if qualifier == "ForAllValues":
+            return all(_matches(operator, m, values) for m in members)
+        return any(_matches(operator, m, values) for m in members)
     if operator == "Null":
         (wanted,) = values
         return (actual is None) == (str(wanted).lower() == "true")
     if actual is None:
         return False
+    if not isinstance(actual, str):
+        raise NotImplementedError(f"{operator} on the multivalued key {key}: qualify it")
     if operator == "StringEquals":
         return any(actual == v for v in values)
     if operator == "StringLike":
@@ -79,7 +110,8 @@ def statement_matches(statement: Mapping[str, Any], request: Request) -> bool:
     if not any(r == "*" or _arn_like(r, request.resource) for r in _listed(statement["Resource"])):
         return False
     for operator, keys in statement.get("Condition", {}).items():
-        if operator not in OPERATORS:
+        qualifier, _, bare = operator.rpartition(":")
+        if bare not in OPERATORS or (qualifier and (qualifier not in QUALIFIERS or bare not in QUALIFIED)):
             raise NotImplementedError(f"condition operator {operator}")
         for key, value in keys.items():
             if "${" in key or any("${" in str(v) for v in _listed(value)):

@@ -34,6 +34,7 @@ def contract_env(network: Network, instance_type: str = "m5.large") -> ContractE
         small_subnet_id=network.small_subnet_id,
         security_group_ids=network.security_group_ids,
         capabilities=frozenset({"prefixes"}),
+        out_of_scope_instance_id=network.instance_in_another_vpc(),
     )
 
 

@@ -50,6 +50,23 @@ def test_partition_and_instance_tag(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+def test_interface_tag_keys_join_the_allowed_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--interface-tag-key", "team", "--interface-tag-key", "cost-center"]) == 0
+    policy = json.loads(capsys.readouterr().out)
+    assert policy == render_policy(**EXAMPLE, interface_tag_keys=["team", "cost-center"])
+
+
+def test_a_reserved_or_repeated_interface_tag_key_is_refused_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for keys in (["aws:cloudformation:stack-name"], ["team", "team"], [""]):
+        args = [a for k in keys for a in ("--interface-tag-key", k)]
+        with pytest.raises(SystemExit) as exit:
+            main([*ARGS, *args])
+        assert exit.value.code == 2
+        assert "--interface-tag-key" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [

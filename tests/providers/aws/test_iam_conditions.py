@@ -29,6 +29,15 @@ SHIPPED = ROOT / "deploy" / "aws" / "iam-policy.json"
 CLUSTER_TAGS = {"ec2:ResourceTag/eni-ipam/cluster", "ec2:ResourceTag/eni-ipam/managed-by"}
 REQUEST_TAGS = {"aws:RequestTag/eni-ipam/cluster", "aws:RequestTag/eni-ipam/managed-by"}
 INSTANCE_TAG = "ec2:ResourceTag/kubernetes.io/cluster/prod-eu"
+TAG_KEYS = {*REQUEST_TAGS, "aws:TagKeys"}
+ATTRIBUTES = {
+    "ec2:Attribute/AssociatePublicIpAddress",
+    "ec2:Attribute/Description",
+    "ec2:Attribute/EnablePrimaryIpv6",
+    "ec2:Attribute/SourceDestCheck",
+}
+"""ModifyNetworkInterfaceAttribute's parameters IAM exposes (primitive, or an object holding only a
+``Value``): the policy allows the call only without them."""
 
 # action, resource type, statements that allow it, condition keys that bind it
 STATEMENTS: list[tuple[str, str, set[str], set[str]]] = [
@@ -50,7 +59,7 @@ STATEMENTS: list[tuple[str, str, set[str], set[str]]] = [
         {"AddressesOnClusterSubnetInterfaces"},
         {"ec2:Vpc", "ec2:Subnet"},
     ),
-    ("ec2:CreateNetworkInterface", "network-interface", {"CreateOnlyClusterTaggedInterfaces"}, REQUEST_TAGS),
+    ("ec2:CreateNetworkInterface", "network-interface", {"CreateOnlyClusterTaggedInterfaces"}, TAG_KEYS),
     ("ec2:CreateNetworkInterface", "subnet", {"CreateInClusterSubnetsWithClusterGroups"}, {"ec2:Vpc"}),
     (
         "ec2:CreateNetworkInterface",
@@ -58,7 +67,7 @@ STATEMENTS: list[tuple[str, str, set[str], set[str]]] = [
         {"CreateInClusterSubnetsWithClusterGroups"},
         {"ec2:Vpc"},
     ),
-    ("ec2:CreateTags", "network-interface", {"TagOnlyWhileCreating"}, {"ec2:CreateAction", *REQUEST_TAGS}),
+    ("ec2:CreateTags", "network-interface", {"TagOnlyWhileCreating"}, {"ec2:CreateAction", *TAG_KEYS}),
     ("ec2:AttachNetworkInterface", "instance", {"AttachAndDetachOnClusterInstances"}, {INSTANCE_TAG}),
     (
         "ec2:AttachNetworkInterface",
@@ -76,8 +85,8 @@ STATEMENTS: list[tuple[str, str, set[str], set[str]]] = [
     (
         "ec2:ModifyNetworkInterfaceAttribute",
         "network-interface",
-        {"ChangeOnlyClusterInterfaces"},
-        {*CLUSTER_TAGS, "ec2:Vpc"},
+        {"DeleteOnTerminationOfClusterInterfacesOnly"},
+        {*CLUSTER_TAGS, "ec2:Vpc", *ATTRIBUTES},
     ),
     (
         "ec2:DeleteNetworkInterface",
@@ -142,8 +151,11 @@ def test_each_resource_type_and_condition_key_is_one_the_reference_lists(
     else:
         listed = set(by_type[rtype]["condition_keys"]) | set(by_type.get("", {}).get("condition_keys", ()))
     for key in keys:
-        generic = key.split("/", 1)[0] + "/${TagKey}" if "/" in key else key
-        assert key in listed or generic in listed or key == "aws:RequestedRegion", (action, rtype, key)
+        # ec2:ResourceTag/eni-ipam/cluster is listed as ec2:ResourceTag/${TagKey}, and
+        # ec2:Attribute/SourceDestCheck as ec2:Attribute/${AttributeName}
+        prefix = key.split("/", 1)[0] + "/${"
+        generic = "/" in key and any(k.startswith(prefix) for k in listed)
+        assert key in listed or generic or key == "aws:RequestedRegion", (action, rtype, key)
 
 
 def test_every_resource_type_the_reference_requires_is_allowed() -> None:
@@ -180,11 +192,19 @@ OURS = {
 }
 THEIRS = {**OURS, "ec2:ResourceTag/eni-ipam/cluster": "prod-us"}
 OUR_INSTANCE = {**REGION, "ec2:ResourceTag/kubernetes.io/cluster/prod-eu": "owned"}
-TAGGED_AT_CREATE = {
+OWN_KEYS = ["eni-ipam/cluster", "eni-ipam/managed-by", "eni-ipam/node", "eni-ipam/instance"]
+TAGGED_AT_CREATE: dict[str, str | list[str]] = {
     **REGION,
     "aws:RequestTag/eni-ipam/cluster": "prod-eu",
     "aws:RequestTag/eni-ipam/managed-by": "eni-ipam",
     "aws:RequestTag/eni-ipam/node": "ip-10-0-1-23",
+    "aws:RequestTag/eni-ipam/instance": "i-0123456789abcdef0",
+    "aws:TagKeys": OWN_KEYS,
+}
+FOREIGN_TAG = {
+    **TAGGED_AT_CREATE,
+    "aws:RequestTag/kubernetes.io/cluster/prod-us": "owned",
+    "aws:TagKeys": [*OWN_KEYS, "kubernetes.io/cluster/prod-us"],
 }
 CREATE_TAGS = {**TAGGED_AT_CREATE, "ec2:CreateAction": "CreateNetworkInterface"}
 
@@ -361,6 +381,50 @@ REQUESTS: list[tuple[str, Request, bool]] = [
         False,
     ),
     ("tag-an-instance", Request("ec2:CreateTags", INSTANCE, CREATE_TAGS), False),
+    (
+        "create-with-another-tools-tag-key",
+        Request("ec2:CreateNetworkInterface", f"{ARN}network-interface/*", FOREIGN_TAG),
+        False,
+    ),
+    (
+        "tag-at-creation-with-another-tools-tag-key",
+        Request(
+            "ec2:CreateTags",
+            f"{ARN}network-interface/*",
+            {**FOREIGN_TAG, "ec2:CreateAction": "CreateNetworkInterface"},
+        ),
+        False,
+    ),
+    (
+        "create-with-an-unlisted-key-of-ours",
+        Request(
+            "ec2:CreateNetworkInterface",
+            f"{ARN}network-interface/*",
+            {**TAGGED_AT_CREATE, "aws:TagKeys": [*OWN_KEYS, "eni-ipam/owner"]},
+        ),
+        False,
+    ),
+    (
+        "turn-off-source-dest-check",
+        Request(
+            "ec2:ModifyNetworkInterfaceAttribute", IFACE, {**OURS, "ec2:Attribute/SourceDestCheck": "false"}
+        ),
+        False,
+    ),
+    (
+        "give-an-interface-a-public-address",
+        Request(
+            "ec2:ModifyNetworkInterfaceAttribute",
+            IFACE,
+            {**OURS, "ec2:Attribute/AssociatePublicIpAddress": "true"},
+        ),
+        False,
+    ),
+    (
+        "rewrite-an-interfaces-description",
+        Request("ec2:ModifyNetworkInterfaceAttribute", IFACE, {**OURS, "ec2:Attribute/Description": "x"}),
+        False,
+    ),
     ("terminate-an-instance", Request("ec2:TerminateInstances", INSTANCE, OUR_INSTANCE), False),
 ]
 
@@ -409,6 +473,35 @@ def test_the_evaluator_ors_values_ands_keys_and_knows_null() -> None:
     assert not allowed(policy, Request("ec2:GetThing", f"{ARN}other/t", good))
 
 
+def test_the_evaluator_judges_multivalued_keys_with_set_qualifiers() -> None:
+    statement = {
+        "Effect": "Allow",
+        "Action": "ec2:Get*",
+        "Resource": "*",
+        "Condition": {
+            "ForAllValues:StringEquals": {"aws:TagKeys": ["a", "b"]},
+            "ForAnyValue:StringLike": {"k": ["x*"]},
+        },
+    }
+    policy = {"Version": "2012-10-17", "Statement": [statement]}
+
+    def judged(context: dict[str, str | list[str]]) -> bool:
+        return allowed(policy, Request("ec2:GetThing", "*", context))
+
+    assert judged({"aws:TagKeys": ["a"], "k": ["y", "xz"]})
+    assert judged({"aws:TagKeys": ["b", "a"], "k": ["x"]})
+    assert judged({"k": ["x"]}), "ForAllValues holds for a missing key"
+    assert judged({"aws:TagKeys": [], "k": ["x"]}), "ForAllValues holds for an empty set"
+    assert not judged({"aws:TagKeys": ["a", "c"], "k": ["x"]})
+    assert not judged({"aws:TagKeys": ["a"], "k": ["y"]})
+    assert not judged({"aws:TagKeys": ["a"]}), "ForAnyValue fails for a missing key"
+    with pytest.raises(NotImplementedError):
+        judged({"aws:TagKeys": "a", "k": ["x"]})  # a qualifier on a single value
+    single = {**statement, "Condition": {"StringEquals": {"aws:TagKeys": "a"}}}
+    with pytest.raises(NotImplementedError):
+        allowed({**policy, "Statement": [single]}, Request("ec2:GetThing", "*", {"aws:TagKeys": ["a"]}))
+
+
 def test_the_evaluator_refuses_what_it_does_not_understand() -> None:
     statement = {
         "Effect": "Allow",
@@ -423,3 +516,7 @@ def test_the_evaluator_refuses_what_it_does_not_understand() -> None:
             {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "NotAction": "x", "Resource": "*"}]},
             REQUESTS[0][1],
         )
+    for operator in ("ForAllValues:ArnEquals", "ForEveryValue:StringEquals", "ForAnyValue:Null"):
+        qualified = {**statement, "Condition": {operator: {"a": "b"}}}
+        with pytest.raises(NotImplementedError):
+            allowed({"Version": "2012-10-17", "Statement": [qualified]}, REQUESTS[0][1])

@@ -61,6 +61,12 @@ class World:
         ]
         return self.fake.add_vm(GROUP, name, size, nic_ids, running=running), nic_ids
 
+    def vm_in_another_group(self, name: str, group: str = "other-cluster") -> str:
+        """A VM of a resource group outside ``resource_groups``, its NIC in the cluster's subnet."""
+        self.fake.add_resource_group(group)
+        nic = self.fake.add_nic(group, f"{name}-nic0", self.subnet_id)
+        return self.fake.add_vm(group, name, SIZE, [nic])
+
     def scale_set_vm(self, scale_set: str, *, subnet: str = "", size: str = SIZE) -> tuple[str, str]:
         """A VM of the (possibly new) Uniform scale set ``scale_set``; its id and its NIC's id."""
         ss_id = (

@@ -40,6 +40,7 @@ def contract_env(world: World, kind: str) -> ContractEnv:
         small_subnet_id=world.small_subnet_id.lower(),
         security_group_ids=tuple(a.lower() for a in world.asg_ids),
         small_interface_id=small.lower(),
+        out_of_scope_instance_id=world.vm_in_another_group("elsewhere").lower(),
     )
 
 

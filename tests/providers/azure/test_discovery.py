@@ -11,7 +11,7 @@ from eni_ipam._infra.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.errors import ConfigError
 from providers.azure.limits import limits_for
-from tests.providers.azure.conftest import SIZE, SUBSCRIPTION, World, sample
+from tests.providers.azure.conftest import GROUP, SIZE, SUBSCRIPTION, World, sample
 
 pytestmark = pytest.mark.looptime
 
@@ -171,7 +171,7 @@ async def test_describe_instance_raises_on_a_404_that_does_not_say_the_vm_is_gon
 
 async def test_describe_instance_raises_when_the_resource_group_is_not_found(world: World) -> None:
     vm, _ = world.vm("node")
-    provider = world.provider()
+    provider = world.provider(resource_groups=["rg-Nodes", "rg-Typo"])  # configured, but not in Azure
     with pytest.raises(errors.NotFound) as caught:
         await provider.describe_instance(instance_id=vm.replace("/rg-Nodes/", "/rg-Typo/"))
     assert caught.value.code == "ResourceGroupNotFound"
@@ -210,3 +210,22 @@ async def test_a_virtual_network_or_resource_group_that_does_not_exist_is_a_conf
     with pytest.raises(ConfigError) as caught:
         await missing_group.resync()
     assert caught.value.field == "azure.resource_groups" and "rg-typo" in caught.value.message
+
+
+async def test_a_vm_outside_the_resource_groups_is_refused_without_a_request(world: World) -> None:
+    elsewhere = world.vm_in_another_group("elsewhere")
+    provider = world.provider()
+    with pytest.raises(errors.InstanceOutOfScope) as refused:
+        await provider.describe_instance(instance_id=elsewhere)
+    assert refused.value.check == "its resource group other-cluster is not one of azure.resource_groups"
+    assert not [r for r in world.fake.requests if "elsewhere" in r.url]
+
+
+async def test_a_vm_whose_nic_is_in_another_virtual_network_is_refused(world: World) -> None:
+    other = world.fake.add_vnet(GROUP, "vnet-Other", "10.9.0.0/16")
+    vm, _ = world.vm("stray", subnet=world.fake.add_subnet(other, "tier", "10.9.0.0/24"))
+    provider = world.provider()
+    with pytest.raises(errors.InstanceOutOfScope) as refused:
+        await provider.describe_instance(instance_id=vm)
+    assert refused.value.check.endswith("is not azure.vnet_id")
+    assert "vnet-other" in refused.value.check.lower()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ DOCS = ROOT / "docs" / "azure.md"
 
 ROLES = {
     "nodes": ROOT / "deploy" / "azure" / "eni-ipam-nodes-role.json",
+    "network": ROOT / "deploy" / "azure" / "eni-ipam-network-role.json",
     "subnets": ROOT / "deploy" / "azure" / "eni-ipam-subnets-role.json",
 }
 
@@ -37,9 +39,9 @@ def role(name: str) -> dict:
 
 
 def test_the_shipped_roles_grant_exactly_the_actions_of_the_operation_table_between_them() -> None:
-    nodes, subnets = set(role("nodes")["Actions"]), set(role("subnets")["Actions"])
-    granted = nodes | subnets
-    assert not nodes & subnets
+    each = [set(role(name)["Actions"]) for name in ROLES]
+    granted = set().union(*each)
+    assert sum(map(len, each)) == len(granted), "two roles grant the same action"
     assert actions() <= granted, f"the roles lack {sorted(actions() - granted)}"
     assert granted <= actions(), f"the roles grant unused {sorted(granted - actions())}"
     assert all("*" not in a for a in granted)
@@ -48,21 +50,74 @@ def test_the_shipped_roles_grant_exactly_the_actions_of_the_operation_table_betw
         assert role(name)["IsCustom"] is True
 
 
-def test_the_subnets_role_holds_only_virtual_network_actions_and_is_assigned_on_the_network() -> None:
-    subnets = role("subnets")
-    assert all(a.startswith("Microsoft.Network/virtualNetworks/") for a in subnets["Actions"])
-    assert "Microsoft.Network/virtualNetworks/subnets/join/action" in subnets["Actions"]
-    (scope,) = subnets["AssignableScopes"]
-    assert scope.endswith("/providers/Microsoft.Network/virtualNetworks/<vnet>")
-    (scope,) = role("nodes")["AssignableScopes"]
-    assert scope.endswith("/resourceGroups/<node-resource-group>")
+JOIN = "Microsoft.Network/virtualNetworks/subnets/join/action"
+VNET = "/subscriptions/<s>/resourceGroups/<vnet-group>/providers/Microsoft.Network/virtualNetworks/<vnet>"
+
+
+def test_joining_a_subnet_is_the_only_action_of_a_role_of_its_own() -> None:
+    """Granted with anything read on the virtual network, join would be assigned there too: every
+    subnet of every tier could then be filled."""
+    assert role("subnets")["Actions"] == [JOIN]
+    assert not [name for name in ROLES if name != "subnets" and JOIN in role(name)["Actions"]]
+    assert all(a.startswith("Microsoft.Network/virtualNetworks/") for a in role("network")["Actions"])
+    assert not [a for a in role("network")["Actions"] if not a.endswith("/read")]
+
+
+def test_every_role_is_assignable_within_one_resource_group_only() -> None:
+    """Azure accepts management groups, subscriptions and resource groups as AssignableScopes, not a
+    resource: the narrower scopes (a virtual network, a subnet) are the assignments' own."""
+    scopes = {name: role(name)["AssignableScopes"] for name in ROLES}
+    for name, listed in scopes.items():
+        assert len(listed) == 1 and re.fullmatch(
+            r"/subscriptions/<[^/]+>/resourceGroups/<[^/]+>", listed[0]
+        ), (
+            name,
+            listed,
+        )
+    assert scopes["nodes"] == ["/subscriptions/<subscription-id>/resourceGroups/<node-resource-group>"]
+
+
+def documented_assignments() -> list[tuple[str, str]]:
+    """(role, scope) of every ``az role assignment create`` in docs/azure.md, with ``$SUBNET`` kept."""
+    text = DOCS.read_text().replace("\\\n", " ")
+    found = []
+    for line in text.splitlines():
+        if "az role assignment create" in line:
+            name = re.search(r'--role "([^"]+)"', line)
+            scope = re.search(r"--scope (\S+)", line)
+            assert name and scope, line
+            found.append((name.group(1), scope.group(1)))
+    return found
+
+
+def test_the_docs_assign_join_on_each_cluster_subnet_and_nowhere_broader() -> None:
+    assignments = documented_assignments()
+    assert {name for name, _ in assignments} == {role(n)["Name"] for n in ROLES}
+    for name, scope in assignments:
+        if name == "eni-ipam subnets":
+            assert scope == f"{VNET}/subnets/$SUBNET", scope
+        elif name == "eni-ipam network":
+            assert scope == VNET, scope
+        else:
+            assert scope == "/subscriptions/<s>/resourceGroups/<node-resource-group>", scope
+    text = DOCS.read_text()
+    assert "for SUBNET in <node-subnet> <other-node-subnet>; do" in text
+
+
+def test_the_docs_say_that_writing_nics_also_creates_them() -> None:
+    """networkInterfaces/write authorises a PUT to a new name as much as to an existing NIC."""
+    text = DOCS.read_text()
+    cannot = text[text.index("**Cannot:**") : text.index("### Workload identity")]
+    assert "create NICs" not in cannot and "create a NIC" not in cannot
+    can = text[text.index("**Can**") : text.index("**Cannot:**")]
+    assert "create NICs in the node resource group" in can
 
 
 def test_the_docs_install_the_shipped_roles_and_do_not_advise_broad_built_in_ones() -> None:
     text = DOCS.read_text()
     for path in ROLES.values():
         assert f"az role definition create --role-definition {path.relative_to(ROOT)}" in text
-    for name in ("eni-ipam nodes", "eni-ipam subnets"):
+    for name in ("eni-ipam nodes", "eni-ipam network", "eni-ipam subnets"):
         assert name in {role(n)["Name"] for n in ROLES}
         assert f'--role "{name}"' in text
     assert '--role "Network Contributor"' not in text
@@ -116,3 +171,22 @@ async def test_a_workflow_through_every_code_path_sends_exactly_the_operations_o
         f"sent but not in the table: {sorted(sent - set(OPERATIONS))}; "
         f"in the table but never sent: {sorted(set(OPERATIONS) - sent)}"
     )
+
+
+async def test_a_nic_write_can_only_change_a_nic_that_exists(world: World) -> None:
+    """The role's networkInterfaces/write would let a PUT create a NIC; the provider's only NIC PUT is
+    conditional (If-Match its ETag, or ``*`` when the read had none), and ARM refuses a conditional PUT
+    to a NIC that does not exist (412): the code cannot create one."""
+    _, (nic,) = world.vm("node")
+    provider = world.provider(Metrics())
+    read = provider.updates.read_nic
+
+    async def without_etag(ref):  # type: ignore[no-untyped-def]
+        document = dict(await read(ref))
+        document.pop("etag", None)
+        return document
+
+    provider.updates.read_nic = without_etag  # type: ignore[method-assign]
+    await provider.assign_addresses(interface_id=nic, count=1)
+    puts = [r for r in world.fake.requests if r.method == "PUT"]
+    assert puts and all(r.if_match for r in puts), [(r.operation, r.if_match) for r in puts]

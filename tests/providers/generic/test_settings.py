@@ -42,6 +42,8 @@ def test_small_blocks_allow_as_many_blocks_as_one_slash_24() -> None:
         ({"cluster_cidrs": ["10.0.0.0/16"], "node_mask_ipv4": 29}, "generic.node_mask_ipv4"),
         ({"cluster_cidrs": ["10.0.0.0/16"], "node_mask_ipv6": 40}, "generic.node_mask_ipv6"),
         ({"cluster_cidrs": ["10.0.0.0/16"], "max_blocks_per_node": -1}, "generic.max_blocks_per_node"),
+        # 129 blocks of /24 are 33,024 addresses: more than a node's pool holds (MAX_NODE_ADDRESSES)
+        ({"cluster_cidrs": ["10.0.0.0/8"], "max_blocks_per_node": 129}, "generic.max_blocks_per_node"),
         ({"cluster_cidrs": ["10.0.0.0/16"], "service_cidrs": ["10.96.0.0/12x"]}, "generic.service_cidrs[0]"),
         ({"cluster_cidrs": ["10.0.0.0/16"], "pod_cidr": "x"}, "generic.pod_cidr"),
     ],

@@ -25,11 +25,12 @@ from eni_ipam.testing.provider_contract import (
     check_delete_without_detach,
     check_describe_instance,
     check_instance_limits,
+    check_out_of_scope_instance,
     check_provider,
     check_subnet_exhaustion,
     check_unassign,
 )
-from providers.ec2_provider import TableLimits
+from providers.ec2_provider import Scope, TableLimits
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -60,14 +61,21 @@ async def make_env(
         "i-contract", type=instance_type, subnet="subnet-big", security_groups=["sg-1", "sg-2"]
     )
     cloud.add_instance("i-neighbour", type="m5.large", subnet="subnet-big", security_groups=["sg-1"])
+    cloud.add_vpc("vpc-2", "10.1.0.0/16")  # another tier's: a providerID naming its instance is refused
+    cloud.add_subnet("subnet-elsewhere", vpc="vpc-2", zone="us-east-1a", cidr="10.1.0.0/20")
+    cloud.add_security_group("sg-elsewhere", vpc="vpc-2")
+    cloud.add_instance(
+        "i-elsewhere", type="m5.large", subnet="subnet-elsewhere", security_groups=["sg-elsewhere"]
+    )
     return ContractEnv(
-        provider=as_provider(provider_class(cloud, clock=clock, metrics=Metrics())),
+        provider=as_provider(provider_class(cloud, clock=clock, metrics=Metrics(), vpc_id="vpc-1")),
         instance_id="i-contract",
         limits=cloud.limits[instance_type],
         subnet_id="subnet-big",
         small_subnet_id="subnet-small",
         security_group_ids=("sg-1", "sg-2"),
         capabilities=capabilities,
+        out_of_scope_instance_id="i-elsewhere",
     )
 
 
@@ -147,6 +155,17 @@ class UnknownIsAnError(SimProvider):
         return found
 
 
+class ReadsAnyInstance(SimProvider):
+    """Looks an instance up by id with no scope, as the listings never would."""
+
+    async def describe_instance(self, *, instance_id: str):  # type: ignore[no-untyped-def]
+        scope, self.scope = self.scope, Scope()
+        try:
+            return await super().describe_instance(instance_id=instance_id)
+        finally:
+            self.scope = scope
+
+
 class DeleteOnlyDetaches(SimProvider):
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         iface = self.cloud.interface_view(interface_id)
@@ -164,6 +183,7 @@ MUTANTS: list[tuple[type[SimProvider], Callable[[ContractEnv], Awaitable[None]]]
     (UnassignsEverything, check_unassign),
     (GuessesLimits, check_instance_limits),
     (UnknownIsAnError, check_describe_instance),
+    (ReadsAnyInstance, check_out_of_scope_instance),
     (DeleteOnlyDetaches, check_delete_interface),
 ]
 
