@@ -67,6 +67,8 @@ POOL_LABEL = "eni-ipam.io/pool"
 default pool."""
 CONFLICT_REASON = "AddressConflict"
 """The claim's Ready reason while an IPAddress that is not its own holds its name."""
+REFUSED_REASON = "IPAddressRefused"
+"""The claim's Ready reason while the API server refuses to create its IPAddress (e.g. a full quota)."""
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
 CRD_CHECK_INTERVAL = 600.0
 """Seconds between checks for Cluster API's CRDs when they are not installed."""
@@ -220,8 +222,14 @@ class ClaimReconciler:
         if published is not None and (why := _disagrees(published, allocation)):
             await self._conflict(claim, published, *why)
             return
-        if published is None and not await self._create_address(claim, allocation, pool):
-            return
+        if published is None:
+            try:
+                created = await self._create_address(claim, allocation, pool)
+            except errors.KubeError as exc:  # refused (a full ResourceQuota, the policy): say why
+                await self._condition(claim, ready=False, reason=REFUSED_REASON, message=str(exc))
+                raise
+            if not created:
+                return
         self._conflicts.pop(f"{namespace}/{name}", None)
         await self._condition(
             claim, ready=True, reason="AddressAllocated", message=allocation.address, ref=name
