@@ -176,6 +176,7 @@ class ClaimReconciler:
                 for key in sorted(todo):
                     claim = self.claims.store.get(key)
                     if claim is None or not self._mine(claim):
+                        self._conflicts.pop(key, None)
                         continue
                     try:
                         await self.reconcile(claim)

@@ -303,12 +303,15 @@ async def test_an_ipaddress_another_nodes_agent_made_under_the_claims_name_is_no
     try:
         await attacker.create(IPADDRESSES, forged())
     except errors.KubeForbidden:
-        # A server enforcing the chart's admission policy may refuse it (a token bound to no node): the
-        # policy's part, tested in tests/deploy. The reconciler's part is tested all the same, with the
-        # object an agent could create under a policy that does not look at names.
+        # A server enforcing the chart's admission policy refuses a token bound to no node, as these
+        # are; from a token bound to n1 the policy admits this object (tests/deploy: it cannot see
+        # whose claim c1 is). The reconciler's part is tested all the same, the object put in place.
         kube.add_object("ipaddresses", forged())
     finally:
         await attacker.close()
+    (made,) = [r for r in kube.requests if r.verb == "create" and r.plural == "ipaddresses"]
+    assert made.user == "system:serviceaccount:{}:{}".format(*AGENT_ACCOUNT)  # the agent's own token
+    assert made.status in (201, 403)
     before = served_copy(kube.get_object("ipaddresses", "c1", namespace=NS))
     await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
     kube.requests.clear()
