@@ -14,6 +14,16 @@ claim's ``eni-ipam.io/pool`` annotation), with Cluster API's lifecycle (its Clai
 
 Allocations are owned by ``claim:<namespace>/<name>``: a reconcile is idempotent, and a restart
 finds the same address for the same claim (the allocator's state file).
+
+**Only its own IPAddress serves a claim.** Any agent may create IPAddresses in any namespace (the
+chart's admission policy confines only their node label, poolRef and name), so one found under the
+claim's name may be another node's. It is this claim's only when it is labelled with this node (or,
+made before the label, names this node's ENIPool), names this node's ENIPool, carries the claim's pool
+label (when it has one), names the claim in ``claimRef`` and, when it has a controller, is controlled
+by this claim's uid — and advertises what the allocator holds for the claim. Anything else is not
+adopted, not taken back into the allocator, never written or deleted: the claim is ``Ready=False``
+(``AddressConflict``), which is logged and counted once, and retried. Deleting such a claim releases
+its own allocation and lifts its finalizer; the foreign IPAddress stays, for whoever made it.
 """
 
 from __future__ import annotations
@@ -22,14 +32,17 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import hashlib
+import ipaddress
 import random
+import re
 from typing import Any
 
 import structlog
 
-from eni_ipam._infra.metrics import MetricSet
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.errors import AllocatorError
+from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
@@ -45,8 +58,18 @@ PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 POOL_ANNOTATION = "eni-ipam.io/pool"
 NODE_LABEL = "eni-ipam.io/node"
-"""On every IPAddress an agent creates: its node. The chart's admission policy lets an agent change or
-delete only IPAddresses labelled with the node its token is bound to (docs/node.md)."""
+"""On every IPAddress an agent creates: its node. The chart's admission policy lets an agent create,
+change or delete only IPAddresses labelled with the node its token is bound to (docs/node.md), so an
+IPAddress labelled with this node was made by this node's agent (or an administrator)."""
+POOL_LABEL = "eni-ipam.io/pool"
+"""On every IPAddress an agent creates: the allocator pool its address came from
+(:func:`pool_label`), so an IPAddress of the static pool ``lab`` is not taken for a claim of the
+default pool."""
+CONFLICT_REASON = "AddressConflict"
+"""The claim's Ready reason while an IPAddress that is not its own holds its name."""
+REFUSED_REASON = "IPAddressRefused"
+"""The claim's Ready reason while the API server refuses to create its IPAddress (e.g. a full quota)."""
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
 CRD_CHECK_INTERVAL = 600.0
 """Seconds between checks for Cluster API's CRDs when they are not installed."""
 RETRY_INTERVAL = 10.0
@@ -57,14 +80,31 @@ def claim_owner(namespace: str, name: str) -> str:
     return f"claim:{namespace}/{name}"
 
 
+def pool_label(pool: str) -> str:
+    """``pool`` as the value of :data:`POOL_LABEL`: itself when it is a label value (63 characters of
+    letters, digits, ``-_.``, alphanumeric at both ends), otherwise ``sha256-`` and 40 hex digits of its
+    digest. Static pool names are free-form in the agent's configuration; a label value is not."""
+    if _LABEL_VALUE.fullmatch(pool):
+        return pool
+    return "sha256-" + hashlib.sha256(pool.encode()).hexdigest()[:40]
+
+
+def _same_ip(a: object, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(str(a)) == ipaddress.ip_address(b)
+    except ValueError:
+        return a == b
+
+
 class ClaimReconciler:
     def __init__(
-        self, api: KubeApi, allocator: Allocator, *, node: str, clock: Clock, metrics: MetricSet
+        self, api: KubeApi, allocator: Allocator, *, node: str, clock: Clock, metrics: AgentMetrics
     ) -> None:
         self.api = api
         self.allocator = allocator
         self.node = node
         self.clock = clock
+        self.metrics = metrics
         self.claims = Informer(api, IPADDRESSCLAIMS, clock=clock, metrics=metrics)
         self.addresses = Informer(api, IPADDRESSES, clock=clock, metrics=metrics)
         self.claims.add_handler(lambda _e, obj, _o: self._queue(object_key(obj)))
@@ -72,19 +112,40 @@ class ClaimReconciler:
         self._todo: set[str] = set()
         self._wake = asyncio.Event()
         self._said_absent = False
+        self._retrying: set[str] = set()
+        self._conflicts: dict[str, tuple[str, str]] = {}
+        """Claim key → (foreign IPAddress's uid, reason) already logged and counted."""
 
     def _mine(self, claim: Obj) -> bool:
-        ref = (claim.get("spec") or {}).get("poolRef") or {}
-        return ref.get("apiGroup") == GROUP and ref.get("kind") == KIND and ref.get("name") == self.node
+        return self._names_this_pool((claim.get("spec") or {}).get("poolRef"))
+
+    def _names_this_pool(self, ref: object) -> bool:
+        """Whether ``ref`` (a poolRef) is this node's ENIPool."""
+        if not isinstance(ref, dict):
+            return False
+        return bool(ref.get("apiGroup") == GROUP and ref.get("kind") == KIND and ref.get("name") == self.node)
 
     def _queue(self, key: str) -> None:
         self._todo.add(key)
         self._wake.set()
 
+    def _retry(self, key: str) -> None:
+        """Reconcile ``key`` again in RETRY_INTERVAL (one pending retry per claim)."""
+        if key not in self._retrying:
+            self._retrying.add(key)
+            self.clock.call_later(RETRY_INTERVAL, functools.partial(self._retried, key))
+
+    def _retried(self, key: str) -> None:
+        self._retrying.discard(key)
+        self._queue(key)
+
     def _on_address(self, event: str, obj: Obj, old: Obj | None) -> None:
+        # The claim it names, and the claim it is named after: a foreign IPAddress blocks the latter.
+        namespace = obj["metadata"].get("namespace", "")
         claim = ((obj.get("spec") or {}).get("claimRef") or {}).get("name")
-        if claim:
-            self._queue(f"{obj['metadata'].get('namespace', '')}/{claim}")
+        for name in {claim, obj["metadata"].get("name")}:
+            if name:
+                self._queue(f"{namespace}/{name}")
 
     async def run(self) -> None:
         """Serve claims until cancelled; without Cluster API's CRDs, wait quietly for them."""
@@ -115,12 +176,13 @@ class ClaimReconciler:
                 for key in sorted(todo):
                     claim = self.claims.store.get(key)
                     if claim is None or not self._mine(claim):
+                        self._conflicts.pop(key, None)
                         continue
                     try:
                         await self.reconcile(claim)
                     except (errors.KubeError, AllocatorError) as exc:
                         log.warning("claim_reconcile_failed", claim=key, error=str(exc))
-                        self.clock.call_later(RETRY_INTERVAL, functools.partial(self._queue, key))
+                        self._retry(key)
 
     # -- one claim --------------------------------------------------------------------------------
 
@@ -139,6 +201,11 @@ class ClaimReconciler:
         owner = claim_owner(namespace, name)
         mine = self.allocator.allocations(owner=owner)
         published = self.addresses.store.get(f"{namespace}/{name}")
+        if published is not None and (why := self._foreign(claim, published, pool)):
+            # Not this claim's: neither adopted nor taken back into the allocator, and no new address
+            # is allocated while it holds the name.
+            await self._conflict(claim, published, *why)
+            return
         try:
             if mine:
                 allocation = mine[0]
@@ -153,10 +220,64 @@ class ClaimReconciler:
         except AllocatorError as exc:
             await self._condition(claim, ready=False, reason=type(exc).__name__, message=str(exc))
             raise
-        await self._ensure_address(claim, allocation)
+        if published is not None and (why := _disagrees(published, allocation)):
+            await self._conflict(claim, published, *why)
+            return
+        if published is None:
+            try:
+                created = await self._create_address(claim, allocation, pool)
+            except errors.KubeError as exc:  # refused (a full ResourceQuota, the policy): say why
+                await self._condition(claim, ready=False, reason=REFUSED_REASON, message=str(exc))
+                raise
+            if not created:
+                return
+        self._conflicts.pop(f"{namespace}/{name}", None)
         await self._condition(
             claim, ready=True, reason="AddressAllocated", message=allocation.address, ref=name
         )
+
+    def _foreign(self, claim: Obj, address: Obj, pool: str) -> tuple[str, str] | None:
+        """Why ``address``, found under the claim's name, is not this claim's IPAddress, as
+        ``(reason, what)``; None when it is (its address is compared apart: :func:`_disagrees`)."""
+        meta, spec = address["metadata"], address.get("spec") or {}
+        labels = meta.get("labels") or {}
+        node = labels.get(NODE_LABEL)
+        pool_ref = spec.get("poolRef") or {}
+        if node is None and not self._names_this_pool(pool_ref):
+            return "node", f"it is labelled with no node and its poolRef is {_ref(pool_ref)}"
+        if node is not None and node != self.node:
+            return "node", f"it is labelled {NODE_LABEL}={node}"
+        # A label is what the policy checks at its creation; the poolRef is what consumers read.
+        if not self._names_this_pool(pool_ref):
+            return "pool", f"its poolRef is {_ref(pool_ref)}"
+        # Without a pool label (made before it), the comparison of its address with the allocator's decides.
+        if POOL_LABEL in labels and labels[POOL_LABEL] != pool_label(pool):
+            return "pool", f"it is labelled {POOL_LABEL}={labels[POOL_LABEL]}, and the claim's pool is {pool}"
+        claim_meta = claim["metadata"]
+        named = (spec.get("claimRef") or {}).get("name")
+        if named != claim_meta["name"]:
+            return "claim", f"its claimRef names {named!r}"
+        controller = next((r for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        if controller is not None and (
+            controller.get("kind") != IPADDRESSCLAIMS.kind or controller.get("uid") != claim_meta.get("uid")
+        ):
+            return "owner", f"its controller is {controller.get('kind')} {controller.get('uid')}"
+        return None
+
+    async def _conflict(self, claim: Obj, address: Obj, reason: str, what: str) -> None:
+        """An IPAddress that is not this claim's holds its name: say so on the claim, once in the log
+        and the metric, and look again later (its deletion also wakes the claim)."""
+        meta = claim["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        where = f"{address['metadata'].get('namespace', '')}/{address['metadata']['name']}"
+        seen = (str(address["metadata"].get("uid", "")), reason)
+        if self._conflicts.get(key) != seen:
+            self._conflicts[key] = seen
+            self.metrics.agent_claim_conflicts.labels(reason).inc()
+            log.warning("claim_address_conflict", claim=key, ip_address=where, reason=reason, detail=what)
+        message = f"IPAddress {where} exists and is not this node's: {what}"
+        await self._condition(claim, ready=False, reason=CONFLICT_REASON, message=message, unref=True)
+        self._retry(key)
 
     def _allocate(self, owner: str, pool: str) -> Allocation:
         ipv4, ipv6 = self.allocator.allocate_next(owner, pool)
@@ -167,63 +288,57 @@ class ClaimReconciler:
         log.info("claim_allocated", owner=owner, address=allocation.address, pool=pool)
         return allocation
 
-    async def _ensure_address(self, claim: Obj, allocation: Allocation) -> None:
+    async def _create_address(self, claim: Obj, allocation: Allocation, pool: str) -> bool:
+        """Create the claim's IPAddress; False when one of its name exists already (not yet seen)."""
         meta = claim["metadata"]
         key = f"{meta.get('namespace', '')}/{meta['name']}"
-        if key in self.addresses.store:
-            return
-        body = {
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta.get("namespace", ""),
-                "labels": {NODE_LABEL: self.node},
-                "finalizers": [PROTECT_FINALIZER],
-                "ownerReferences": [
-                    {
-                        "apiVersion": IPADDRESSCLAIMS.api_version,
-                        "kind": IPADDRESSCLAIMS.kind,
-                        "name": meta["name"],
-                        "uid": meta.get("uid", ""),
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {
-                "claimRef": {"name": meta["name"]},
-                "poolRef": dict((claim.get("spec") or {}).get("poolRef") or {}),
-                "address": allocation.address,
-                "prefix": allocation.prefix_length,
-                "gateway": allocation.gateway,
-            },
-        }
+        body = ip_address(claim, allocation, node=self.node, pool=pool)
         try:
             await self.api.create(IPADDRESSES, body)
         except errors.KubeConflict:
-            return  # made meanwhile; its event follows
+            # Made meanwhile, by this agent or by another: the claim is Ready only once it is judged
+            # (its event, or the retry should the event be lost).
+            self._retry(key)
+            return False
         log.info("ip_address_created", claim=key, address=allocation.address)
+        return True
 
     async def _release(self, claim: Obj) -> None:
         meta = claim["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         if RELEASE_FINALIZER not in (meta.get("finalizers") or ()):
             return
-        # The IPAddress goes first, then the allocation: an address is never free while an
-        # IPAddress still advertises it.
+        # The IPAddress goes first, then the allocation: an address is never free while its own
+        # IPAddress still advertises it. One that is not the claim's is left alone (the admission
+        # policy would refuse this agent anyway), and does not hold the claim's deletion up.
+        pool = (meta.get("annotations") or {}).get(POOL_ANNOTATION, DEFAULT_POOL)
         address = self.addresses.store.get(f"{namespace}/{name}")
+        if address is not None and (why := self._foreign(claim, address, pool)):
+            log.warning(
+                "claim_released_past_foreign_address",
+                claim=f"{namespace}/{name}",
+                ip_address=f"{namespace}/{name}",
+                reason=why[0],
+                detail=why[1],
+            )
+            address = None
         if address is not None:
             labels = address["metadata"].get("labels") or {}
             if PROTECT_FINALIZER in (address["metadata"].get("finalizers") or ()) or NODE_LABEL not in labels:
                 # An IPAddress made before the node label existed is labelled in the same write: the
                 # admission policy then lets this node's agent delete it.
                 address = await self._finalizers(
-                    IPADDRESSES, address, remove=PROTECT_FINALIZER, labels={NODE_LABEL: self.node}
+                    IPADDRESSES,
+                    address,
+                    remove=PROTECT_FINALIZER,
+                    labels={NODE_LABEL: self.node, POOL_LABEL: pool_label(pool)},
                 )
             if not address["metadata"].get("deletionTimestamp"):
                 with contextlib.suppress(errors.KubeNotFound):
                     await self.api.delete(IPADDRESSES, name, namespace=namespace)
         released = self.allocator.release_owner(claim_owner(namespace, name))
         await self._finalizers(IPADDRESSCLAIMS, claim, remove=RELEASE_FINALIZER)
+        self._conflicts.pop(f"{namespace}/{name}", None)
         log.info("claim_released", claim=f"{namespace}/{name}", addresses=[a.address for a in released])
 
     # -- writes -----------------------------------------------------------------------------------
@@ -245,7 +360,11 @@ class ClaimReconciler:
         except errors.KubeNotFound:
             return obj
 
-    async def _condition(self, claim: Obj, *, ready: bool, reason: str, message: str, ref: str = "") -> None:
+    async def _condition(
+        self, claim: Obj, *, ready: bool, reason: str, message: str, ref: str = "", unref: bool = False
+    ) -> None:
+        """Set the claim's Ready condition; ``ref``: and its addressRef; ``unref``: remove its addressRef
+        (it must not name an IPAddress that is not the claim's)."""
         meta = claim["metadata"]
         status = claim.get("status") or {}
         text = "True" if ready else "False"
@@ -256,6 +375,7 @@ class ClaimReconciler:
             old.get("status") == text
             and old.get("reason") == reason
             and (not ref or status.get("addressRef"))
+            and (not unref or not status.get("addressRef"))
         ):
             return
         now = self.clock.now_utc().astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -270,17 +390,79 @@ class ClaimReconciler:
         patch: dict[str, Any] = {"status": {"conditions": [*others, condition]}}
         if ref:
             patch["status"]["addressRef"] = {"name": ref}
+        elif unref and "addressRef" in status:
+            patch["status"]["addressRef"] = None
         with contextlib.suppress(errors.KubeNotFound):
             await self.api.patch(
                 IPADDRESSCLAIMS, meta["name"], patch, namespace=meta.get("namespace"), status=True
             )
 
 
+def ip_address(claim: Obj, allocation: Allocation, *, node: str, pool: str) -> Obj:
+    """The IPAddress an agent creates for ``claim``: named after it in its namespace, naming it in
+    ``claimRef`` and as its controller, labelled with the node and the pool, from the claim's poolRef
+    (this node's ENIPool) — what the chart's admission policy lets an agent create, and what
+    :meth:`ClaimReconciler._foreign` trusts."""
+    meta = claim["metadata"]
+    return {
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta.get("namespace", ""),
+            "labels": {NODE_LABEL: node, POOL_LABEL: pool_label(pool)},
+            "finalizers": [PROTECT_FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": IPADDRESSCLAIMS.api_version,
+                    "kind": IPADDRESSCLAIMS.kind,
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "claimRef": {"name": meta["name"]},
+            "poolRef": dict((claim.get("spec") or {}).get("poolRef") or {}),
+            "address": allocation.address,
+            "prefix": allocation.prefix_length,
+            "gateway": allocation.gateway,
+        },
+    }
+
+
+def _disagrees(address: Obj, allocation: Allocation) -> tuple[str, str] | None:
+    """``("address", what)`` when the IPAddress advertises another address, prefix or gateway than
+    the allocator holds for its claim; None when they agree."""
+    spec = address.get("spec") or {}
+    advertised = (spec.get("address"), spec.get("prefix"), spec.get("gateway") or "")
+    if (
+        _same_ip(advertised[0], allocation.address)
+        and advertised[1] == allocation.prefix_length
+        and _same_ip(advertised[2], allocation.gateway)
+    ):
+        return None
+    held = f"{allocation.address}/{allocation.prefix_length} via {allocation.gateway or 'no gateway'}"
+    return "address", (
+        f"it advertises {advertised[0]}/{advertised[1]} via {advertised[2] or 'no gateway'}, and the "
+        f"claim holds {held}"
+    )
+
+
+def _ref(ref: Any) -> str:
+    ref = ref if isinstance(ref, dict) else {}
+    return f"{ref.get('kind') or '?'} {ref.get('name') or '?'} ({ref.get('apiGroup') or 'no group'})"
+
+
 __all__ = [
     "CLAIMS_GROUP",
+    "CONFLICT_REASON",
     "NODE_LABEL",
+    "POOL_LABEL",
     "PROTECT_FINALIZER",
     "RELEASE_FINALIZER",
     "ClaimReconciler",
     "claim_owner",
+    "ip_address",
+    "pool_label",
 ]

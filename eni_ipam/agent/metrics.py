@@ -54,6 +54,14 @@ class AgentMetrics(MetricSet):
             "over socket_max_connections; read_timeout: not sent whole within socket_read_timeout)",
             ["reason"],
         )
+        self.agent_claim_conflicts = self.counter(
+            "agent_claim_conflicts",
+            "IPAddressClaims of the node's pool found with an IPAddress of their name that is not theirs "
+            "(counted once per claim and IPAddress), by reason: node (another node's label), pool (another "
+            "pool), claim (another claimRef), owner (another controller), address (another address, "
+            "prefix or gateway than the allocator holds)",
+            ["reason"],
+        )
 
     def report_ready(self, ready: Callable[[], bool]) -> None:
         """Export ``ready`` as it is at each scrape."""

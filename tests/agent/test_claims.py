@@ -4,19 +4,30 @@ and deletion order — against the fake API server."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import lightkube
 import pytest
 
+from eni_ipam._infra.metrics import Metrics
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.claims import NODE_LABEL, PROTECT_FINALIZER, RELEASE_FINALIZER, ClaimReconciler
+from eni_ipam.agent.claims import (
+    NODE_LABEL,
+    POOL_LABEL,
+    PROTECT_FINALIZER,
+    RELEASE_FINALIZER,
+    ClaimReconciler,
+    pool_label,
+)
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.kube import errors
 from eni_ipam.kube.api import IPADDRESSCLAIMS, IPADDRESSES, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam_testkit.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api
 from tests.waiting import until
 
@@ -34,8 +45,9 @@ def claim(name: str, *, node: str = "n1", **annotations: str) -> dict[str, Any]:
 
 
 class Served:
-    def __init__(self, kube: FakeKube, addresses: int) -> None:
+    def __init__(self, kube: FakeKube, addresses: int, *, node: str = "n1") -> None:
         self.kube = kube
+        self.metrics = AgentMetrics()
         self.allocator = Allocator(clock=LoopClock())
         self.allocator.set_pool(
             "default",
@@ -47,7 +59,7 @@ class Served:
         self.api: KubeApi = make_api(kube)
         self.api.allowed = AGENT_PERMISSIONS
         self.reconciler = ClaimReconciler(
-            self.api, self.allocator, node="n1", clock=LoopClock(), metrics=AgentMetrics()
+            self.api, self.allocator, node=node, clock=LoopClock(), metrics=self.metrics
         )
 
     def claim(self, name: str) -> dict[str, Any] | None:
@@ -90,7 +102,7 @@ async def test_claim_gets_an_address_protected_and_owned_by_it(served: Served, p
     assert (address["spec"]["prefix"], address["spec"]["gateway"]) == (24, "10.0.0.1")
     assert address["spec"]["claimRef"] == {"name": "c1"}
     assert address["metadata"]["finalizers"] == [PROTECT_FINALIZER]
-    assert address["metadata"]["labels"] == {NODE_LABEL: "n1"}  # what the admission policy checks
+    assert address["metadata"]["labels"] == {NODE_LABEL: "n1", POOL_LABEL: "default"}  # what is trusted
     (owner,) = address["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("IPAddressClaim", "c1", True)
     assert owner["uid"] == served.claim("c1")["metadata"]["uid"]
@@ -204,5 +216,267 @@ async def test_an_address_made_before_the_node_label_is_labelled_before_it_is_de
     await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
     await until(lambda: served.claim("c1") is None)
     lifted = [body for plural, body in patches if plural == "ipaddresses"]
-    assert lifted and lifted[-1]["metadata"]["labels"] == {NODE_LABEL: "n1"}
+    assert lifted and lifted[-1]["metadata"]["labels"] == {NODE_LABEL: "n1", POOL_LABEL: "default"}
     assert served.address("c1") is None and served.allocator.used() == set()
+
+
+# -- IPAddresses this node did not make ---------------------------------------------------------------
+
+AGENT_ACCOUNT = ("kube-system", "eni-ipam-agent")
+
+
+def forged(name: str = "c1", *, node: str = "n1", **spec: Any) -> dict[str, Any]:
+    """The IPAddress of the reproduced attack: named after another node's claim, naming that claim, with
+    an address of that node's pool, the attacker's gateway and a /8 — labelled and pooled as the agent
+    of ``node`` may create it."""
+    return {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {NODE_LABEL: node},
+            "finalizers": [PROTECT_FINALIZER],
+        },
+        "spec": {
+            "claimRef": {"name": name},
+            "poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": node},
+            "address": "10.0.0.10",
+            "prefix": 8,
+            "gateway": "10.0.0.254",
+            **spec,
+        },
+    }
+
+
+async def as_node_agent(kube: FakeKube) -> KubeApi:
+    """A client holding a node agent's ServiceAccount token with the agent's ClusterRole: what an
+    attacker who took over an agent holds."""
+    namespace, name = AGENT_ACCOUNT
+    kube.add_object("serviceaccounts", {"metadata": {"name": name, "namespace": namespace}})
+    rules = [{"apiGroups": [g], "resources": [r], "verbs": [v]} for g, r, v in sorted(AGENT_PERMISSIONS)]
+    kube.add_object("clusterroles", {"metadata": {"name": name}, "rules": rules})
+    kube.add_object(
+        "clusterrolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    config = lightkube.KubeConfig.from_dict(kube.kubeconfig(service_account=AGENT_ACCOUNT))
+    api = KubeApi(lightkube.AsyncClient(config), metrics=Metrics())
+    api.allowed = AGENT_PERMISSIONS
+    return api
+
+
+@pytest.fixture
+async def n2(kube: FakeKube) -> AsyncIterator[Served]:
+    """The agent of node n2, serving the claims of ENIPool n2."""
+    s = Served(kube, addresses=2, node="n2")
+    task = asyncio.create_task(s.reconciler.run())
+    yield s
+    task.cancel()
+    await s.api.close()
+
+
+def ready(claim: dict[str, Any] | None) -> dict[str, Any]:
+    """The claim's Ready condition ({} while it has none)."""
+    conditions = ((claim or {}).get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == "Ready"), {})
+
+
+def writes_to_addresses(kube: FakeKube) -> list[tuple[str, str | None]]:
+    return [(r.verb, r.name) for r in kube.requests if r.plural == "ipaddresses" and r.verb in WRITES]
+
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+async def test_an_ipaddress_another_nodes_agent_made_under_the_claims_name_is_not_taken_for_it(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    """The reproduced attack: n1's agent creates an IPAddress named after n2's claim, before it (as the
+    policy lets it: labelled n1, from ENIPool n1). n2's agent neither marks the claim Ready on it, nor
+    takes its address, nor touches it; deleting the claim still completes."""
+    attacker = await as_node_agent(kube)
+    try:
+        await attacker.create(IPADDRESSES, forged())
+    except errors.KubeForbidden:
+        # A server enforcing the chart's admission policy refuses a token bound to no node, as these
+        # are; from a token bound to n1 the policy admits this object (tests/deploy: it cannot see
+        # whose claim c1 is). The reconciler's part is tested all the same, the object put in place.
+        kube.add_object("ipaddresses", forged())
+    finally:
+        await attacker.close()
+    (made,) = [r for r in kube.requests if r.verb == "create" and r.plural == "ipaddresses"]
+    assert made.user == "system:serviceaccount:{}:{}".format(*AGENT_ACCOUNT)  # the agent's own token
+    assert made.status in (201, 403)
+    before = served_copy(kube.get_object("ipaddresses", "c1", namespace=NS))
+    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    kube.requests.clear()
+
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")))
+    condition = ready(n2.claim("c1"))
+    assert (condition["status"], condition["reason"]) == ("False", "AddressConflict")
+    assert condition["message"].startswith(f"IPAddress {NS}/c1 exists and is not this node's")
+    assert "addressRef" not in n2.claim("c1")["status"]
+    assert n2.allocator.used() == set()  # the advertised address was not taken back for the claim
+    assert n2.metrics.sample("eni_ipam_agent_claim_conflicts_total", {"reason": "node"}) == 1
+
+    # touched again (and retried): still not Ready, counted once
+    await people.patch(IPADDRESSCLAIMS, "c1", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
+    await asyncio.sleep(0.3)
+    assert ready(n2.claim("c1"))["reason"] == "AddressConflict"
+    assert n2.metrics.sample("eni_ipam_agent_claim_conflicts_total", {"reason": "node"}) == 1
+
+    await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
+    await until(lambda: n2.claim("c1") is None)
+    assert n2.allocator.used() == set()
+    assert writes_to_addresses(kube) == []  # not n2's to change or delete
+    assert served_copy(kube.get_object("ipaddresses", "c1", namespace=NS)) == before
+
+
+def served_copy(obj: dict[str, Any] | None) -> dict[str, Any]:
+    assert obj is not None
+    return {"metadata": obj["metadata"], "spec": obj["spec"]}
+
+
+async def test_a_claim_blocked_by_a_foreign_ipaddress_is_served_once_it_is_gone(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    kube.add_object("ipaddresses", forged())
+    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")).get("reason") == "AddressConflict")
+    await people.patch(IPADDRESSES, "c1", {"metadata": {"finalizers": None}}, namespace=NS)
+    await people.delete(IPADDRESSES, "c1", namespace=NS)  # an admin removes it
+    await until(lambda: ready(n2.claim("c1")).get("status") == "True")
+    address = n2.address("c1")
+    assert address["metadata"]["labels"][NODE_LABEL] == "n2"
+    assert (address["spec"]["prefix"], address["spec"]["gateway"]) == (24, "10.0.0.1")
+    assert n2.claim("c1")["status"]["addressRef"] == {"name": "c1"}
+
+
+def altered(
+    obj: dict[str, Any], *, unlabelled: bool = False, pool: str = "", foreign_owner: bool = False, **spec: Any
+) -> dict[str, Any]:
+    """``obj`` without its labels, with a pool label, owned by another claim, or with ``spec`` edits."""
+    if unlabelled:
+        del obj["metadata"]["labels"]
+    if pool:
+        obj["metadata"]["labels"][POOL_LABEL] = pool
+    if foreign_owner:
+        obj["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
+                "kind": "IPAddressClaim",
+                "name": obj["metadata"]["name"],
+                "uid": "00000000-0000-0000-0000-000000000000",  # a claim of that name deleted long ago
+                "controller": True,
+            }
+        ]
+    obj["spec"].update(spec)
+    return obj
+
+
+NOT_THIS_CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
+    # case: (reason counted, the IPAddress found under the claim's name)
+    "labelled for another node": ("node", forged()),
+    "labelled for no node, from another node's pool": ("node", altered(forged(), unlabelled=True)),
+    "labelled for this node, from another node's pool": (
+        "pool",
+        altered(forged(node="n2"), poolRef={"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": "n1"}),
+    ),
+    "labelled for another of this node's pools": ("pool", altered(forged(node="n2"), pool="lab")),
+    "naming another claim": ("claim", altered(forged(node="n2"), claimRef={"name": "c9"})),
+    "owned by another claim of the same name": ("owner", altered(forged(node="n2"), foreign_owner=True)),
+    "advertising another prefix and gateway": ("address", forged(node="n2")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_THIS_CLAIMS))
+async def test_an_ipaddress_under_the_claims_name_is_the_claims_only_if_everything_says_so(
+    kube: FakeKube, n2: Served, people: KubeApi, case: str
+) -> None:
+    reason, found = NOT_THIS_CLAIMS[case]
+    kube.add_object("ipaddresses", copy.deepcopy(found))
+    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")))
+    condition = ready(n2.claim("c1"))
+    assert (condition["status"], condition["reason"]) == ("False", "AddressConflict"), condition
+    assert n2.metrics.sample("eni_ipam_agent_claim_conflicts_total", {"reason": reason}) == 1
+    assert "addressRef" not in n2.claim("c1")["status"]
+
+
+async def test_an_ipaddress_made_before_the_labels_is_still_the_claims(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    """Made by an earlier agent of this node: no labels, but its poolRef, claimRef, owner and address
+    are the claim's (an agent may create only IPAddresses labelled with its node, so no other agent
+    made it)."""
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")).get("status") == "True")
+    await people.patch(IPADDRESSES, "c1", {"metadata": {"labels": None}}, namespace=NS)
+    await until(lambda: not n2.reconciler.addresses.store[f"{NS}/c1"]["metadata"].get("labels"))
+    await people.patch(IPADDRESSCLAIMS, "c1", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
+    await asyncio.sleep(0.3)
+    assert ready(n2.claim("c1"))["status"] == "True"
+    assert n2.metrics.samples("eni_ipam_agent_claim_conflicts_total") == {}
+
+
+async def test_every_ipaddress_carries_its_node_and_pool(n2: Served, people: KubeApi) -> None:
+    n2.allocator.set_pool("lab", [PoolAddress(address="10.99.0.10", prefix_length=24, gateway="10.99.0.1")])
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await people.create(IPADDRESSCLAIMS, claim("c2", node="n2", **{"eni-ipam.io/pool": "lab"}))
+    await until(lambda: n2.address("c1") is not None and n2.address("c2") is not None)
+    assert n2.address("c1")["metadata"]["labels"] == {NODE_LABEL: "n2", POOL_LABEL: "default"}
+    assert n2.address("c2")["metadata"]["labels"] == {NODE_LABEL: "n2", POOL_LABEL: "lab"}
+
+
+def test_a_pool_name_that_is_no_label_value_is_labelled_by_its_digest() -> None:
+    assert pool_label("lab.v2_a") == "lab.v2_a"
+    for name in ("my pool", "x" * 64, "-lab", "lab/1", ""):
+        value = pool_label(name)
+        assert value.startswith("sha256-") and len(value) <= 63 and value == pool_label(name)
+        assert value.replace("-", "").isalnum()
+    assert pool_label("my pool") != pool_label("my_pool")
+
+
+@pytest.mark.looptime(start=1_000_000.0)
+async def test_a_claim_is_not_ready_while_its_ipaddress_could_not_be_created(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    """A 409 at the create means an IPAddress of that name exists that this agent has not seen yet
+    (perhaps not its own): the claim waits for it to be judged, or for the retry."""
+    kube.faults.append(Fault(verb="create", plural="ipaddresses", status=409))
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")).get("status") == "True", limit=30)
+    assert n2.address("c1") is not None
+    steps = [
+        (r.verb, r.plural, r.subresource, r.status)
+        for r in kube.requests
+        if r.verb in WRITES and r.plural in ("ipaddresses", "ipaddressclaims")
+    ]
+    refused = steps.index(("create", "ipaddresses", None, 409))
+    created = steps.index(("create", "ipaddresses", None, 201))
+    ready_at = steps.index(("patch", "ipaddressclaims", "status", 200))  # the first condition: Ready
+    assert refused < created < ready_at, steps
+
+
+@pytest.mark.looptime(start=1_000_000.0)
+async def test_a_refused_ipaddress_says_why_on_the_claim_and_is_tried_again(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    """A namespace's IPAddress quota is full (the bound on what a compromised agent can create there)."""
+    quota = "exceeded quota: ipaddresses, requested: count/ipaddresses.ipam.cluster.x-k8s.io=1"
+    kube.faults.append(Fault(verb="create", plural="ipaddresses", status=403, message=quota, times=3))
+    await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
+    await until(lambda: ready(n2.claim("c1")))
+    condition = ready(n2.claim("c1"))
+    assert (condition["status"], condition["reason"]) == ("False", "IPAddressRefused")
+    assert "exceeded quota" in condition["message"]
+    await until(lambda: ready(n2.claim("c1")).get("status") == "True", limit=60)
+    assert n2.address("c1") is not None

@@ -19,7 +19,8 @@ import celpy.evaluation
 import pytest
 import yaml
 
-from eni_ipam.agent.claims import NODE_LABEL
+from eni_ipam.agent.claims import NODE_LABEL, ip_address
+from eni_ipam.agent.types import Allocation
 from eni_ipam.kube.resources import agent_status_patch
 from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, HelmError, helm, one, render, with_required
 from tests.deploy.schemas import KUBE_FLOOR, POLICY_KINDS, POLICY_KUBE_FLOOR
@@ -108,8 +109,15 @@ def status_update(old: dict[str, Any], **status: Any) -> dict[str, Any]:
 
 
 def address(
-    name: str, *, label: str | None = "n1", pool_node: str = "n1", ip: str = "10.0.0.10"
+    name: str,
+    *,
+    label: str | None = "n1",
+    pool_node: str = "n1",
+    ip: str = "10.0.0.10",
+    claim_name: str | None = None,
 ) -> dict[str, Any]:
+    """An IPAddress as an agent makes it (``claim_name``: the claim named in claimRef, by default
+    ``name``)."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": "capi",
@@ -123,7 +131,7 @@ def address(
             "address": ip,
             "prefix": 24,
             "gateway": "10.0.0.1",
-            "claimRef": {"name": name},
+            "claimRef": {"name": claim_name or name},
             "poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": pool_node},
         },
     }
@@ -151,6 +159,28 @@ def changed(obj: dict[str, Any], **edits: Any) -> dict[str, Any]:
     return out
 
 
+def owned_by(obj: dict[str, Any], kind: str, name: str, api_version: str) -> dict[str, Any]:
+    return changed(
+        obj,
+        metadata__ownerReferences=[
+            {"apiVersion": api_version, "kind": kind, "name": name, "uid": "u-1", "controller": True}
+        ],
+    )
+
+
+def owned_by_its_claim(obj: dict[str, Any]) -> dict[str, Any]:
+    return owned_by(obj, "IPAddressClaim", obj["metadata"]["name"], "ipam.cluster.x-k8s.io/v1beta1")
+
+
+def agents_own_ip_address() -> dict[str, Any]:
+    """The IPAddress the agent's reconciler builds (``ip_address``) for a claim of its pool."""
+    served = changed(claim("c1"), metadata__uid="u-1")
+    allocation = Allocation(
+        address="10.0.0.10", pool="default", owner="claim:capi/c1", prefix_length=24, gateway="10.0.0.1"
+    )
+    return request("CREATE", "ipaddresses", new=ip_address(served, allocation, node="n1", pool="default"))
+
+
 def own_status_patch() -> dict[str, Any]:
     """The agent's real status patch (``agent_status_patch``) applied to its own pool, as a merge patch."""
     old = pool("n1")
@@ -174,6 +204,16 @@ ALLOWED: dict[str, dict[str, Any]] = {
         sub="status",
     ),
     "create its IPAddress": request("CREATE", "ipaddresses", new=address("c1")),
+    "create the IPAddress its reconciler builds": agents_own_ip_address(),
+    "create its IPAddress owned by its claim": request(
+        "CREATE", "ipaddresses", new=owned_by_its_claim(address("c1"))
+    ),
+    "lift the protect finalizer of its owned IPAddress": request(
+        "UPDATE",
+        "ipaddresses",
+        new=changed(owned_by_its_claim(address("c1")), metadata__finalizers=[]),
+        old=owned_by_its_claim(address("c1")),
+    ),
     "lift the protect finalizer of its IPAddress": request(
         "UPDATE", "ipaddresses", new=changed(address("c1"), metadata__finalizers=[]), old=address("c1")
     ),
@@ -221,6 +261,33 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
     "create an IPAddress without the label": request("CREATE", "ipaddresses", new=address("c1", label=None)),
     "create an IPAddress in another node's pool": request(
         "CREATE", "ipaddresses", new=address("c1", pool_node="n2")
+    ),
+    # The reproduced attack: n1 makes the IPAddress of n2's claim c2 before n2's agent does.
+    "create the IPAddress of another node's claim, from that node's pool": request(
+        "CREATE", "ipaddresses", new=address("c2", pool_node="n2")
+    ),
+    "create the IPAddress of another node's claim, as that node": request(
+        "CREATE", "ipaddresses", new=address("c2", label="n2", pool_node="n2")
+    ),
+    "create an IPAddress naming another claim than its name": request(
+        "CREATE", "ipaddresses", new=address("c1", claim_name="c2")
+    ),
+    "create an IPAddress naming no claim": request(
+        "CREATE", "ipaddresses", new=changed(address("c1"), spec__claimRef=None)
+    ),
+    "create an IPAddress owned by another claim": request(
+        "CREATE",
+        "ipaddresses",
+        new=owned_by(address("c1"), "IPAddressClaim", "c2", "ipam.cluster.x-k8s.io/v1beta1"),
+    ),
+    "create an IPAddress owned by another kind": request(
+        "CREATE", "ipaddresses", new=owned_by(address("c1"), "Cluster", "c1", "cluster.x-k8s.io/v1beta1")
+    ),
+    "make its IPAddress a dependent of something else": request(
+        "UPDATE",
+        "ipaddresses",
+        new=owned_by(address("c1"), "Cluster", "prod", "cluster.x-k8s.io/v1beta1"),
+        old=address("c1"),
     ),
     "delete another node's IPAddress": request("DELETE", "ipaddresses", old=address("c1", label="n2")),
     "delete an unlabelled IPAddress": request("DELETE", "ipaddresses", old=address("c1", label=None)),
@@ -280,7 +347,8 @@ def _matches_rules(policy: Mapping[str, Any], req: Mapping[str, Any]) -> bool:
 
 def admitted(policy: Mapping[str, Any], review: Mapping[str, Any]) -> tuple[bool, str]:
     """(allowed, why) as the API server decides: a request the policy does not match is allowed;
-    otherwise every validation must hold (``why``: the first failed validation's message)."""
+    otherwise every validation must hold (``why``: the first failed validation's message, its
+    messageExpression evaluated: one that fails to evaluate fails the test)."""
     spec = policy["spec"]
     if not _matches_rules(policy, review["request"]):
         return True, "not matched by the rules"
@@ -295,7 +363,11 @@ def admitted(policy: Mapping[str, Any], review: Mapping[str, Any]) -> tuple[bool
     activation["variables"] = celpy.celtypes.MapType(variables)
     for validation in spec["validations"]:
         if not _true(validation["expression"], activation):
-            return False, validation.get("message") or validation.get("messageExpression", "")
+            if "messageExpression" in validation:
+                message = ENV.program(ENV.compile(validation["messageExpression"])).evaluate(activation)
+                assert isinstance(message, str), f"{validation['messageExpression']}: {message}"
+                return False, str(message)
+            return False, validation["message"]
     return True, ""
 
 
@@ -310,8 +382,26 @@ def test_an_agent_may_do_what_it_does_on_its_own_node(policy: dict[str, Any], ca
 def test_an_agent_may_not_reach_another_node_or_the_controllers_fields(
     policy: dict[str, Any], case: str
 ) -> None:
-    allowed, _ = admitted(policy, FORBIDDEN[case])
+    allowed, why = admitted(policy, FORBIDDEN[case])
     assert not allowed
+    assert why.startswith("the node agent"), why
+
+
+def test_a_forged_ipaddress_is_refused_with_its_names(policy: dict[str, Any]) -> None:
+    _, why = admitted(policy, FORBIDDEN["create an IPAddress naming another claim than its name"])
+    assert why == (
+        "the node agent of n1 may create an IPAddress only under the name of the claim it names in "
+        "spec.claimRef (in the namespace of that claim): capi/c1 names claim c2"
+    )
+    _, why = admitted(policy, FORBIDDEN["create an IPAddress naming no claim"])
+    assert why.endswith("capi/c1 names no claim")
+
+
+def test_whose_claim_an_ipaddress_names_is_not_the_policys_to_see(policy: dict[str, Any]) -> None:
+    """The rest of the reproduced attack: n1's IPAddress named after n2's claim c2, labelled n1 and from
+    ENIPool n1, is admitted (a policy reads no other object, so not claim c2's poolRef). n2's agent does
+    not take it for its claim's (tests/agent/test_claims.py)."""
+    assert admitted(policy, request("CREATE", "ipaddresses", new=address("c2"))) == (True, "")
 
 
 def test_other_users_are_not_judged(policy: dict[str, Any]) -> None:

@@ -79,6 +79,9 @@ ALLOWED_EMPTY: dict[str, str] = {
     'sum by (reason) (increase(eni_ipam_agent_socket_refused_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
         "the agent's socket refuses nothing: only the plugin talks to it, one whole request at a time"
     ),
+    'sum by (reason) (increase(eni_ipam_agent_claim_conflicts_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
+        "no claim meets an IPAddress that is not its own: the stack makes no Cluster API claims"
+    ),
     'sum by (api, operation, outcome) (rate(eni_ipam_agent_requests_total{namespace=~"$namespace", outcome!="ok"}[$__rate_interval]))': (  # noqa: E501
         "no CNI request fails: the churn's pods always find a free address"
     ),
