@@ -43,9 +43,11 @@ Semantics kept (as the real kube-apiserver does it):
   :attr:`FakeKube.bookmark_interval` when ``allowWatchBookmarks`` is set;
 * create (201, AlreadyExists, ``generateName``), get (NotFound), update (409 Conflict on a stale
   ``resourceVersion``; custom resources require one), patch (JSON patch, merge, strategic merge on
-  built-in types following their OpenAPI patch metadata and a 415 on custom resources, simplified
-  server-side apply requiring ``fieldManager``; a ``resourceVersion`` left in the patched object is a
+  built-in types following their OpenAPI patch metadata and a 415 on custom resources, server-side
+  apply requiring ``fieldManager``; a ``resourceVersion`` left in the patched object is a
   precondition), status subresource rules for create, PUT and PATCH, ``dryRun=All``;
+* field ownership (:mod:`~eni_ipam_testkit.fake_kube.managed`): ``managedFields`` per manager and
+  operation, apply's removal of what its manager stopped applying, 409 conflicts and ``force``;
 * fields a type does not have are pruned with a ``Warning`` header, or refused under
   ``fieldValidation=Strict`` (400 on create and update, 422 on patch);
 * delete with finalizers (``deletionTimestamp`` first, removal when the finalizers are emptied, no
@@ -58,7 +60,7 @@ Semantics kept (as the real kube-apiserver does it):
   (:mod:`~eni_ipam_testkit.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
 Not emulated (docs/testing.md lists every difference): controllers, admission beyond the checks
-above, validation of built-in objects beyond unknown fields, managedFields and apply conflicts,
+above, validation of built-in objects beyond unknown fields, field-set conversion between versions,
 ``Foreground`` propagation (treated as ``Background``), ``resourceVersion``/``resourceVersionMatch``
 on list (always the latest state), ``sendInitialEvents``, CEL validation rules, conversion webhooks,
 Protobuf responses, OpenAPI v2 in Protobuf, HTTP/2, client certificates and anonymous requests,

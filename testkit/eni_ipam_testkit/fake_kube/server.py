@@ -60,14 +60,17 @@ from eni_ipam_testkit.fake_kube.resources import (
     BUILTIN_RESOURCES,
     CRDS,
     JSON,
+    Printed,
     ResourceType,
     StatusError,
     Target,
     bool_param,
     int_param,
+    invalid,
     invalid_error,
     not_supported,
     parse_path,
+    too_long,
 )
 from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
 from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
@@ -180,6 +183,22 @@ def _verb(method: str, target: Target | None, query: Mapping[str, str]) -> str:
 
 def _media_type(header: str) -> str:
     return header.split(";", 1)[0].strip().lower()
+
+
+def _field_manager(request: web.Request, query: Mapping[str, str]) -> str:
+    """``fieldManager``, else the client's User-Agent up to its first ``/`` (``kubectl``, ``helm``), as
+    the real server names the manager of a write that does not say."""
+    name = query.get("fieldManager")
+    if name is None:
+        return request.headers.get("User-Agent", "").split("/", 1)[0][:128]
+    if len(name.encode()) > 128:
+        raise invalid_error(
+            "PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [too_long("fieldManager", 128)]
+        )
+    if not name.isprintable():
+        error = invalid("fieldManager", name, "must only contain printable characters")
+        raise invalid_error("PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [error])
+    return name
 
 
 def _write_options(query: Mapping[str, str]) -> WriteOptions:
@@ -628,6 +647,8 @@ class FakeKube:
         rtype, namespace, name, subresource = target.rtype, target.namespace, target.name, target.subresource
         writing = verb in ("create", "update", "patch", "delete", "deletecollection")
         options = _write_options(query) if writing else WriteOptions()
+        if writing:
+            options.manager, options.user = _field_manager(request, query), user
         if writing and rtype.namespaced and namespace is None:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         if verb in ("create", "update", "delete"):
@@ -673,6 +694,11 @@ class FakeKube:
                 )
             if content_type == APPLY and not query.get("fieldManager"):
                 raise StatusError(400, _APPLY_NEEDS_MANAGER)
+            options.force = bool_param(query, "force")
+            if options.force and content_type != APPLY:
+                error = not_supported("force", Printed("true"), [])
+                error = dataclasses.replace(error, detail="may not be specified for non-apply patch")
+                raise invalid_error("PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [error])
             raw = await request.read()
             obj, created = self._store.patch(rtype, namespace, name, content_type, raw, subresource, options)
             return _Answer(201 if created else 200, render(obj, rtype), warnings=options.warnings)
