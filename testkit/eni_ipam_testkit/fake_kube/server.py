@@ -45,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from eni_ipam_testkit.fake_kube import discovery, openapi, protobuf, tables
+from eni_ipam_testkit.fake_kube.admission import Admission
 from eni_ipam_testkit.fake_kube.auth import (
     ADMIN,
     Attributes,
@@ -232,12 +233,15 @@ class FakeKube:
         self._anchor: tuple[datetime.datetime, float] | None = None
         self._store = Store(history, now=self._timestamp)
         self._store.strategies.update(default_strategies())
+        self._store.admission = Admission(self._store.objects_of, self._store.find)
         self._builtin: dict[tuple[str, str, str], ResourceType] = {
             (t.group, t.version, t.plural): t for t in BUILTIN_RESOURCES
         }
         self._types = dict(self._builtin)
         self._types_at = 0
         self._tokens: dict[str, User | tuple[str, str]] = {token: ADMIN}
+        self._pod_tokens: dict[str, tuple[str, str, str, str]] = {}
+        """Tokens bound to a Pod: (namespace, account, pod name, pod uid); valid while both exist."""
         self._admin_token = token
         self._token_rng = random.Random(0)
         self._authorizer = Authorizer(self._store.objects_of)
@@ -301,19 +305,30 @@ class FakeKube:
         return token
 
     def _token_request(self, namespace: str, name: str, body: Any) -> JSON:
-        """``TokenRequest`` (``kubectl create token NAME``): a token of an existing ServiceAccount."""
+        """``TokenRequest`` (``kubectl create token NAME``): a token of an existing ServiceAccount.
+
+        One with ``spec.boundObjectRef`` naming a Pod (of the account's namespace) is a token of its
+        own, whose user carries the pod's and its node's names and uids in ``extra``, as the real
+        server's bound tokens do (Kubernetes 1.30 and later); it is refused once the pod is gone.
+        """
         rtype = self._types[("", "v1", "serviceaccounts")]
         self._store.get(rtype, namespace, name)  # 404 for an account that does not exist
         spec = dict((body or {}).get("spec") or {}) if isinstance(body, dict) else {}
         seconds = int(spec.get("expirationSeconds") or 3600)
         expires = self._now() + datetime.timedelta(seconds=seconds)
+        token = self.token_for(namespace, name)
+        bound = spec.get("boundObjectRef")
+        if isinstance(bound, dict) and bound.get("kind") == "Pod":
+            pod = self._store.get(self._types[("", "v1", "pods")], namespace, str(bound.get("name") or ""))
+            token = f"fake-kube-pod-{self._token_rng.getrandbits(64):016x}"
+            self._pod_tokens[token] = (namespace, name, pod["metadata"]["name"], pod["metadata"]["uid"])
         return {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {**spec, "expirationSeconds": seconds},
             "status": {
-                "token": self.token_for(namespace, name),
+                "token": token,
                 "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
             },
         }
@@ -478,8 +493,34 @@ class FakeKube:
             else:
                 who = service_account_user(namespace, name)
         if who is None:
+            who = self._pod_token_user(header.removeprefix("Bearer ").strip())
+        if who is None:
             raise StatusError(401, "Unauthorized")
         return who
+
+    def _pod_token_user(self, token: str) -> User | None:
+        """The user of a token bound to a Pod, with the claims admission reads; None once its
+        account or pod is gone."""
+        if token not in self._pod_tokens:
+            return None
+        namespace, account, pod_name, pod_uid = self._pod_tokens[token]
+        pod = self._store.find("pods", namespace, pod_name)
+        if self._store.find("serviceaccounts", namespace, account) is None or pod is None:
+            return None
+        if pod["metadata"]["uid"] != pod_uid:
+            return None
+        extra = {
+            "authentication.kubernetes.io/pod-name": (pod_name,),
+            "authentication.kubernetes.io/pod-uid": (pod_uid,),
+        }
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            extra["authentication.kubernetes.io/node-name"] = (node_name,)
+            node = self._store.find("nodes", None, node_name)
+            if node is not None:
+                extra["authentication.kubernetes.io/node-uid"] = (node["metadata"]["uid"],)
+        user = service_account_user(namespace, account)
+        return dataclasses.replace(user, extra=tuple(sorted(extra.items())))
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = {k: v for k, v in request.query.items()}
