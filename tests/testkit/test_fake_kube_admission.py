@@ -235,3 +235,24 @@ def test_the_request_cel_reads_leaves_empty_fields_out() -> None:
     assert "subResource" not in request and "namespace" not in request and "extra" not in request["userInfo"]
     assert request["resource"] == {"group": "", "version": "v1", "resource": "nodes"}
     assert json.loads(json.dumps(request))["operation"] == "UPDATE"
+
+
+async def test_a_token_is_bound_only_to_a_pod_running_as_its_service_account(
+    http: httpx2.AsyncClient,
+) -> None:
+    await http.post("/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "agent"}})
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "n1", "serviceAccountName": "other", "containers": []},
+    }
+    await http.post("/api/v1/namespaces/default/pods", json=pod)
+    request = {"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}}}
+    refused = await http.post("/api/v1/namespaces/default/serviceaccounts/agent/token", json=request)
+    assert (refused.status_code, refused.json()["message"]) == (
+        400,
+        'cannot bind token for serviceaccount "agent" to pod running with different serviceaccount name.',
+    )
+    missing = {"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "gone"}}}
+    assert (
+        await http.post("/api/v1/namespaces/default/serviceaccounts/agent/token", json=missing)
+    ).status_code == 404

@@ -262,3 +262,75 @@ def test_field_sets_round_trip_through_fields_v1() -> None:
     assert managed.render_path(path) == '.spec.containers[name="c"].image'
     with pytest.raises(ValueError):
         managed.decode({"x:y": {}})
+
+
+LISTS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "routes.lists.example.io"},
+    "spec": {
+        "group": "lists.example.io",
+        "scope": "Cluster",
+        "names": {"kind": "Route", "plural": "routes"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {
+                                    "hops": {
+                                        "type": "array",
+                                        "x-kubernetes-list-type": "map",
+                                        "x-kubernetes-list-map-keys": ["name"],
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["name"],
+                                            "properties": {
+                                                "name": {"type": "string"},
+                                                "via": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                    "tags": {
+                                        "type": "array",
+                                        "x-kubernetes-list-type": "set",
+                                        "items": {"type": "string"},
+                                    },
+                                    "order": {"type": "array", "items": {"type": "string"}},
+                                },
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def test_a_crds_list_types_decide_how_two_appliers_share_a_list(
+    http: httpx2.AsyncClient, kube: FakeKube
+) -> None:
+    await kube.apply_manifest(LISTS_CRD)
+    path = "/apis/lists.example.io/v1/routes/r"
+    route = {"apiVersion": "lists.example.io/v1", "kind": "Route", "metadata": {"name": "r"}}
+    first = {**route, "spec": {"hops": [{"name": "a", "via": "x"}], "tags": ["t1"], "order": ["1"]}}
+    assert (await apply(http, path, first, "team-a")).status_code == 201
+    second = {**route, "spec": {"hops": [{"name": "b"}], "tags": ["t2"]}}
+    merged = (await apply(http, path, second, "team-b")).json()
+    assert merged["spec"] == {
+        "hops": [{"name": "a", "via": "x"}, {"name": "b"}],  # a map list: items by key
+        "tags": ["t1", "t2"],  # a set: values
+        "order": ["1"],
+    }
+    fields = owners(merged)[("team-b", "Apply")]["f:spec"]
+    assert fields == {"f:hops": {'k:{"name":"b"}': {".": {}, "f:name": {}}}, "f:tags": {'v:"t2"': {}}}
+    # An atomic list (the default) is one field: another value from another manager conflicts.
+    refused = await apply(http, path, {**route, "spec": {"order": ["2"]}}, "team-b")
+    assert refused.json()["message"] == 'Apply failed with 1 conflict: conflict with "team-a": .spec.order'

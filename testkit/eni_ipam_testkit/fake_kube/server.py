@@ -320,6 +320,9 @@ class FakeKube:
         bound = spec.get("boundObjectRef")
         if isinstance(bound, dict) and bound.get("kind") == "Pod":
             pod = self._store.get(self._types[("", "v1", "pods")], namespace, str(bound.get("name") or ""))
+            if (pod.get("spec") or {}).get("serviceAccountName") != name:
+                message = f'cannot bind token for serviceaccount "{name}" to pod running with different '
+                raise StatusError(400, message + "serviceaccount name.")
             token = f"fake-kube-pod-{self._token_rng.getrandbits(64):016x}"
             self._pod_tokens[token] = (namespace, name, pod["metadata"]["name"], pod["metadata"]["uid"])
         return {
