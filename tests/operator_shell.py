@@ -139,11 +139,44 @@ class Operator:
             if output is not None:
                 output.close()  # the child holds its own descriptor
 
+    async def write_agent_kubeconfig(self, path: Path, node: str) -> None:
+        """A kubeconfig with the token the DaemonSet's pod on ``node`` gets: a TokenRequest bound to
+        that pod (created here, host network, as the chart runs it), whose node-name claim is what the
+        chart's admission policy confines the agent with. Through kubectl, so the in-process server
+        and ``eni-ipam dev-cluster`` serve it alike."""
+        account = f"{RELEASE}-agent"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{account}-{node}", "namespace": NAMESPACE},
+            "spec": {
+                "nodeName": node,
+                "hostNetwork": True,
+                "serviceAccountName": account,
+                "containers": [{"name": "agent", "image": "eni-ipam"}],
+            },
+        }
+        await self.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": f"{account}-{node}"}},
+        }
+        url = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token"
+        answer = json.loads(await self.kubectl("create", "--raw", url, "-f", "-", stdin=json.dumps(request)))
+        config = yaml.safe_load(await self.kubectl("config", "view", "--raw", "--minify"))
+        user = f"{NAMESPACE}-{account}-{node}"
+        config["users"] = [{"name": user, "user": {"token": answer["status"]["token"]}}]
+        for context in config["contexts"]:
+            context["context"]["user"] = user
+        await asyncio.to_thread(path.write_text, yaml.safe_dump(config))
+
     async def start_agent(self, node: str, *, metrics_port: int = 0) -> Path:
         """``eni-ipam agent`` for ``node`` as the DaemonSet runs it: the agent ConfigMap's
         configuration (its paths moved into the test's directory, as a hostPath would hold them)
-        and the chart's agent ServiceAccount; /metrics on 127.0.0.1:``metrics_port`` (0: any free
-        port). Its output goes to agent-NODE/agent.log. Returns the socket of its CNI API."""
+        and the chart's agent ServiceAccount with a token bound to its pod on ``node``; /metrics on
+        127.0.0.1:``metrics_port`` (0: any free port). Its output goes to agent-NODE/agent.log.
+        Returns the socket of its CNI API."""
         text = await self.kubectl(
             "get",
             "configmap",
@@ -163,7 +196,7 @@ class Operator:
             server={"host": "127.0.0.1", "port": metrics_port},
         )
         account = base / "agent.kubeconfig"
-        self.kube.write_kubeconfig(account, service_account=(NAMESPACE, f"{RELEASE}-agent"))
+        await self.write_agent_kubeconfig(account, node)
         config["kubernetes"] = {**(config.get("kubernetes") or {}), "kubeconfig": str(account)}
         (base / "agent.yaml").write_text(yaml.safe_dump(config))
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}, "NODE_NAME": node}

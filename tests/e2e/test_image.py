@@ -329,7 +329,7 @@ async def _run_agent(
     config["server"] = {**(config.get("server") or {}), "port": port}
     config["kubernetes"] = {**(config.get("kubernetes") or {}), "kubeconfig": f"{etc_mount}/kubeconfig"}
     (etc / "config.yaml").write_text(yaml.safe_dump(config))
-    op.kube.write_kubeconfig(etc / "kubeconfig", service_account=(NAMESPACE, f"{RELEASE}-agent"))
+    await op.write_agent_kubeconfig(etc / "kubeconfig", "n1")
     mounts = _volumes(pod, container, work / "agent-host", config=etc)
     security = _flags(container.get("securityContext") or {}, pod.get("securityContext") or {})
     assert "--read-only" in security and "--cap-drop=ALL" in security

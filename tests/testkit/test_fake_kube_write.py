@@ -182,14 +182,17 @@ async def test_apply_without_a_field_manager_is_a_bad_request(kube: FakeKube) ->
     assert kube.objects("enipools") == []
 
 
-async def test_apply_creates_then_merges(client: AsyncClient) -> None:
+async def test_apply_creates_then_merges_what_other_managers_apply(client: AsyncClient) -> None:
     applied = ENIPool(metadata=ObjectMeta(name="n1"), spec={"a": 1, "b": 2})
     created = await client.apply(applied, field_manager="eni-ipam")
     assert created.spec == {"a": 1, "b": 2}
-    merged = await client.apply(
-        ENIPool(metadata=ObjectMeta(name="n1"), spec={"b": 3}), field_manager="eni-ipam"
+    merged = await client.apply(ENIPool(metadata=ObjectMeta(name="n1"), spec={"c": 3}), field_manager="other")
+    assert merged.spec == {"a": 1, "b": 2, "c": 3}
+    # The first applier no longer applies a: it is gone (b it still applies, c is other's).
+    narrowed = await client.apply(
+        ENIPool(metadata=ObjectMeta(name="n1"), spec={"b": 2}), field_manager="eni-ipam"
     )
-    assert merged.spec == {"a": 1, "b": 3}
+    assert narrowed.spec == {"b": 2, "c": 3}
     status = await client.apply(
         ENIPool.Status(metadata=ObjectMeta(name="n1"), status={"free": 4}), field_manager="eni-ipam"
     )

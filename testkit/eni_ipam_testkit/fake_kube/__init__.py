@@ -19,7 +19,8 @@ serviceaccounts, configmaps, secrets and services; ``apps/v1`` deployments and d
 ``coordination.k8s.io/v1`` leases; ``policy/v1`` poddisruptionbudgets; ``rbac.authorization.k8s.io/v1``
 roles, clusterroles and their bindings; ``apiextensions.k8s.io/v1`` customresourcedefinitions and the
 custom resources of every stored CRD; ``admissionregistration.k8s.io/v1`` validatingadmissionpolicies
-and their bindings (stored, not enforced); ``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
+and their bindings (enforced in CEL, :mod:`~eni_ipam_testkit.fake_kube.admission`);
+``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
 ``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam_testkit.fake_kube.discovery`),
 OpenAPI v2 and v3 (:mod:`~eni_ipam_testkit.fake_kube.openapi`) and health paths. Any other path is a
 404 ``Status``. No controller runs: objects are stored, and nothing acts on them.
@@ -43,9 +44,13 @@ Semantics kept (as the real kube-apiserver does it):
   :attr:`FakeKube.bookmark_interval` when ``allowWatchBookmarks`` is set;
 * create (201, AlreadyExists, ``generateName``), get (NotFound), update (409 Conflict on a stale
   ``resourceVersion``; custom resources require one), patch (JSON patch, merge, strategic merge on
-  built-in types following their OpenAPI patch metadata and a 415 on custom resources, simplified
-  server-side apply requiring ``fieldManager``; a ``resourceVersion`` left in the patched object is a
+  built-in types following their OpenAPI patch metadata and a 415 on custom resources, server-side
+  apply requiring ``fieldManager``; a ``resourceVersion`` left in the patched object is a
   precondition), status subresource rules for create, PUT and PATCH, ``dryRun=All``;
+* field ownership (:mod:`~eni_ipam_testkit.fake_kube.managed`): ``managedFields`` per manager and
+  operation, apply's removal of what its manager stopped applying, 409 conflicts and ``force``;
+* ValidatingAdmissionPolicies judge every write through the API before it is stored, and a token
+  bound to a Pod carries its node's name for them (``authentication.kubernetes.io/node-name``);
 * fields a type does not have are pruned with a ``Warning`` header, or refused under
   ``fieldValidation=Strict`` (400 on create and update, 422 on patch);
 * delete with finalizers (``deletionTimestamp`` first, removal when the finalizers are emptied, no
@@ -58,11 +63,13 @@ Semantics kept (as the real kube-apiserver does it):
   (:mod:`~eni_ipam_testkit.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
 Not emulated (docs/testing.md lists every difference): controllers, admission beyond the checks
-above, validation of built-in objects beyond unknown fields, managedFields and apply conflicts,
-``Foreground`` propagation (treated as ``Background``), ``resourceVersion``/``resourceVersionMatch``
-on list (always the latest state), ``sendInitialEvents``, CEL validation rules, conversion webhooks,
-Protobuf responses, OpenAPI v2 in Protobuf, HTTP/2, client certificates and anonymous requests,
-impersonation, RBAC aggregation and escalation checks. The garbage collector runs synchronously.
+above and ValidatingAdmissionPolicies (whose parameters and Kubernetes' CEL library functions are
+refused with a 501), validation of built-in objects beyond unknown fields, field-set conversion
+between versions, ``Foreground`` propagation (treated as ``Background``),
+``resourceVersion``/``resourceVersionMatch`` on list (always the latest state),
+``sendInitialEvents``, CEL validation rules, conversion webhooks, Protobuf responses, OpenAPI v2 in
+Protobuf, HTTP/2, client certificates and anonymous requests, impersonation, RBAC aggregation and
+escalation checks. The garbage collector runs synchronously.
 
 Time: the wall clock is read once per server, when it first writes a timestamp, and advanced by the
 running event loop's clock from then on, so everything runs on virtual time under ``looptime``.

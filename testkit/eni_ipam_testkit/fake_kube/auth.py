@@ -59,6 +59,9 @@ class User:
     groups: tuple[str, ...]
     service_account: tuple[str, str] | None = None
     """``(namespace, name)`` for a ServiceAccount."""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The user's extra information (``userInfo.extra``): a token bound to a Pod carries its pod's and
+    node's names and uids (``authentication.kubernetes.io/node-name``), as admission sees them."""
 
     @property
     def superuser(self) -> bool:

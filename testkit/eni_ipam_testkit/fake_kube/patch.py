@@ -1,4 +1,4 @@
-"""The PATCH content types: JSON merge patch, JSON patch and (simplified) server-side apply.
+"""The PATCH content types: JSON merge patch, strategic merge patch and JSON patch; reading applies.
 
 * ``application/merge-patch+json``: RFC 7386 — objects merge recursively, ``null`` deletes a key,
   anything else (lists included) replaces.
@@ -12,8 +12,9 @@
   last).
 * ``application/json-patch+json``: RFC 6902 ``add``, ``remove``, ``replace``, ``move``, ``copy`` and
   ``test``. A failed operation (a ``test`` that does not hold, a missing path) is a 422.
-* ``application/apply-patch+yaml``: the applied configuration (YAML or JSON) merged into the object
-  like a merge patch. Field ownership (managedFields) and apply conflicts are not emulated.
+* ``application/apply-patch+yaml``: server-side apply. Only reading the applied configuration (YAML
+  or JSON, :func:`load_applied`) is here; merging it under field ownership is
+  :mod:`~eni_ipam_testkit.fake_kube.managed`'s.
 
 Functions here are pure: they return a new document and never modify their inputs. A
 ``metadata.resourceVersion`` the patch leaves in the result is checked by the store as a
@@ -175,12 +176,19 @@ Schema = Mapping[str, Any]
 _LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _load_applied(raw: bytes) -> Any:
-    """An applied configuration: JSON (what client-go sends) read as JSON, else as YAML."""
+def load_applied(raw: bytes) -> Any:
+    """An applied configuration: JSON (what client-go sends) read as JSON, else as YAML; 400 when
+    it is neither."""
     try:
         return json.loads(raw or b"null")
     except ValueError:
+        pass
+    except RecursionError as e:
+        raise StatusError(400, f"error decoding patch: {e}") from None
+    try:
         return yaml.load(raw.decode() or "null", Loader=_LOADER)
+    except (ValueError, RecursionError, yaml.YAMLError) as e:
+        raise StatusError(400, f"error decoding patch: {e}") from None
 
 
 _DIRECTIVES: Final = ("$patch", "$retainKeys")
@@ -285,12 +293,11 @@ def apply_patch(content_type: str, raw: bytes, current: JSON, definition: str | 
     ``definition`` names a built-in type's OpenAPI definition, whose patch metadata a strategic merge
     patch follows.
     """
+    if content_type == APPLY:
+        raise ValueError("an apply is merged under field ownership (managed.merge), not as a patch")
     try:
-        if content_type == APPLY:
-            patch = _load_applied(raw)
-        else:
-            patch = json.loads(raw or b"null")
-    except (ValueError, RecursionError, yaml.YAMLError) as e:
+        patch = json.loads(raw or b"null")
+    except (ValueError, RecursionError) as e:
         raise StatusError(400, f"error decoding patch: {e}") from None
     if content_type == JSON_PATCH:
         result = json_patch(current, patch)

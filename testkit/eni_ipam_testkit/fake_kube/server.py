@@ -45,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from eni_ipam_testkit.fake_kube import discovery, openapi, protobuf, tables
+from eni_ipam_testkit.fake_kube.admission import Admission
 from eni_ipam_testkit.fake_kube.auth import (
     ADMIN,
     Attributes,
@@ -60,14 +61,17 @@ from eni_ipam_testkit.fake_kube.resources import (
     BUILTIN_RESOURCES,
     CRDS,
     JSON,
+    Printed,
     ResourceType,
     StatusError,
     Target,
     bool_param,
     int_param,
+    invalid,
     invalid_error,
     not_supported,
     parse_path,
+    too_long,
 )
 from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
 from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
@@ -182,6 +186,22 @@ def _media_type(header: str) -> str:
     return header.split(";", 1)[0].strip().lower()
 
 
+def _field_manager(request: web.Request, query: Mapping[str, str]) -> str:
+    """``fieldManager``, else the client's User-Agent up to its first ``/`` (``kubectl``, ``helm``), as
+    the real server names the manager of a write that does not say."""
+    name = query.get("fieldManager")
+    if name is None:
+        return request.headers.get("User-Agent", "").split("/", 1)[0][:128]
+    if len(name.encode()) > 128:
+        raise invalid_error(
+            "PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [too_long("fieldManager", 128)]
+        )
+    if not name.isprintable():
+        error = invalid("fieldManager", name, "must only contain printable characters")
+        raise invalid_error("PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [error])
+    return name
+
+
 def _write_options(query: Mapping[str, str]) -> WriteOptions:
     dry_run = query.get("dryRun")
     if dry_run not in (None, "All"):
@@ -213,12 +233,15 @@ class FakeKube:
         self._anchor: tuple[datetime.datetime, float] | None = None
         self._store = Store(history, now=self._timestamp)
         self._store.strategies.update(default_strategies())
+        self._store.admission = Admission(self._store.objects_of, self._store.find)
         self._builtin: dict[tuple[str, str, str], ResourceType] = {
             (t.group, t.version, t.plural): t for t in BUILTIN_RESOURCES
         }
         self._types = dict(self._builtin)
         self._types_at = 0
         self._tokens: dict[str, User | tuple[str, str]] = {token: ADMIN}
+        self._pod_tokens: dict[str, tuple[str, str, str, str]] = {}
+        """Tokens bound to a Pod: (namespace, account, pod name, pod uid); valid while both exist."""
         self._admin_token = token
         self._token_rng = random.Random(0)
         self._authorizer = Authorizer(self._store.objects_of)
@@ -282,19 +305,33 @@ class FakeKube:
         return token
 
     def _token_request(self, namespace: str, name: str, body: Any) -> JSON:
-        """``TokenRequest`` (``kubectl create token NAME``): a token of an existing ServiceAccount."""
+        """``TokenRequest`` (``kubectl create token NAME``): a token of an existing ServiceAccount.
+
+        One with ``spec.boundObjectRef`` naming a Pod (of the account's namespace) is a token of its
+        own, whose user carries the pod's and its node's names and uids in ``extra``, as the real
+        server's bound tokens do (Kubernetes 1.30 and later); it is refused once the pod is gone.
+        """
         rtype = self._types[("", "v1", "serviceaccounts")]
         self._store.get(rtype, namespace, name)  # 404 for an account that does not exist
         spec = dict((body or {}).get("spec") or {}) if isinstance(body, dict) else {}
         seconds = int(spec.get("expirationSeconds") or 3600)
         expires = self._now() + datetime.timedelta(seconds=seconds)
+        token = self.token_for(namespace, name)
+        bound = spec.get("boundObjectRef")
+        if isinstance(bound, dict) and bound.get("kind") == "Pod":
+            pod = self._store.get(self._types[("", "v1", "pods")], namespace, str(bound.get("name") or ""))
+            if (pod.get("spec") or {}).get("serviceAccountName") != name:
+                message = f'cannot bind token for serviceaccount "{name}" to pod running with different '
+                raise StatusError(400, message + "serviceaccount name.")
+            token = f"fake-kube-pod-{self._token_rng.getrandbits(64):016x}"
+            self._pod_tokens[token] = (namespace, name, pod["metadata"]["name"], pod["metadata"]["uid"])
         return {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {**spec, "expirationSeconds": seconds},
             "status": {
-                "token": self.token_for(namespace, name),
+                "token": token,
                 "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
             },
         }
@@ -459,8 +496,34 @@ class FakeKube:
             else:
                 who = service_account_user(namespace, name)
         if who is None:
+            who = self._pod_token_user(header.removeprefix("Bearer ").strip())
+        if who is None:
             raise StatusError(401, "Unauthorized")
         return who
+
+    def _pod_token_user(self, token: str) -> User | None:
+        """The user of a token bound to a Pod, with the claims admission reads; None once its
+        account or pod is gone."""
+        if token not in self._pod_tokens:
+            return None
+        namespace, account, pod_name, pod_uid = self._pod_tokens[token]
+        pod = self._store.find("pods", namespace, pod_name)
+        if self._store.find("serviceaccounts", namespace, account) is None or pod is None:
+            return None
+        if pod["metadata"]["uid"] != pod_uid:
+            return None
+        extra = {
+            "authentication.kubernetes.io/pod-name": (pod_name,),
+            "authentication.kubernetes.io/pod-uid": (pod_uid,),
+        }
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            extra["authentication.kubernetes.io/node-name"] = (node_name,)
+            node = self._store.find("nodes", None, node_name)
+            if node is not None:
+                extra["authentication.kubernetes.io/node-uid"] = (node["metadata"]["uid"],)
+        user = service_account_user(namespace, account)
+        return dataclasses.replace(user, extra=tuple(sorted(extra.items())))
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = {k: v for k, v in request.query.items()}
@@ -628,6 +691,8 @@ class FakeKube:
         rtype, namespace, name, subresource = target.rtype, target.namespace, target.name, target.subresource
         writing = verb in ("create", "update", "patch", "delete", "deletecollection")
         options = _write_options(query) if writing else WriteOptions()
+        if writing:
+            options.manager, options.user = _field_manager(request, query), user
         if writing and rtype.namespaced and namespace is None:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         if verb in ("create", "update", "delete"):
@@ -673,6 +738,11 @@ class FakeKube:
                 )
             if content_type == APPLY and not query.get("fieldManager"):
                 raise StatusError(400, _APPLY_NEEDS_MANAGER)
+            options.force = bool_param(query, "force")
+            if options.force and content_type != APPLY:
+                error = not_supported("force", Printed("true"), [])
+                error = dataclasses.replace(error, detail="may not be specified for non-apply patch")
+                raise invalid_error("PatchOptions.meta.k8s.io", "", "meta.k8s.io", "PatchOptions", [error])
             raw = await request.read()
             obj, created = self._store.patch(rtype, namespace, name, content_type, raw, subresource, options)
             return _Answer(201 if created else 200, render(obj, rtype), warnings=options.warnings)

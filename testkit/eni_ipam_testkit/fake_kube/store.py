@@ -44,8 +44,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from eni_ipam_testkit.fake_kube import managed
 from eni_ipam_testkit.fake_kube.openapi import prune_builtin
-from eni_ipam_testkit.fake_kube.patch import APPLY, apply_patch
+from eni_ipam_testkit.fake_kube.patch import APPLY, apply_patch, load_applied
 from eni_ipam_testkit.fake_kube.resources import (
     CRDS,
     JSON,
@@ -98,6 +99,38 @@ class WriteOptions:
     warnings: list[str] = dataclasses.field(default_factory=list)
     patched: bool = False
     """Set by :meth:`Store.patch`: a strict refusal is then the patch handler's 422, not a 400."""
+    manager: str | None = None
+    """The field manager a write through the API records (``fieldManager``, else the client's
+    User-Agent); None for the fake's own writes, which leave ``managedFields`` as they are."""
+    force: bool = False
+    """``force=true`` on an apply: take the fields other managers own rather than answer 409."""
+    user: object | None = None
+    """Who writes (an :class:`~eni_ipam_testkit.fake_kube.auth.User`), for admission; None for the
+    fake's own writes, which admission does not see."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """A write as admission sees it, after the object is defaulted and validated, before it is stored.
+
+    ``operation`` is ``CREATE``, ``UPDATE`` or ``DELETE``; ``new`` is None on DELETE, ``old`` on CREATE.
+    """
+
+    operation: str
+    rtype: ResourceType
+    subresource: str | None
+    new: JSON | None
+    old: JSON | None
+    options: WriteOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class _ApplyPlan:
+    """What an apply decided before the object was validated: who applies which fields."""
+
+    manager: managed.Manager
+    applied: managed.FieldSet
+    base: managed.Managed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +155,12 @@ def _meta(obj: JSON) -> JSON:
 def _key(obj: JSON) -> Key:
     meta = obj["metadata"]
     return meta.get("namespace") or "", meta["name"]
+
+
+def _without_managed_fields(obj: JSON) -> JSON:
+    """A shallow copy of ``obj`` whose metadata has no ``managedFields`` (for reading only)."""
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
 
 
 def _wall_clock() -> str:
@@ -154,6 +193,9 @@ class Store:
         self._snapshots: collections.OrderedDict[int, list[JSON]] = collections.OrderedDict()
         self._snapshot_ids = itertools.count(1)
         self._rng = random.Random(0)  # generateName suffixes: deterministic per server
+        self.admission: Callable[[Change], None] | None = None
+        """Called with every write through the API before it is stored; raises StatusError to refuse
+        it (:mod:`~eni_ipam_testkit.fake_kube.admission`)."""
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -244,9 +286,12 @@ class Store:
         with self._writing(options):
             return self._create(rtype, namespace, body)
 
-    def _create(self, rtype: ResourceType, namespace: str | None, body: object) -> JSON:
+    def _create(
+        self, rtype: ResourceType, namespace: str | None, body: object, plan: _ApplyPlan | None = None
+    ) -> JSON:
         obj = self._envelope(rtype, body)
         meta = _meta(obj)
+        requested = meta.pop("managedFields", None)
         if namespace is not None and meta.get("namespace") not in (None, "", namespace):
             raise StatusError(400, _NAMESPACE_MISMATCH)
         namespace = (namespace or meta.get("namespace") or "default") if rtype.namespaced else None
@@ -275,6 +320,8 @@ class Store:
             if rtype.initial_status:
                 obj["status"] = copy.deepcopy(dict(rtype.initial_status))
         self._validate(rtype, obj, None)
+        self._track(rtype, None, obj, requested, None, plan)
+        self._admit("CREATE", rtype, None, obj, None)
         if _key(obj) in self._objects[rtype.resource]:
             raise rtype.already_exists(name)
         return self._commit(rtype.resource, "ADDED", obj, None)
@@ -337,20 +384,144 @@ class Store:
         subresource: str | None,
     ) -> tuple[JSON, bool]:
         current = self.find(rtype.resource, namespace, name)
-        if current is None:
-            if content_type != APPLY or subresource is not None:
-                raise rtype.not_found(name)
-            applied = apply_patch(content_type, raw, {}, rtype.definition)
-            _meta(applied).setdefault("name", name)
-            if applied["metadata"]["name"] != name:
-                raise StatusError(400, "the name of the object does not match the name on the URL")
-            self._options.patched = False
-            return self._create(rtype, namespace, applied), True
-        patched = apply_patch(content_type, raw, current, rtype.definition)
+        if current is None and (content_type != APPLY or subresource is not None):
+            raise rtype.not_found(name)
+        if content_type == APPLY:
+            patched, plan = self._applied(rtype, current, name, raw, subresource)
+            if current is None:
+                self._options.patched = False
+                return self._create(rtype, namespace, patched, plan), True
+        else:
+            assert current is not None
+            patched, plan = apply_patch(content_type, raw, current, rtype.definition), None
         rv = _meta(patched).get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise rtype.conflict(name)
-        return self._replace(rtype, current, patched, subresource), False
+        return self._replace(rtype, current, patched, subresource, plan), False
+
+    def _applied(
+        self, rtype: ResourceType, current: JSON | None, name: str, raw: bytes, subresource: str | None
+    ) -> tuple[JSON, _ApplyPlan]:
+        """A server-side apply: the applied configuration merged into the live object, less what the
+        applier applied before and no longer does (:mod:`~eni_ipam_testkit.fake_kube.managed`)."""
+        config = load_applied(raw)
+        if not isinstance(config, dict):
+            raise StatusError(400, "a merge patch or an applied configuration must be a JSON/YAML object")
+        config = managed.drop_nulls(config)
+        meta = _meta(self._envelope(rtype, config))
+        meta.setdefault("name", name)
+        if meta["name"] != name:
+            raise StatusError(400, "the name of the object does not match the name on the URL")
+        if meta.get("managedFields"):
+            raise StatusError(400, "metadata.managedFields must be nil")
+        config = {**config, "metadata": meta}
+        live = _without_managed_fields(current) if current is not None else {}
+        entries = (current or {}).get("metadata", {}).get("managedFields")
+        manager = managed.Manager(self._options.manager or "", managed.APPLY_OP, subresource or "")
+        shape = managed.root_shape(rtype, live or config)
+        try:
+            base = managed.read_entries(entries)
+        except ValueError:
+            base = managed.Managed()
+        try:
+            if current is not None and not base.fields:
+                # Nobody owns anything yet: what the object holds is attributed to an Update of its
+                # own, so that this apply conflicts with it rather than overwriting it silently.
+                first = managed.Manager(managed.BEFORE_FIRST_APPLY, managed.UPDATE_OP, "", rtype.api_version)
+                everything = managed.compare({}, live, shape)
+                held = self._kept(rtype, everything.added, None)
+                base = managed.update(base, everything, first, self.now(), held)
+            applied = self._kept(rtype, managed.applied_set(config, shape), subresource)
+            merged = managed.merge(live, config, shape) if live else config
+            last = base.fields.get(manager)
+            if last:
+                merged = managed.remove_paths(merged, managed.pruned(base, manager, applied, last), shape)
+        except managed.Unsupported as e:
+            raise StatusError(400, f"failed to create typed patch object ({self._gvk(rtype)}): {e}") from None
+        return merged, _ApplyPlan(manager, applied, base)
+
+    @staticmethod
+    def _gvk(rtype: ResourceType) -> str:
+        return f"{rtype.group}/{rtype.version}, Kind={rtype.kind}"
+
+    @staticmethod
+    def _kept(rtype: ResourceType, paths: set[managed.Path], subresource: str | None) -> managed.FieldSet:
+        return managed.kept(paths, status_subresource=rtype.status_subresource, subresource=subresource)
+
+    def _track(
+        self,
+        rtype: ResourceType,
+        old: JSON | None,
+        new: JSON,
+        requested: object,
+        subresource: str | None,
+        plan: _ApplyPlan | None,
+    ) -> None:
+        """Write ``new``'s ``managedFields``: who owns what after this write (in place).
+
+        The fake's own writes (no manager) keep what the request or the live object had. A request's
+        own entries replace the live ones on the main resource (a ``[{}]`` clears them; an absent
+        or empty list keeps them), as the real server takes them.
+        """
+        meta = new["metadata"]
+        meta.pop("managedFields", None)
+        live_entries = (old or {}).get("metadata", {}).get("managedFields")
+        manager_name = self._options.manager
+        if manager_name is None:
+            entries = requested if requested else live_entries
+            if entries:
+                meta["managedFields"] = copy.deepcopy(entries)
+            return
+        if plan is not None:
+            base = plan.base
+        else:
+            base = managed.Managed()
+            sources = [] if managed.is_reset(requested) else [requested, live_entries]
+            if subresource is not None:
+                sources = [live_entries]
+            for entries in sources:
+                try:
+                    base = managed.read_entries(entries)
+                except ValueError:
+                    continue
+                if base.fields:
+                    break
+        before = _without_managed_fields(old) if old is not None else {}
+        shape = managed.root_shape(rtype, new)
+        now = self.now()
+        try:
+            change = managed.compare(before, new, shape)
+            if plan is not None:
+                touched = self._kept(rtype, change.added | change.modified, subresource)
+                change = managed.Comparison(set(touched), change.removed, set())
+                result = managed.apply(
+                    base,
+                    change,
+                    plan.manager,
+                    plan.applied,
+                    force=self._options.force,
+                    now=now,
+                    changed=before != new,
+                )
+            else:
+                who = managed.Manager(manager_name, managed.UPDATE_OP, subresource or "", rtype.api_version)
+                kept = self._kept(rtype, change.added | change.modified, subresource)
+                result = managed.update(base, change, who, now, kept)
+        except managed.Unsupported as e:
+            if plan is not None:
+                raise StatusError(
+                    400, f"failed to create typed patch object ({self._gvk(rtype)}): {e}"
+                ) from None
+            return  # as the real server: an object whose fields cannot be tracked loses its managedFields
+        entries = managed.write_entries(result, rtype.api_version)
+        if entries:
+            meta["managedFields"] = entries
+
+    def _admit(
+        self, operation: str, rtype: ResourceType, subresource: str | None, new: JSON | None, old: JSON | None
+    ) -> None:
+        if self.admission is not None and self._options.user is not None:
+            self.admission(Change(operation, rtype, subresource, new, old, self._options))
 
     def delete(
         self,
@@ -373,6 +544,7 @@ class Store:
                 message = f"Precondition failed: {label} in precondition: {wanted}, "
                 message += f"{label} in object meta: {actual}"
                 raise StatusError(409, message, reason="Conflict")
+        self._admit("DELETE", rtype, None, None, current)
         if options.get("propagationPolicy") == "Orphan" and not self._options.dry_run:
             self._release_dependents(current["metadata"]["uid"], orphan=True)
         return self._delete(rtype.resource, current)
@@ -441,8 +613,16 @@ class Store:
         message = f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {strict}'
         raise StatusError(400, message)
 
-    def _replace(self, rtype: ResourceType, current: JSON, candidate: JSON, subresource: str | None) -> JSON:
+    def _replace(
+        self,
+        rtype: ResourceType,
+        current: JSON,
+        candidate: JSON,
+        subresource: str | None,
+        plan: _ApplyPlan | None = None,
+    ) -> JSON:
         """Commit ``candidate`` over ``current`` under the status-subresource and metadata rules."""
+        requested = _meta(candidate).get("managedFields")
         if subresource == "status":
             new = copy.deepcopy(current)
             source = candidate
@@ -467,9 +647,12 @@ class Store:
                 raise rtype.invalid(
                     meta["name"], [FieldError("FieldValueForbidden", "metadata.finalizers", "", message)]
                 )
+        meta.pop("managedFields", None)
         self._validate(rtype, new, current)
         if _spec_part(new, rtype) != _spec_part(current, rtype):
             meta["generation"] = int(old_meta.get("generation", 0)) + 1
+        self._track(rtype, current, new, requested, subresource, plan)
+        self._admit("UPDATE", rtype, subresource, new, current)
         if new == current:
             return current  # a no-op write: no new resourceVersion, no event
         if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):

@@ -5,11 +5,13 @@
 * Nodes: ``spec.providerID`` and ``spec.podCIDR`` may be set once, from empty, and never changed
   afterwards (``node updates may not change providerID except from "" to valid``), as the real
   Node validation has it.
+* ValidatingAdmissionPolicies and their bindings: the checks of their structure and of every CEL
+  expression (:mod:`eni_ipam_testkit.fake_kube.admission`).
 """
 
 from __future__ import annotations
 
-from eni_ipam_testkit.fake_kube import crds
+from eni_ipam_testkit.fake_kube import admission, crds
 from eni_ipam_testkit.fake_kube.resources import CRDS, JSON, FieldError, forbidden
 from eni_ipam_testkit.fake_kube.store import Strategy
 
@@ -37,4 +39,6 @@ def default_strategies() -> dict[str, Strategy]:
     return {
         CRDS: Strategy(prepare=_prepare_crd, validate=crds.validate),
         "nodes": Strategy(validate=_validate_node),
+        admission.POLICIES: Strategy(validate=admission.validate_policy),
+        admission.BINDINGS: Strategy(validate=admission.validate_binding),
     }

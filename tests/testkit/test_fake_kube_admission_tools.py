@@ -1,0 +1,163 @@
+"""The chart's ValidatingAdmissionPolicy enforced by FakeKube against the real kubectl: with the node
+agents installed by helm, a token bound to the agent pod of one node may write its own ENIPool's
+status fields and nothing of another node's pool or of the controller's fields; a policy whose CEL
+does not compile is refused when it is created."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eni_ipam_testkit.fake_kube import FakeKube
+from tests.testkit.test_fake_kube_clients import CHART, Tools
+
+pytestmark = pytest.mark.timeout(90)
+
+NAMESPACE = "kube-system"
+AGENT = (NAMESPACE, "eni-ipam-agent")
+CONTROLLER = (NAMESPACE, "eni-ipam")
+BOUND = ("bound", "token")
+"""The account argument that runs kubectl with the pod-bound token."""
+ADDRESS = {"interface": "eni-1", "subnet": "subnet-1"}
+DENIED = "ValidatingAdmissionPolicy 'eni-ipam-agent' with binding 'eni-ipam-agent' denied request: "
+
+
+@dataclasses.dataclass
+class BoundTools(Tools):
+    """Tools whose ``BOUND`` account is a TokenRequest's token bound to the agent pod on n1."""
+
+    token: str = ""
+
+    def kubeconfig(self, account: tuple[str, str] | None) -> Path:
+        if account != BOUND:
+            return super().kubeconfig(account)
+        config = self.kube.kubeconfig()
+        config["users"][0]["user"]["token"] = self.token
+        path = self.home / "bound.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+
+@pytest.fixture
+def kube_crds() -> list[dict[str, Any]]:
+    return []
+
+
+@pytest.fixture
+async def agents(kube: FakeKube, tmp_path: Path) -> AsyncIterator[BoundTools]:
+    """The chart with node agents, two nodes with pools, and the agent pod of n1 with its token."""
+    tools = BoundTools(kube, tmp_path)
+    done = await tools.helm(
+        "install", "eni-ipam", str(CHART), "--namespace", NAMESPACE,
+        "--set", "config.aws.region=us-east-1", "--set", "agent.enabled=true",
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert kube.get_object("validatingadmissionpolicybindings", "eni-ipam-agent") is not None
+    for node in ("n1", "n2"):
+        kube.add_object("nodes", {"metadata": {"name": node}})
+        pool = {"apiVersion": "eni-ipam.io/v1alpha1", "kind": "ENIPool", "metadata": {"name": node}}
+        await tools.ok("apply", "-f", "-", stdin=json.dumps({**pool, "spec": {"instanceID": f"i-{node}"}}))
+        status = {"status": {"pool": {"10.0.0.10": ADDRESS}, "used": [], "observedGeneration": 1}}
+        await tools.ok(
+            "patch", "enipool", node, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+        )
+    kube.add_object(
+        "pods",
+        {
+            "metadata": {"name": "agent-n1", "namespace": NAMESPACE},
+            "spec": {"nodeName": "n1", "serviceAccountName": "eni-ipam-agent", "containers": []},
+        },
+    )
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "agent-n1"}},
+    }
+    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/eni-ipam-agent/token"
+    answer = json.loads(await tools.ok("create", "--raw", path, "-f", "-", stdin=json.dumps(request)))
+    tools.token = answer["status"]["token"]
+    yield tools
+
+
+async def _status_patch(tools: Tools, pool: str, status: dict[str, Any], account: tuple[str, str]) -> Any:
+    body = json.dumps({"status": status})
+    return await tools.kubectl(
+        "patch", "enipool", pool, "--subresource=status", "--type=merge", "-p", body, account=account
+    )
+
+
+async def test_the_agent_of_a_node_writes_its_own_status_fields_and_nothing_else(
+    agents: BoundTools, kube: FakeKube
+) -> None:
+    own = await _status_patch(agents, "n1", {"used": ["10.0.0.10"]}, BOUND)
+    assert own.code == 0, own.err
+    assert (kube.get_object("enipools", "n1") or {})["status"]["used"] == ["10.0.0.10"]
+
+    controllers = await _status_patch(agents, "n1", {"pool": {"10.9.9.9": ADDRESS}}, BOUND)
+    assert controllers.code == 1
+    assert (
+        'enipools.eni-ipam.io "n1" is forbidden: '
+        + DENIED
+        + "the node agent may change only status.used and "
+        "status.releaseAnswers of its ENIPool; the other status fields are the controller's"
+    ) in controllers.err
+    assert "10.9.9.9" not in (kube.get_object("enipools", "n1") or {})["status"]["pool"]
+
+    other = await _status_patch(agents, "n2", {"used": ["10.0.0.10"]}, BOUND)
+    assert other.code == 1
+    assert DENIED + "the node agent of n1 may change only the status of ENIPool n1, not n2" in other.err
+    assert (kube.get_object("enipools", "n2") or {})["status"]["used"] == []
+
+
+async def test_an_agent_token_bound_to_no_node_is_refused_and_the_controller_is_not_judged(
+    agents: BoundTools, kube: FakeKube
+) -> None:
+    unbound = await _status_patch(agents, "n1", {"used": ["10.0.0.10"]}, AGENT)
+    assert unbound.code == 1
+    assert DENIED + "the node agent's token is not bound to a node" in unbound.err
+    controller = await _status_patch(agents, "n2", {"pool": {}, "message": "resynced"}, CONTROLLER)
+    assert controller.code == 0, controller.err
+    assert (kube.get_object("enipools", "n2") or {})["status"]["message"] == "resynced"
+
+
+async def test_a_token_bound_to_a_deleted_pod_is_no_longer_accepted(
+    agents: BoundTools, kube: FakeKube
+) -> None:
+    await agents.ok("delete", "pod", "agent-n1", "-n", NAMESPACE)
+    gone = await _status_patch(agents, "n1", {"used": []}, BOUND)
+    assert gone.code == 1 and "Unauthorized" in gone.err
+
+
+POLICY = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicas}
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  validations:
+    - expression: "object.spec.replicas <="
+"""
+
+
+async def test_kubectl_cannot_create_a_policy_whose_cel_does_not_compile(
+    tmp_path: Path, kube: FakeKube
+) -> None:
+    tools = Tools(kube, tmp_path)
+    refused = await tools.kubectl("apply", "-f", "-", stdin=POLICY)
+    assert refused.code == 1
+    assert (
+        'The ValidatingAdmissionPolicy "replicas" is invalid: spec.validations[0].expression: Invalid value: '
+        in (refused.err)
+    )
+    assert "compilation failed: ERROR: <input>:1:22: Syntax error" in refused.err
+    assert kube.objects("validatingadmissionpolicies") == []
+    fixed = POLICY.replace("<=", "<= 5")
+    assert "created" in await tools.ok("apply", "-f", "-", stdin=fixed)
