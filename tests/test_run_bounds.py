@@ -41,6 +41,15 @@ def http(port: int, path: str) -> bytes:
         return str(exc).encode()
 
 
+def answer(s: socket.socket) -> bytes:
+    """What the server sent on ``s`` (b"" if it closed it, b"open" if it is still open and silent)."""
+    s.setblocking(False)
+    try:
+        return s.recv(4096)
+    except BlockingIOError:
+        return b"open"
+
+
 @contextlib.contextmanager
 def controller(tmp_path: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
     config = {
@@ -90,22 +99,25 @@ def test_the_controller_holds_at_most_its_limit_of_a_flood_and_says_so_once(tmp_
         try:
             time.sleep(0.5)
             held = len(os.listdir(fds)) - at_rest
-            refused = flood[-1].recv(4096)
             # a served one sent nothing: closed at the deadline, not kept for aiohttp's 75 s
             flood[0].settimeout(3)
             assert flood[0].recv(4096) == b""
+            answers = [answer(s) for s in flood]
         finally:
             for s in flood:
                 s.close()
         assert held <= LIMIT + 2, held
-        assert refused.startswith(b"HTTP/1.1 503") and b"server.max_connections" in refused
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+        assert b"server.max_connections" in refused[0]
+        # slots a served connection left at its deadline went to later ones: not all but the first 8
+        assert len(refused) >= 300 // 2 and all(a in (b"", b"open") for a in answers if a not in refused)
         metrics = http(port, "/metrics").decode()
         counted = next(
             line
             for line in metrics.splitlines()
             if line.startswith('eni_ipam_http_connections_refused_total{reason="connection_limit"}')
         )
-        assert float(counted.split()[-1]) >= 300 - LIMIT
+        assert float(counted.split()[-1]) == len(refused)
     assert process.returncode == 0
     log = (tmp_path / "stderr.log").read_text()
     assert "Traceback" not in log
