@@ -1,9 +1,11 @@
 """The node agent under hostile and unlucky input, for real: ``python -m bench.agent_soak``.
 
-A real ``eni-ipam agent`` process (static pool, state on disk) serves the real CNI plugin while every
-hostile input the agent is known to meet is thrown at its socket, in random order: floods of idle
-connections, request heads and bodies that never finish, oversized bodies, huge container ids, bad
-interface names, oversized libnetwork options, nesting bombs. It is restarted (SIGTERM and SIGKILL) with
+A real ``eni-ipam agent`` process (static pool, state on disk, an open-file limit of 1,024 soft and
+hard, as a container runtime may set) serves the real CNI plugin while every hostile input the agent is
+known to meet is thrown at its socket, in random order: floods of idle connections, request heads and
+bodies that never finish, oversized bodies, huge container ids, bad interface names, oversized
+libnetwork options, nesting bombs — and at its TCP port (which any pod can reach when it listens on the
+node's address): more idle connections than its file limit. It is restarted (SIGTERM and SIGKILL) with
 a FIFO in the libcni cache and temporary files left in its state directory, its first start is refused
 (exit 2) for a symbolic link planted at its lock file, and, as root, its state
 directory (a tiny tmpfs) is filled up and freed again.
@@ -14,8 +16,9 @@ Invariants, checked after every step (any breach is a violation and ``make soak`
 2. a valid ADD, DEL or CHECK is answered with success or "try again later" (CNI code 11), never
    another error, and succeeds again once the hostile input stops;
 3. every acknowledged ADD holds its address, on one owner, until its DEL, across restarts and kills;
-4. the agent holds at most ``socket_max_connections`` connections (plus its own files), whatever
-   the flood;
+4. the agent holds at most ``socket_max_connections`` connections on its socket and
+   ``server.max_connections`` on its TCP port (plus its own files), whatever the flood; a flood of the
+   TCP port is answered 503 beyond its limit and never stops a valid ADD on the socket;
 5. the state file stays small (no field of a request reaches it unbounded);
 6. a start never blocks or fails (FIFO in the cache, leftovers, a full disk): ready within seconds,
    leftovers removed, SIGTERM exits 0; a link planted in the state directory stops it at once (exit
@@ -32,6 +35,7 @@ import dataclasses
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -56,6 +60,11 @@ class AgentSoakConfig:
     """Real seconds of hostile input."""
     max_connections: int = 32
     read_timeout: float = 1.0
+    http_max_connections: int = 16
+    """The agent's ``server.max_connections`` (its TCP port)."""
+    files: int = 1024
+    """The agent's open-file limit, soft and hard (so raising the soft one at start cannot help): the
+    TCP flood opens more connections than this."""
     restart_every: float = 15.0
     full_disk_every: float = 40.0
     """Seconds between full-disk episodes (root with a tmpfs only)."""
@@ -116,25 +125,39 @@ class AgentProcess:
                     "socket": self.sock,
                     "state_dir": str(state_dir),
                     "cni_cache_dir": str(self.cache),
-                    "server": {"host": "127.0.0.1", "port": self.port},
+                    "server": {
+                        "host": "127.0.0.1",
+                        "port": self.port,
+                        "max_connections": config.http_max_connections,
+                        "read_timeout": f"{config.read_timeout}s",
+                        **(options or {}).get("server", {}),
+                    },
                     "claims": False,
                     "log_level": "error",
                     "sweep_interval": "0s",
                     "socket_max_connections": config.max_connections,
                     "socket_read_timeout": f"{config.read_timeout}s",
                     "pools": {"default": {"cidr": POOL_CIDR}},
-                    **(options or {}),
+                    **{k: v for k, v in (options or {}).items() if k != "server"},
                 }
             )
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        self.files = config.files
 
     def start(self) -> float:
         """Start and wait until ``/healthz`` answers and the socket accepts; the seconds it took."""
         command = [sys.executable, "-m", "eni_ipam.cli", "agent", "--node", "soak"]
         command += ["--config", str(self.config_path)]
         started = time.perf_counter()
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        files = self.files
+
+        def limit_files() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit_files
+        )
         deadline = started + 30
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
@@ -195,6 +218,17 @@ def _read_all(s: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+def _pending(s: socket.socket) -> bytes:
+    """What the peer has sent on ``s`` so far (b"" once it closed, b"open" while it is silent)."""
+    s.setblocking(False)
+    try:
+        return s.recv(65536)
+    except BlockingIOError:
+        return b"open"
+    except OSError as exc:
+        return str(exc).encode()
+
+
 def unix_request(path: str, raw: bytes, timeout: float = 10.0) -> tuple[int, Any]:
     """Send ``raw`` whole on the agent's socket; (status, decoded body), (0, reason) when cut off."""
     with socket.socket(socket.AF_UNIX) as s:
@@ -246,6 +280,8 @@ class AgentSoak:
         """Acknowledged ADDs not yet deleted: container id → address."""
         self.serial = 0
         self.tmpfs = state_dir if state_dir.parent == directory and os.path.ismount(state_dir) else None
+        self.tcp_flood = config.files + 76
+        """Connections of a TCP flood: more than the agent's file limit (1,100 with its 1,024)."""
 
     # -- valid requests through the real plugin --
 
@@ -327,8 +363,9 @@ class AgentSoak:
         """``flooded``: the socket is full on purpose, so only what can be seen from outside is checked."""
         fds = self.agent.fds()
         self.report.max_fds = max(self.report.max_fds, fds)
-        if fds > self.report.base_fds + self.config.max_connections + 8:
-            self.report.violate(f"{where}: the agent holds {fds} files (limit {self.config.max_connections})")
+        limit = self.config.max_connections + self.config.http_max_connections
+        if fds > self.report.base_fds + limit + 8:
+            self.report.violate(f"{where}: the agent holds {fds} files (limit {limit})")
         state = self.agent.state_dir / "allocations.json"
         size = state.stat().st_size if state.exists() else 0
         self.report.max_state_bytes = max(self.report.max_state_bytes, size)
@@ -448,6 +485,37 @@ class AgentSoak:
         for s in conns:
             s.close()
         self.valid_add(must_succeed=True)
+
+    def hostile_tcp_flood(self) -> None:
+        """More idle connections to the TCP port than the agent has files: beyond its limit each is
+        answered 503 and closed, and a valid ADD on the socket meanwhile must succeed (not even "try
+        again later": the socket is not what is flooded)."""
+        conns = []
+        for _ in range(self.tcp_flood):
+            s = socket.socket()
+            s.settimeout(1.0)
+            try:
+                s.connect(("127.0.0.1", self.agent.port))
+            except OSError:
+                s.close()
+                continue
+            conns.append(s)
+        self.report.hostile["TCP connection (flood of the port)"] += len(conns)
+        # A connect the kernel's backlog had no room for within a second (the agent accepts in bursts).
+        self.report.events["TCP flood: connects timed out"] += self.tcp_flood - len(conns)
+        try:
+            time.sleep(0.5)  # the agent has taken every connection it would: its files are at their worst
+            self.valid_add(must_succeed=True)
+            self.check_invariants("during a TCP flood", flooded=True)
+            # Each connection was refused (503), or served and then closed at the deadline, or is
+            # still served; anything else, or no refusal at all, breaks the bound.
+            answers = collections.Counter(_pending(s)[:12] for s in conns)
+            odd = {a: n for a, n in answers.items() if a not in (b"HTTP/1.1 503", b"", b"open")}
+            if odd or not answers[b"HTTP/1.1 503"]:
+                self.report.violate(f"TCP flood: answers {dict(answers)}, expected 503 beyond the limit")
+        finally:
+            for s in conns:
+                s.close()
 
     def hostile_plugin_inputs(self) -> None:
         """What a runtime could pass the plugin: a 300-character container id, a 16-byte interface."""
@@ -570,24 +638,33 @@ class AgentSoak:
             self.hostile_half_body,
             self.hostile_trickle,
             self.hostile_flood,
+            self.hostile_tcp_flood,
             self.hostile_plugin_inputs,
         ]
         next_restart = started + self.config.restart_every
         next_full = started + self.config.full_disk_every
         kills = 0
+
+        def faults() -> None:
+            """The restarts and full disks that are due (after any step: the first round of every
+            hostile input may itself take longer than a short run)."""
+            nonlocal next_restart, next_full, kills
+            now = time.perf_counter()
+            if now >= next_restart:
+                kills += 1
+                self.restart(signal.SIGKILL if kills % 2 else signal.SIGTERM)
+                next_restart = now + self.config.restart_every
+            if self.tmpfs is not None and now >= next_full:
+                self.full_disk()
+                next_full = time.perf_counter() + self.config.full_disk_every
+
         try:
             for action in hostile:  # each at least once, then at random
                 self._step(action)
+                faults()
             while time.perf_counter() - started < self.config.seconds:
                 self._step(self.rng.choice(hostile))
-                now = time.perf_counter()
-                if now >= next_restart:
-                    kills += 1
-                    self.restart(signal.SIGKILL if kills % 2 else signal.SIGTERM)
-                    next_restart = now + self.config.restart_every
-                if self.tmpfs is not None and now >= next_full:
-                    self.full_disk()
-                    next_full = time.perf_counter() + self.config.full_disk_every
+                faults()
             while self.held:
                 self.valid_del(must_succeed=True)
             self.check_invariants("at the end")
@@ -626,6 +703,11 @@ def _state_dir(directory: Path) -> Iterator[tuple[Path, str]]:
 
 
 def agent_soak(config: AgentSoakConfig, agent_options: dict[str, Any] | None = None) -> AgentSoakReport:
+    # The TCP flood holds more connections than the agent's file limit: this process needs that many.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = config.files * 2 + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     with tempfile.TemporaryDirectory(prefix="eni-agent-soak-") as tmp:
         directory = Path(tmp)
         plugin = directory / "bin" / "eni-ipam-cni"
@@ -646,12 +728,14 @@ def render(report: AgentSoakReport) -> str:
         "Written by `make soak` (`python -m bench.agent_soak`, code in `bench/agent_soak.py`): a real",
         "`eni-ipam agent` serves the real CNI plugin while hostile input is thrown at its socket, it is",
         "restarted with a FIFO in the libcni cache and leftovers in its state directory, and its state",
-        "directory is filled up. The invariants are in the module's docstring;",
+        "directory is filled up; its TCP port is flooded with more connections than its open-file limit",
+        "while the plugin's ADDs must go on succeeding. The invariants are in the module's docstring;",
         "`tests/bench/test_agent_soak.py` runs a short version in the test suite.",
         "",
         f"Set-up: {c.seconds:g} s of hostile input, `socket_max_connections: {c.max_connections}`,"
-        f" `socket_read_timeout: {c.read_timeout:g}s`, a restart every {c.restart_every:g} s (SIGKILL and"
-        f" SIGTERM in turn), a full disk every {c.full_disk_every:g} s"
+        f" `socket_read_timeout: {c.read_timeout:g}s`, `server.max_connections: {c.http_max_connections}`,"
+        f" an open-file limit of {c.files} (soft and hard), a restart every {c.restart_every:g} s"
+        f" (SIGKILL and SIGTERM in turn), a full disk every {c.full_disk_every:g} s"
         + (f" (not run: {report.full_disk})." if report.full_disk else "."),
         f"The run took {report.real_seconds:.0f} s.",
         "",

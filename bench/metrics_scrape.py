@@ -213,7 +213,7 @@ async def _stalls(
                 lags[during].append((started, time.perf_counter() - started - 0.001))
 
     collections = _Collections()
-    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0)
+    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0, metrics=metrics)
     port = runner.addresses[0][1]
     idle = threading.Event()
     served = [0]

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from eni_ipam.agent.config import ServerSection
+from eni_ipam.app.runconfig import ServerSettings
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.settings import KubeSettings
@@ -27,14 +29,20 @@ def documented(page: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("model", "page"),
-    [(Settings, "settings.md"), (NodeSpec, "settings.md"), (KubeSettings, "configuration.md")],
+    [
+        (Settings, "settings.md"),
+        (NodeSpec, "settings.md"),
+        (KubeSettings, "configuration.md"),
+        (ServerSettings, "configuration.md"),
+        (ServerSection, "node.md"),
+    ],
 )
 def test_every_field_is_on_its_reference_page(model: type[BaseModel], page: str) -> None:
     missing = set(model.model_fields) - documented(page)
     assert not missing, f"{page} does not list {sorted(missing)}"
 
 
-@pytest.mark.parametrize("model", [Settings, NodeSpec, KubeSettings])
+@pytest.mark.parametrize("model", [Settings, NodeSpec, KubeSettings, ServerSettings, ServerSection])
 def test_every_field_says_why_in_its_docstring(model: type[BaseModel]) -> None:
     undocumented = [name for name, field in model.model_fields.items() if not field.description]
     assert not undocumented, f"{model.__name__}: no docstring for {undocumented}"

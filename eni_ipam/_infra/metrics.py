@@ -128,6 +128,20 @@ class MetricSet:
             "Watches restarted, by resource and reason (expired, throttled, dropped, error)",
             ["resource", "reason"],
         )
+        # -- every listener -------------------------------------------------------------------------
+        self.http_connections_refused = self.counter(
+            "http_connections_refused",
+            "Connections and requests the HTTP endpoint (/metrics, /healthz, /readyz) refused, by reason "
+            "(connection_limit: over server.max_connections, answered 503; read_timeout: a body not sent "
+            "within server.read_timeout, answered 408)",
+            ["reason"],
+        )
+        self.accept_errors = self.counter(
+            "accept_errors",
+            "Connections the process could not accept on any of its listeners, by error (EMFILE: its "
+            "open-file limit; ENFILE: the system's; ENOBUFS, ENOMEM: kernel memory)",
+            ["error"],
+        )
 
     # -- declaring families (namespace and registry filled in) ----------------------------------
 

@@ -10,6 +10,12 @@ it first), in the Prometheus text format otherwise. It reads every family on the
 step (:meth:`MetricSet.freeze`, a copy: the scrape is consistent) and renders the text in a thread
 (:func:`render`), so a large scrape never holds the loop — nor ``/healthz``, which the liveness
 probe reads — while it is written.
+
+The endpoint is bounded as every listener is (:mod:`eni_ipam._infra.guard`): at most
+``max_connections`` connections at once (one more is answered ``503`` unread and closed), a request
+head and body within ``read_timeout`` (else closed, or ``408``); every refusal is counted in
+``eni_ipam_http_connections_refused_total{reason}``. Prometheus and kubelet's probes send their
+requests at once and use a handful of connections.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
+from eni_ipam._infra.guard import LISTEN_BACKLOG, raw_response, serve_bounded
 from eni_ipam._infra.metrics import MetricSet, render
 from eni_ipam.errors import ConfigError
 
@@ -31,6 +38,24 @@ families, against the 5 ms the loop could otherwise wait each time it wakes."""
 
 OPENMETRICS = "application/openmetrics-text"
 """The media type of the OpenMetrics text format (its parameters vary with what was asked)."""
+
+DEFAULT_MAX_CONNECTIONS = 64
+"""Connections the endpoint serves at once by default: Prometheus (two servers of an HA pair, each
+keeping one connection per target) and kubelet's two probes need a handful; 64 leaves room for
+dashboards and ad-hoc ``curl`` while keeping a flood's cost to a few dozen files."""
+
+DEFAULT_READ_TIMEOUT = 10.0
+"""Seconds a client has by default to send a whole request (head, then body) once connected or
+answered; also how long an idle kept-alive connection stays open. Scrapers and probes write their
+request at once, and Prometheus opens a new connection when its kept one was closed."""
+
+MAX_SERVER_CONNECTIONS = 10_000
+"""Most connections a configuration may let the endpoint serve: every one is an open file, and the
+process's own limit is usually 1,024 soft (raised at start) to 1,048,576 hard."""
+
+MAX_SERVER_READ_TIMEOUT = 300.0
+"""Longest request deadline a configuration may set: beyond five minutes the deadline stops bounding
+how long a slow client holds a connection."""
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""
@@ -65,18 +90,46 @@ def make_app(metrics: MetricSet, ready: Readiness) -> web.Application:
     return app
 
 
-async def start_server(app: web.Application, *, host: str, port: int) -> web.AppRunner:
-    """Start serving ``app``; the caller owns the returned runner and must ``await runner.cleanup()``.
+async def start_server(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    metrics: MetricSet,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+) -> web.AppRunner:
+    """Start serving ``app`` under the bounds above (refusals counted in ``metrics``); the caller owns
+    the returned runner and must ``await runner.cleanup()``.
 
     Raises:
         ConfigError: naming ``server.port`` when the address cannot be listened on (a port in use).
     """
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    refusal = raw_response(
+        "503 Service Unavailable",
+        f"too many connections: this endpoint serves {max_connections} at once"
+        " (server.max_connections)\n".encode(),
+        "text/plain; charset=utf-8",
+    )
+
+    def timed_out(message: str) -> web.Response:
+        return web.Response(status=408, text=f"request timeout: {message}\n")
+
+    async def listen(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
+
     try:
-        await web.TCPSite(runner, host, port).start()
+        return await serve_bounded(
+            app,
+            listen,
+            where=f"tcp:{host}:{port}",
+            max_connections=max_connections,
+            read_timeout=read_timeout,
+            refusal=refusal,
+            timed_out=timed_out,
+            refused=lambda reason: metrics.http_connections_refused.labels(reason).inc(),
+        )
     except OSError as exc:  # in use, not an address of this host, not allowed: the operator's to fix
-        await runner.cleanup()
         reason = exc.strerror or str(exc)
         raise ConfigError("server.port", f"cannot listen on {host}:{port}: {reason}") from exc
-    return runner

@@ -28,6 +28,12 @@ from eni_ipam._infra.config import (
     validate,
 )
 from eni_ipam._infra.files import read_config_file
+from eni_ipam._infra.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    MAX_SERVER_CONNECTIONS,
+    MAX_SERVER_READ_TIMEOUT,
+)
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.errors import ConfigError
 
@@ -141,8 +147,18 @@ def _pools(raw: Any) -> tuple[StaticPool, ...]:
 
 class ServerSection(ConfigModel):
     host: Name = "0.0.0.0"
-    """/metrics, /healthz, /readyz (the DaemonSet uses the host network: kubelet probes the node)."""
+    """/metrics, /healthz, /readyz (the DaemonSet uses the host network: kubelet probes the node, and
+    the chart binds the loopback address unless Prometheus scrapes the agent)."""
     port: Annotated[int, Field(ge=0, le=65535)] = 9091
+    """The port of /metrics, /healthz and /readyz (with the host network: free on every node)."""
+    max_connections: Annotated[int, Field(ge=1, le=MAX_SERVER_CONNECTIONS)] = DEFAULT_MAX_CONNECTIONS
+    """Connections the endpoint serves at once; one more is answered 503 without being read. Prometheus
+    and kubelet's two probes need a handful; 64 keeps a flood from any pod that reaches the port to a
+    few dozen open files, far from the limit the CNI socket's connections need too."""
+    read_timeout: Annotated[PositiveDuration, Field(le=MAX_SERVER_READ_TIMEOUT)] = DEFAULT_READ_TIMEOUT
+    """Seconds a client has to send a whole request once connected (or answered): a connection still
+    without a request head is then closed, a body that does not arrive is answered 408. Scrapers and
+    probes send their request at once; 10 s only bites on a stuck or hostile client."""
 
 
 class KubernetesSection(ConfigModel):

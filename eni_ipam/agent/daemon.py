@@ -34,6 +34,7 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
+from eni_ipam._infra.guard import LISTEN_BACKLOG, bound_process
 from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
@@ -225,13 +226,15 @@ class Agent:
 
     async def report_once(self) -> bool:
         """Write the agent's status fields if they changed; True when nothing is left to write."""
-        from eni_ipam.kube.api import ENIPOOLS
-        from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch
-
         if self.restored:
             self._observe()
         if self.kube is None or self._pool is None or not self.restored:
             return True
+        # Imported once there is something to write: an agent without Kubernetes never reads these
+        # modules, so it cannot fail to (out of files under a flood, the import would end the process).
+        from eni_ipam.kube.api import ENIPOOLS
+        from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch
+
         # Answers follow allocations too (an address marked while free, then taken, is do-not-release).
         self._answer()
         try:
@@ -277,8 +280,18 @@ class Agent:
         lock = _lock(self.state_dir)  # one agent per state directory: two allocators would hand out twice
         socket = Path(self.config.socket)
         socket.parent.mkdir(parents=True, exist_ok=True)
+        server = self.config.server
+        bound_process(
+            accept_failed=lambda error: self.metrics.accept_errors.labels(error).inc(),
+            files_needed=server.max_connections + self.config.socket_max_connections + 2 * LISTEN_BACKLOG,
+        )
         endpoint = self.endpoint = await start_server(
-            make_app(self.metrics, self.readiness), host=self.config.server_host, port=self.config.server_port
+            make_app(self.metrics, self.readiness),
+            host=server.host,
+            port=server.port,
+            metrics=self.metrics,
+            max_connections=server.max_connections,
+            read_timeout=server.read_timeout,
         )
         own_kube = self.kube is None and self.config.node_source == "kubernetes"
         try:

@@ -146,7 +146,9 @@ async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: Text
     runner = None
     if port:
         try:
-            runner = await start_server(make_app(metrics, ready), host="127.0.0.1", port=port)
+            runner = await start_server(
+                make_app(metrics, ready), host="127.0.0.1", port=port, metrics=metrics
+            )
             out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
         except ConfigError as exc:
             out.write(f"metrics endpoint not started ({exc.message}); the demo runs on\n")

@@ -32,9 +32,16 @@ from eni_ipam._infra.config import (
     LogLevel,
     Name,
     NonNegativeInt,
+    PositiveDuration,
     config_error,
 )
 from eni_ipam._infra.files import load_yaml_text, plain_data_problem, read_config_file
+from eni_ipam._infra.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    MAX_SERVER_CONNECTIONS,
+    MAX_SERVER_READ_TIMEOUT,
+)
 from eni_ipam.app.providers import plugins
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
@@ -50,6 +57,16 @@ class ServerSettings(ConfigModel):
     """Where /metrics, /healthz and /readyz listen (all interfaces: Prometheus and kubelet probes
     come from outside the pod)."""
     port: Annotated[int, Field(ge=0, le=65535)] = 9090
+    """The port of /metrics, /healthz and /readyz (the chart's container port and probes follow it)."""
+    max_connections: Annotated[int, Field(ge=1, le=MAX_SERVER_CONNECTIONS)] = DEFAULT_MAX_CONNECTIONS
+    """Connections the endpoint serves at once; one more is answered 503 without being read. Prometheus
+    (two servers of an HA pair) and kubelet's two probes need a handful: 64 leaves room for dashboards
+    and ``curl`` and keeps a flood of idle connections to a few dozen open files."""
+    read_timeout: Annotated[PositiveDuration, Field(le=MAX_SERVER_READ_TIMEOUT)] = DEFAULT_READ_TIMEOUT
+    """Seconds a client has to send a whole request once connected (or answered): a connection still
+    without a request head is then closed, a body that does not arrive is answered 408. Scrapers and
+    probes send their request at once; 10 s only bites on a stuck or hostile client. Also how long an
+    idle kept-alive connection stays open (Prometheus opens a new one when it was closed)."""
 
 
 class StaticNode(NodeSpec):

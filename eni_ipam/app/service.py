@@ -29,6 +29,7 @@ from typing import TextIO
 import structlog
 
 from eni_ipam._infra.allocator import tune_allocator
+from eni_ipam._infra.guard import LISTEN_BACKLOG, bound_process
 from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam._infra.server import make_app, start_server
 from eni_ipam.app.providers import plugin
@@ -145,8 +146,18 @@ class Service:
         provider_plugin = plugin(config.provider)
         # Before the port: a bad region fails at once (in a thread: a cloud SDK's set-up is slow).
         await asyncio.to_thread(provider_plugin.check, config.provider_settings)
+        server = config.server
+        bound_process(
+            accept_failed=lambda error: self.metrics.accept_errors.labels(error).inc(),
+            files_needed=server.max_connections + LISTEN_BACKLOG,
+        )
         runner = await start_server(
-            make_app(self.metrics, self.state.readiness), host=config.server.host, port=config.server.port
+            make_app(self.metrics, self.state.readiness),
+            host=server.host,
+            port=server.port,
+            metrics=self.metrics,
+            max_connections=server.max_connections,
+            read_timeout=server.read_timeout,
         )
         log.info(
             "service_started",

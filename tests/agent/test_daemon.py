@@ -367,6 +367,24 @@ async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_
         assert [a.owner for a in agent.allocator.allocations()] == ["cni:web:eth0"]
 
 
+async def test_the_http_endpoint_serves_within_its_configured_limits(kube: FakeKube, tmp_path: Path) -> None:
+    """server.max_connections and server.read_timeout reach the TCP endpoint; refusals are counted."""
+    server = {"host": "127.0.0.1", "port": 0, "max_connections": 1, "read_timeout": "200ms"}
+    async with running_agent(kube, tmp_path, server=server) as agent:
+        await until(lambda: agent.endpoint is not None)
+        port = await _port(agent)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        second_reader, second = await asyncio.open_connection("127.0.0.1", port)
+        assert (await asyncio.wait_for(second_reader.read(), 5)).startswith(b"HTTP/1.1 503")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # idle: closed after 200 ms
+        refused = agent.metrics.sample(
+            "eni_ipam_http_connections_refused_total", {"reason": "connection_limit"}
+        )
+        assert refused == 1
+        writer.close()
+        second.close()
+
+
 async def test_the_socket_serves_within_its_configured_limits(kube: FakeKube, tmp_path: Path) -> None:
     """socket_max_connections and socket_read_timeout reach the socket; refusals are counted."""
     async with running_agent(kube, tmp_path, socket_max_connections=1, socket_read_timeout="200ms") as agent:

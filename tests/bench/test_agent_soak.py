@@ -1,5 +1,6 @@
 """The node agent's soak, short: a real agent and the real plugin under every hostile input it is known
-to meet, restarts and (as root) a full disk, with no invariant broken. `make soak` runs the long one."""
+to meet (its TCP port flooded beyond its file limit included), restarts and (as root) a full disk, with
+no invariant broken. `make soak` runs the long one."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ HOSTILE = {
     "body that never finishes",
     "request head trickling in",
     "idle connection (flood)",
+    "TCP connection (flood of the port)",
     "plugin: container id of 300 characters",
     "plugin: interface name of 16 bytes",
     "start: symbolic link at .lock",
@@ -43,3 +45,13 @@ def test_the_soak_catches_an_agent_that_does_not_bound_its_connections() -> None
     config = dataclasses.replace(QUICK, seconds=0.0, restart_every=1e9, full_disk_every=1e9)
     report = agent_soak(config, agent_options={"socket_max_connections": 10_000})
     assert any("files (limit" in v for v in report.violations), render(report)
+
+
+def test_the_soak_catches_an_agent_whose_tcp_port_is_not_bounded() -> None:
+    """Without its limits (the connection limit, and a deadline that closes idle connections within
+    the flood) the port takes every file the agent has, and the plugin's ADD fails."""
+    config = dataclasses.replace(QUICK, seconds=0.0, restart_every=1e9, full_disk_every=1e9)
+    unbounded = {"server": {"max_connections": 10_000, "read_timeout": "5m"}}
+    report = agent_soak(config, agent_options=unbounded)
+    assert any("files (limit" in v for v in report.violations), render(report)
+    assert any(v.startswith("ADD ") for v in report.violations), render(report)

@@ -37,7 +37,8 @@ def test_nobody_is_ready_before_the_kubernetes_caches_synced() -> None:
 
 async def test_readyz_body_states_the_role() -> None:
     state = ServiceState(role="standby", leader="pod-b")
-    runner = await start_server(make_app(Metrics(), state.readiness), host="127.0.0.1", port=0)
+    metrics = Metrics()
+    runner = await start_server(make_app(metrics, state.readiness), host="127.0.0.1", port=0, metrics=metrics)
     try:
         base = f"http://127.0.0.1:{runner.addresses[0][1]}"
         async with aiohttp.ClientSession() as session:

@@ -28,7 +28,9 @@ async def test_endpoint_serves_metrics_health_and_readiness():
     metrics = Metrics()
     metrics.resync.inc()
     ready = {"v": False}
-    runner = await start_server(make_app(metrics, lambda: ready["v"]), host="127.0.0.1", port=0)
+    runner = await start_server(
+        make_app(metrics, lambda: ready["v"]), host="127.0.0.1", port=0, metrics=metrics
+    )
     try:
         port = runner.addresses[0][1]
         async with aiohttp.ClientSession() as session:
@@ -62,7 +64,7 @@ async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monk
 
     real_render = server.render
     monkeypatch.setattr(server, "render", render)
-    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0)
+    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0, metrics=metrics)
     try:
         port = runner.addresses[0][1]
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as r:
@@ -76,7 +78,7 @@ async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monk
 async def test_a_scraper_that_accepts_openmetrics_gets_it_and_any_other_the_text_format():
     metrics = Metrics()
     metrics.resync.inc()
-    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0)
+    runner = await start_server(make_app(metrics, lambda: True), host="127.0.0.1", port=0, metrics=metrics)
     prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
     try:
         port = runner.addresses[0][1]

@@ -26,6 +26,7 @@ from tests.deploy.conftest import (
     NAMESPACE,
     RELEASE,
     REPO_ROOT,
+    HelmError,
     controller_selectors,
     generated_manifests,
     one,
@@ -50,7 +51,12 @@ AGENT_KINDS = [
     "ValidatingAdmissionPolicyBinding",
 ]
 NESTED_KEYS = {
-    "server": {"host": "server_host", "port": "server_port"},
+    "server": {
+        "host": "server_host",
+        "port": "server_port",
+        "max_connections": "server.max_connections",
+        "read_timeout": "server.read_timeout",
+    },
     "kubernetes": {"kubeconfig": "kubeconfig"},
 }
 """Sections of the agent's file format → their keys → the AgentConfig field each one sets."""
@@ -237,10 +243,14 @@ def test_the_config_keys_in_values_are_the_file_formats_keys():
     # each key is one the loader takes, and sets the field it is meant to
     for key in config:
         agent_config_from_mapping({key: config[key]})
+    numbers: dict[str, Any] = {"port": 4242, "max_connections": 42, "read_timeout": 4.5}
     for section, keys in NESTED_KEYS.items():
         for key, field in keys.items():
-            given = 4242 if key == "port" else f"/{key}"
-            assert getattr(agent_config_from_mapping({section: {key: given}}), field) == given
+            given = numbers.get(key, f"/{key}")
+            read: Any = agent_config_from_mapping({section: {key: given}})
+            for name in field.split("."):
+                read = getattr(read, name)
+            assert read == given
     with pytest.raises(ConfigError):
         agent_config_from_mapping({"not_a_key": 1})
 
@@ -290,7 +300,7 @@ def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
         "agent",
         "--config",
         CONFIG_PATH,
-        "--server-host=$(HOST_IP)",
+        "--server-host=127.0.0.1",
     ]
     assert "--node" not in ctr["args"]  # NODE_NAME names the node
     mount = next(m for m in ctr["volumeMounts"] if m["mountPath"] == posixpath.dirname(CONFIG_PATH))
@@ -302,11 +312,8 @@ def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
 
 def test_node_name_comes_from_the_downward_api_and_extra_env_follows(agent_docs):
     env = container(agent_docs)["env"]
-    assert env == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-    ]
-    docs = agent({"extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    assert env == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    docs = agent({"extraEnv": [{"name": "TZ", "value": "UTC"}], "listen": "node"})
     assert [e["name"] for e in container(docs)["env"]] == ["NODE_NAME", "HOST_IP", "TZ"]
 
 
@@ -360,9 +367,9 @@ def test_probes_use_the_named_port_of_the_configured_server(agent_docs):
     ]
     assert AgentConfig().server_port == 9091
     probes = {kind: ctr[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
-    assert probes == {
-        "livenessProbe": {"path": "/healthz", "port": "agent-http"},
-        "readinessProbe": {"path": "/readyz", "port": "agent-http"},
+    assert probes == {  # the endpoint is on the loopback address by default: kubelet probes it there
+        "livenessProbe": {"path": "/healthz", "port": "agent-http", "host": "127.0.0.1"},
+        "readinessProbe": {"path": "/readyz", "port": "agent-http", "host": "127.0.0.1"},
     }
     moved = container(agent({"config": {"server": {"port": 9191}}}))
     assert (
@@ -532,15 +539,43 @@ def test_the_docs_set_only_values_that_exist():
 # -- metrics -------------------------------------------------------------------------------------
 
 
-def test_on_the_host_network_the_endpoint_listens_on_the_nodes_own_address(agent_docs):
-    ctr = container(agent_docs)
-    flag = "--server-host=$(HOST_IP)"
-    assert flag in ctr["args"]
+def listening(ctr: dict[str, Any]) -> tuple[str | None, str | None, bool]:
+    """(the --server-host flag, the probes' host, whether HOST_IP is declared) of the agent's container."""
+    flags = [a.removeprefix("--server-host=") for a in ctr["args"] if a.startswith("--server-host=")]
+    hosts = {ctr[p]["httpGet"].get("host") for p in ("livenessProbe", "readinessProbe")}
+    assert len(flags) <= 1 and len(hosts) == 1, (flags, hosts)
+    return (flags[0] if flags else None), hosts.pop(), "HOST_IP" in [e["name"] for e in ctr["env"]]
+
+
+def test_on_the_host_network_the_endpoint_listens_on_the_loopback_address_unless_prometheus_scrapes_it(
+    agent_docs,
+):
+    """Any pod reaches a port on the node's address: only a scraped agent listens there."""
+    assert listening(container(agent_docs)) == ("127.0.0.1", "127.0.0.1", False)
+    scraped = render({"agent": {"enabled": True}, "serviceMonitor": {"enabled": True}})
     # Kubernetes expands $(HOST_IP) in args only from a variable the container declares.
-    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in ctr["env"]
-    for overrides in ({"listenOnNodeAddress": False}, {"hostNetwork": False}):
-        ctr = container(agent(overrides))
-        assert flag not in ctr["args"] and "HOST_IP" not in [e["name"] for e in ctr["env"]], overrides
+    assert listening(container(scraped)) == ("$(HOST_IP)", None, True)
+    env = container(scraped)["env"]
+    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in env
+    assert listening(container(agent({"listen": "node"}))) == ("$(HOST_IP)", None, True)
+    loopback = render({"agent": {"enabled": True, "listen": "loopback"}, "serviceMonitor": {"enabled": True}})
+    assert listening(container(loopback)) == ("127.0.0.1", "127.0.0.1", False)
+    assert listening(container(agent({"listen": "config"}))) == (None, None, False)
+    # on the pod network the pod has an address of its own: config.server.host, whatever listen says
+    for choice in ("auto", "loopback", "node"):
+        assert listening(container(agent({"hostNetwork": False, "listen": choice}))) == (None, None, False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"listen": "public"}, 'agent.listen must be auto, loopback, node or config, got "public"'),
+        ({"listenOnNodeAddress": False}, "agent.listenOnNodeAddress was replaced by agent.listen"),
+    ],
+)
+def test_a_listen_choice_the_chart_does_not_know_is_refused_by_name(overrides, message):
+    with pytest.raises(HelmError, match=re.escape(message)):
+        agent(overrides)
 
 
 def test_the_headless_service_exposes_every_agents_metrics_port(agent_docs):

@@ -40,7 +40,12 @@ def test_node_defaults_are_every_node_spec_field():
 
 def test_config_has_every_top_level_key():
     assert set(values()["config"]) == TOP_KEYS
-    assert values()["config"]["server"] == {"host": "0.0.0.0", "port": 9090}
+    assert values()["config"]["server"] == {
+        "host": "0.0.0.0",
+        "port": 9090,
+        "max_connections": 64,
+        "read_timeout": "10s",
+    }
 
 
 def test_every_config_key_is_commented():

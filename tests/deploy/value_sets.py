@@ -288,7 +288,22 @@ VALUE_SETS: tuple[ValueSet, ...] = (
             "agent": {"enabled": True},
             "serviceMonitor": {"enabled": True, "labels": PROMETHEUS_LABELS},
             "prometheusRule": {"enabled": True, "labels": PROMETHEUS_LABELS},
+            "networkPolicy": {"enabled": True},
         },
         frozenset({"ServiceMonitor", "PrometheusRule"}),
+    ),
+    ValueSet(
+        "network-policy",
+        "docs/deploy.md §7, Who can reach the endpoints (nodeCIDRs; the agent on the pod network)",
+        {
+            "config": _aws(),
+            "agent": {"enabled": True, "hostNetwork": False},
+            "networkPolicy": {"enabled": True, "nodeCIDRs": ["10.0.0.0/16"]},
+        },
+    ),
+    ValueSet(
+        "agent-scraped-without-the-operator",
+        "docs/deploy.md §7 (agent.listen: node, for a Prometheus without the Operator)",
+        {"config": _aws(), "agent": {"enabled": True, "listen": "node"}},
     ),
 )

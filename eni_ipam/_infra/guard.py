@@ -1,0 +1,331 @@
+"""Bounded serving: what a client can make a process hold, and what a flood can make it log.
+
+Every listener of the project (the controller's and the agent's TCP endpoint, the agent's unix socket)
+is served through :func:`serve_bounded`, and every long-running process calls :func:`bound_process` at
+start. Whatever can open a listener (any pod, for a port on the node's address) could otherwise hold
+connections until the process runs out of file descriptors — and then ``accept()`` fails on *every*
+listener, the CNI plugin's socket included, while asyncio logs a traceback each time.
+
+Invariants of :func:`serve_bounded`:
+
+* At most ``max_connections`` connections are served at once, counted from the accept (not from
+  aiohttp's own list, which a connection joins only once its transport is made, so a burst of accepts
+  cannot slip past the count). A connection beyond that is answered with the caller's ``refusal`` (a
+  503) and closed without waiting for a byte: it costs one accept and one write, however many arrive.
+* A connection that has not sent a whole request head within ``read_timeout`` of opening, or of its
+  previous answer, is closed (aiohttp's keep-alive timer, which runs from the connection's start and
+  does not move while bytes trickle in).
+* A request whose body has not fully arrived within ``read_timeout`` of its head is answered 408
+  and its connection closed at most ``read_timeout`` later; nothing it carried reaches a handler.
+* The bounds never touch a request that arrived whole.
+* Every refusal is reported to ``refused`` (a metric); the log says so at most once per
+  :data:`LOG_INTERVAL` per listener and reason, with how many were refused since the last line.
+
+Invariants of :func:`bound_process`:
+
+* The soft limit on open files is raised to the hard one (logged), so a flood below the hard limit
+  cannot starve ``accept()``.
+* asyncio's "out of system resource" accept errors (EMFILE, ENFILE, ENOBUFS, ENOMEM) are counted and
+  logged as one structured line per :data:`LOG_INTERVAL` and error; any other error the event loop
+  reports is one line per interval and kind too, never a traceback per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import resource
+import traceback
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger("eni_ipam.guard")
+
+Refused = Callable[[str], None]
+"""Told the reason (``connection_limit``, ``read_timeout``) of every connection or request refused."""
+
+Listen = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.AbstractServer]]
+"""Opens the listener with the protocol factory it is given (``loop.create_server`` or
+``create_unix_server`` with their address bound)."""
+
+LOG_INTERVAL = 60.0
+"""Seconds between two log lines about the same flood (per listener and reason, or per loop error):
+the first refusal of a burst is logged at once, the next ones are counted and said with the next
+line. A minute keeps an hour-long flood to 60 lines, while the metrics count every refusal."""
+
+ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""What asyncio reports as "socket.accept() out of system resource" (it then stops accepting on
+that listener for a second)."""
+
+FILE_RESERVE = 128
+"""Open files a process needs besides its listeners' connections: its listening sockets, the
+Kubernetes and cloud clients' connection pools, the state and configuration files, the event loop's
+own. Counted in the headroom :func:`bound_process` checks."""
+
+LISTEN_BACKLOG = 128
+"""Connections the kernel queues for a listener before the process accepts them (aiohttp's default).
+asyncio accepts up to this many at once before the refusals close them: each listener may hold
+``max_connections`` + this many files for an instant."""
+
+
+class Throttled:
+    """One log line per key and interval; the lines in between are counted and said with the next."""
+
+    def __init__(self, interval: float = LOG_INTERVAL, now: Callable[[], float] | None = None) -> None:
+        self.interval = interval
+        self._now = now
+        self._last: dict[Any, float] = {}
+        self._suppressed: dict[Any, int] = {}
+
+    def now(self) -> float:
+        return self._now() if self._now is not None else asyncio.get_running_loop().time()
+
+    def warning(self, key: Any, event: str, **fields: Any) -> None:
+        now = self.now()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        self._last[key] = now
+        suppressed = self._suppressed.pop(key, 0)
+        log.warning(event, **fields, **({"suppressed": suppressed} if suppressed else {}))
+
+
+def raw_response(status: str, body: bytes, content_type: str) -> bytes:
+    """A whole HTTP/1.1 answer that closes its connection (written before aiohttp sees the connection)."""
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the limit: one answer, then closed; nothing is waited for."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(self.answer)
+        # Closing a socket with unread bytes resets it, and the client would lose the answer: take
+        # what has already arrived (a client writes its whole request at once), then close.
+        sock = transport.get_extra_info("socket")
+        with contextlib.suppress(OSError):
+            for _ in range(16):
+                if not os.read(sock.fileno(), 65536):
+                    break
+        transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped: the answer is written, the transport closing
+
+
+class _Counted(asyncio.Protocol):
+    """Forwards every protocol event to aiohttp's handler and leaves the live set when lost."""
+
+    def __init__(self, inner: Any, live: weakref.WeakSet[_Counted]) -> None:
+        self.inner = inner
+        self.live = live
+        live.add(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.live.discard(self)
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self.inner.eof_received()
+        return result
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class _Site(web.BaseSite):
+    """The runner's site for a listener opened with our protocol factory rather than aiohttp's."""
+
+    __slots__ = ("_factory", "_listen", "_where")
+
+    def __init__(
+        self, runner: web.AppRunner, listen: Listen, factory: Callable[[], asyncio.Protocol], where: str
+    ) -> None:
+        super().__init__(runner)
+        self._listen = listen
+        self._factory = factory
+        self._where = where
+
+    @property
+    def name(self) -> str:
+        return self._where
+
+    async def start(self) -> None:
+        await super().start()
+        self._server = await self._listen(self._factory)
+
+
+TimedOut = Callable[[str], web.Response]
+"""The 408 answer of a body that did not arrive in time, given the message saying so."""
+
+
+def body_deadline(
+    read_timeout: float, refused: Refused, timed_out: TimedOut, throttled: Throttled, where: str
+) -> Any:
+    """Middleware: the whole body within ``read_timeout`` of the head, or 408 and the connection closed."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.body_exists:
+            try:
+                async with asyncio.timeout(read_timeout):
+                    await request.read()  # kept by the request: the handler's read returns it
+            except TimeoutError:
+                refused("read_timeout")
+                throttled.warning(
+                    "read_timeout", "request_timeout", listener=where, path=request.path, timeout=read_timeout
+                )
+                response = timed_out(f"the request body did not arrive within {read_timeout:g}s")
+                response.force_close()
+                return response
+        return await handler(request)
+
+    return middleware
+
+
+async def serve_bounded(
+    app: web.Application,
+    listen: Listen,
+    *,
+    where: str,
+    max_connections: int,
+    read_timeout: float,
+    refusal: bytes,
+    timed_out: TimedOut,
+    refused: Refused = lambda reason: None,
+    log_interval: float = LOG_INTERVAL,
+) -> web.AppRunner:
+    """Serve ``app`` on what ``listen`` opens, under the bounds above; ``cleanup()`` the runner to stop.
+
+    ``where`` names the listener in log lines (``tcp:0.0.0.0:9091``, ``unix:/run/…``); ``refusal`` is
+    the whole raw answer to a connection over the limit (:func:`raw_response`). ``app`` must not be
+    started yet: the body deadline is added to its middlewares. An ``OSError`` from ``listen`` is
+    raised after the runner is cleaned up.
+    """
+    throttled = Throttled(log_interval)
+    app.middlewares.append(body_deadline(read_timeout, refused, timed_out, throttled, where))
+    # The keep-alive timeout is also the deadline of a request head: aiohttp starts it when the
+    # connection opens and closes a connection still waiting for a head when it expires.
+    # After an answer given before the body was read (408, 413), aiohttp keeps reading and dropping
+    # what still comes for the lingering time, so that the client reads the answer rather than a
+    # reset: bounded by the same deadline.
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=read_timeout, lingering_time=read_timeout)
+    await runner.setup()
+    server = runner.server
+    assert server is not None
+    live: weakref.WeakSet[_Counted] = weakref.WeakSet()
+
+    def factory() -> asyncio.Protocol:
+        # Counted from the accept on: a burst of accepts cannot slip past the limit.
+        if len(live) >= max_connections:
+            refused("connection_limit")
+            throttled.warning("connection_limit", "connection_limit", listener=where, limit=max_connections)
+            return _Refuse(refusal)
+        return _Counted(server(), live)
+
+    try:
+        # A site of the runner's: its cleanup stops accepting before it shuts the open connections
+        # down, so nothing arrives while it does; ``runner.addresses`` names what was bound.
+        await _Site(runner, listen, factory, where).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+# -- the process ---------------------------------------------------------------------------------
+
+
+def raise_file_limit() -> tuple[int, int]:
+    """Raise the soft limit on open files to the hard one; (soft before, soft now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel takes at most fs.nr_open
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, soft
+    if soft != resource.RLIM_INFINITY and soft >= target:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return soft, soft
+    return soft, target
+
+
+def loop_error_handler(
+    accept_failed: Callable[[str], None], throttled: Throttled
+) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """An event loop exception handler: accept errors counted, everything one line per interval.
+
+    asyncio's default handler logs every report with its traceback through the standard library's
+    logging (not JSON, and under an fd flood once a second per listener, with aiohttp's own on top)."""
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        message = str(context.get("message", "")) or "unhandled error in the event loop"
+        if isinstance(exc, OSError) and exc.errno in ACCEPT_ERRORS:
+            name = errno.errorcode.get(exc.errno, str(exc.errno))
+            accept_failed(name)
+            throttled.warning(("accept", name), "accept_failed", error=name, reason=exc.strerror or str(exc))
+            return
+        handle = context.get("handle")
+        if isinstance(exc, ValueError) and "_start_serving" in repr(getattr(handle, "_callback", None)):
+            # asyncio retries accept() a second after an accept error, even on a listener closed
+            # meanwhile (at shutdown): nothing is wrong but the retry.
+            log.debug("accept_retry_after_close")
+            return
+        fields: dict[str, Any] = {"message": message}
+        if exc is not None:
+            fields["error"] = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, OSError):  # a bug, not the network: its place in the code, once
+                fields["traceback"] = "".join(traceback.format_exception(exc))[-4000:]
+        throttled.warning(("loop", message, type(exc).__name__), "event_loop_error", **fields)
+
+    return handler
+
+
+def bound_process(*, accept_failed: Callable[[str], None], files_needed: int) -> None:
+    """At a process's start, on its event loop: raise the open-file limit, check that the listeners'
+    bounds fit under it, and route the loop's error reports through :func:`loop_error_handler`.
+
+    ``files_needed``: the most files the process's listeners may hold (their ``max_connections`` and
+    :data:`LISTEN_BACKLOG` each); :data:`FILE_RESERVE` is added for the rest."""
+    before, soft = raise_file_limit()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != before:
+        log.info("file_limit_raised", soft_before=before, soft=soft, hard=hard)
+    needed = files_needed + FILE_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        # Not fatal: the bounds still hold, but a flood could then starve accept() of files.
+        log.warning("file_limit_low", soft=soft, hard=hard, needed=needed)
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_error_handler(accept_failed, Throttled()))

@@ -1,0 +1,62 @@
+"""The chart's NetworkPolicies (``networkPolicy.enabled``): only Prometheus and the nodes reach the
+metrics ports of the controllers and the agents, and a policy never allows more than it lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.deploy.conftest import one, render
+
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+
+
+def policies(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    docs = render(overrides)
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+
+
+def pods_of(docs: list[dict[str, Any]], kind: str) -> dict[str, str]:
+    labels: dict[str, str] = one(docs, kind)["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_no_network_policy_unless_asked() -> None:
+    assert policies({"agent": {"enabled": True}}) == {}
+
+
+def test_only_prometheus_reaches_the_metrics_ports_of_the_controllers_and_the_agents() -> None:
+    values = {"agent": {"enabled": True}, "networkPolicy": {"enabled": True}}
+    docs = render(values)
+    found = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+    assert set(found) == {"eni-ipam", "eni-ipam-agent"}
+    for name, kind, port in (
+        ("eni-ipam", "Deployment", "http"),
+        ("eni-ipam-agent", "DaemonSet", "agent-http"),
+    ):
+        spec = found[name]["spec"]
+        selected = spec["podSelector"]["matchLabels"]
+        assert selected.items() <= pods_of(docs, kind).items()  # its own pods
+        other = "DaemonSet" if kind == "Deployment" else "Deployment"
+        assert not selected.items() <= pods_of(docs, other).items()  # and not the others
+        assert spec["policyTypes"] == ["Ingress"]
+        assert spec["ingress"] == [{"ports": [{"port": port, "protocol": "TCP"}], "from": [PROMETHEUS]}]
+
+
+def test_the_nodes_addresses_are_allowed_for_kubelets_probes() -> None:
+    found = policies({"networkPolicy": {"enabled": True, "nodeCIDRs": ["10.0.0.0/16", "fd00::/64"]}})
+    (rule,) = found["eni-ipam"]["spec"]["ingress"]
+    assert rule["from"] == [
+        PROMETHEUS,
+        {"ipBlock": {"cidr": "10.0.0.0/16"}},
+        {"ipBlock": {"cidr": "fd00::/64"}},
+    ]
+
+
+def test_with_no_peer_every_ingress_is_denied_not_allowed() -> None:
+    """An ingress rule without ``from`` allows every source: with no peer listed, the chart writes no
+    rule at all, which denies every connection."""
+    found = policies({"networkPolicy": {"enabled": True, "prometheus": []}})
+    assert found["eni-ipam"]["spec"]["ingress"] == []
