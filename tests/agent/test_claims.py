@@ -59,6 +59,7 @@ class Served:
 
 @pytest.fixture
 async def served(kube: FakeKube) -> AsyncIterator[Served]:
+    kube.add_object("namespaces", {"metadata": {"name": NS}})  # claims live in a namespace that exists
     s = Served(kube, addresses=2)
     task = asyncio.create_task(s.reconciler.run())
     yield s
