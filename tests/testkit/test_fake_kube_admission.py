@@ -395,3 +395,49 @@ async def test_list_options_the_real_server_refuses_are_a_422(
         "/api/v1/nodes", params={"resourceVersion": kube.resource_version, "resourceVersionMatch": "Exact"}
     )
     assert now.status_code == 200 and [i["metadata"]["name"] for i in now.json()["items"]] == ["n1"]
+
+
+# -- CRD names ------------------------------------------------------------------------------------------
+
+
+def crd(plural: str, kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Cluster",
+            "names": {"kind": kind, "plural": plural},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_a_crd_whose_kind_another_crd_of_its_group_has_is_not_served(
+    tools: Tools, kube: FakeKube, http: httpx2.AsyncClient
+) -> None:
+    await tools.ok("apply", "-f", "-", stdin=json.dumps(crd("pools", "Pool")))
+    await tools.ok("apply", "-f", "-", stdin=json.dumps(crd("reservoirs", "Pool")))
+    second = kube.get_object("customresourcedefinitions", "reservoirs.example.com") or {}
+    conditions = {c["type"]: c for c in second["status"]["conditions"]}
+    # The naming controller checks the kind, then the list kind; the last conflict found is reported.
+    accepted = conditions["NamesAccepted"]
+    assert (accepted["status"], accepted["reason"]) == ("False", "ListKindConflict")
+    assert accepted["message"] == '"PoolList" is already in use'
+    assert conditions["Established"]["status"] == "False"
+    assert (await http.get("/apis/example.com/v1/reservoirs")).status_code == 404
+    assert (await http.get("/apis/example.com/v1/pools")).status_code == 200
+    # Once the name is free, the next write of the CRD is accepted and it is served.
+    await tools.ok("delete", "crd", "pools.example.com")
+    await tools.ok("label", "crd", "reservoirs.example.com", "retry=1")
+    assert (await http.get("/apis/example.com/v1/reservoirs")).status_code == 200

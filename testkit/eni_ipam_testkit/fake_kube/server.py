@@ -77,7 +77,7 @@ from eni_ipam_testkit.fake_kube.resources import (
 )
 from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
 from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
-from eni_ipam_testkit.fake_kube.strategies import default_strategies, rbac_strategies
+from eni_ipam_testkit.fake_kube.strategies import crd_strategy, default_strategies, rbac_strategies
 from eni_ipam_testkit.fake_kube.watch import WatchStream, check_list_options, check_list_version, render
 
 MAX_REQUEST_BODY: Final = 3 * 1024 * 1024
@@ -233,6 +233,7 @@ class FakeKube:
         self._tokens: dict[str, User | tuple[str, str]] = {self._admin_token: ADMIN}
         self._authorizer = Authorizer(self._store.objects_of)
         self._store.strategies.update(rbac_strategies(self._authorizer))
+        self._store.strategies[CRDS] = crd_strategy(self._store.objects_of)
         self._openapi_cache: dict[tuple[Any, ...], bytes] = {}
         self._streams: set[WatchStream] = set()
         self._runner: web.AppRunner | None = None

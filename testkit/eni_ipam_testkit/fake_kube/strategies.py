@@ -22,14 +22,27 @@ import binascii
 from typing import Final
 
 from eni_ipam_testkit.fake_kube import crds
-from eni_ipam_testkit.fake_kube.auth import RBAC_GROUP, Authorizer, confirm_no_escalation
+from eni_ipam_testkit.fake_kube.auth import RBAC_GROUP, Authorizer, Lister, confirm_no_escalation
 from eni_ipam_testkit.fake_kube.resources import CRDS, JSON, FieldError, forbidden, too_long
 from eni_ipam_testkit.fake_kube.store import Strategy
 
 
-def _prepare_crd(new: JSON, old: JSON | None, now: str) -> None:
-    crds.apply_defaults(new)
-    crds.set_status(new, old, now)
+def crd_strategy(objects: Lister) -> Strategy:
+    """Defaults, validation and the status the apiextensions controllers write, which depends on the
+    other CRDs of the group (a name one of them has accepted is not this one's)."""
+
+    def prepare(new: JSON, old: JSON | None, now: str) -> None:
+        crds.apply_defaults(new)
+        spec = new.get("spec") if isinstance(new.get("spec"), dict) else {}
+        group, name = (spec or {}).get("group"), new["metadata"].get("name")
+        others = [
+            crd
+            for crd in objects(CRDS)
+            if crd["metadata"]["name"] != name and (crd.get("spec") or {}).get("group") == group
+        ]
+        crds.set_status(new, old, now, others)
+
+    return Strategy(prepare=prepare, validate=crds.validate)
 
 
 def _validate_node(new: JSON, old: JSON | None) -> list[FieldError]:
@@ -101,7 +114,6 @@ def _no_escalation(authorizer: Authorizer, plural: str, new: JSON, old: JSON | N
 def default_strategies() -> dict[str, Strategy]:
     """The strategies every server installs, by storage key."""
     return {
-        CRDS: Strategy(prepare=_prepare_crd, validate=crds.validate),
         "nodes": Strategy(validate=_validate_node),
         "namespaces": Strategy(prepare=_prepare_namespace),
         "configmaps": Strategy(validate=_validate_configmap),
