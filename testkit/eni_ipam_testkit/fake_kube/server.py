@@ -1,7 +1,8 @@
 """The HTTPS face of the fake API server: routing, authentication, authorization, verbs, faults, records.
 
 :class:`FakeKube` listens on ``127.0.0.1`` (an ephemeral port) with aiohttp and TLS, and answers in
-order: authentication (a bearer token, :mod:`~eni_ipam_testkit.fake_kube.auth`), then either a
+order: authentication (a bearer token, :mod:`~eni_ipam_testkit.fake_kube.auth`), impersonation (the
+``Impersonate-*`` headers, each authorized), then either a
 non-resource path (``/version``, discovery, OpenAPI, health) or a resource request, which is
 authorized (RBAC for everyone but ``system:masters``), checked against the injected
 :attr:`FakeKube.faults` before it touches state, and mapped to a verb (get, list, watch, create,
@@ -129,7 +130,8 @@ class RequestRecord:
     """One request as the server saw it; ``status`` is the HTTP code (200 for a started watch).
 
     A non-resource request (discovery, OpenAPI, ``/version``) has an empty ``plural``. ``user`` is
-    the authenticated name (empty when authentication failed).
+    the name the request ran as: the authenticated one, or the one it impersonated (then
+    ``impersonator`` is the authenticated one); empty when authentication failed.
     """
 
     verb: str
