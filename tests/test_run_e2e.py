@@ -7,6 +7,7 @@ mutations drain, the Lease is released, exit 0.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -100,6 +101,10 @@ async def test_run_fills_pools_of_new_nodes_and_exits_cleanly_on_sigterm(tmp_pat
         # (mutations_drained is logged whether or not a call was in flight; tests/core/test_fence.py
         # shows a drain that waits for one)
         assert "mutations_drained" in log and "lease_released" in log and "service_stopped" in log
+        # Port 0 asked for a free port: the log says which one it got, not 0.
+        started = [json.loads(line) for line in log.splitlines() if '"service_started"' in line]
+        assert [e["endpoint"].rsplit(":", 1)[0] for e in started] == ["127.0.0.1"], log[:3000]
+        assert int(started[0]["endpoint"].rsplit(":", 1)[1]) > 0
         lease = kube.get_object("leases", "eni-ipam", namespace="kube-system")
         assert lease is not None and lease["spec"]["holderIdentity"] == ""
         # Everything the service asked of the API server is granted by the chart's RBAC.

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 import structlog
+from aiohttp import web
 
 from eni_ipam._infra.allocator import tune_allocator
 from eni_ipam._infra.guard import LISTEN_BACKLOG, bound_process
@@ -78,6 +79,15 @@ def stop_on_signals() -> asyncio.Event:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def listening_on(runner: web.AppRunner, host: str, port: int) -> str:
+    """``host:port`` as bound: port 0 asks the system for a free port, and the log must say which
+    one it got (an operator or a script reads it there)."""
+    bound = [a for a in runner.addresses if isinstance(a, tuple) and len(a) >= 2]
+    if bound:
+        port = int(bound[0][1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclasses.dataclass
@@ -163,7 +173,7 @@ class Service:
             "service_started",
             provider=config.provider,
             node_source=config.node_source,
-            endpoint=f"{config.server.host}:{config.server.port}",
+            endpoint=listening_on(runner, config.server.host, config.server.port),
         )
         freezer = asyncio.get_running_loop().create_task(freeze_heap(self.clock), name="eni-ipam-heap")
         try:

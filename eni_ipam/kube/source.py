@@ -503,7 +503,9 @@ class KubeNodeSource:
         name = node.name
         now = self.clock.now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
-            "metadata": {"generateName": f"{name}.", "namespace": "default"},
+            # "<node>-" and a server-made suffix: a generateName must itself be a DNS subdomain but
+            # for a trailing "-" (a trailing "." is refused with 422 by the API server).
+            "metadata": {"generateName": f"{name}-", "namespace": "default"},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Node",

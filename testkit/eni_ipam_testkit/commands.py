@@ -20,7 +20,11 @@ class DevClusterCommand:
     help = "a local Kubernetes API server to try the chart and `eni-ipam run` against (no nodes run)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
+        parser.add_argument(
+            "--kubeconfig",
+            required=True,
+            help="where to write the admin kubeconfig (mode 0600; its token is new at every start)",
+        )
         parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -41,7 +45,12 @@ class DevClusterCommand:
                 print(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
                 return 2
             try:
-                kube.write_kubeconfig(args.kubeconfig)
+                try:
+                    kube.write_kubeconfig(args.kubeconfig)
+                except OSError as exc:
+                    reason = exc.strerror or str(exc)
+                    print(f"cannot write the kubeconfig to {args.kubeconfig}: {reason}", file=sys.stderr)
+                    return 2
                 print(f"Kubernetes API (fake) on {kube.url}; admin kubeconfig written to {args.kubeconfig}")
                 print(
                     "Nothing runs pods or nodes here: create Nodes with kubectl. Ctrl-C stops it.", flush=True

@@ -69,6 +69,12 @@ class Served:
         return self.kube.get_object("ipaddresses", name, namespace=NS)
 
 
+@pytest.fixture(autouse=True)
+def claims_namespace(kube: FakeKube) -> None:
+    """Claims and their addresses live in a namespace that exists, as on a cluster."""
+    kube.add_object("namespaces", {"metadata": {"name": NS}})
+
+
 @pytest.fixture
 async def served(kube: FakeKube) -> AsyncIterator[Served]:
     s = Served(kube, addresses=2)

@@ -349,6 +349,7 @@ async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_
 
     await set_pool(controller, POOL)
     pods = {}
+    kube.add_object("namespaces", {"metadata": {"name": "ns"}})
     for name, node_name in (("web", "n1"), ("job", "n1"), ("elsewhere", "n2")):
         spec = {"nodeName": node_name, "containers": []}
         pods[name] = kube.add_object("pods", {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})

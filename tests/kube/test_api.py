@@ -22,6 +22,8 @@ async def test_list_returns_dicts_and_the_list_version(kube: FakeKube, api: Kube
 
 
 async def test_pods_are_listed_in_every_namespace_by_field(kube: FakeKube, api: KubeApi) -> None:
+    for ns in ("a", "b"):
+        kube.add_object("namespaces", {"metadata": {"name": ns}})
     for ns, phase in (("a", "Pending"), ("b", "Pending"), ("b", "Running")):
         name = f"p-{ns}-{phase.lower()}"
         kube.add_object("pods", {"metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": "n1"}})

@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube
 
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
@@ -19,7 +19,7 @@ CONFIGMAPS = "/api/v1/namespaces/{}/configmaps"
 
 @pytest.fixture
 async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    headers = {"Authorization": f"Bearer {kube.admin_token}"}
     async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as client:
         yield client
 

@@ -20,7 +20,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, ENIPOOL_CRD_DEFAULT, FakeKube
+from eni_ipam_testkit.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube
 from eni_ipam_testkit.fake_kube.patch import strategic_merge
 from eni_ipam_testkit.fake_kube.tables import human_duration, jsonpath
 from tests.conftest import CRD
@@ -39,7 +39,7 @@ def kube_crds() -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    headers = {"Authorization": f"Bearer {kube.admin_token}"}
     async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as client:
         yield client
 
@@ -71,10 +71,11 @@ async def test_the_server_speaks_tls_verified_by_the_kubeconfigs_ca(kube: FakeKu
 async def test_a_service_account_token_authenticates_only_while_the_account_exists(kube: FakeKube) -> None:
     config = kube.kubeconfig(service_account=("apps", "robot"))
     token = config["users"][0]["user"]["token"]
-    assert token != ADMIN_TOKEN
+    assert token != kube.admin_token
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as http:
         assert (await http.get("/version")).status_code == 401
+        kube.add_object("namespaces", {"metadata": {"name": "apps"}})
         kube.add_object("serviceaccounts", {"metadata": {"name": "robot", "namespace": "apps"}})
         assert (await http.get("/version")).status_code == 200
         denied = await http.get("/api/v1/nodes")
@@ -90,6 +91,7 @@ async def test_a_service_account_token_authenticates_only_while_the_account_exis
 
 
 async def test_rbac_follows_verbs_resource_names_subresources_and_wildcards(kube: FakeKube) -> None:
+    kube.add_object("namespaces", {"metadata": {"name": "ns"}})
     kube.add_object("serviceaccounts", {"metadata": {"name": "sa", "namespace": "ns"}})
     kube.add_object(
         "roles",
@@ -162,6 +164,7 @@ async def test_rbac_follows_verbs_resource_names_subresources_and_wildcards(kube
 
 
 async def test_a_binding_to_a_missing_role_says_so_in_the_denial(kube: FakeKube) -> None:
+    kube.add_object("namespaces", {"metadata": {"name": "ns"}})
     kube.add_object("serviceaccounts", {"metadata": {"name": "sa", "namespace": "ns"}})
     kube.add_object(
         "clusterrolebindings",

@@ -249,7 +249,7 @@ async def test_kubectl_creates_applies_gets_and_deletes_built_in_objects(
     ]
     await tools.ok("delete", "deployment", "web", "-n", "demo")
     await tools.ok("delete", "namespace", "demo")
-    assert kube.objects("deployments") == [] and kube.objects("namespaces") == []
+    assert kube.objects("deployments") == [] and kube.get_object("namespaces", "demo") is None
 
 
 async def test_kubectl_get_nodes_shows_status_roles_age_and_version(tools: Tools, kube: FakeKube) -> None:

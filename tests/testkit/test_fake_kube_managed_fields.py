@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, managed
+from eni_ipam_testkit.fake_kube import FakeKube, managed
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -20,7 +20,7 @@ POOLS = "/apis/eni-ipam.io/v1alpha1/enipools"
 
 @pytest.fixture
 async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "User-Agent": "tester/1.0 (linux)"}
+    headers = {"Authorization": f"Bearer {kube.admin_token}", "User-Agent": "tester/1.0 (linux)"}
     async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as client:
         yield client
 

@@ -13,12 +13,12 @@ from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, RequestRecord
+from eni_ipam_testkit.fake_kube import FakeKube, RequestRecord
 
 
 def raw_client(kube: FakeKube, *, auth: bool = True) -> httpx2.AsyncClient:
     """Raw HTTPS, for what lightkube hides (list kinds, headers) or refuses to send."""
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"} if auth else {}
+    headers = {"Authorization": f"Bearer {kube.admin_token}"} if auth else {}
     return httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context())
 
 
@@ -98,6 +98,7 @@ async def test_malformed_label_selector_is_a_bad_request(kube: FakeKube) -> None
 async def test_field_selectors_filter_pods_by_node_phase_and_namespace(
     kube: FakeKube, client: AsyncClient
 ) -> None:
+    kube.add_object("namespaces", {"metadata": {"name": "other"}})
     for name, namespace, node in (("p1", "default", "n1"), ("p2", "default", "n2"), ("p3", "other", "n1")):
         pod = Pod(
             metadata=ObjectMeta(name=name, namespace=namespace), spec=PodSpec(containers=[], nodeName=node)
@@ -169,6 +170,8 @@ async def test_written_kubeconfig_points_lightkube_at_the_server(kube: FakeKube,
 
 
 async def test_direct_state_access_returns_copies(kube: FakeKube) -> None:
+    for namespace in ("a", "b"):
+        kube.add_object("namespaces", {"metadata": {"name": namespace}})
     kube.add_object("pods", {"metadata": {"name": "p1", "namespace": "a"}})
     kube.add_object("pods", {"metadata": {"name": "p2", "namespace": "b"}})
     assert [p["metadata"]["name"] for p in kube.objects("pods")] == ["p1", "p2"]

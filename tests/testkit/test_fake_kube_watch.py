@@ -18,7 +18,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, Fault
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.waiting import until
 
 Seen = tuple[str, str | None, str | None]
@@ -89,11 +89,14 @@ async def test_watch_older_than_the_bounded_history_gets_410() -> None:
     async with FakeKube(history=3) as kube:
         client = AsyncClient(KubeConfig.from_dict(kube.kubeconfig()))
         try:
+            base = int(kube.resource_version)  # the system namespaces took the first versions
             for i in range(6):
                 await client.create(node(f"n{i}"))
-            assert await take(client.watch(Node, resource_version="3"), 1) == [("ADDED", "n3", "4")]
+            assert await take(client.watch(Node, resource_version=str(base + 3)), 1) == [
+                ("ADDED", "n3", str(base + 4))
+            ]
             with pytest.raises(ApiError) as caught:
-                await take(client.watch(Node, resource_version="2"), 1)
+                await take(client.watch(Node, resource_version=str(base + 2)), 1)
             assert caught.value.status.code == 410
         finally:
             await client.close()
@@ -131,6 +134,8 @@ async def test_pod_field_selector_transitions_follow_binding_to_a_node(
 
 
 async def test_watch_in_a_namespace_sees_only_that_namespace(kube: FakeKube, client: AsyncClient) -> None:
+    for namespace in ("a", "b"):
+        kube.add_object("namespaces", {"metadata": {"name": namespace}})
     for name, namespace in (("a1", "a"), ("b1", "b"), ("a2", "a")):
         await client.create(
             Pod(metadata=ObjectMeta(name=name, namespace=namespace), spec=PodSpec(containers=[]))
@@ -181,7 +186,7 @@ async def test_long_watch_timeout_and_bookmarks_run_on_virtual_time(kube: FakeKu
     loop = asyncio.get_running_loop()
     started_virtual, started_real = loop.time(), time.perf_counter()
     params = {"watch": "true", "timeoutSeconds": "300", "allowWatchBookmarks": "true"}
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    headers = {"Authorization": f"Bearer {kube.admin_token}"}
     http = httpx2.AsyncClient(base_url=kube.url, headers=headers, timeout=None, verify=kube.ssl_context())
     async with http, http.stream("GET", "/api/v1/nodes", params=params) as response:
         lines = [json.loads(line) async for line in response.aiter_lines() if line]

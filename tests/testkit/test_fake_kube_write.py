@@ -19,7 +19,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from eni_ipam_testkit.fake_kube import ADMIN_TOKEN, FakeKube, Fault
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 
 ENIPool = create_global_resource("eni-ipam.io", "v1alpha1", "ENIPool", "enipools")
 
@@ -170,7 +170,7 @@ async def test_json_patch_operations_apply_and_a_failed_test_is_422(client: Asyn
 async def test_apply_without_a_field_manager_is_a_bad_request(kube: FakeKube) -> None:
     # lightkube refuses to send this itself (ValueError), so go over plain HTTP.
     async with httpx2.AsyncClient(
-        base_url=kube.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, verify=kube.ssl_context()
+        base_url=kube.url, headers={"Authorization": f"Bearer {kube.admin_token}"}, verify=kube.ssl_context()
     ) as http:
         response = await http.patch(
             "/apis/eni-ipam.io/v1alpha1/enipools/n1",

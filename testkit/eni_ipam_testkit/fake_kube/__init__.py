@@ -20,16 +20,26 @@ serviceaccounts, configmaps, secrets and services; ``apps/v1`` deployments and d
 roles, clusterroles and their bindings; ``apiextensions.k8s.io/v1`` customresourcedefinitions and the
 custom resources of every stored CRD; ``admissionregistration.k8s.io/v1`` validatingadmissionpolicies
 and their bindings (enforced in CEL, :mod:`~eni_ipam_testkit.fake_kube.admission`);
-``authorization.k8s.io/v1`` selfsubjectaccessreviews. Also
+``authorization.k8s.io/v1`` selfsubjectaccessreviews and selfsubjectrulesreviews,
+``authentication.k8s.io/v1`` selfsubjectreviews. Also
 ``/version``, discovery (legacy and aggregated, :mod:`~eni_ipam_testkit.fake_kube.discovery`),
 OpenAPI v2 and v3 (:mod:`~eni_ipam_testkit.fake_kube.openapi`) and health paths. Any other path is a
-404 ``Status``. No controller runs: objects are stored, and nothing acts on them.
+404 ``Status``. No controller runs but the namespace controller's part: objects are stored, and nothing
+else acts on them. A server starts with the namespaces every cluster has (``default``, ``kube-system``,
+``kube-public``, ``kube-node-lease``).
 
 Semantics kept (as the real kube-apiserver does it):
 
-* TLS with a process-wide CA (:mod:`~eni_ipam_testkit.fake_kube.certs`); bearer tokens for the admin
-  (``system:masters``) and for ServiceAccounts, RBAC for everyone but the admin
-  (:mod:`~eni_ipam_testkit.fake_kube.auth`), with the real 401 and 403 answers;
+* TLS with a process-wide CA (:mod:`~eni_ipam_testkit.fake_kube.certs`); bearer tokens, random per
+  server, for the admin (``system:masters``) and for ServiceAccounts; impersonation (``--as``,
+  ``--as-group``) with its ``impersonate`` checks; RBAC for everyone but the admin, with its
+  escalation checks on roles and bindings (:mod:`~eni_ipam_testkit.fake_kube.auth`), with the real
+  401 and 403 answers;
+* what the real server refuses before storing (:mod:`~eni_ipam_testkit.fake_kube.validation`): a
+  built-in body its Go types cannot decode (400, or 422 for a patch), bad names, labels and
+  annotations (422), a body over 3 MiB (413), an object over etcd's 1.5 MiB (500 ``etcdserver:
+  request is too large``), a write into a namespace that does not exist (404) or is terminating (403);
+  deleting a namespace deletes what it holds;
 * one global, monotonically increasing ``resourceVersion``; ``uid``, ``creationTimestamp`` and a
   ``generation`` that moves only when something other than metadata (and status, for resources
   with a status subresource) changes; a write that changes nothing is a no-op;
@@ -41,7 +51,8 @@ Semantics kept (as the real kube-apiserver does it):
 * watch: initial ``ADDED`` events for an unset/``"0"`` version, replay from a version kept in the
   bounded event log, an in-stream ``ERROR`` 410 for an older one, selector transitions as
   ``ADDED``/``DELETED``, ``timeoutSeconds``, ``BOOKMARK`` events every
-  :attr:`FakeKube.bookmark_interval` when ``allowWatchBookmarks`` is set;
+  :attr:`FakeKube.bookmark_interval` when ``allowWatchBookmarks`` is set; watch lists
+  (``sendInitialEvents``) ending their initial events with the ``k8s.io/initial-events-end`` bookmark;
 * create (201, AlreadyExists, ``generateName``), get (NotFound), update (409 Conflict on a stale
   ``resourceVersion``; custom resources require one), patch (JSON patch, merge, strategic merge on
   built-in types following their OpenAPI patch metadata and a 415 on custom resources, server-side
@@ -62,24 +73,22 @@ Semantics kept (as the real kube-apiserver does it):
 * Protobuf request bodies of the types typed clients send that way
   (:mod:`~eni_ipam_testkit.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
-Not emulated (docs/testing.md lists every difference): controllers, admission beyond the checks
-above and ValidatingAdmissionPolicies (whose parameters and Kubernetes' CEL library functions are
-refused with a 501), validation of built-in objects beyond unknown fields, field-set conversion
-between versions, ``Foreground`` propagation (treated as ``Background``),
-``resourceVersion``/``resourceVersionMatch`` on list (always the latest state),
-``sendInitialEvents``, CEL validation rules, conversion webhooks, Protobuf responses, OpenAPI v2 in
-Protobuf, HTTP/2, client certificates and anonymous requests, impersonation, RBAC aggregation and
-escalation checks. The garbage collector runs synchronously.
+Not emulated (docs/testing.md lists every difference and how each one answers): controllers,
+admission beyond the checks above and ValidatingAdmissionPolicies (whose parameters and Kubernetes'
+CEL library functions are refused with a 501), the per-type validation rules of built-in objects
+(required fields, ranges), field-set conversion between versions, ``Foreground`` propagation (treated
+as ``Background``), lists at an older version (410, as if compacted), CEL validation rules, conversion
+webhooks, Protobuf responses, OpenAPI v2 in Protobuf, HTTP/2, client certificates and anonymous
+requests (401), TokenReview, RBAC aggregation. The garbage collector runs synchronously.
 
 Time: the wall clock is read once per server, when it first writes a timestamp, and advanced by the
 running event loop's clock from then on, so everything runs on virtual time under ``looptime``.
 """
 
 from eni_ipam_testkit.fake_kube.resources import ENIPOOL_CRD_DEFAULT, ResourceType, StatusError
-from eni_ipam_testkit.fake_kube.server import ADMIN_TOKEN, FakeKube, Fault, RequestRecord
+from eni_ipam_testkit.fake_kube.server import FakeKube, Fault, RequestRecord
 
 __all__ = [
-    "ADMIN_TOKEN",
     "ENIPOOL_CRD_DEFAULT",
     "FakeKube",
     "Fault",

@@ -8,20 +8,24 @@ write happens here within the write itself, so a CRD is served from the response
   ``conversion.strategy: None``;
 * status: ``acceptedNames`` (the names), ``storedVersions`` (the storage versions seen so far) and the
   conditions ``NamesAccepted`` and ``Established``, both ``True`` (a condition keeps its
-  ``lastTransitionTime`` while its status holds, so a write that changes nothing stays a no-op);
+  ``lastTransitionTime`` while its status holds, so a write that changes nothing stays a no-op) unless
+  a name is already another CRD's of the same group: then, as the naming controller decides it,
+  ``NamesAccepted`` is ``False`` (``KindConflict``: ``"Pool" is already in use``, and likewise for the
+  plural, singular, short names and list kind), ``Established`` is ``False`` and the CRD is not
+  served (its resources are 404) until a write of it finds the names free;
 * validation of what a server needs to serve it: the name is ``<plural>.<group>``, a group with a
   dot, a kind, a plural, a scope, exactly one storage version and a schema per version; ``scope`` and
   ``group`` cannot change.
 
 :func:`resource_types_from_crd` gives one :class:`ResourceType` per served version. Printer columns
-default to ``Age`` as on the real server. Name conflicts between CRDs, conversion webhooks and
-structural-schema rules beyond the above are not checked.
+default to ``Age`` as on the real server. Conversion webhooks and structural-schema rules beyond the
+above are not checked.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from eni_ipam_testkit.fake_kube.resources import (
@@ -106,14 +110,63 @@ def validate(crd: JSON, old: JSON | None) -> list[FieldError]:
     return errors
 
 
-def _condition(kind: str, reason: str, message: str, old: Mapping[str, Any] | None, now: str) -> JSON:
+def _condition(
+    kind: str, reason: str, message: str, old: Mapping[str, Any] | None, now: str, status: str = "True"
+) -> JSON:
     previous = next((c for c in (old or {}).get("conditions") or () if c.get("type") == kind), None)
-    since = previous["lastTransitionTime"] if previous and previous.get("status") == "True" else now
-    return {"type": kind, "status": "True", "lastTransitionTime": since, "reason": reason, "message": message}
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == status else now
+    return {"type": kind, "status": status, "lastTransitionTime": since, "reason": reason, "message": message}
 
 
-def set_status(crd: JSON, old: JSON | None, now: str) -> None:
-    """The status the real controllers would write: names accepted, established, stored versions."""
+def _accepted_names(
+    spec: Mapping[str, Any], previous: Mapping[str, Any], others: Iterable[JSON]
+) -> tuple[JSON, str, str]:
+    """``(accepted names, conflict reason, message)`` as the naming controller computes them: a name is
+    taken when it is not already this CRD's and another CRD of the group has accepted it."""
+    resources: set[str] = set()
+    kinds: set[str] = set()
+    for other in others:
+        names = (other.get("status") or {}).get("acceptedNames") or {}
+        resources.update(
+            n for n in (names.get("plural"), names.get("singular"), *(names.get("shortNames") or ())) if n
+        )
+        kinds.update(n for n in (names.get("kind"), names.get("listKind")) if n)
+    requested: Mapping[str, Any] = spec.get("names") or {}
+    accepted: Mapping[str, Any] = previous.get("acceptedNames") or {}
+    result: JSON = copy.deepcopy(dict(accepted))
+    reason = message = ""
+
+    def taken(name: Any, mine: Any, used: set[str]) -> bool:
+        return bool(name) and name != mine and name in used
+
+    for field, label, used in (("plural", "Plural", resources), ("singular", "Singular", resources)):
+        if taken(requested.get(field), accepted.get(field), used):
+            reason, message = f"{label}Conflict", f'"{requested[field]}" is already in use'
+        elif field in requested:
+            result[field] = requested[field]
+    short = list(requested.get("shortNames") or ())
+    clashes = [n for n in short if n not in (accepted.get("shortNames") or ()) and n in resources]
+    if clashes:
+        reason = "ShortNamesConflict"
+        quoted = [f'"{n}" is already in use' for n in clashes]
+        message = quoted[0] if len(quoted) == 1 else "[" + ", ".join(quoted) + "]"
+    elif "shortNames" in requested:
+        result["shortNames"] = short
+    for field, label in (("kind", "Kind"), ("listKind", "ListKind")):
+        if taken(requested.get(field), accepted.get(field), kinds):
+            reason, message = f"{label}Conflict", f'"{requested[field]}" is already in use'
+        elif field in requested:
+            result[field] = requested[field]
+    if "categories" in requested:
+        result["categories"] = requested["categories"]
+    return result, reason, message
+
+
+def set_status(crd: JSON, old: JSON | None, now: str, others: Iterable[JSON] = ()) -> None:
+    """The status the real controllers would write: names accepted, established, stored versions.
+
+    ``others``: the other stored CRDs of the same group, whose accepted names this one may not take.
+    """
     spec: JSON = crd["spec"] if isinstance(crd.get("spec"), dict) else {}
     previous = (old or {}).get("status") or {}
     stored = list(previous.get("storedVersions") or ())
@@ -121,20 +174,32 @@ def set_status(crd: JSON, old: JSON | None, now: str) -> None:
     for version in versions:
         if isinstance(version, dict) and version.get("storage") and version.get("name") not in stored:
             stored.append(version["name"])
-    crd["status"] = {
-        "conditions": [
+    names, reason, message = _accepted_names(spec, previous, others)
+    if reason:
+        conditions = [
+            _condition("NamesAccepted", reason, message, previous, now, "False"),
+            _condition("Established", "NotAccepted", "not all names are accepted", previous, now, "False"),
+        ]
+    else:
+        conditions = [
             _condition("NamesAccepted", "NoConflicts", "no conflicts found", previous, now),
             _condition(
                 "Established", "InitialNamesAccepted", "the initial names have been accepted", previous, now
             ),
-        ],
-        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
-        "storedVersions": stored,
-    }
+        ]
+    crd["status"] = {"conditions": conditions, "acceptedNames": names, "storedVersions": stored}
+
+
+def established(crd: Mapping[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 def resource_types_from_crd(crd: Mapping[str, Any]) -> list[ResourceType]:
-    """One :class:`ResourceType` per served version of a stored (so valid) CRD."""
+    """One :class:`ResourceType` per served version of a stored (so valid) CRD; none until it is
+    Established (a CRD whose names conflict with another's is not served)."""
+    if not established(crd):
+        return []
     spec = crd["spec"]
     names = spec["names"]
     types = []

@@ -109,9 +109,21 @@ MESSAGES: Final[Mapping[str, Mapping[int, Field]]] = {
         7: ("name", "string"),
     },
     "NonResourceAttributes": {1: ("path", "string"), 2: ("verb", "string")},
+    "SelfSubjectRulesReview": {1: ("metadata", "ObjectMeta"), 2: ("spec", "SelfSubjectRulesReviewSpec")},
+    "SelfSubjectRulesReviewSpec": {1: ("namespace", "string")},
+    "SelfSubjectReview": {1: ("metadata", "ObjectMeta")},
 }
 _TOP_LEVEL: Final = frozenset(
-    {"Secret", "ConfigMap", "Namespace", "ServiceAccount", "DeleteOptions", "SelfSubjectAccessReview"}
+    {
+        "Secret",
+        "ConfigMap",
+        "Namespace",
+        "ServiceAccount",
+        "DeleteOptions",
+        "SelfSubjectAccessReview",
+        "SelfSubjectRulesReview",
+        "SelfSubjectReview",
+    }
 )
 
 

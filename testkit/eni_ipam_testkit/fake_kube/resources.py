@@ -37,6 +37,7 @@ REASONS: Final[Mapping[int, str]] = {
     406: "NotAcceptable",
     409: "Conflict",
     410: "Expired",
+    413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",
     429: "TooManyRequests",
@@ -374,6 +375,15 @@ BUILTIN_RESOURCES: Final[tuple[ResourceType, ...]] = (
         "authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
         "io.k8s.api.authorization.v1.SelfSubjectAccessReview", namespaced=False, verbs=("create",),
         stored=False,
+    ),
+    _builtin(
+        "authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews",
+        "io.k8s.api.authorization.v1.SelfSubjectRulesReview", namespaced=False, verbs=("create",),
+        stored=False,
+    ),
+    _builtin(
+        "authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews",
+        "io.k8s.api.authentication.v1.SelfSubjectReview", namespaced=False, verbs=("create",), stored=False,
     ),
 )  # fmt: skip
 

@@ -1,7 +1,8 @@
 """The HTTPS face of the fake API server: routing, authentication, authorization, verbs, faults, records.
 
 :class:`FakeKube` listens on ``127.0.0.1`` (an ephemeral port) with aiohttp and TLS, and answers in
-order: authentication (a bearer token, :mod:`~eni_ipam_testkit.fake_kube.auth`), then either a
+order: authentication (a bearer token, :mod:`~eni_ipam_testkit.fake_kube.auth`), impersonation (the
+``Impersonate-*`` headers, each authorized), then either a
 non-resource path (``/version``, discovery, OpenAPI, health) or a resource request, which is
 authorized (RBAC for everyone but ``system:masters``), checked against the injected
 :attr:`FakeKube.faults` before it touches state, and mapped to a verb (get, list, watch, create,
@@ -27,14 +28,16 @@ running loop's time to it, so timestamps and ages follow virtual time under ``lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import datetime
 import json
 import math
 import os
-import random
+import secrets
 import ssl
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
@@ -48,10 +51,14 @@ from eni_ipam_testkit.fake_kube import discovery, openapi, protobuf, tables
 from eni_ipam_testkit.fake_kube.admission import Admission
 from eni_ipam_testkit.fake_kube.auth import (
     ADMIN,
+    REQUESTER,
     Attributes,
     Authorizer,
     User,
     forbidden,
+    impersonate,
+    rules_review,
+    self_subject_review,
     service_account_user,
 )
 from eni_ipam_testkit.fake_kube.certs import server_context, tls_material
@@ -75,11 +82,13 @@ from eni_ipam_testkit.fake_kube.resources import (
 )
 from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
 from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
-from eni_ipam_testkit.fake_kube.strategies import default_strategies
-from eni_ipam_testkit.fake_kube.watch import WatchStream, render
+from eni_ipam_testkit.fake_kube.strategies import crd_strategy, default_strategies, rbac_strategies
+from eni_ipam_testkit.fake_kube.watch import WatchStream, check_list_options, check_list_version, render
 
-ADMIN_TOKEN: Final = "fake-kube-token"
-"""The bearer token of the admin identity (``system:masters``), in :meth:`FakeKube.kubeconfig`."""
+MAX_REQUEST_BODY: Final = 3 * 1024 * 1024
+"""The real server's limit on a write's body (``MaxRequestBodyBytes``): twice etcd's request limit."""
+SYSTEM_NAMESPACES: Final = ("default", "kube-node-lease", "kube-public", "kube-system")
+"""The namespaces every cluster starts with."""
 
 _CUSTOM_PATCH_TYPES: Final = tuple(t for t in PATCH_TYPES if t != STRATEGIC)
 _APPLY_NEEDS_MANAGER: Final = (
@@ -125,7 +134,8 @@ class RequestRecord:
     """One request as the server saw it; ``status`` is the HTTP code (200 for a started watch).
 
     A non-resource request (discovery, OpenAPI, ``/version``) has an empty ``plural``. ``user`` is
-    the authenticated name (empty when authentication failed).
+    the name the request ran as: the authenticated one, or the one it impersonated (then
+    ``impersonator`` is the authenticated one); empty when authentication failed.
     """
 
     verb: str
@@ -139,6 +149,8 @@ class RequestRecord:
     path: str = ""
     params: Mapping[str, str] = dataclasses.field(default_factory=dict)
     user: str = ""
+    impersonator: str = ""
+    """The authenticated user behind ``user`` when the request impersonated it."""
 
 
 @dataclasses.dataclass
@@ -228,8 +240,9 @@ def _name_from_selector(query: Mapping[str, str], rtype: ResourceType) -> str:
 class FakeKube:
     """A Kubernetes API server double on ``https://127.0.0.1``; see :mod:`eni_ipam_testkit.fake_kube`."""
 
-    def __init__(self, *, history: int = 1000, token: str = ADMIN_TOKEN, port: int = 0) -> None:
-        """``port``: where to listen on 127.0.0.1 (0: a free port, as tests want)."""
+    def __init__(self, *, history: int = 1000, token: str | None = None, port: int = 0) -> None:
+        """``port``: where to listen on 127.0.0.1 (0: a free port, as tests want). ``token``: the
+        admin's bearer token (default: a new random one, so no two servers share a credential)."""
         self._anchor: tuple[datetime.datetime, float] | None = None
         self._store = Store(history, now=self._timestamp)
         self._store.strategies.update(default_strategies())
@@ -239,12 +252,13 @@ class FakeKube:
         }
         self._types = dict(self._builtin)
         self._types_at = 0
-        self._tokens: dict[str, User | tuple[str, str]] = {token: ADMIN}
+        self._admin_token = token or secrets.token_urlsafe(32)
+        self._tokens: dict[str, User | tuple[str, str]] = {self._admin_token: ADMIN}
         self._pod_tokens: dict[str, tuple[str, str, str, str]] = {}
         """Tokens bound to a Pod: (namespace, account, pod name, pod uid); valid while both exist."""
-        self._admin_token = token
-        self._token_rng = random.Random(0)
         self._authorizer = Authorizer(self._store.objects_of)
+        self._store.strategies.update(rbac_strategies(self._authorizer))
+        self._store.strategies[CRDS] = crd_strategy(self._store.objects_of)
         self._openapi_cache: dict[tuple[Any, ...], bytes] = {}
         self._streams: set[WatchStream] = set()
         self._runner: web.AppRunner | None = None
@@ -254,13 +268,16 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.bookmark_interval: float | None = 60.0
         """Seconds between BOOKMARK events on watches that allow them (None: never)."""
+        namespaces = self._types[("", "v1", "namespaces")]
+        for name in SYSTEM_NAMESPACES:
+            self._store.create(namespaces, None, {"metadata": {"name": name}})
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._runner is not None:
             raise RuntimeError("FakeKube is already started")
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_REQUEST_BODY)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
@@ -300,7 +317,7 @@ class FakeKube:
         for token, who in self._tokens.items():
             if who == (namespace, name):
                 return token
-        token = f"fake-kube-sa-{self._token_rng.getrandbits(64):016x}"
+        token = f"fake-kube-sa-{secrets.token_urlsafe(32)}"
         self._tokens[token] = (namespace, name)
         return token
 
@@ -323,7 +340,7 @@ class FakeKube:
             if (pod.get("spec") or {}).get("serviceAccountName") != name:
                 message = f'cannot bind token for serviceaccount "{name}" to pod running with different '
                 raise StatusError(400, message + "serviceaccount name.")
-            token = f"fake-kube-pod-{self._token_rng.getrandbits(64):016x}"
+            token = secrets.token_urlsafe(32)
             self._pod_tokens[token] = (namespace, name, pod["metadata"]["name"], pod["metadata"]["uid"])
         return {
             "apiVersion": "authentication.k8s.io/v1",
@@ -356,11 +373,28 @@ class FakeKube:
             "current-context": "fake-kube",
         }
 
+    @property
+    def admin_token(self) -> str:
+        """The admin's bearer token (``system:masters``), random per server unless one was given."""
+        return self._admin_token
+
     def write_kubeconfig(
         self, path: str | os.PathLike[str], *, service_account: tuple[str, str] | None = None
     ) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            yaml.safe_dump(self.kubeconfig(service_account=service_account), f)
+        """Write a kubeconfig readable by its owner only (0600), atomically: a reader never sees a
+        partial file (a temporary file in the same directory, renamed over ``path``). Raises
+        OSError when the directory cannot be written."""
+        text = yaml.safe_dump(self.kubeconfig(service_account=service_account))
+        directory = os.path.dirname(os.path.abspath(path))
+        descriptor, temporary = tempfile.mkstemp(prefix=".kubeconfig-", dir=directory)  # mode 0600
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     @staticmethod
     def ssl_context() -> ssl.SSLContext:
@@ -546,11 +580,14 @@ class FakeKube:
                     path=request.path,
                     params=query,
                     user=user.name if user else "",
+                    impersonator=user.impersonator if user else "",
                 )
             )
 
         try:
             user = self._authenticate(request)
+            user = impersonate(user, request.headers, self._authorizer)
+            REQUESTER.set(user)  # (each request runs in its own task, so its own context)
             segments = [s for s in request.path.split("/") if s]
             resource_path = (segments[:1] == ["api"] and len(segments) > 2) or (
                 segments[:1] == ["apis"] and len(segments) > 3
@@ -584,6 +621,10 @@ class FakeKube:
                 if verb == "watch":
                     return await self._watch(request, target, query, record)
                 answer = await self._dispatch(verb, request, target, query, user)
+        except web.HTTPRequestEntityTooLarge:  # the body is over client_max_size
+            too_large = StatusError(413, f"Request entity too large: limit is {MAX_REQUEST_BODY}")
+            record(too_large.code)
+            return _error_response(too_large)
         except StatusError as error:
             record(error.code)
             return _error_response(error)
@@ -700,12 +741,19 @@ class FakeKube:
         if not rtype.stored:
             if verb != "create":
                 raise StatusError(405, "the server does not allow this method on the requested resource")
-            return _Answer(201, self._access_review(await _read_body(request, rtype), user))
+            body = await _read_body(request, rtype)
+            if rtype.plural == "selfsubjectrulesreviews":
+                return _Answer(201, rules_review(body, user, self._authorizer))
+            if rtype.plural == "selfsubjectreviews":
+                return _Answer(201, self_subject_review(user))
+            return _Answer(201, self._access_review(body, user))
         table = verb in ("get", "list") and tables.accepts_table(request.headers.get("Accept", ""))
         if verb == "get" and name is not None:
             obj = render(self._store.get(rtype, namespace, name), rtype)
             return _Answer(200, self._table(rtype, [obj], query, {}) if table else obj)
         if verb == "list":
+            check_list_options(query, watch=False)
+            check_list_version(query, self._store.rv)
             body = self._list(rtype, Filter.from_query(query, rtype, namespace), query)
             if table:
                 items = [

@@ -39,7 +39,6 @@ import datetime
 import itertools
 import json
 import random
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -59,10 +58,16 @@ from eni_ipam_testkit.fake_kube.resources import (
 )
 from eni_ipam_testkit.fake_kube.schema import OBJECT_META_FIELDS, check_custom_resource
 from eni_ipam_testkit.fake_kube.selectors import Filter
+from eni_ipam_testkit.fake_kube.validation import decode_error, metadata_errors
 
 Key = tuple[str, str]  # (namespace or "", name)
 
-_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ETCD_REQUEST_LIMIT: Final = 1536 * 1024
+"""etcd's default ``--max-request-bytes``: a larger object is refused, and the real server passes the
+refusal on as a 500 (kubernetes/kubernetes#112152). Measured on the object's compact JSON, which is
+larger than the Protobuf a real server stores for built-in kinds, so the fake refuses a little early."""
+IMMORTAL_NAMESPACES: Final = ("default", "kube-system", "kube-public")
+"""Namespaces the real server's NamespaceLifecycle admission never lets go."""
 # Metadata the server owns; writes cannot change it (resourceVersion is checked, then bumped).
 _SERVER_METADATA: Final = (
     "name",
@@ -292,6 +297,7 @@ class Store:
         obj = self._envelope(rtype, body)
         meta = _meta(obj)
         requested = meta.pop("managedFields", None)
+        self._check_decodable(rtype, obj)
         if namespace is not None and meta.get("namespace") not in (None, "", namespace):
             raise StatusError(400, _NAMESPACE_MISMATCH)
         namespace = (namespace or meta.get("namespace") or "default") if rtype.namespaced else None
@@ -304,10 +310,14 @@ class Store:
                 message = "name or generateName is required"
                 raise rtype.invalid("", [FieldError("FieldValueRequired", "metadata.name", "", message)])
             for _ in range(16):  # retry suffix collisions (the real server returns AlreadyExists)
-                name = generate + "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                # names.SimpleNameGenerator: at most 58 characters of the prefix, then 5 random ones.
+                name = generate[:58] + "".join(
+                    self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5)
+                )
                 if (namespace or "", name) not in self._objects[rtype.resource]:
                     break
-        self._check_name(rtype, name)
+        if rtype.namespaced:
+            self._check_namespace_open(rtype, namespace or "", name)
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(field, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=self.now(), generation=1)
@@ -547,7 +557,41 @@ class Store:
         self._admit("DELETE", rtype, None, None, current)
         if options.get("propagationPolicy") == "Orphan" and not self._options.dry_run:
             self._release_dependents(current["metadata"]["uid"], orphan=True)
+        if rtype.resource == "namespaces":
+            return self._delete_namespace(current)
         return self._delete(rtype.resource, current)
+
+    def _delete_namespace(self, current: JSON) -> JSON:
+        """What NamespaceLifecycle and the namespace controller do: ``Terminating``, then its objects
+        are deleted (at once here), then the namespace goes once nothing is left in it."""
+        name = current["metadata"]["name"]
+        if name in IMMORTAL_NAMESPACES:
+            message = f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+            raise StatusError(403, message, details={"name": name, "kind": "namespaces"})
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        marked = copy.deepcopy(current)
+        marked["metadata"].update(deletionTimestamp=self.now(), deletionGracePeriodSeconds=0)
+        marked.setdefault("status", {})["phase"] = "Terminating"
+        answer = self._commit("namespaces", "MODIFIED", marked, current)
+        if self._options.dry_run:
+            return answer
+        for resource, objects in list(self._objects.items()):
+            for key, obj in list(objects.items()):
+                if key[0] == name and objects.get(key) is obj:
+                    self._delete(resource, obj)
+        return self._finish_namespace(name) or answer
+
+    def _finish_namespace(self, name: str) -> JSON | None:
+        """Remove a terminating namespace once no object is left in it (None while one is)."""
+        namespace = self._objects["namespaces"].get(("", name))
+        if namespace is None or not namespace["metadata"].get("deletionTimestamp"):
+            return None
+        if namespace["metadata"].get("finalizers"):
+            return None
+        if any(key[0] == name for objects in self._objects.values() for key in objects):
+            return None
+        return self._remove("namespaces", namespace)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -565,26 +609,49 @@ class Store:
         envelope: JSON = {"apiVersion": rtype.api_version, "kind": rtype.kind, "metadata": {}}
         return envelope | copy.deepcopy({k: v for k, v in body.items() if k not in ("apiVersion", "kind")})
 
-    @staticmethod
-    def _check_name(rtype: ResourceType, name: str) -> None:
-        if len(name) > 253 or not _NAME_RE.match(name):
-            message = (
-                "a lowercase RFC 1123 subdomain must consist of "
-                "lower case alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character (e.g. 'example.com', regex used for validation is "
-                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-            )
-            raise rtype.invalid(name, [invalid("metadata.name", name, message)])
+    def _check_decodable(self, rtype: ResourceType, obj: JSON) -> None:
+        """Refuse a body the real server could not decode into its type (wrong JSON types)."""
+        if rtype.definition is not None:
+            message = decode_error(obj, rtype.definition)
+        else:  # a custom resource: its metadata is still ObjectMeta
+            message = decode_error({"metadata": obj.get("metadata")}, "io.k8s.api.core.v1.ConfigMap")
+        if message is None:
+            return
+        if self._options.patched:
+            patched = json.dumps(obj, separators=(",", ":"), sort_keys=True)
+            raise invalid_error("", "", "", "", [invalid("patch", patched, message)])
+        kind = rtype.kind
+        raise StatusError(
+            400, f'{kind} in version "{rtype.version}" cannot be handled as a {kind}: {message}'
+        )
+
+    def _check_namespace_open(self, rtype: ResourceType, namespace: str, name: str) -> None:
+        """NamespaceLifecycle admission: no new objects in a missing or terminating namespace."""
+        found = self._objects["namespaces"].get(("", namespace))
+        if found is None:
+            details: JSON = {"name": namespace, "kind": "namespaces"}
+            raise StatusError(404, f'namespaces "{namespace}" not found', details=details)
+        if found["metadata"].get("deletionTimestamp"):
+            why = f"unable to create new content in namespace {namespace} because it is being terminated"
+            cause = {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {namespace} is being terminated",
+                "field": "metadata.namespace",
+            }
+            details = {"name": name, "group": rtype.group, "kind": rtype.plural, "causes": [cause]}
+            raise StatusError(403, f'{rtype.resource} "{name}" is forbidden: {why}', details=details)
 
     def _validate(self, rtype: ResourceType, obj: JSON, old: JSON | None) -> None:
         """Prepare, prune and validate a candidate object in place; raise if it cannot be stored."""
         strategy = self.strategies.get(rtype.resource)
         if strategy is not None and strategy.prepare is not None:
             strategy.prepare(obj, old, self.now())
-        errors: list[FieldError] = []
+        errors = metadata_errors(
+            obj["metadata"], rtype.plural, rtype.group, creating=old is None, namespaced=rtype.namespaced
+        )
         if rtype.schema is not None:
             found = check_custom_resource(obj, rtype.schema)
-            errors, unknown = found.errors, found.unknown
+            errors, unknown = [*errors, *found.errors], found.unknown
         else:
             unknown = prune_builtin(obj, rtype.definition) if rtype.definition is not None else []
             meta = obj["metadata"]
@@ -623,6 +690,7 @@ class Store:
     ) -> JSON:
         """Commit ``candidate`` over ``current`` under the status-subresource and metadata rules."""
         requested = _meta(candidate).get("managedFields")
+        self._check_decodable(rtype, candidate)
         if subresource == "status":
             new = copy.deepcopy(current)
             source = candidate
@@ -681,6 +749,8 @@ class Store:
             for instance in self.objects_of(obj["metadata"]["name"]):
                 self._remove(obj["metadata"]["name"], instance)
         self._release_dependents(obj["metadata"]["uid"], orphan=False)
+        if obj["metadata"].get("namespace") and resource != "namespaces":
+            self._finish_namespace(obj["metadata"]["namespace"])
         return deleted
 
     def _release_dependents(self, owner_uid: str, *, orphan: bool) -> None:
@@ -716,6 +786,8 @@ class Store:
             if prev is not None:
                 new["metadata"]["resourceVersion"] = prev["metadata"]["resourceVersion"]
             return new
+        if new is not None and len(json.dumps(new, separators=(",", ":"))) > ETCD_REQUEST_LIMIT:
+            raise StatusError(500, "etcdserver: request is too large")
         self.rv += 1
         self.changes[resource] = self.rv
         if new is None:
