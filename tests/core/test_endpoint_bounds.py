@@ -1,16 +1,24 @@
-"""The TCP endpoint (/metrics, /healthz, /readyz) under clients that connect and do not finish.
+"""Every listener under clients that connect and do not finish: a connection limit and deadlines.
 
+One suite, two listeners: the TCP endpoint (/metrics, /healthz, /readyz: the controller's and the
+agent's alike, :func:`eni_ipam._infra.server.start_server`) and the agent's unix socket
+(:func:`eni_ipam.agent.guard.serve_unix`), both served through :func:`eni_ipam._infra.guard.serve_bounded`.
 Real sockets and real (short) timeouts: what is tested is what the kernel, asyncio and aiohttp do.
-The endpoint is the controller's and the agent's alike (:func:`eni_ipam._infra.server.start_server`).
+What each listener answers in its refusals is checked beside it (tests/agent/test_guard.py for the
+socket's error bodies).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -18,34 +26,86 @@ from structlog.testing import capture_logs
 
 from eni_ipam._infra.metrics import Metrics
 from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.agent.guard import serve_unix
 
 pytestmark = pytest.mark.timeout(30)
 TIMEOUT = 0.3
 
 
-class Endpoint:
-    def __init__(self, runner: web.AppRunner, metrics: Metrics) -> None:
-        self.port = int(runner.addresses[0][1])
-        self.metrics = metrics
+class Listener:
+    """A served listener as its clients see it: connect, send a whole request, and what it refused."""
+
+    kind: str
+    handled: list[Any]
+    """Bodies that reached a handler (the socket's echo handler; the TCP endpoint has none)."""
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection("127.0.0.1", self.port)
+        raise NotImplementedError
 
-    async def get(self, path: str = "/healthz") -> bytes:
+    def whole_request(self, n: int = 1, *, close: bool = False) -> bytes:
+        raise NotImplementedError
+
+    def refused(self) -> list[str]:
+        """The reasons of the refusals so far, one entry each."""
+        raise NotImplementedError
+
+    async def request(self) -> bytes:
+        """One whole request on a new connection: the raw answer."""
         reader, writer = await self.connect()
         try:
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: e\r\nConnection: close\r\n\r\n".encode())
+            writer.write(self.whole_request(close=True))
             await writer.drain()
             return await asyncio.wait_for(reader.read(), 5)
         finally:
             writer.close()
 
-    def refused(self, reason: str) -> float:
-        return self.metrics.sample("eni_ipam_http_connections_refused_total", {"reason": reason}) or 0.0
+
+class Tcp(Listener):
+    kind = "tcp"
+
+    def __init__(self, runner: web.AppRunner, metrics: Metrics) -> None:
+        self.port = int(runner.addresses[0][1])
+        self.metrics = metrics
+        self.handled = []
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+    def whole_request(self, n: int = 1, *, close: bool = False) -> bytes:
+        return b"GET /readyz HTTP/1.1\r\nHost: e\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n"
+
+    def refused(self) -> list[str]:
+        counts = {
+            reason: int(
+                self.metrics.sample("eni_ipam_http_connections_refused_total", {"reason": reason}) or 0
+            )
+            for reason in ("connection_limit", "read_timeout")
+        }
+        return [reason for reason, count in counts.items() for _ in range(count)]
+
+
+class Unix(Listener):
+    kind = "unix"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.handled = []
+        self.reasons: list[str] = []
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_unix_connection(self.path)
+
+    def whole_request(self, n: int = 1, *, close: bool = False) -> bytes:
+        body = json.dumps({"n": n}).encode()
+        head = f"POST /echo HTTP/1.1\r\nHost: agent\r\nContent-Length: {len(body)}\r\n"
+        return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode() + body
+
+    def refused(self) -> list[str]:
+        return list(self.reasons)
 
 
 @contextlib.asynccontextmanager
-async def endpoint(max_connections: int = 4, read_timeout: float = TIMEOUT) -> AsyncIterator[Endpoint]:
+async def tcp(max_connections: int, read_timeout: float) -> AsyncIterator[Listener]:
     metrics = Metrics(process=False)
     runner = await start_server(
         make_app(metrics, lambda: True),
@@ -56,9 +116,46 @@ async def endpoint(max_connections: int = 4, read_timeout: float = TIMEOUT) -> A
         read_timeout=read_timeout,
     )
     try:
-        yield Endpoint(runner, metrics)
+        yield Tcp(runner, metrics)
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def unix(max_connections: int, read_timeout: float) -> AsyncIterator[Listener]:
+    with tempfile.TemporaryDirectory(prefix="eni-guard-") as directory:
+        listener = Unix(str(Path(directory) / "agent.sock"))
+
+        async def echo(request: web.Request) -> web.Response:
+            listener.handled.append(await request.json())
+            return web.json_response({"ok": True})
+
+        app = web.Application()
+        app.router.add_post("/echo", echo)
+        runner = await serve_unix(
+            app,
+            listener.path,
+            max_connections=max_connections,
+            read_timeout=read_timeout,
+            refused=listener.reasons.append,
+        )
+        try:
+            yield listener
+        finally:
+            await runner.cleanup()
+
+
+SERVE = {"tcp": tcp, "unix": unix}
+
+
+@pytest.fixture(params=sorted(SERVE))
+def serve(request: pytest.FixtureRequest) -> Any:
+    kind = request.param
+
+    def serving(max_connections: int = 4, read_timeout: float = TIMEOUT) -> Any:
+        return SERVE[kind](max_connections, read_timeout)
+
+    return serving
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes:
@@ -66,34 +163,33 @@ async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes
     return await asyncio.wait_for(reader.read(), within)
 
 
-async def test_a_connection_over_the_limit_is_answered_503_and_counted() -> None:
-    async with endpoint(max_connections=3, read_timeout=10) as e:
-        idle = [await e.connect() for _ in range(3)]
+async def test_a_connection_over_the_limit_is_answered_503_and_counted(serve: Any) -> None:
+    async with serve(max_connections=3, read_timeout=10) as listener:
+        idle = [await listener.connect() for _ in range(3)]
         await asyncio.sleep(0.05)
-        answer = await e.get()
-        assert answer.startswith(b"HTTP/1.1 503") and b"server.max_connections" in answer
-        assert e.refused("connection_limit") == 1
+        assert (await listener.request()).startswith(b"HTTP/1.1 503")
+        assert listener.refused() == ["connection_limit"] and listener.handled == []
         idle[0][1].close()  # one leaves: the next request is served
         await asyncio.sleep(0.05)
-        assert (await e.get()).startswith(b"HTTP/1.1 200")
+        assert (await listener.request()).startswith(b"HTTP/1.1 200")
         for _, writer in idle[1:]:
             writer.close()
 
 
-async def test_a_burst_of_accepts_cannot_slip_past_the_limit() -> None:
-    async with endpoint(max_connections=5, read_timeout=10) as e:
-        opened = await asyncio.gather(*(e.connect() for _ in range(40)))
+async def test_a_burst_of_accepts_cannot_slip_past_the_limit(serve: Any) -> None:
+    async with serve(max_connections=5, read_timeout=10) as listener:
+        opened = await asyncio.gather(*(listener.connect() for _ in range(40)))
         answers = await asyncio.gather(*(closed_by_server(r, 2) for r, _ in opened[5:]))
         assert all(a.startswith(b"HTTP/1.1 503") for a in answers)
-        assert e.refused("connection_limit") == 35
+        assert listener.refused() == ["connection_limit"] * 35
         for _, writer in opened:
             writer.close()
 
 
-async def test_a_request_head_dripping_one_byte_at_a_time_is_closed_at_the_deadline() -> None:
-    async with endpoint() as e:
-        reader, writer = await e.connect()
-        writer.write(b"GET /metrics HTTP/1.1\r\n")
+async def test_a_request_head_dripping_one_byte_at_a_time_is_closed_at_the_deadline(serve: Any) -> None:
+    async with serve() as listener:
+        reader, writer = await listener.connect()
+        writer.write(listener.whole_request().partition(b"\r\n")[0] + b"\r\n")
         done = asyncio.ensure_future(closed_by_server(reader, TIMEOUT * 5))
         with contextlib.suppress(ConnectionError):
             for _ in range(30):  # a byte every 50 ms: more than the deadline if it moved with data
@@ -103,62 +199,35 @@ async def test_a_request_head_dripping_one_byte_at_a_time_is_closed_at_the_deadl
                 await writer.drain()
                 await asyncio.sleep(TIMEOUT / 6)
         assert await done == b""
+        assert listener.handled == []
         writer.close()
 
 
-async def test_an_idle_connection_is_closed_after_the_read_timeout() -> None:
-    async with endpoint() as e:
-        reader, writer = await e.connect()
+async def test_an_idle_connection_is_closed_after_the_read_timeout(serve: Any) -> None:
+    async with serve() as listener:
+        reader, writer = await listener.connect()
         assert await closed_by_server(reader, TIMEOUT * 5) == b""
         writer.close()
 
 
-async def test_a_body_that_does_not_arrive_is_answered_408_and_counted() -> None:
-    async with endpoint() as e:
-        reader, writer = await e.connect()
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: e\r\nContent-Length: 100\r\n\r\nabc")
+async def test_a_body_that_does_not_arrive_is_answered_408_reaches_no_handler_and_is_counted(
+    serve: Any,
+) -> None:
+    async with serve() as listener:
+        reader, writer = await listener.connect()
+        head = listener.whole_request().partition(b"\r\n")[0]
+        writer.write(head + b'\r\nHost: a\r\nContent-Length: 100\r\n\r\n{"n":')
         await writer.drain()
-        answer = await closed_by_server(reader, TIMEOUT * 5)
-        assert answer.startswith(b"HTTP/1.1 408")
-        assert e.refused("read_timeout") == 1
+        assert (await closed_by_server(reader, TIMEOUT * 5)).startswith(b"HTTP/1.1 408")
+        assert listener.handled == [] and listener.refused() == ["read_timeout"]
         writer.close()
 
 
-async def test_a_flood_of_idle_connections_holds_no_more_than_the_limit_and_passes() -> None:
-    """The flood that held 10,000 connections open in the controller: the process holds at most the
-    limit, and once the idle connections time out, requests are served again."""
-    async with endpoint(max_connections=20) as e:
-        before = len(os.listdir("/proc/self/fd"))
-        flood = await asyncio.gather(*(e.connect() for _ in range(300)))
-        await asyncio.sleep(0.2)
-        # each of our client ends is one descriptor; the server keeps one per served connection only
-        held_by_server = len(os.listdir("/proc/self/fd")) - before - len(flood)
-        assert held_by_server <= 20 + 1
-        await asyncio.sleep(TIMEOUT * 2)  # the served ones time out
-        assert (await e.get()).startswith(b"HTTP/1.1 200")
-        for _, writer in flood:
-            writer.close()
-
-
-async def test_a_flood_is_one_log_line_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG)
-    async with endpoint(max_connections=2, read_timeout=10) as e:
-        with capture_logs() as logs:
-            flood = await asyncio.gather(*(e.connect() for _ in range(200)))
-            await asyncio.gather(*(closed_by_server(r, 5) for r, _ in flood[2:]))
-        assert e.refused("connection_limit") == 198
-        assert [entry["event"] for entry in logs] == ["connection_limit"]
-        assert logs[0]["limit"] == 2 and logs[0]["listener"].startswith("tcp:127.0.0.1:")
-        assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
-        for _, writer in flood:
-            writer.close()
-
-
-async def test_whole_requests_on_a_kept_alive_connection_are_served() -> None:
-    async with endpoint() as e:
-        reader, writer = await e.connect()
-        for _ in range(3):
-            writer.write(b"GET /readyz HTTP/1.1\r\nHost: e\r\n\r\n")
+async def test_whole_requests_on_a_kept_alive_connection_are_served(serve: Any) -> None:
+    async with serve() as listener:
+        reader, writer = await listener.connect()
+        for n in range(3):
+            writer.write(listener.whole_request(n))
             await writer.drain()
             head = await reader.readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200")
@@ -166,5 +235,48 @@ async def test_whole_requests_on_a_kept_alive_connection_are_served() -> None:
                 next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
             )
             await reader.readexactly(length)
-        assert e.refused("connection_limit") == 0 and e.refused("read_timeout") == 0
+        assert listener.refused() == []
+        if listener.kind == "unix":
+            assert listener.handled == [{"n": 0}, {"n": 1}, {"n": 2}]
+        writer.close()
+
+
+async def test_a_flood_of_idle_connections_holds_no_more_than_the_limit_and_passes(serve: Any) -> None:
+    """The flood that held 10,000 connections open in the controller and exhausted the agent's file
+    limit: the process holds at most the limit, and once the idle connections time out, requests are
+    served again."""
+    async with serve(max_connections=20) as listener:
+        before = len(os.listdir("/proc/self/fd"))
+        flood = await asyncio.gather(*(listener.connect() for _ in range(300)))
+        await asyncio.sleep(0.2)
+        # each of our client ends is one descriptor; the server keeps one per served connection only
+        held_by_server = len(os.listdir("/proc/self/fd")) - before - len(flood)
+        assert held_by_server <= 20 + 1
+        await asyncio.sleep(TIMEOUT * 2)  # the served ones time out
+        assert (await listener.request()).startswith(b"HTTP/1.1 200")
+        for _, writer in flood:
+            writer.close()
+
+
+async def test_a_flood_is_one_log_line_and_no_traceback(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with serve(max_connections=2, read_timeout=10) as listener:
+        with capture_logs() as logs:
+            # Within the listen backlog (128): a unix client beyond it may be dropped before the accept.
+            flood = await asyncio.gather(*(listener.connect() for _ in range(100)))
+            await asyncio.gather(*(closed_by_server(r, 5) for r, _ in flood[2:]))
+        assert listener.refused() == ["connection_limit"] * 98
+        assert [entry["event"] for entry in logs] == ["connection_limit"]
+        assert logs[0]["limit"] == 2 and logs[0]["listener"].startswith(f"{listener.kind}:")
+        assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+        for _, writer in flood:
+            writer.close()
+
+
+async def test_the_tcp_refusal_names_the_setting_to_raise() -> None:
+    async with tcp(max_connections=1, read_timeout=10) as listener:
+        _, writer = await listener.connect()
+        await asyncio.sleep(0.05)
+        answer = await listener.request()
+        assert answer.startswith(b"HTTP/1.1 503") and b"server.max_connections" in answer
         writer.close()
