@@ -47,8 +47,11 @@ from aiohttp import web
 
 log = structlog.get_logger("eni_ipam.guard")
 
+REFUSAL_REASONS = ("connection_limit", "read_timeout")
+"""Why a connection or request is refused: over ``max_connections``, or a body not sent in time."""
+
 Refused = Callable[[str], None]
-"""Told the reason (``connection_limit``, ``read_timeout``) of every connection or request refused."""
+"""Told the reason (one of :data:`REFUSAL_REASONS`) of every connection or request refused."""
 
 Listen = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.AbstractServer]]
 """Opens the listener with the protocol factory it is given (``loop.create_server`` or

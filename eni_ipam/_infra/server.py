@@ -21,13 +21,14 @@ requests at once and use a handful of connections.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from eni_ipam._infra.guard import LISTEN_BACKLOG, raw_response, serve_bounded
+from eni_ipam._infra.guard import ACCEPT_ERRORS, LISTEN_BACKLOG, REFUSAL_REASONS, raw_response, serve_bounded
 from eni_ipam._infra.metrics import MetricSet, render
 from eni_ipam.errors import ConfigError
 
@@ -114,6 +115,13 @@ async def start_server(
 
     def timed_out(message: str) -> web.Response:
         return web.Response(status=408, text=f"request timeout: {message}\n")
+
+    # Every reason and error at 0 from the start: the first refusal is then an increase that a
+    # dashboard's increase() or an alert's rate() sees, not the birth of a series they miss.
+    for reason in REFUSAL_REASONS:
+        metrics.http_connections_refused.labels(reason=reason)
+    for error in sorted(errno.errorcode[code] for code in ACCEPT_ERRORS):
+        metrics.accept_errors.labels(error=error)
 
     async def listen(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
         loop = asyncio.get_running_loop()

@@ -280,3 +280,14 @@ async def test_the_tcp_refusal_names_the_setting_to_raise() -> None:
         answer = await listener.request()
         assert answer.startswith(b"HTTP/1.1 503") and b"server.max_connections" in answer
         writer.close()
+
+
+async def test_every_refusal_reason_and_accept_error_is_exported_at_zero_from_the_start() -> None:
+    """So that the first refusal is an increase a dashboard or an alert sees, not a new series."""
+    async with tcp(max_connections=4, read_timeout=TIMEOUT) as listener:
+        assert isinstance(listener, Tcp)
+        sample = listener.metrics.sample
+        for reason in ("connection_limit", "read_timeout"):
+            assert sample("eni_ipam_http_connections_refused_total", {"reason": reason}) == 0
+        for error in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
+            assert sample("eni_ipam_accept_errors_total", {"error": error}) == 0
