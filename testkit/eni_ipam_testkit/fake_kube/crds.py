@@ -32,11 +32,13 @@ from eni_ipam_testkit.fake_kube.resources import (
     JSON,
     FieldError,
     ResourceType,
+    StatusError,
     forbidden,
     invalid,
     not_supported,
     required,
 )
+from eni_ipam_testkit.fake_kube.schema import unsupported_in_schema
 
 DEFAULT_COLUMNS: Final = (
     {
@@ -102,11 +104,26 @@ def validate(crd: JSON, old: JSON | None) -> list[FieldError]:
             elif schema.get("type") != "object":
                 path = f"spec.versions[{index}].schema.openAPIV3Schema.type"
                 errors.append(required(path, "must be object at the root"))
+            else:
+                errors.extend(_schema_errors(schema, f"spec.versions[{index}].schema.openAPIV3Schema"))
     if old is not None:
         old_spec = old.get("spec") or {}
         for field in ("scope", "group"):
             if old_spec.get(field) != spec.get(field):
                 errors.append(forbidden(f"spec.{field}", "field is immutable"))
+    return errors
+
+
+def _schema_errors(schema: JSON, path: str) -> list[FieldError]:
+    """A schema's rule errors; a 501 naming the first keyword this server would otherwise ignore, so a
+    CRD is never stored with checks it cannot make."""
+    errors, unsupported = unsupported_in_schema(schema, path)
+    if unsupported is not None:
+        message = (
+            f"the dev cluster does not emulate {unsupported} of CustomResourceDefinition schemas; "
+            "check this CRD against a cluster (docs/testing.md)"
+        )
+        raise StatusError(501, message, reason="NotImplemented")
     return errors
 
 

@@ -650,7 +650,7 @@ class Store:
             obj["metadata"], rtype.plural, rtype.group, creating=old is None, namespaced=rtype.namespaced
         )
         if rtype.schema is not None:
-            found = check_custom_resource(obj, rtype.schema)
+            found = check_custom_resource(obj, rtype.schema, old)
             errors, unknown = [*errors, *found.errors], found.unknown
         else:
             unknown = prune_builtin(obj, rtype.definition) if rtype.definition is not None else []
