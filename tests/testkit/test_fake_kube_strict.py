@@ -242,3 +242,75 @@ async def test_a_transition_rule_where_nothing_correlates_is_refused_with_the_cr
     schema = {"type": "object", "properties": {"list": {"type": "array", "items": items}}}
     error = await refused(kube, widget_crd(schema))
     assert error.code == 422 and "oldSelf cannot be used on the uncorrelatable portion" in error.message
+
+
+# -- Pod Security ------------------------------------------------------------------------------------
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "locked"},
+    "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+}
+
+
+def namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+async def test_a_pod_in_a_namespace_enforcing_restricted_is_refused_out_loud_not_stored(
+    tools: Tools, kube: FakeKube
+) -> None:
+    await kube.apply_manifest(namespace("locked", {"pod-security.kubernetes.io/enforce": "restricted"}))
+    done = await tools.kubectl("apply", "-f", "-", stdin=json.dumps(POD))
+    assert done.code == 1
+    assert 'the dev cluster does not enforce Pod Security level "restricted"' in done.err, done.err
+    assert kube.objects("pods") == []
+
+
+async def test_a_pod_in_a_privileged_or_unlabelled_namespace_is_stored(kube: FakeKube) -> None:
+    await kube.apply_manifest(namespace("locked", {"pod-security.kubernetes.io/enforce": "privileged"}))
+    await kube.apply_manifest(POD)
+    await kube.apply_manifest({**POD, "metadata": {"name": "p", "namespace": "default"}})
+    assert len(kube.objects("pods")) == 2
+
+
+async def test_a_workload_in_a_namespace_warning_baseline_is_refused_rather_than_left_unwarned(
+    kube: FakeKube,
+) -> None:
+    await kube.apply_manifest(namespace("locked", {"pod-security.kubernetes.io/warn": "baseline"}))
+    template = {"metadata": {"labels": {"a": "b"}}, "spec": POD["spec"]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "locked"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
+    }
+    error = await refused(kube, deployment)
+    assert error.code == 501 and '"baseline"' in error.message and "pod template" in error.message
+
+
+async def test_an_unknown_pod_security_level_on_a_namespace_is_the_real_422(
+    tools: Tools, kube: FakeKube
+) -> None:
+    bad = namespace("locked", {"pod-security.kubernetes.io/enforce": "strict"})
+    done = await tools.kubectl("apply", "-f", "-", stdin=json.dumps(bad))
+    assert done.code == 1
+    # (kubectl prints a detail-less 422 as "The namespaces ... is invalid: : <message>", as for a cluster's)
+    assert 'namespaces "locked" is invalid' in done.err, done.err
+    assert (
+        'metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of '
+        "privileged, baseline, restricted"
+    ) in done.err
+    assert kube.get_object("namespaces", "locked") is None
+
+
+async def test_raising_a_namespace_to_enforce_baseline_over_its_pods_is_refused_not_left_unwarned(
+    kube: FakeKube,
+) -> None:
+    await kube.apply_manifest(namespace("locked", {}))
+    await kube.apply_manifest(POD)
+    error = await refused(kube, namespace("locked", {"pod-security.kubernetes.io/enforce": "baseline"}))
+    assert error.code == 501 and "the pods it holds" in error.message
+    stored = kube.get_object("namespaces", "locked")
+    assert stored is not None and "pod-security.kubernetes.io/enforce" not in stored["metadata"]["labels"]
