@@ -314,3 +314,58 @@ async def test_raising_a_namespace_to_enforce_baseline_over_its_pods_is_refused_
     assert error.code == 501 and "the pods it holds" in error.message
     stored = kube.get_object("namespaces", "locked")
     assert stored is not None and "pod-security.kubernetes.io/enforce" not in stored["metadata"]["labels"]
+
+
+# -- per-type rules of built-in objects ----------------------------------------------------------------
+
+
+async def test_a_pod_without_containers_is_refused_as_a_cluster_refuses_it(
+    tools: Tools, kube: FakeKube
+) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {}}
+    done = await tools.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    assert done.code == 1
+    assert 'The Pod "p" is invalid: spec.containers: Required value' in done.err, done.err
+    pod["spec"] = {"containers": [{"image": "busybox:1"}]}  # (server-side apply refuses it as a bad patch)
+    done = await tools.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    assert done.code == 1 and "spec.containers[0].name: Required value" in done.err, done.err
+    assert kube.objects("pods") == []
+
+
+async def test_a_negative_replica_count_is_refused(tools: Tools, kube: FakeKube) -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": -1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": POD["spec"]},
+        },
+    }
+    done = await tools.kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
+    assert done.code == 1
+    assert "spec.replicas: Invalid value: -1: must be greater than or equal to 0" in done.err, done.err
+    missing = {**deployment, "spec": {"template": deployment["spec"]["template"]}}
+    error = await refused(kube, missing)
+    assert "spec.selector: Required value" in error.message
+    assert kube.objects("deployments") == []
+
+
+async def test_a_service_port_out_of_range_and_a_role_rule_without_verbs_are_refused(kube: FakeKube) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": {"ports": [{"port": 70000}]},
+    }
+    error = await refused(kube, service)
+    assert "spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive" in error.message
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "r", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": []}],
+    }
+    error = await refused(kube, role)
+    assert "rules[0].verbs: Required value" in error.message
