@@ -18,8 +18,10 @@ write happens here within the write itself, so a CRD is served from the response
   ``group`` cannot change.
 
 :func:`resource_types_from_crd` gives one :class:`ResourceType` per served version. Printer columns
-default to ``Age`` as on the real server. Conversion webhooks and structural-schema rules beyond the
-above are not checked.
+default to ``Age`` as on the real server. Every version's schema is checked when the CRD is written
+(:func:`~eni_ipam_testkit.fake_kube.schema.unsupported_in_schema`): CEL rules must compile (422), and
+a keyword, format or CEL function the custom-resource checks cannot honour is a 501 naming its schema
+path, so no CRD is stored with rules that would be ignored. Conversion webhooks are not checked.
 """
 
 from __future__ import annotations
