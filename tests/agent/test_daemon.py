@@ -351,7 +351,7 @@ async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_
     pods = {}
     kube.add_object("namespaces", {"metadata": {"name": "ns"}})
     for name, node_name in (("web", "n1"), ("job", "n1"), ("elsewhere", "n2")):
-        spec = {"nodeName": node_name, "containers": []}
+        spec = {"nodeName": node_name, "containers": [{"name": "c", "image": "busybox:1"}]}
         pods[name] = kube.add_object("pods", {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
     controller.allowed = frozenset(controller.allowed) | {("", "pods", "delete")}  # the test's own power
     async with running_agent(kube, tmp_path, sweep_interval="50ms", sweep_grace="200ms") as agent:

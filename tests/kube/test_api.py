@@ -26,7 +26,13 @@ async def test_pods_are_listed_in_every_namespace_by_field(kube: FakeKube, api: 
         kube.add_object("namespaces", {"metadata": {"name": ns}})
     for ns, phase in (("a", "Pending"), ("b", "Pending"), ("b", "Running")):
         name = f"p-{ns}-{phase.lower()}"
-        kube.add_object("pods", {"metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": "n1"}})
+        kube.add_object(
+            "pods",
+            {
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox:1"}]},
+            },
+        )
         # Status is the kubelet's to write (through the status subresource), as in a cluster.
         await api.client.patch(
             PODS.resource().Status,

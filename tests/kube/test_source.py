@@ -274,13 +274,21 @@ async def test_pending_pods_on_a_node_surge_its_allocation(cluster: Cluster, api
         await until(lambda: cluster.available("n1") == 4)
         for n in range(12):
             cluster.kube.add_object(
-                "pods", {"metadata": {"name": f"p{n}", "namespace": "default"}, "spec": {"nodeName": "n1"}}
+                "pods",
+                {
+                    "metadata": {"name": f"p{n}", "namespace": "default"},
+                    "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox:1"}]},
+                },
             )
         cluster.kube.add_object(
             "pods",
             {
                 "metadata": {"name": "host", "namespace": "default"},
-                "spec": {"nodeName": "n1", "hostNetwork": True},
+                "spec": {
+                    "nodeName": "n1",
+                    "hostNetwork": True,
+                    "containers": [{"name": "c", "image": "busybox:1"}],
+                },
             },
         )
         await until(lambda: cluster.source.pending_pods["n1"] == 12)

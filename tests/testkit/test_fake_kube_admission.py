@@ -243,7 +243,11 @@ async def test_a_token_is_bound_only_to_a_pod_running_as_its_service_account(
     await http.post("/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "agent"}})
     pod = {
         "metadata": {"name": "p"},
-        "spec": {"nodeName": "n1", "serviceAccountName": "other", "containers": []},
+        "spec": {
+            "nodeName": "n1",
+            "serviceAccountName": "other",
+            "containers": [{"name": "c", "image": "busybox:1"}],
+        },
     }
     await http.post("/api/v1/namespaces/default/pods", json=pod)
     request = {"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}}}

@@ -71,7 +71,11 @@ async def agents(kube: FakeKube, tmp_path: Path) -> AsyncIterator[BoundTools]:
         "pods",
         {
             "metadata": {"name": "agent-n1", "namespace": NAMESPACE},
-            "spec": {"nodeName": "n1", "serviceAccountName": "eni-ipam-agent", "containers": []},
+            "spec": {
+                "nodeName": "n1",
+                "serviceAccountName": "eni-ipam-agent",
+                "containers": [{"name": "c", "image": "busybox:1"}],
+            },
         },
     )
     request = {

@@ -9,7 +9,7 @@ import httpx2
 import pytest
 from lightkube import AsyncClient, KubeConfig, operators
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import PodSpec
+from lightkube.models.core_v1 import Container, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
@@ -101,7 +101,8 @@ async def test_field_selectors_filter_pods_by_node_phase_and_namespace(
     kube.add_object("namespaces", {"metadata": {"name": "other"}})
     for name, namespace, node in (("p1", "default", "n1"), ("p2", "default", "n2"), ("p3", "other", "n1")):
         pod = Pod(
-            metadata=ObjectMeta(name=name, namespace=namespace), spec=PodSpec(containers=[], nodeName=node)
+            metadata=ObjectMeta(name=name, namespace=namespace),
+            spec=PodSpec(containers=[Container(name="c", image="busybox:1")], nodeName=node),
         )
         await client.create(pod)
     await client.patch(Pod.Status, "p2", {"status": {"phase": "Running"}}, namespace="default")
@@ -136,7 +137,9 @@ async def test_missing_object_and_unknown_path_are_not_found(kube: FakeKube, cli
 
 
 async def test_requests_are_recorded_with_verb_target_and_status(kube: FakeKube, client: AsyncClient) -> None:
-    await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))
+    await client.create(
+        Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[Container(name="c", image="busybox:1")]))
+    )
     await client.get(Pod, "p1")
     await client.patch(Pod.Status, "p1", {"status": {"phase": "Running"}})
     with pytest.raises(ApiError):
@@ -172,8 +175,20 @@ async def test_written_kubeconfig_points_lightkube_at_the_server(kube: FakeKube,
 async def test_direct_state_access_returns_copies(kube: FakeKube) -> None:
     for namespace in ("a", "b"):
         kube.add_object("namespaces", {"metadata": {"name": namespace}})
-    kube.add_object("pods", {"metadata": {"name": "p1", "namespace": "a"}})
-    kube.add_object("pods", {"metadata": {"name": "p2", "namespace": "b"}})
+    kube.add_object(
+        "pods",
+        {
+            "metadata": {"name": "p1", "namespace": "a"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+        },
+    )
+    kube.add_object(
+        "pods",
+        {
+            "metadata": {"name": "p2", "namespace": "b"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+        },
+    )
     assert [p["metadata"]["name"] for p in kube.objects("pods")] == ["p1", "p2"]
     assert [p["metadata"]["name"] for p in kube.objects("pods", namespace="b")] == ["p2"]
     copy = kube.get_object("pods", "p1", namespace="a")

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import PodSpec
+from lightkube.models.core_v1 import Container, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import on_error_retry
@@ -45,7 +45,9 @@ async def test_watch_from_a_version_replays_later_events_in_order(
 ) -> None:
     await client.create(node("n1"))
     since = kube.resource_version
-    await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))  # another resource
+    await client.create(
+        Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[Container(name="c", image="busybox:1")]))
+    )  # another resource
     await client.patch(Node, "n1", {"metadata": {"labels": {"a": "b"}}})
     await client.create(node("n2"))
     await client.delete(Node, "n1")
@@ -125,7 +127,9 @@ async def test_objects_leaving_and_entering_a_selector_arrive_as_deleted_and_add
 async def test_pod_field_selector_transitions_follow_binding_to_a_node(
     kube: FakeKube, client: AsyncClient, rv: Versions
 ) -> None:
-    await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))
+    await client.create(
+        Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[Container(name="c", image="busybox:1")]))
+    )
     since = kube.resource_version
     await client.patch(Pod, "p1", {"spec": {"nodeName": "n1"}})
     await client.patch(Pod, "p1", {"spec": {"nodeName": "n2"}})
@@ -138,7 +142,10 @@ async def test_watch_in_a_namespace_sees_only_that_namespace(kube: FakeKube, cli
         kube.add_object("namespaces", {"metadata": {"name": namespace}})
     for name, namespace in (("a1", "a"), ("b1", "b"), ("a2", "a")):
         await client.create(
-            Pod(metadata=ObjectMeta(name=name, namespace=namespace), spec=PodSpec(containers=[]))
+            Pod(
+                metadata=ObjectMeta(name=name, namespace=namespace),
+                spec=PodSpec(containers=[Container(name="c", image="busybox:1")]),
+            )
         )
     assert [e[1] for e in await take(client.watch(Pod, namespace="a", resource_version="0"), 2)] == [
         "a1",
@@ -157,7 +164,9 @@ async def test_bookmarks_carry_the_latest_version_through_lightkube(
     # lightkube's public watch() cannot ask for bookmarks; its request layer can, and decodes them.
     kube.bookmark_interval = 0.05
     await client.create(node("n1"))
-    await client.create(Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[])))
+    await client.create(
+        Pod(metadata=ObjectMeta(name="p1"), spec=PodSpec(containers=[Container(name="c", image="busybox:1")]))
+    )
     request = client._client.prepare_request(
         "list", res=Node, watch=True, params={"allowWatchBookmarks": "true", "resourceVersion": rv(1)}
     )

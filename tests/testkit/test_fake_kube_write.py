@@ -13,7 +13,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.core_v1 import NodeSpec, PodSpec
+from lightkube.models.core_v1 import Container, NodeSpec, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
@@ -274,7 +274,12 @@ async def test_deleting_an_owner_collects_its_dependents_after_it(
 async def test_orphan_deletion_keeps_dependents_without_the_reference(
     kube: FakeKube, client: AsyncClient
 ) -> None:
-    owner = await client.create(Pod(metadata=ObjectMeta(name="owner"), spec=PodSpec(containers=[])))
+    owner = await client.create(
+        Pod(
+            metadata=ObjectMeta(name="owner"),
+            spec=PodSpec(containers=[Container(name="c", image="busybox:1")]),
+        )
+    )
     reference = OwnerReference(apiVersion="v1", kind="Pod", name="owner", uid=owner.metadata.uid)
     await client.create(Lease(metadata=ObjectMeta(name="child", ownerReferences=[reference])))
     await client.delete(Pod, "owner", cascade=CascadeType.ORPHAN)

@@ -74,12 +74,16 @@ Semantics kept (as the real kube-apiserver does it):
   (:mod:`~eni_ipam_testkit.fake_kube.protobuf`); other Protobuf bodies are a 415.
 
 Not emulated (docs/testing.md lists every difference and how each one answers): controllers,
-admission beyond the checks above and ValidatingAdmissionPolicies (whose parameters and Kubernetes'
-CEL library functions are refused with a 501), the per-type validation rules of built-in objects
-(required fields, ranges), field-set conversion between versions, ``Foreground`` propagation (treated
-as ``Background``), lists at an older version (410, as if compacted), CEL validation rules, conversion
-webhooks, Protobuf responses, OpenAPI v2 in Protobuf, HTTP/2, client certificates and anonymous
-requests (401), TokenReview, RBAC aggregation. The garbage collector runs synchronously.
+admission beyond the checks above, ValidatingAdmissionPolicies (whose parameters and Kubernetes'
+CEL library functions are refused with a 501) and Pod Security's profiles (a pod or template a
+``baseline`` or ``restricted`` level would judge is a 501,
+:mod:`~eni_ipam_testkit.fake_kube.podsecurity`),
+the per-type rules of built-in objects beyond required fields, counts and ports (cross-field checks),
+field-set conversion between versions, ``Foreground`` propagation (treated as ``Background``), lists
+at an older version (410, as if compacted), CRD schema checks cel-python or this server cannot make
+(refused with a 501 when the CRD is written), conversion webhooks, Protobuf responses, OpenAPI v2 in
+Protobuf, HTTP/2, client certificates and anonymous requests (401), TokenReview, RBAC aggregation.
+The garbage collector runs synchronously.
 
 Time: the wall clock is read once per server, when it first writes a timestamp, and advanced by the
 running event loop's clock from then on, so everything runs on virtual time under ``looptime``.

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import celpy
 import celpy.adapter
@@ -54,7 +54,9 @@ from eni_ipam_testkit.fake_kube.resources import (
     not_supported,
     required,
 )
-from eni_ipam_testkit.fake_kube.store import Change
+
+if TYPE_CHECKING:  # the store imports the CRD schema checks, which evaluate CEL with this module
+    from eni_ipam_testkit.fake_kube.store import Change
 
 log = structlog.get_logger("eni_ipam_testkit.fake_kube.admission")
 
@@ -161,20 +163,25 @@ _REASON_CODES: Final[Mapping[str, int]] = {
 _ENV: Final = celpy.Environment()
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """What this server's CEL cannot do (answered 501, never judged wrongly)."""
 
 
-class _CompileError(Exception):
+class CompileError(Exception):
     """An expression real CEL refuses to compile (answered 422 naming its field)."""
+
+
+_Unsupported = Unsupported
+_CompileError = CompileError
 
 
 # -- compiling -------------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=1024)
-def _program(expression: str) -> celpy.Runner:
-    """The compiled program of an expression (cached: policies judge every write)."""
+def _program(expression: str, variables: frozenset[str] = _VARIABLES) -> celpy.Runner:
+    """The compiled program of an expression over ``variables`` (cached: policies and CRD rules judge
+    every write). Raises :class:`CompileError` or :class:`Unsupported`."""
     try:
         tree = _ENV.compile(expression)
     except celpy.celparser.CELParseError as e:
@@ -182,11 +189,24 @@ def _program(expression: str) -> celpy.Runner:
         detail = str(context).splitlines()[0] if context is not None else str(e).strip()
         where = f"{getattr(e, 'line', 1)}:{getattr(e, 'column', 1)}"
         raise _CompileError(f"compilation failed: ERROR: <input>:{where}: Syntax error: {detail}") from None
-    _check_references(tree)
+    _check_references(tree, variables)
     return _ENV.program(tree)
 
 
-def _check_references(tree: Tree[Any]) -> None:
+compile_expression = _program
+
+
+def evaluate(expression: str, activation: Mapping[str, Any], variables: frozenset[str]) -> Any:
+    """The value of a compiled expression over ``variables``, or the CEL error it raised (as a value)."""
+    try:
+        return _program(expression, variables).evaluate(dict(activation))
+    except celpy.evaluation.CELEvalError as e:
+        return e
+    except (CompileError, Unsupported) as e:  # stored before these checks
+        return celpy.evaluation.CELEvalError(str(e))
+
+
+def _check_references(tree: Tree[Any], variables: frozenset[str]) -> None:
     bound = set()
     for node in tree.iter_subtrees():
         if node.data == "member_dot_arg" and _name(node.children[1]) in _MACROS - {"has"}:
@@ -200,7 +220,7 @@ def _check_references(tree: Tree[Any]) -> None:
     for node in tree.iter_subtrees():
         if node.data == "ident":
             name = _name(node.children[0])
-            if name not in _VARIABLES | _TYPE_NAMES | bound:
+            if name not in variables | _TYPE_NAMES | bound:
                 raise _CompileError(f"compilation failed: ERROR: <input>: undeclared reference to '{name}'")
             if name == "authorizer":
                 raise _Unsupported("the authorizer variable")
@@ -424,7 +444,7 @@ def _evaluate(expression: str, activation: Mapping[str, Any]) -> Any:
         return celpy.evaluation.CELEvalError(str(e))
 
 
-def _failed(value: Any) -> str | None:
+def failed(value: Any) -> str | None:
     """Why a value is not a verdict (an error, or not a bool); None for a bool."""
     if isinstance(value, celpy.evaluation.CELEvalError):
         return str(value.args[0]) if value.args else "evaluation error"
@@ -505,7 +525,7 @@ class Admission:
         fail = (spec.get("failurePolicy") or "Fail") == "Fail"
         for condition in spec.get("matchConditions") or ():
             value = _evaluate(condition.get("expression", ""), activation)
-            why = _failed(value)
+            why = failed(value)
             if why is not None:
                 if fail:
                     yield f"failed to evaluate matchCondition '{condition.get('name', '')}': {why}", "Invalid"
@@ -521,7 +541,7 @@ class Admission:
         for validation in spec.get("validations") or ():
             expression = validation.get("expression", "")
             value = _evaluate(expression, scope)
-            why = _failed(value)
+            why = failed(value)
             if why is not None:
                 if fail:
                     yield f"expression '{expression}' resulted in error: {why}", "Invalid"

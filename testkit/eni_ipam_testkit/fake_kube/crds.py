@@ -18,8 +18,10 @@ write happens here within the write itself, so a CRD is served from the response
   ``group`` cannot change.
 
 :func:`resource_types_from_crd` gives one :class:`ResourceType` per served version. Printer columns
-default to ``Age`` as on the real server. Conversion webhooks and structural-schema rules beyond the
-above are not checked.
+default to ``Age`` as on the real server. Every version's schema is checked when the CRD is written
+(:func:`~eni_ipam_testkit.fake_kube.schema.unsupported_in_schema`): CEL rules must compile (422), and
+a keyword, format or CEL function the custom-resource checks cannot honour is a 501 naming its schema
+path, so no CRD is stored with rules that would be ignored. Conversion webhooks are not checked.
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from eni_ipam_testkit.fake_kube.resources import (
     JSON,
     FieldError,
     ResourceType,
+    StatusError,
     forbidden,
     invalid,
     not_supported,
     required,
 )
+from eni_ipam_testkit.fake_kube.schema import unsupported_in_schema
 
 DEFAULT_COLUMNS: Final = (
     {
@@ -102,11 +106,26 @@ def validate(crd: JSON, old: JSON | None) -> list[FieldError]:
             elif schema.get("type") != "object":
                 path = f"spec.versions[{index}].schema.openAPIV3Schema.type"
                 errors.append(required(path, "must be object at the root"))
+            else:
+                errors.extend(_schema_errors(schema, f"spec.versions[{index}].schema.openAPIV3Schema"))
     if old is not None:
         old_spec = old.get("spec") or {}
         for field in ("scope", "group"):
             if old_spec.get(field) != spec.get(field):
                 errors.append(forbidden(f"spec.{field}", "field is immutable"))
+    return errors
+
+
+def _schema_errors(schema: JSON, path: str) -> list[FieldError]:
+    """A schema's rule errors; a 501 naming the first keyword this server would otherwise ignore, so a
+    CRD is never stored with checks it cannot make."""
+    errors, unsupported = unsupported_in_schema(schema, path)
+    if unsupported is not None:
+        message = (
+            f"the dev cluster does not emulate {unsupported} of CustomResourceDefinition schemas; "
+            "check this CRD against a cluster (docs/testing.md)"
+        )
+        raise StatusError(501, message, reason="NotImplemented")
     return errors
 
 

@@ -64,6 +64,7 @@ from eni_ipam_testkit.fake_kube.auth import (
 from eni_ipam_testkit.fake_kube.certs import server_context, tls_material
 from eni_ipam_testkit.fake_kube.crds import resource_types_from_crd
 from eni_ipam_testkit.fake_kube.patch import APPLY, PATCH_TYPES, STRATEGIC
+from eni_ipam_testkit.fake_kube.podsecurity import PodSecurity
 from eni_ipam_testkit.fake_kube.resources import (
     BUILTIN_RESOURCES,
     CRDS,
@@ -81,7 +82,7 @@ from eni_ipam_testkit.fake_kube.resources import (
     too_long,
 )
 from eni_ipam_testkit.fake_kube.selectors import FieldSelector, Filter
-from eni_ipam_testkit.fake_kube.store import Store, WriteOptions
+from eni_ipam_testkit.fake_kube.store import Change, Store, WriteOptions
 from eni_ipam_testkit.fake_kube.strategies import crd_strategy, default_strategies, rbac_strategies
 from eni_ipam_testkit.fake_kube.watch import WatchStream, check_list_options, check_list_version, render
 
@@ -246,7 +247,15 @@ class FakeKube:
         self._anchor: tuple[datetime.datetime, float] | None = None
         self._store = Store(history, now=self._timestamp)
         self._store.strategies.update(default_strategies())
-        self._store.admission = Admission(self._store.objects_of, self._store.find)
+        pod_security = PodSecurity(self._store.find, self._store.objects_of)
+        policies = Admission(self._store.objects_of, self._store.find)
+
+        def admit(change: Change) -> None:
+            # The real plugin order: PodSecurity before ValidatingAdmissionPolicy.
+            pod_security(change)
+            policies(change)
+
+        self._store.admission = admit
         self._builtin: dict[tuple[str, str, str], ResourceType] = {
             (t.group, t.version, t.plural): t for t in BUILTIN_RESOURCES
         }

@@ -58,7 +58,7 @@ from eni_ipam_testkit.fake_kube.resources import (
 )
 from eni_ipam_testkit.fake_kube.schema import OBJECT_META_FIELDS, check_custom_resource
 from eni_ipam_testkit.fake_kube.selectors import Filter
-from eni_ipam_testkit.fake_kube.validation import decode_error, metadata_errors
+from eni_ipam_testkit.fake_kube.validation import builtin_errors, decode_error, metadata_errors
 
 Key = tuple[str, str]  # (namespace or "", name)
 
@@ -650,10 +650,12 @@ class Store:
             obj["metadata"], rtype.plural, rtype.group, creating=old is None, namespaced=rtype.namespaced
         )
         if rtype.schema is not None:
-            found = check_custom_resource(obj, rtype.schema)
+            found = check_custom_resource(obj, rtype.schema, old)
             errors, unknown = [*errors, *found.errors], found.unknown
         else:
             unknown = prune_builtin(obj, rtype.definition) if rtype.definition is not None else []
+            if rtype.definition is not None:
+                errors = [*errors, *builtin_errors(obj, rtype.definition)]
             meta = obj["metadata"]
             for key in [k for k in meta if k not in OBJECT_META_FIELDS and rtype.definition is None]:
                 unknown.append(f"metadata.{key}")

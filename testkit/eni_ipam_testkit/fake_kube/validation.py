@@ -393,3 +393,110 @@ def decode_error(obj: JSON, definition: str) -> str | None:
     except DecodeError as error:
         return str(error)
     return None
+
+
+# -- per-type rules of built-in kinds (the part the fake emulates) --------------------------------------
+
+_NON_NEGATIVE: Final[Mapping[str, tuple[str, ...]]] = {
+    "io.k8s.api.apps.v1.DeploymentSpec": (
+        "replicas",
+        "minReadySeconds",
+        "revisionHistoryLimit",
+        "progressDeadlineSeconds",
+    ),
+    "io.k8s.api.apps.v1.DaemonSetSpec": ("minReadySeconds", "revisionHistoryLimit"),
+    "io.k8s.api.apps.v1.StatefulSetSpec": ("replicas", "minReadySeconds", "revisionHistoryLimit"),
+    "io.k8s.api.apps.v1.ReplicaSetSpec": ("replicas", "minReadySeconds"),
+    "io.k8s.api.core.v1.ReplicationControllerSpec": ("replicas", "minReadySeconds"),
+    "io.k8s.api.batch.v1.JobSpec": ("parallelism", "completions", "backoffLimit"),
+    "io.k8s.api.core.v1.PodSpec": ("terminationGracePeriodSeconds",),
+    "io.k8s.api.core.v1.Probe": (
+        "initialDelaySeconds",
+        "timeoutSeconds",
+        "periodSeconds",
+        "successThreshold",
+        "failureThreshold",
+    ),
+    "io.k8s.api.coordination.v1.LeaseSpec": ("leaseDurationSeconds", "leaseTransitions"),
+}
+"""Counts a real server refuses below zero (``ValidateNonnegativeField``:
+``spec.replicas: Invalid value: -1: must be greater than or equal to 0``), by OpenAPI definition."""
+_POSITIVE: Final[Mapping[str, tuple[str, ...]]] = {
+    "io.k8s.api.core.v1.PodSpec": ("activeDeadlineSeconds",),
+    "io.k8s.api.batch.v1.JobSpec": ("activeDeadlineSeconds",),
+    "io.k8s.api.coordination.v1.LeaseSpec": (),
+}
+"""Durations a real server refuses below one (``must be greater than or equal to 1``)."""
+_PORTS: Final[Mapping[str, tuple[str, ...]]] = {
+    "io.k8s.api.core.v1.ContainerPort": ("containerPort", "hostPort"),
+    "io.k8s.api.core.v1.ServicePort": ("port", "nodePort"),
+}
+"""Port numbers: 1 to 65535 (``must be between 1 and 65535, inclusive``); 0 means unset for the
+optional ones."""
+_NOT_EMPTY: Final = frozenset(
+    {("io.k8s.api.core.v1.PodSpec", "containers"), ("io.k8s.api.rbac.v1.PolicyRule", "verbs")}
+)
+"""Required lists a real server also refuses empty (``spec.containers: Required value``)."""
+
+
+def builtin_errors(obj: JSON, definition: str) -> list[FieldError]:
+    """The per-type rules of a built-in kind this server emulates, as the real validation words them:
+    the OpenAPI ``required`` fields (absent, null or empty: ``spec.containers[0].name: Required
+    value``), the non-negative counts (:data:`_NON_NEGATIVE`, :data:`_POSITIVE`) and port ranges.
+    ``metadata`` is :func:`metadata_errors`' (the server sets part of it)."""
+    errors: list[FieldError] = []
+    definitions = builtin_definitions()
+
+    def walk(value: Any, schema: Mapping[str, Any], path: str) -> None:
+        if value is None:
+            return
+        ref = _ref_name(schema)
+        if ref is not None:
+            target = definitions.get(ref)
+            if target is None or ref in _SPECIAL:
+                return
+            if isinstance(value, dict) and target.get("type") == "object" and "properties" in target:
+                struct(value, target, ref, path)
+                return
+            schema = target
+        if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+            for index, item in enumerate(value):
+                walk(item, schema["items"], f"{path}[{index}]")
+        elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), Mapping):
+            for key, item in value.items():
+                walk(item, schema["additionalProperties"], f"{path}[{key}]")
+
+    def struct(value: JSON, schema: Mapping[str, Any], name: str, path: str) -> None:
+        def at(key: str) -> str:
+            return f"{path}.{key}" if path else key
+
+        for key in schema.get("required") or ():
+            if key in ("metadata", "status") and not path:
+                continue
+            member = value.get(key)
+            empty = member in (None, "") or (member == [] and (name, key) in _NOT_EMPTY)
+            if empty:
+                errors.append(required(at(key)))
+        for key in _NON_NEGATIVE.get(name, ()):
+            member = value.get(key)
+            if isinstance(member, int) and not isinstance(member, bool) and member < 0:
+                errors.append(invalid(at(key), member, "must be greater than or equal to 0"))
+        for key in _POSITIVE.get(name, ()):
+            member = value.get(key)
+            if isinstance(member, int) and not isinstance(member, bool) and member < 1:
+                errors.append(invalid(at(key), member, "must be greater than or equal to 1"))
+        for key in _PORTS.get(name, ()):
+            member = value.get(key)
+            optional = key not in (schema.get("required") or ())
+            if isinstance(member, int) and not (1 <= member <= 65535) and not (optional and member == 0):
+                errors.append(invalid(at(key), member, "must be between 1 and 65535, inclusive"))
+        properties: Mapping[str, Any] = schema.get("properties") or {}
+        for key, member in value.items():
+            if key in ("metadata", "status") and not path:
+                continue  # metadata is metadata_errors'; status is written by controllers, not judged so
+            sub = properties.get(key)
+            if isinstance(sub, Mapping):
+                walk(member, sub, at(key))
+
+    walk(obj, {"$ref": f"#/definitions/{definition}"}, "")
+    return errors
