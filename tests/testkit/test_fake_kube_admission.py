@@ -4,24 +4,15 @@ failure policy, the answers a denial gets, and the checks a policy and a binding
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
-import pytest
 
 from eni_ipam_testkit.fake_kube import FakeKube
 
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 CONFIGMAPS = "/api/v1/namespaces/{}/configmaps"
-
-
-@pytest.fixture
-async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {kube.admin_token}"}
-    async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as client:
-        yield client
 
 
 def policy(name: str, validations: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from eni_ipam_testkit.fake_kube import FakeKube
-from tests.testkit.test_fake_kube_clients import CHART, Tools
+from tests.testkit.tools import CHART, Tools
 
 pytestmark = pytest.mark.timeout(90)
 

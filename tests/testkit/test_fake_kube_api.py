@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import ssl
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -35,13 +34,6 @@ AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryLi
 def kube_crds() -> list[dict[str, Any]]:
     """The chart's ENIPool CRD: these tests check its schema's answers too."""
     return [yaml.safe_load(CRD.read_text())]
-
-
-@pytest.fixture
-async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {kube.admin_token}"}
-    async with httpx2.AsyncClient(base_url=kube.url, headers=headers, verify=kube.ssl_context()) as client:
-        yield client
 
 
 def pool(name: str = "p1", **spec: Any) -> dict[str, Any]:

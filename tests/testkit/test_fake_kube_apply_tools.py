@@ -5,13 +5,12 @@ apply different values to one field conflict until one of them forces it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eni_ipam_testkit.fake_kube import FakeKube
-from tests.testkit.test_fake_kube_clients import CHART, Tools
+from tests.testkit.tools import CHART, Tools
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -29,11 +28,6 @@ DROPPED = {
 def kube_crds() -> list[dict[str, Any]]:
     """No CRD up front: helm installs the chart's from crds/."""
     return []
-
-
-@pytest.fixture
-def tools(kube: FakeKube, tmp_path: Path) -> Tools:
-    return Tools(kube, tmp_path)
 
 
 def _sets(values: dict[str, str]) -> list[str]:

@@ -22,7 +22,7 @@ import yaml
 
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.conftest import cluster_api_crd
-from tests.testkit.test_fake_kube_clients import CHART, Tools
+from tests.testkit.tools import CHART, Tools
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -36,11 +36,6 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 def kube_crds() -> list[dict[str, Any]]:
     """Cluster API's address CRDs (the agent's rules name them); the chart brings its own CRD."""
     return [cluster_api_crd("IPAddressClaim", "ipaddressclaims"), cluster_api_crd("IPAddress", "ipaddresses")]
-
-
-@pytest.fixture
-def tools(kube: FakeKube, tmp_path: Path) -> Tools:
-    return Tools(kube, tmp_path)
 
 
 @pytest.fixture

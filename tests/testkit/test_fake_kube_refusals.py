@@ -8,7 +8,6 @@ kubectl is the client wherever one is involved (its own messages are what an ope
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import httpx2
 import pytest
 
 from eni_ipam_testkit.fake_kube import FakeKube, StatusError
-from tests.testkit.test_fake_kube_clients import Tools
+from tests.testkit.tools import Tools
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,20 +37,6 @@ DEPLOYMENT: dict[str, Any] = {
 @pytest.fixture
 def kube_crds() -> list[dict[str, Any]]:
     return []
-
-
-@pytest.fixture
-def tools(kube: FakeKube, tmp_path: Path) -> Tools:
-    return Tools(kube, tmp_path)
-
-
-@pytest.fixture
-async def http(kube: FakeKube) -> AsyncIterator[httpx2.AsyncClient]:
-    headers = {"Authorization": f"Bearer {kube.admin_token}"}
-    async with httpx2.AsyncClient(
-        base_url=kube.url, headers=headers, verify=kube.ssl_context(), timeout=30
-    ) as client:
-        yield client
 
 
 def with_replicas(replicas: object) -> str:

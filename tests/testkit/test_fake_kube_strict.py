@@ -8,13 +8,12 @@ kubectl is the client wherever an operator would read the answer.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eni_ipam_testkit.fake_kube import FakeKube, StatusError
-from tests.testkit.test_fake_kube_clients import Tools
+from tests.testkit.tools import Tools
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,11 +53,6 @@ def widget(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def kube_crds() -> list[dict[str, Any]]:
     return []
-
-
-@pytest.fixture
-def tools(kube: FakeKube, tmp_path: Path) -> Tools:
-    return Tools(kube, tmp_path)
 
 
 async def refused(kube: FakeKube, obj: dict[str, Any]) -> StatusError:
