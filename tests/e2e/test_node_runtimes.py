@@ -63,13 +63,13 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from tests.deploy.test_systemd_unit import service
 from tests.e2e.dockerd import HOST_LEFTOVERS, host_paths_restored, start_dockerd, stop_dockerd, unmount_under
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "node.md"
-UNIT = ROOT / "deploy" / "systemd" / "eni-ipam-agent.service"
 BUILD_PLUGIN = ROOT / "scripts" / "build_cni_plugin.py"
 VENV_BIN = Path(sys.executable).parent
 """The venv's bin directory: the documented ``/opt/eni-ipam/bin``."""
@@ -245,18 +245,7 @@ def doc_command(title: str, prefix: str) -> list[str]:
 
 def unit_service() -> dict[str, str]:
     """The ``[Service]`` settings of the systemd unit (the last of each key)."""
-    settings: dict[str, str] = {}
-    section = ""
-    for raw in UNIT.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("["):
-            section = line
-        elif section == "[Service]":
-            key, _, value = line.partition("=")
-            settings[key.strip()] = value.strip()
-    return settings
+    return {key: values[-1] for key, values in service().items()}
 
 
 def toml(tables: dict[str, dict[str, Any]]) -> str:
