@@ -199,11 +199,12 @@ def _connects(path: str) -> bool:
 
 
 def http(port: int, method: str, path: str) -> tuple[int, str]:
-    """One request to the agent's TCP endpoint; (0, reason) when it does not answer."""
+    """One request to a TCP endpoint on 127.0.0.1 (the agent's, the controller's): its status and body;
+    (0, reason) when it does not answer."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(f"{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
-            raw = _read_all(s)
+            raw = read_all(s)
     except OSError as exc:
         return 0, str(exc)
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -211,14 +212,15 @@ def http(port: int, method: str, path: str) -> tuple[int, str]:
     return (int(parts[1]) if len(parts) > 1 else 0), body.decode(errors="replace")
 
 
-def _read_all(s: socket.socket) -> bytes:
+def read_all(s: socket.socket) -> bytes:
+    """Everything the peer sends on ``s`` until it closes."""
     chunks = []
     while chunk := s.recv(65536):
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _pending(s: socket.socket) -> bytes:
+def pending(s: socket.socket) -> bytes:
     """What the peer has sent on ``s`` so far (b"" once it closed, b"open" while it is silent)."""
     s.setblocking(False)
     try:
@@ -236,7 +238,7 @@ def unix_request(path: str, raw: bytes, timeout: float = 10.0) -> tuple[int, Any
         try:
             s.connect(path)
             s.sendall(raw)
-            answer = _read_all(s)
+            answer = read_all(s)
         except OSError as exc:
             return 0, str(exc)
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -432,7 +434,7 @@ class AgentSoak:
         for s in conns:
             with s:
                 try:
-                    answer = _read_all(s)
+                    answer = read_all(s)
                 except OSError as exc:
                     answer = str(exc).encode()
             if not answer.startswith(b"HTTP/1.1 408"):
@@ -509,7 +511,7 @@ class AgentSoak:
             self.check_invariants("during a TCP flood", flooded=True)
             # Each connection was refused (503), or served and then closed at the deadline, or is
             # still served; anything else, or no refusal at all, breaks the bound.
-            answers = collections.Counter(_pending(s)[:12] for s in conns)
+            answers = collections.Counter(pending(s)[:12] for s in conns)
             odd = {a: n for a, n in answers.items() if a not in (b"HTTP/1.1 503", b"", b"open")}
             if odd or not answers[b"HTTP/1.1 503"]:
                 self.report.violate(f"TCP flood: answers {dict(answers)}, expected 503 beyond the limit")

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.agent_soak import http, pending
+
 pytestmark = pytest.mark.timeout(60)
 LIMIT = 8
 
@@ -27,27 +29,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def http(port: int, path: str) -> bytes:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
-            chunks = []
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-            return b"".join(chunks)
-    except OSError as exc:
-        return str(exc).encode()
-
-
-def answer(s: socket.socket) -> bytes:
-    """What the server sent on ``s`` (b"" if it closed it, b"open" if it is still open and silent)."""
-    s.setblocking(False)
-    try:
-        return s.recv(4096)
-    except BlockingIOError:
-        return b"open"
 
 
 @contextlib.contextmanager
@@ -78,7 +59,7 @@ def controller(tmp_path: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
         )
     try:
         deadline = time.perf_counter() + 30
-        while not http(port, "/healthz").startswith(b"HTTP/1.1 200"):
+        while http(port, "GET", "/healthz")[0] != 200:
             assert process.poll() is None and time.perf_counter() < deadline, (
                 tmp_path / "stderr.log"
             ).read_text()
@@ -102,7 +83,7 @@ def test_the_controller_holds_at_most_its_limit_of_a_flood_and_says_so_once(tmp_
             # a served one sent nothing: closed at the deadline, not kept for aiohttp's 75 s
             flood[0].settimeout(3)
             assert flood[0].recv(4096) == b""
-            answers = [answer(s) for s in flood]
+            answers = [pending(s) for s in flood]
         finally:
             for s in flood:
                 s.close()
@@ -111,7 +92,7 @@ def test_the_controller_holds_at_most_its_limit_of_a_flood_and_says_so_once(tmp_
         assert b"server.max_connections" in refused[0]
         # slots a served connection left at its deadline went to later ones: not all but the first 8
         assert len(refused) >= 300 // 2 and all(a in (b"", b"open") for a in answers if a not in refused)
-        metrics = http(port, "/metrics").decode()
+        _, metrics = http(port, "GET", "/metrics")
         counted = next(
             line
             for line in metrics.splitlines()

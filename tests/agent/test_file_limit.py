@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from bench.agent_soak import http, read_all
+
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, "-m", "eni_ipam.cli", "agent", "--node", "n1"]
@@ -68,7 +70,7 @@ class Agent:
         deadline = time.perf_counter() + 30
         while time.perf_counter() < deadline:
             assert self.proc.poll() is None, self.stderr.read_text()
-            if http(self.port, "/healthz").startswith(b"HTTP/1.1 200") and os.path.exists(self.sock):
+            if http(self.port, "GET", "/healthz")[0] == 200 and os.path.exists(self.sock):
                 return
             time.sleep(0.05)
         raise AssertionError("the agent did not start: " + self.stderr.read_text())
@@ -94,31 +96,15 @@ def agent(tmp_path: Path, files: int, **server: Any) -> Iterator[Agent]:
         running.stop()
 
 
-def http(port: int, path: str) -> bytes:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
-            return read_all(s)
-    except OSError as exc:
-        return str(exc).encode()
-
-
-def served_once_free(port: int, path: str, within: float = 10.0) -> bytes:
+def served_once_free(port: int, path: str, within: float = 10.0) -> str:
     """``path``'s answer once the endpoint has a free slot again: the flood's served connections are
     closed by the client, and the server notices in its own time (slower on a busy machine)."""
     for _ in range(int(within / 0.1)):
-        answer = http(port, path)
-        if answer.startswith(b"HTTP/1.1 200"):
-            return answer
+        status, body = http(port, "GET", path)
+        if status == 200:
+            return body
         time.sleep(0.1)
-    return http(port, path)
-
-
-def read_all(s: socket.socket) -> bytes:
-    chunks = []
-    while chunk := s.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return http(port, "GET", path)[1]
 
 
 def cni_add(path: str, container: str, timeout: float) -> bytes:
@@ -172,7 +158,7 @@ def test_a_flood_of_the_tcp_port_leaves_the_cni_socket_serving_under_a_low_file_
         assert took < 2, took
         assert len(held) > 1000  # every connection was taken (and refused), none left in the backlog
         assert fds < 160 - 32, fds
-        metrics = served_once_free(a.port, "/metrics").decode()
+        metrics = served_once_free(a.port, "/metrics")
         refused = [
             line
             for line in metrics.splitlines()
@@ -190,7 +176,7 @@ def test_accept_errors_of_a_process_out_of_files_are_one_structured_line_and_a_c
         with flood(a.port, 300):
             time.sleep(3.5)  # asyncio retries accept() every second: three reports at least
         time.sleep(0.5)
-        metrics = served_once_free(a.port, "/metrics").decode()
+        metrics = served_once_free(a.port, "/metrics")
     log = a.stderr.read_text()
     assert "Traceback" not in log and "out of system resource" not in log, log[:3000]
     lines = [json.loads(line) for line in log.splitlines() if line.strip()]  # every line is JSON
