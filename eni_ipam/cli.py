@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eni_ipam import __version__
-from eni_ipam._infra.logging import configure
+from eni_ipam.adapters.logging import configure
 from eni_ipam.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,15 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a terminal and eni-ipam[view])",
     )
 
-    agent = sub.add_parser("agent", help="run the node agent (allocator, CNI API, libnetwork driver)")
-    agent.add_argument("--node", default=None, help="this node's name (default: $NODE_NAME)")
-    agent.add_argument("--config", default=None, help="agent configuration YAML (docs/node.md)")
-    agent.add_argument(
-        "--server-host",
-        default=None,
-        help="address /metrics, /healthz and /readyz listen on, instead of the file's server.host "
-        "(the chart passes the node's own address on the host network)",
-    )
+    from eni_ipam.agent import main as agent_program  # the node side's own program (standard library only)
+
+    agent_program.add_arguments(sub.add_parser("agent", help=agent_program.HELP))
 
     sim = sub.add_parser("simulate", help="run a scenario file on the in-memory cloud, on virtual time")
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
@@ -129,62 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="print lines rather than the live view (always off a terminal or without eni-ipam[view])",
     )
 
-    iam = sub.add_parser(
-        "aws-iam-policy",
-        help="print the AWS provider's IAM policy, scoped to one cluster (docs/aws.md §2)",
-    )
-    iam.add_argument("--account-id", required=True, type=_policy_input("account_id"), help="12 digits")
-    iam.add_argument("--region", required=True, type=_policy_input("region"), help="e.g. eu-west-1")
-    iam.add_argument("--vpc-id", required=True, type=_policy_input("vpc_id"), help="the cluster's VPC")
-    iam.add_argument("--cluster-name", required=True, help="settings.cluster_name of the controller")
-    iam.add_argument(
-        "--subnet-id",
-        dest="subnet_ids",
-        action="append",
-        required=True,
-        type=_policy_input("subnet_ids"),
-        metavar="SUBNET_ID",
-        help="a subnet eni-ipam fills or creates interfaces in, the nodes' own too (repeat the option)",
-    )
-    iam.add_argument(
-        "--security-group-id",
-        dest="security_group_ids",
-        action="append",
-        required=True,
-        type=_policy_input("security_group_ids"),
-        metavar="GROUP_ID",
-        help="a security group new interfaces get (repeat the option)",
-    )
-    iam.add_argument("--partition", default="aws", type=_policy_input("partition"), help="aws (default)")
-    iam.add_argument(
-        "--instance-tag",
-        default=None,
-        metavar="KEY=VALUE",
-        help="the tag of the cluster's instances (default: kubernetes.io/cluster/<cluster-name>=owned)",
-    )
-    iam.add_argument(
-        "--interface-tag-key",
-        dest="interface_tag_keys",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="a key of settings.interface_tags, allowed on new interfaces (repeat the option)",
-    )
-
     # Known arguments only, so that a command of a missing test kit can say so whatever its options.
     args, unknown = parser.parse_known_args(argv)
     if args.command in _FROM_TESTKIT["commands"] and args.command not in commands:
         return _needs_testkit(f"eni-ipam {args.command}")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command == "aws-iam-policy":
-        return _aws_iam_policy(args, iam)
     if args.command == "simulate":
         return _simulate(args, sim)
     if args.command == "run":
         return _run(args)
     if args.command == "agent":
-        return _agent(args)
+        return agent_program.run(args)
     if args.command in commands:
         return int(commands[args.command].run(args))
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
@@ -279,26 +229,12 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
 
 def _duration(text: str) -> float:
     """A command-line duration, written as in the configuration files (``90``, ``10s``, ``5m``)."""
-    from eni_ipam._infra.config import parse_duration
+    from eni_ipam.config.schema import parse_duration
 
     try:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _policy_input(field: str) -> Callable[[str], str]:
-    """An argparse type checking one input of the IAM policy: argparse names the option in the error."""
-
-    def check(text: str) -> str:
-        from providers.aws.iam_policy import PATTERNS
-
-        pattern, shape = PATTERNS[field]
-        if not pattern.fullmatch(text):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {shape}")
-        return text
-
-    return check
 
 
 def _scrape_interval(text: str) -> float:
@@ -325,42 +261,14 @@ def _series_label(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _aws_iam_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from providers.aws.iam_policy import PolicyInputError, parse_instance_tag, render_policy
-
-    options = {
-        "cluster_name": "--cluster-name",
-        "instance_tag": "--instance-tag",
-        "subnet_ids": "--subnet-id",
-        "security_group_ids": "--security-group-id",
-        "interface_tag_keys": "--interface-tag-key",
-    }
-    try:
-        tag = None if args.instance_tag is None else parse_instance_tag(args.instance_tag)
-        policy = render_policy(
-            account_id=args.account_id,
-            region=args.region,
-            vpc_id=args.vpc_id,
-            cluster_name=args.cluster_name,
-            subnet_ids=args.subnet_ids,
-            security_group_ids=args.security_group_ids,
-            partition=args.partition,
-            instance_tag=tag,
-            interface_tag_keys=args.interface_tag_keys,
-        )
-    except PolicyInputError as exc:
-        parser.error(f"{options.get(exc.field, exc.field)}: {exc}")  # exits 2
-    print(json.dumps(policy, indent=2))
-    return 0
-
-
 def _run(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
+    from eni_ipam.adapters.signals import stop_on_signals
     from eni_ipam.app.providers import plugin
     from eni_ipam.app.runconfig import load_config
-    from eni_ipam.app.service import serve, stop_on_signals
+    from eni_ipam.app.service import serve
     from eni_ipam.errors import ConfigError, NotImplementedYet
 
     try:
@@ -390,41 +298,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (ConfigError, NotImplementedYet) as exc:  # found when opening: a bad kubeconfig, an unknown type
-        print(f"invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 0
-
-
-def _agent(args: argparse.Namespace) -> int:
-    import asyncio
-    import os
-
-    from eni_ipam.agent.config import listen_address, load_agent_config
-    from eni_ipam.app.service import stop_on_signals
-    from eni_ipam.errors import ConfigError
-
-    node = args.node or os.environ.get("NODE_NAME", "")
-    try:
-        if not node:
-            raise ConfigError("--node", "required (or set NODE_NAME)")
-        config = load_agent_config(args.config)
-        if args.server_host is not None:
-            config = config.replace(server=config.server.replace(host=listen_address(args.server_host)))
-    except ConfigError as exc:
-        print(f"invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    configure(level=args.log_level or config.log_level)
-
-    async def main() -> int:
-        from eni_ipam.agent.daemon import Agent
-
-        await Agent(config, node=node).run(stop_on_signals())
-        return 0
-
-    try:
-        return asyncio.run(main())
-    except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate providers/instance_types.json, the EC2 instance-type network table.
+"""Generate providers/ec2/instance_types.json, the EC2 instance-type network table.
 
 The table maps every instance type to the network limits the simulated cloud
 enforces:
@@ -41,15 +41,15 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = REPO_ROOT / "providers" / "instance_types.json"
+DEFAULT_OUTPUT = REPO_ROOT / "providers" / "ec2" / "instance_types.json"
 DEFAULT_INPUT = REPO_ROOT / "scripts" / "data" / "describe-instance-types.json"
 
 # The conversion of one DescribeInstanceTypes record is shared with the AWS provider, which reads the
 # same records from the API at run time; the package needs only the standard library.
 sys.path.insert(0, str(REPO_ROOT))
-from providers.ec2_limits import ROW_KEYS  # noqa: E402
-from providers.ec2_limits import InstanceTypeError as InputError  # noqa: E402
-from providers.ec2_limits import convert_instance_type as convert_record  # noqa: E402
+from providers.ec2.limits import ROW_KEYS  # noqa: E402
+from providers.ec2.limits import InstanceTypeError as InputError  # noqa: E402
+from providers.ec2.limits import convert_instance_type as convert_record  # noqa: E402
 
 __all__ = ["ROW_KEYS", "InputError", "convert_record"]
 

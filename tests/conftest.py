@@ -14,7 +14,7 @@ import pytest
 import structlog
 import yaml
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.node import PassResult
 from eni_ipam.core.settings import Settings

@@ -15,13 +15,12 @@ from pathlib import Path
 import structlog
 from rich.console import Console
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.app.demo import build, local_cluster, workload
 from eni_ipam.app.view import Frame, Watcher, screen
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
-from providers.sim.provider import SimProvider
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- demo-screen: make plots -->", "<!-- /demo-screen -->"
@@ -36,8 +35,8 @@ def frame(*, nodes: int = 50, seed: int = 1, seconds: int = 30) -> Frame:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
         settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
-        cloud, specs = build(nodes, seed, clock)
-        provider = SimProvider(cloud, clock=clock, metrics=metrics)
+        cloud, specs = build(nodes, seed, clock, metrics=metrics)
+        provider = cloud.provider
         manager, store, side = local_cluster(
             provider, settings, specs, metrics=metrics, clock=clock, seed=seed
         )

@@ -23,7 +23,7 @@ def test_the_demo_exports_its_role_and_totals_that_agree_with_its_nodes():
     import aiohttp
     from prometheus_client.parser import text_string_to_metric_families
 
-    from eni_ipam._infra.metrics import pool_totals_problems
+    from eni_ipam.adapters.metrics import pool_totals_problems
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,14 +16,13 @@ from rich.console import Console
 from rich.text import Text
 
 import eni_ipam.app.demo as demo_module
-from eni_ipam._infra.logging import configure, diverted
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.logging import configure, diverted
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.app.demo import _demo, build, local_cluster, render
 from eni_ipam.app.view import Frame, NodeRow, Watcher, screen
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
-from providers.sim.provider import SimProvider
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -39,8 +38,8 @@ def _settled(nodes: int, seed: int, seconds: float, look: Callable[..., Any]) ->
     async def main() -> Any:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
-        cloud, specs = build(nodes, seed, clock)
-        provider = SimProvider(cloud, clock=clock, metrics=metrics)
+        cloud, specs = build(nodes, seed, clock, metrics=metrics)
+        provider = cloud.provider
         manager, _, side = local_cluster(provider, Settings(), specs, metrics=metrics, clock=clock, seed=seed)
         task = asyncio.create_task(manager.run())
         try:
@@ -119,8 +118,8 @@ def _demo_frame(nodes: int, *, full: str = "") -> Frame:
     async def main() -> Frame:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
-        cloud, specs = build(nodes, 3, clock)
-        provider = SimProvider(cloud, clock=clock, metrics=metrics)
+        cloud, specs = build(nodes, 3, clock, metrics=metrics)
+        provider = cloud.provider
         manager, _, side = local_cluster(provider, Settings(), specs, metrics=metrics, clock=clock, seed=3)
         watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
         task = asyncio.create_task(manager.run())

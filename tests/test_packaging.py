@@ -82,7 +82,7 @@ def test_the_wheel_holds_the_product_packages_and_nothing_else(wheel: zipfile.Zi
         "eni_ipam/cli.py",
         "eni_ipam/core/planner.py",
         "providers/aws/provider.py",
-        "providers/instance_types.json",
+        "providers/ec2/instance_types.json",
         "eni_ipam/testing/provider_contract.py",
     ):
         assert required in wheel.namelist(), required

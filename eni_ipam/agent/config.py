@@ -3,7 +3,7 @@
 The agent runs on every node (a DaemonSet). Its default pool follows the node's ENIPool; named
 static pools (for the libnetwork driver, address claims, or ``node_source: memory`` on a host
 without Kubernetes) are declared here as a CIDR with optional ranges. The models are the
-project's configuration layer (:mod:`eni_ipam._infra.config`); the format is in docs/node.md.
+project's configuration layer (:mod:`eni_ipam.config.schema`); the format is in docs/node.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from eni_ipam._infra.config import (
+from eni_ipam.adapters.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    MAX_SERVER_CONNECTIONS,
+    MAX_SERVER_READ_TIMEOUT,
+)
+from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
+from eni_ipam.config.files import read_config_file
+from eni_ipam.config.schema import (
     Cidr,
     ConfigModel,
     Duration,
@@ -27,14 +35,6 @@ from eni_ipam._infra.config import (
     short,
     validate,
 )
-from eni_ipam._infra.files import read_config_file
-from eni_ipam._infra.server import (
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_READ_TIMEOUT,
-    MAX_SERVER_CONNECTIONS,
-    MAX_SERVER_READ_TIMEOUT,
-)
-from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.errors import ConfigError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -34,8 +34,8 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
-from eni_ipam._infra.guard import LISTEN_BACKLOG, bound_process
-from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.adapters.guard import LISTEN_BACKLOG, bound_process
+from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig

@@ -4,9 +4,9 @@ The socket is the node's only door to the allocator, and whatever can open it (t
 anything else running as root or in the socket's group) can hold it open. Without bounds, idle or
 half-sent connections pile up until the process runs out of file descriptors and the plugin's real
 requests fail. :func:`serve_unix` serves an aiohttp application under the bounds every listener of the
-project has (:mod:`eni_ipam._infra.guard`), answering in the socket's own terms.
+project has (:mod:`eni_ipam.adapters.guard`), answering in the socket's own terms.
 
-Invariants (those of :func:`~eni_ipam._infra.guard.serve_bounded`, with these answers):
+Invariants (those of :func:`~eni_ipam.adapters.guard.serve_bounded`, with these answers):
 
 * A connection beyond ``max_connections`` is answered ``503 too_many_connections`` (both the CNI API's
   error object and libnetwork's ``Err``, so the plugin reports "try again later" and Docker shows the
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from eni_ipam._infra.guard import LISTEN_BACKLOG, Refused, raw_response, serve_bounded
+from eni_ipam.adapters.guard import LISTEN_BACKLOG, Refused, raw_response, serve_bounded
 
 __all__ = ["Refused", "refusal_body", "serve_unix"]
 

@@ -20,22 +20,23 @@ import random
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
-from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
-from eni_ipam._infra.server import Readiness, make_app, start_server
-from eni_ipam.app.service import stop_on_signals
+from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.server import Readiness, make_app, start_server
+from eni_ipam.adapters.signals import stop_on_signals
+from eni_ipam.config.schema import validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.simulator.cluster import EmbeddedCluster
+from eni_ipam.simulator.emulation import Emulation, emulator
 from eni_ipam.simulator.simnode import SimulatedNodeSide
 from eni_ipam.store.memory import MemoryStore
-from providers.sim.cloud import SimCloud
-from providers.sim.provider import SimProvider
 
 INSTANCE_TYPES = ("m5.large", "m5.xlarge", "c5.large", "t3.medium", "m5.2xlarge", "r5.large", "m4.xlarge")
 ZONES = ("us-east-1a", "us-east-1b")
@@ -43,36 +44,63 @@ API_LATENCY = 0.08
 """Seconds each simulated cloud call takes: close to EC2's usual answer times."""
 
 
-def build(nodes: int, seed: int, clock: LoopClock) -> tuple[SimCloud, list[NodeResource]]:
+def build(
+    nodes: int, seed: int, clock: LoopClock, *, metrics: ApiObserver
+) -> tuple[Emulation, list[NodeResource]]:
+    """The demo's cloud (the in-memory EC2, declared as a scenario's ``cloud:`` section) and its nodes."""
     rng = random.Random(seed)
-    cloud = SimCloud(clock)
-    cloud.add_vpc("vpc-demo", "10.0.0.0/16")
-    cloud.add_security_group("sg-nodes", vpc="vpc-demo")
+    subnets: list[dict[str, Any]] = []
     for z, zone in enumerate(ZONES):
-        cloud.add_subnet(f"subnet-{zone[-2:]}-nodes", vpc="vpc-demo", zone=zone, cidr=f"10.0.{z * 16}.0/22")
-        cloud.add_subnet(
-            f"subnet-{zone[-2:]}-pods",
-            vpc="vpc-demo",
-            zone=zone,
-            cidr=f"10.0.{z * 16 + 4}.0/22",
-            tags={"eni-ipam/pods": "true"},
+        subnets.append(
+            {
+                "id": f"subnet-{zone[-2:]}-nodes",
+                "vpc": "vpc-demo",
+                "zone": zone,
+                "cidr": f"10.0.{z * 16}.0/22",
+            }
         )
-    cloud.set_latency(None, API_LATENCY)
+        subnets.append(
+            {
+                "id": f"subnet-{zone[-2:]}-pods",
+                "vpc": "vpc-demo",
+                "zone": zone,
+                "cidr": f"10.0.{z * 16 + 4}.0/22",
+                "tags": {"eni-ipam/pods": "true"},
+            }
+        )
+    instances: list[dict[str, Any]] = []
     specs: list[NodeResource] = []
     for n in range(nodes):
         zone = ZONES[n % len(ZONES)]
         instance_id = f"i-{n:05d}"
-        cloud.add_instance(
-            instance_id,
-            type=rng.choice(INSTANCE_TYPES),
-            subnet=f"subnet-{zone[-2:]}-nodes",
-            security_groups=["sg-nodes"],
+        instances.append(
+            {
+                "id": instance_id,
+                "type": rng.choice(INSTANCE_TYPES),
+                "subnet": f"subnet-{zone[-2:]}-nodes",
+                "security_groups": ["sg-nodes"],
+            }
         )
         spec = NodeSpec(pre_allocate=rng.choice((0, 4, 8, 12)), max_above_watermark=rng.choice((0, 0, 2)))
         specs.append(
             NodeResource(name=f"node-{n:03d}", instance_id=instance_id, spec=spec, used=rng.randint(0, 6))
         )
-    return cloud, specs
+    declaration = {
+        "vpcs": [{"id": "vpc-demo", "cidr": "10.0.0.0/16"}],
+        "security_groups": [{"id": "sg-nodes", "vpc": "vpc-demo"}],
+        "subnets": subnets,
+        "instances": instances,
+    }
+    cloud = emulator("cloud")
+    world = cloud.open(
+        validate(cloud.DECLARATION, declaration, path="demo.cloud"),
+        clock=clock,
+        metrics=metrics,
+        records=MemoryStore(),  # the in-memory EC2 keeps its state in itself, not in the node store
+        path="demo.cloud",
+    )
+    world.set_latency(None, API_LATENCY)
+    return world, specs
 
 
 async def workload(
@@ -224,9 +252,10 @@ async def _demo(
     clock = LoopClock()
     settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
     metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
-    cloud, specs = build(nodes, seed, clock)
-    provider = SimProvider(cloud, clock=clock, metrics=metrics)
-    manager, store, side = local_cluster(provider, settings, specs, metrics=metrics, clock=clock, seed=seed)
+    cloud, specs = build(nodes, seed, clock, metrics=metrics)
+    manager, store, side = local_cluster(
+        cloud.provider, settings, specs, metrics=metrics, clock=clock, seed=seed
+    )
     stop = stop_on_signals()
     started = clock.monotonic()
     async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:

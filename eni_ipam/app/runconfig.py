@@ -25,7 +25,15 @@ from typing import Annotated, Any, Literal, cast, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from eni_ipam._infra.config import (
+from eni_ipam.adapters.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+    MAX_SERVER_CONNECTIONS,
+    MAX_SERVER_READ_TIMEOUT,
+)
+from eni_ipam.app.providers import plugins
+from eni_ipam.config.files import load_yaml_text, plain_data_problem, read_config_file
+from eni_ipam.config.schema import (
     ConfigModel,
     Duration,
     FieldError,
@@ -35,14 +43,6 @@ from eni_ipam._infra.config import (
     PositiveDuration,
     config_error,
 )
-from eni_ipam._infra.files import load_yaml_text, plain_data_problem, read_config_file
-from eni_ipam._infra.server import (
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_READ_TIMEOUT,
-    MAX_SERVER_CONNECTIONS,
-    MAX_SERVER_READ_TIMEOUT,
-)
-from eni_ipam.app.providers import plugins
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError

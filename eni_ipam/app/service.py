@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import gc
 import os
-import signal
 import socket
 from collections.abc import Mapping
 from typing import TextIO
@@ -29,10 +28,10 @@ from typing import TextIO
 import structlog
 from aiohttp import web
 
-from eni_ipam._infra.allocator import tune_allocator
-from eni_ipam._infra.guard import LISTEN_BACKLOG, bound_process
-from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
-from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.adapters.guard import LISTEN_BACKLOG, bound_process
+from eni_ipam.adapters.malloc import tune_allocator
+from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
 from eni_ipam.core.clock import Clock, LoopClock
@@ -69,16 +68,6 @@ async def freeze_heap(clock: Clock, interval: float = HEAP_FREEZE_INTERVAL) -> N
     while True:
         await clock.sleep(interval)
         gc.freeze()
-
-
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM (where the loop supports signal handlers)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
 
 
 def listening_on(runner: web.AppRunner, host: str, port: int) -> str:

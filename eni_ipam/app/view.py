@@ -29,8 +29,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from eni_ipam._infra.logging import diverted
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.logging import diverted
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState

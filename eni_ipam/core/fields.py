@@ -1,5 +1,5 @@
 """Field types of the domain's settings: cloud tags and token buckets, read with the configuration
-layer's vocabulary (:mod:`eni_ipam._infra.config`) into the domain's own values
+layer's vocabulary (:mod:`eni_ipam.config.schema`) into the domain's own values
 (:class:`~eni_ipam.core.model.Tags`, :class:`~eni_ipam.core.ratelimit.Bucket`).
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, PlainSerializer, TypeAdapter, ValidationError
 
-from eni_ipam._infra.config import ConfigModel, PositiveNumber, nested, short
+from eni_ipam.config.schema import ConfigModel, PositiveNumber, nested, short
 from eni_ipam.core.model import Tags, frozen_tags
 from eni_ipam.core.ratelimit import Bucket
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from eni_ipam._infra.config import ConfigModel
+from eni_ipam.config.schema import ConfigModel
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
 from eni_ipam.core.observe import ApiObserver

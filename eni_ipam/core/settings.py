@@ -1,6 +1,6 @@
 """Operator-wide settings (``settings:`` in the run configuration and in scenario files).
 
-Frozen and validated (:class:`~eni_ipam._infra.config.ConfigModel`); every default is justified in its
+Frozen and validated (:class:`~eni_ipam.config.schema.ConfigModel`); every default is justified in its
 field's docstring, which docs/settings.md repeats. Durations accept ``250ms``, ``30s``, ``5m``.
 """
 
@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from eni_ipam._infra.config import (
+from eni_ipam.config.schema import (
     ConfigModel,
     Duration,
     FieldError,

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from eni_ipam._infra.config import ConfigModel
+from eni_ipam.config.schema import ConfigModel
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS, ReleaseState, Tags
 from eni_ipam.core.packed import EMPTY_ADDRESS_SET, AddressSet

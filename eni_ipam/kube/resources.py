@@ -25,7 +25,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from eni_ipam._infra.config import validate
+from eni_ipam.config.schema import validate
 from eni_ipam.core.model import (
     MAX_NODE_ADDRESSES,
     Interface,

@@ -1,6 +1,6 @@
 """Settings of the Kubernetes node source and leader election (the ``kubernetes:`` section).
 
-A :class:`~eni_ipam._infra.config.ConfigModel`: frozen, validated, errors name the field. The lease
+A :class:`~eni_ipam.config.schema.ConfigModel`: frozen, validated, errors name the field. The lease
 timings follow client-go's defaults and rules: ``lease_duration > renew_deadline > retry_period``
 (a leader that cannot renew within the deadline stops before any standby may take over).
 """
@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, model_validator
 
-from eni_ipam._infra.config import ConfigModel, FieldError, PositiveDuration, PositiveInt, PositiveNumber
+from eni_ipam.config.schema import ConfigModel, FieldError, PositiveDuration, PositiveInt, PositiveNumber
 from eni_ipam.core.fields import TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 

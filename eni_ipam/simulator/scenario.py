@@ -1,12 +1,13 @@
 """Scenario files: parsing and strict validation (docs/scenarios.md is the user-facing spec).
 
 The format is a stable interface: keys are only ever added. The document is read by the project's
-configuration layer (:mod:`eni_ipam._infra.config`): the operator settings, the node spec
-(:class:`~eni_ipam.core.spec.NodeSpec`), the cloud declaration
-(:mod:`providers.sim.declaration`) and the generic provider's settings are the very models the
-run configuration uses. Every error is a :class:`~eni_ipam.errors.ConfigError` whose ``field``
-names the offending key (``steps[3].expect.node1.available``), raised before anything runs; the
-document itself is never changed.
+configuration layer (:mod:`eni_ipam.config.schema`): the operator settings and the node spec
+(:class:`~eni_ipam.core.spec.NodeSpec`) are the very models the run configuration uses, and the
+cloud's section (``cloud:`` or ``generic:``) and its ``cloud`` steps are read by the models of the
+emulator registered for that section (:mod:`eni_ipam.simulator.emulation`). Every error is a
+:class:`~eni_ipam.errors.ConfigError` whose ``field`` names the offending key
+(``steps[3].expect.node1.available``), raised before anything runs; the document itself is never
+changed.
 """
 
 from __future__ import annotations
@@ -15,30 +16,27 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, model_validator
 
-from eni_ipam._infra.config import (
+from eni_ipam.config.files import load_yaml_file, plain_data_problem
+from eni_ipam.config.schema import (
     ConfigModel,
     Duration,
     FieldError,
     Name,
     NonNegativeInt,
     Number,
-    PositiveInt,
     config_error,
     join,
     kind,
     validate,
 )
-from eni_ipam._infra.files import load_yaml_file, plain_data_problem
-from eni_ipam.core.fields import LooseTagMap
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
-from providers.generic.settings import GenericSettings
-from providers.sim.declaration import CloudDeclaration
+from eni_ipam.simulator.emulation import Emulator, emulator
 
 ScenarioError = ConfigError
 """A scenario file is invalid: the same error as any other configuration (``path`` is ``field``)."""
@@ -71,32 +69,6 @@ class NodeChange(NodeSpec):
 
     def changes(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.model_fields_set}
-
-
-class SubnetChange(ConfigModel):
-    available: NonNegativeInt | None = None
-    tags: LooseTagMap | None = None
-
-
-class InstanceChange(ConfigModel):
-    state: Literal["running", "stopped", "terminated"]
-
-
-class Fault(ConfigModel):
-    count: PositiveInt = 1
-    """How many calls of the operation fail."""
-    code: Name
-    """The EC2 error code they fail with."""
-    message: str = ""
-
-
-class CloudChange(ConfigModel):
-    """A ``cloud`` step: change the cloud under the reconciler."""
-
-    subnets: dict[str, SubnetChange] = {}
-    instances: dict[str, InstanceChange] = {}
-    fail: dict[str, Fault] = {}
-    latency: dict[str, Duration] = {}
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
@@ -145,6 +117,13 @@ _METRICS: TypeAdapter[dict[str, float | None]] = TypeAdapter(
 """A sample's expected value; ``null``: no such series is exported."""
 
 
+def _mapping(value: Any) -> Any:
+    """A section read later by its emulator's model: here only a mapping."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping, got {kind(value)}")
+    return value
+
+
 def _expect(value: Any) -> Any:
     """An ``expect`` step: ``api_calls``, ``metrics`` and node names (checked against the scenario
     later, when the nodes of that step are known)."""
@@ -176,7 +155,8 @@ class StepDocument(ConfigModel):
     advance: Duration | None = None
     expect: Annotated[Mapping[str, Any], BeforeValidator(_expect)] | None = None
     set: dict[str, NodeChange] | None = None
-    cloud: CloudChange | None = None
+    cloud: Annotated[Mapping[str, Any], BeforeValidator(_mapping)] | None = None
+    """Read by the emulator's change model once the scenario's section is known."""
     add_node: NodeDocument | None = None
     remove_node: Name | None = None
 
@@ -198,12 +178,16 @@ class StepDocument(ConfigModel):
         return key
 
 
+SECTIONS = ("cloud", "generic")
+"""The sections that declare a scenario's cloud: the in-memory EC2, or the generic provider."""
+
+
 class ScenarioDocument(ConfigModel):
     settings: Settings = Settings()
     """Operator-wide settings, as in the run configuration."""
-    cloud: CloudDeclaration | None = None
+    cloud: Annotated[Mapping[str, Any], BeforeValidator(_mapping)] | None = None
     """The in-memory EC2 (exactly one of ``cloud`` and ``generic``)."""
-    generic: GenericSettings | None = None
+    generic: Annotated[Mapping[str, Any], BeforeValidator(_mapping)] | None = None
     """The generic provider's section instead of a cloud."""
     nodes: Annotated[tuple[NodeDocument, ...], Field(strict=False)] = ()
     steps: Annotated[tuple[StepDocument, ...], Field(strict=False)] = ()
@@ -211,34 +195,38 @@ class ScenarioDocument(ConfigModel):
     """Seeds backoff jitter, so runs are reproducible."""
 
     @model_validator(mode="after")
-    def _references(self) -> ScenarioDocument:
+    def _one_section(self) -> ScenarioDocument:
         if (self.cloud is None) == (self.generic is None):
             raise FieldError("cloud", "required: exactly one of cloud (the in-memory EC2) and generic")
-        live = _LiveNodes(self.cloud)
-        for n, node in enumerate(self.nodes):
-            live.add(node, f"nodes[{n}]")
-        for n, step in enumerate(self.steps):
-            live.step(step, f"steps[{n}]")
         return self
+
+    @property
+    def section(self) -> str:
+        return "cloud" if self.cloud is not None else "generic"
 
 
 class _LiveNodes:
     """The nodes that exist at each step, for the references steps make."""
 
-    def __init__(self, cloud: CloudDeclaration | None) -> None:
-        self.cloud = cloud
+    def __init__(self, emulator: Emulator, declaration: Any) -> None:
+        self.emulator = emulator
+        self.declaration = declaration
+        self.declared = emulator.instances(declaration)
+        """The instances a node may name; None: any (a node is its own instance)."""
         self.instances: dict[str, str] = {}
         """Node name → its instance."""
+        self.changes: dict[str, Any] = {}
+        """A ``cloud`` step's path → its change, validated."""
 
     def add(self, node: NodeDocument, path: str) -> None:
         if node.name in self.instances:
             raise FieldError(f"{path}.name", f"duplicate node {node.name!r}")
         instance = node.instance
-        if self.cloud is None:
+        if self.declared is None:
             instance = instance or node.name  # a generic node is its own instance
         elif instance is None:
             raise FieldError(f"{path}.instance", "required")
-        elif instance not in self.cloud.instance_ids():
+        elif instance not in self.declared:
             raise FieldError(f"{path}.instance", f"unknown instance {instance!r}")
         owner = next((name for name, i in self.instances.items() if i == instance), None)
         if owner is not None:
@@ -270,15 +258,14 @@ class _LiveNodes:
                         f"{where}.{key}", "not a node of the scenario at this step, nor api_calls / metrics"
                     )
         elif step.cloud is not None:
-            if self.cloud is None:
+            if self.emulator.CHANGE is None:
                 raise FieldError(where, "the generic provider has no cloud to change")
-            subnets = {s.id for s in self.cloud.subnets}
-            for sid in step.cloud.subnets:
-                if sid not in subnets:
-                    raise FieldError(f"{where}.subnets.{sid}", f"unknown subnet {sid!r}")
-            for iid in step.cloud.instances:
-                if iid not in self.cloud.instance_ids():
-                    raise FieldError(f"{where}.instances.{iid}", f"unknown instance {iid!r}")
+            change = validate(self.emulator.CHANGE, step.cloud, path=where)
+            try:
+                self.emulator.check_change(self.declaration, change)
+            except FieldError as exc:
+                raise FieldError(join(where, exc.field), exc.message) from None
+            self.changes[where] = change
 
 
 # -- what the simulator runs -----------------------------------------------------------------------
@@ -289,19 +276,30 @@ class Step:
     kind: str
     value: Any
     """converge / advance: seconds; set: {node: {key: value}}; add_node: a :class:`NodeResource`;
-    remove_node: a name; cloud: a :class:`CloudChange`; expect: the expectations as written."""
+    remove_node: a name; cloud: the emulator's change; expect: the expectations as written."""
     path: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     settings: Settings
-    cloud: CloudDeclaration | None
+    section: str
+    """The section that declares the cloud: ``cloud`` (the in-memory EC2) or ``generic``."""
+    declaration: Any
+    """That section, validated by its emulator's model."""
     nodes: tuple[NodeResource, ...]
     steps: tuple[Step, ...]
     seed: int = 0
-    generic: GenericSettings | None = None
-    """Set for a generic-provider scenario (section ``generic:`` instead of ``cloud:``)."""
+
+    @property
+    def cloud(self) -> Any:
+        """The ``cloud:`` declaration, or None for a generic-provider scenario."""
+        return self.declaration if self.section == "cloud" else None
+
+    @property
+    def generic(self) -> Any:
+        """The ``generic:`` section, or None for a scenario on the in-memory EC2."""
+        return self.declaration if self.section == "generic" else None
 
 
 def _entry(node: NodeDocument) -> NodeResource:
@@ -314,9 +312,11 @@ def _entry(node: NodeDocument) -> NodeResource:
     )
 
 
-def _step(step: StepDocument, path: str) -> Step:
+def _step(step: StepDocument, path: str, changes: Mapping[str, Any]) -> Step:
     kind_ = step.kind
     where = join(path, kind_)
+    if step.cloud is not None:
+        return Step(kind_, changes[where], where)
     if step.add_node is not None:
         return Step(kind_, _entry(step.add_node), where)
     if step.set is not None:
@@ -336,13 +336,24 @@ def parse_scenario(data: Any) -> Scenario:
     if problem:
         raise ConfigError("", f"the scenario {problem}")
     document = validate(ScenarioDocument, data)
+    section = document.section
+    cloud = emulator(section)
+    declaration = validate(cloud.DECLARATION, getattr(document, section), path=section)
+    live = _LiveNodes(cloud, declaration)
+    try:
+        for n, node in enumerate(document.nodes):
+            live.add(node, f"nodes[{n}]")
+        for n, step in enumerate(document.steps):
+            live.step(step, f"steps[{n}]")
+    except FieldError as exc:
+        raise ConfigError(exc.field, exc.message) from None
     return Scenario(
         settings=document.settings,
-        cloud=document.cloud,
+        section=section,
+        declaration=declaration,
         nodes=tuple(_entry(n) for n in document.nodes),
-        steps=tuple(_step(s, f"steps[{n}]") for n, s in enumerate(document.steps)),
+        steps=tuple(_step(s, f"steps[{n}]", live.changes) for n, s in enumerate(document.steps)),
         seed=document.seed,
-        generic=document.generic,
     )
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from eni_ipam._infra.metrics import MetricSet
+from eni_ipam.adapters.metrics import MetricSet
 from eni_ipam.core.clock import Clock
 
 DEFAULT_INTERVAL = 30.0
@@ -323,7 +323,7 @@ class SeriesOptions:
 
 
 class SeriesRecorder:
-    """Scrapes a registry (a :class:`~eni_ipam._infra.metrics.MetricSet`'s or any) at every multiple
+    """Scrapes a registry (a :class:`~eni_ipam.adapters.metrics.MetricSet`'s or any) at every multiple
     of ``interval`` seconds after a start, keeping every sample of every family: counters'
     ``_total``, histograms' ``_bucket``, ``_sum`` and ``_count``, gauges; never a ``_created``.
 

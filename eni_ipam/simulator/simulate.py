@@ -1,10 +1,11 @@
 """``eni-ipam simulate``: run the real NodeManager against the in-memory cloud on virtual time.
 
-The reconciler, planner, rate limiter and metrics are the production ones; only the cloud
-(:mod:`providers.sim`), the node source (:class:`~eni_ipam.store.memory.MemoryStore`) and the node
-side (:class:`~eni_ipam.simulator.simnode.SimulatedNodeSide`) are simulated. Steps run in order; the first
-failing ``expect`` ends the run with a readable diff. After every step the exported metrics must
-agree with themselves (cluster totals = sums of the per-node series), or the step fails.
+The reconciler, planner, rate limiter and metrics are the production ones; only the cloud (the
+emulator of the scenario's section, :mod:`eni_ipam.simulator.emulation`), the node source
+(:class:`~eni_ipam.store.memory.MemoryStore`) and the node side
+(:class:`~eni_ipam.simulator.simnode.SimulatedNodeSide`) are simulated. Steps run in order; the
+first failing ``expect`` ends the run with a readable diff. After every step the exported metrics
+must agree with themselves (cluster totals = sums of the per-node series), or the step fails.
 """
 
 from __future__ import annotations
@@ -16,19 +17,15 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eni_ipam._infra.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.model import Instance
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster
-from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, CloudChange, Scenario, Step, parse_sample
+from eni_ipam.simulator.emulation import emulator
+from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, Scenario, Step, parse_sample
 from eni_ipam.simulator.series import LabelClash, Recording, SeriesOptions, SeriesRecorder
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.store.memory import MemoryStore
-from providers.generic.provider import GenericProvider
-from providers.sim.cloud import SimCloud
-from providers.sim.declaration import build_cloud
-from providers.sim.provider import SimProvider
 
 CONVERGE_TICK = 0.01
 """Virtual seconds between two "is every node done?" checks while converging."""
@@ -76,16 +73,14 @@ class Simulation:
         # process's, read from the OS, not the simulated controller's on virtual time.
         self.metrics = Metrics(node_series=NodeSeriesPolicy.of(scenario.settings), process=False)
         self.store = MemoryStore()
-        self.provider: SimProvider | GenericProvider
-        if scenario.generic is not None:
-            self.cloud = None
-            self.provider = GenericProvider(
-                scenario.generic, records=self.store, clock=self.clock, metrics=self.metrics
-            )
-        else:
-            assert scenario.cloud is not None  # the reader requires exactly one of cloud and generic
-            self.cloud = build_cloud(scenario.cloud, self.clock)
-            self.provider = SimProvider(self.cloud, clock=self.clock, metrics=self.metrics)
+        self.world = emulator(scenario.section).open(
+            scenario.declaration,
+            clock=self.clock,
+            metrics=self.metrics,
+            records=self.store,
+            path=scenario.section,
+        )
+        self.provider = self.world.provider
         self.cluster = EmbeddedCluster(
             self.provider,
             settings=scenario.settings,
@@ -165,8 +160,7 @@ class Simulation:
         elif step.kind == "remove_node":
             self.store.remove(step.value)
         elif step.kind == "cloud":
-            assert self.cloud is not None  # the scenario reader refuses cloud steps without a cloud
-            apply_cloud_change(self.cloud, step.value)
+            self.world.change(step.value)  # the reader refused a cloud step its emulator cannot apply
         elif step.kind == "expect":
             return self.check(step.value, step.path)
         return []
@@ -188,7 +182,7 @@ class Simulation:
         status = self.store.statuses.get(name)
         node = self.manager.nodes.get(name)
         stats = node.stats if node else None
-        view = self._view(resource.instance_id)
+        view = self.world.instance_view(resource.instance_id)
         interfaces = view.interfaces if view else ()
         return {
             "available": stats.available if stats else 0,
@@ -205,15 +199,9 @@ class Simulation:
             "message": status.message if status else "",
         }
 
-    def _view(self, instance_id: str) -> Instance | None:
-        if isinstance(self.provider, GenericProvider):
-            return self.provider.instance_view(instance_id)
-        assert self.cloud is not None
-        return self.cloud.instance_view(instance_id)
-
     @property
     def calls(self) -> Mapping[str, int]:
-        return self.provider.calls if isinstance(self.provider, GenericProvider) else self.cloud.calls  # type: ignore[union-attr]
+        return self.world.calls
 
     def state(self) -> dict[str, Any]:
         return {
@@ -269,28 +257,6 @@ def _normalise(field: str, value: Any) -> Any:
 
 def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
-
-
-# --- cloud changes ------------------------------------------------------------------------------------
-
-
-def apply_cloud_change(sim: SimCloud, change: CloudChange) -> None:
-    for sid, subnet in change.subnets.items():
-        if subnet.available is not None:
-            sim.set_subnet_available(sid, subnet.available)
-        if subnet.tags is not None:
-            sim.set_subnet_tags(sid, dict(subnet.tags))
-    for iid, instance in change.instances.items():
-        if instance.state == "terminated":
-            sim.terminate_instance(iid)
-        elif instance.state == "stopped":
-            sim.stop_instance(iid)
-        else:
-            sim.start_instance(iid)
-    for op, fault in change.fail.items():
-        sim.fail_next(op, count=fault.count, code=fault.code, message=fault.message)
-    for op, seconds in change.latency.items():
-        sim.set_latency(op, seconds)
 
 
 def simulate(

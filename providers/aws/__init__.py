@@ -2,7 +2,7 @@
 
 :class:`AwsProvider` implements :class:`eni_ipam.core.provider.Provider`; :class:`AwsSettings` configures
 it (docs/aws.md). The logic it shares with the in-memory cloud lives in
-:mod:`providers.ec2_provider`.
+:mod:`providers.ec2.provider`.
 """
 
 from __future__ import annotations

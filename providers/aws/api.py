@@ -1,4 +1,4 @@
-"""The thin EC2 client over boto3: :class:`Boto3Api` is the :class:`~providers.ec2_provider.Ec2Api`.
+"""The thin EC2 client over boto3: :class:`Boto3Api` is the :class:`~providers.ec2.provider.Ec2Api`.
 
 Each method builds one request in EC2's shape, sends it through :class:`~providers.aws.client.Ec2Client`
 (and so through the limiter, the metrics and the error translation), and parses the answer into
@@ -27,7 +27,7 @@ from typing import Any, cast
 from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
 from providers.aws.listings import ATTACHED
-from providers.ec2_provider import Filters, InstanceInfo, InstanceState
+from providers.ec2.provider import Filters, InstanceInfo, InstanceState
 
 
 def ec2_filters(filters: Filters | None) -> list[dict[str, Any]]:
@@ -103,7 +103,7 @@ def _prefix_key(prefix: str) -> tuple[int, ...]:
 
 
 class Boto3Api:
-    """:class:`~providers.ec2_provider.Ec2Api` over boto3 (see the module docstring)."""
+    """:class:`~providers.ec2.provider.Ec2Api` over boto3 (see the module docstring)."""
 
     def __init__(self, client: Ec2Client) -> None:
         self.client = client

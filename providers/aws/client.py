@@ -1,7 +1,7 @@
 """The boto3 EC2 client and the one path every EC2 request takes (docs/aws.md, "6. Rate limits").
 
 Path of a call: client-side token bucket of the operation → boto3 on a bounded thread pool →
-metrics → error translation (:func:`translate`, through :mod:`providers.ec2_errors`). It is built on
+metrics → error translation (:func:`translate`, through :mod:`providers.ec2.errors`). It is built on
 :class:`~eni_ipam.core.caller.ApiCaller`, like every other provider's calls.
 
 Why threads: boto3 is synchronous. Its clients are thread-safe (sessions are not), so one client is
@@ -56,7 +56,7 @@ from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.errors import ConfigError, EniIpamError
 from providers.aws import listings
 from providers.aws.settings import AwsSettings
-from providers.ec2_errors import EC2_ERRORS, translate_ec2
+from providers.ec2.errors import EC2_ERRORS, translate_ec2
 
 log = structlog.get_logger("eni_ipam.aws")
 

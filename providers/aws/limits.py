@@ -1,8 +1,8 @@
 """Instance-type limits for the AWS provider: EC2's own answer, with the shipped table as fallback.
 
-:class:`Ec2InstanceTypes` is the provider's :class:`~providers.ec2_provider.LimitsSource`:
+:class:`Ec2InstanceTypes` is the provider's :class:`~providers.ec2.provider.LimitsSource`:
 
-* it starts from the shipped table (:mod:`providers.ec2_limits`), so the controller works with no
+* it starts from the shipped table (:mod:`providers.ec2.limits`), so the controller works with no
   DescribeInstanceTypes permission and through an EC2 outage;
 * it asks DescribeInstanceTypes about the types the cluster actually runs (up to 100 per request)
   and lets EC2's answer win over the table, because limits change and EC2 knows types released
@@ -17,7 +17,7 @@
   (no IAM permission) turns the lookups off for good with one ``instance_types_not_permitted``.
 
 Records are converted exactly as the table generator converts them
-(:func:`providers.ec2_limits.convert_instance_type`). The limits are those of the default network
+(:func:`providers.ec2.limits.convert_instance_type`). The limits are those of the default network
 card, and bare-metal types carry no hypervisor, so prefix delegation stays off for them.
 """
 
@@ -32,7 +32,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import InstanceLimits
 from providers.aws.client import Ec2Client
-from providers.ec2_limits import InstanceTypeError, convert_instance_type, limits_from_row
+from providers.ec2.limits import InstanceTypeError, convert_instance_type, limits_from_row
 
 log = structlog.get_logger("eni_ipam.aws")
 
@@ -44,7 +44,7 @@ BATCH = 100
 
 
 class Ec2InstanceTypes:
-    """:class:`~providers.ec2_provider.LimitsSource` backed by DescribeInstanceTypes (see module doc)."""
+    """:class:`~providers.ec2.provider.LimitsSource` backed by DescribeInstanceTypes (see module doc)."""
 
     def __init__(
         self,

@@ -31,7 +31,7 @@ which decodes text exactly as botocore does.
 Invariants:
 
 * Same values as botocore: an :class:`~eni_ipam.core.model.Interface` equals ``parse_interface``
-  of botocore's parse of the same bytes, an :class:`~providers.ec2_provider.InstanceInfo` equals
+  of botocore's parse of the same bytes, an :class:`~providers.ec2.provider.InstanceInfo` equals
   ``parse_instance`` (tests/providers/aws/test_fast_parse.py, on moto's answers and variations).
 * Loud, never lossy: a layout it does not read (a truncated page, text or another element among
   items, a list twice in an item, an empty item, a missing id, an address that is not one) raises
@@ -63,7 +63,7 @@ from botocore.utils import lowercase_dict
 
 from eni_ipam.core.model import DETACHED_INDEX, EMPTY_TAGS, Interface, Tags, address_key
 from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
-from providers.ec2_provider import InstanceInfo, InstanceState
+from providers.ec2.provider import InstanceInfo, InstanceState
 
 OPERATIONS = ("DescribeNetworkInterfaces", "DescribeInstances")
 """The operations whose successful answers the parser reads."""

@@ -1,4 +1,4 @@
-"""AwsProvider: the shared :class:`~providers.ec2_provider.Ec2Provider` over boto3.
+"""AwsProvider: the shared :class:`~providers.ec2.provider.Ec2Provider` over boto3.
 
 Everything that decides which EC2 calls to make is shared with the in-memory cloud's provider (and
 checked by the same contract suite). This module only assembles the pieces: the boto3 client with its
@@ -21,8 +21,8 @@ from providers.aws.api import Boto3Api
 from providers.aws.client import Ec2Client
 from providers.aws.limits import Ec2InstanceTypes
 from providers.aws.settings import AwsSettings
-from providers.ec2_limits import load_limits
-from providers.ec2_provider import Ec2Provider, Scope
+from providers.ec2.limits import load_limits
+from providers.ec2.provider import Ec2Provider, Scope
 
 
 class AwsProvider(Ec2Provider):

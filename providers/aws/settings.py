@@ -3,7 +3,7 @@
 Operator-wide behaviour (cluster name, interface tags, prefix delegation, the rate-limit share) lives
 in :class:`eni_ipam.core.settings.Settings`. What a node asks for (watermarks, first interface index,
 subnets, security groups) lives in its spec. This module holds what only the EC2 client needs, as a
-:class:`~eni_ipam._infra.config.ConfigModel`: unknown keys and bad values are refused with a
+:class:`~eni_ipam.config.schema.ConfigModel`: unknown keys and bad values are refused with a
 :class:`~eni_ipam.errors.ConfigError` naming the field, and nothing is half-applied.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from eni_ipam._infra.config import ConfigModel, Duration, PositiveDuration, PositiveInt, check_names
+from eni_ipam.config.schema import ConfigModel, Duration, PositiveDuration, PositiveInt, check_names
 from eni_ipam.core.fields import EMPTY_BUCKETS, Buckets, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket

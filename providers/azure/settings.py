@@ -2,7 +2,7 @@
 
 Operator-wide behaviour (cluster name, the rate-limit share, garbage collection) lives in
 :class:`eni_ipam.core.settings.Settings`; this module holds what only the Azure client needs.
-A :class:`~eni_ipam._infra.config.ConfigModel`: unknown keys and bad values are refused with a
+A :class:`~eni_ipam.config.schema.ConfigModel`: unknown keys and bad values are refused with a
 :class:`~eni_ipam.errors.ConfigError` naming the field (``azure.resource_groups[1]``), and
 nothing is half-applied. ``subscription_id``, ``resource_groups`` and ``vnet_id`` have no default:
 without them there is nothing to look at, and a guess could only look at the wrong thing.
@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from eni_ipam._infra.config import ConfigModel, FieldError, PositiveDuration, check_names, short
+from eni_ipam.config.schema import ConfigModel, FieldError, PositiveDuration, check_names, short
 from eni_ipam.core.fields import EMPTY_BUCKETS, Buckets
 from eni_ipam.core.ratelimit import Bucket
 from eni_ipam.errors import ConfigError

@@ -1,6 +1,6 @@
 """Settings of the generic provider (``provider: generic``, section ``generic:``): frozen, validated.
 
-A :class:`~eni_ipam._infra.config.ConfigModel`: unknown keys and bad values are refused with a
+A :class:`~eni_ipam.config.schema.ConfigModel`: unknown keys and bad values are refused with a
 :class:`~eni_ipam.errors.ConfigError` naming the field, and the ranges are checked against each
 other (blocks fit their cluster CIDR, cluster CIDRs do not overlap), so a configuration that would
 hand one address to two nodes never starts.
@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from eni_ipam._infra.config import Cidr, ConfigModel, FieldError, NonNegativeInt
+from eni_ipam.config.schema import Cidr, ConfigModel, FieldError, NonNegativeInt
 from eni_ipam.core.model import MAX_NODE_ADDRESSES, PREFIX_SIZE
 from providers.generic.blocks import MAX_BLOCK_BITS
 

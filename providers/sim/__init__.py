@@ -6,8 +6,8 @@ everything above the provider runs unchanged against it (which is also why the t
 and soak run the reconciler on it).
 """
 
-from providers.ec2_limits import instance_limits, load_limits
-from providers.ec2_provider import InstanceInfo
+from providers.ec2.limits import instance_limits, load_limits
+from providers.ec2.provider import InstanceInfo
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 from providers.sim.records import Page, SimError, Vpc

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from eni_ipam.core import model
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
-from providers.ec2_limits import load_limits
+from providers.ec2.limits import load_limits
 from providers.sim.describe import DescribeOps
 from providers.sim.gate import Gate, Matcher, Request, api
 from providers.sim.records import InstanceRecord, InterfaceRecord, SimError

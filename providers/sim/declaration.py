@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from eni_ipam._infra.config import ConfigModel, FieldError, Name, Names, NonNegativeInt, short
+from eni_ipam.config.schema import ConfigModel, FieldError, Name, Names, NonNegativeInt, short
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.fields import LooseTagMap
 from eni_ipam.core.model import EMPTY_TAGS

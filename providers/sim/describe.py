@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from eni_ipam.core import model
-from providers.ec2_provider import InstanceInfo
+from providers.ec2.provider import InstanceInfo
 from providers.sim.gate import Gate, api
 from providers.sim.records import (
     InstanceRecord,

@@ -1,8 +1,8 @@
-"""SimProvider: the shared :class:`~providers.ec2_provider.Ec2Provider` over a :class:`SimCloud`.
+"""SimProvider: the shared :class:`~providers.ec2.provider.Ec2Provider` over a :class:`SimCloud`.
 
 Only the thin client lives here: :class:`SimApi` calls the simulated cloud's EC2 operations the way the
 boto3 client calls EC2. Every request goes through one :class:`~eni_ipam.core.caller.ApiCaller` (client-side
-rate limiter → call → metrics → error translation via :func:`providers.ec2_errors.translate_ec2`),
+rate limiter → call → metrics → error translation via :func:`providers.ec2.errors.translate_ec2`),
 listings are paged to the end, and nothing above it ever sees a
 :class:`~providers.sim.records.SimError`. It reads the cloud only through counted operations, so the
 cloud's call counters measure exactly what the reconciler costs.
@@ -24,8 +24,8 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import InstanceLimits, Interface, SecurityGroup, Subnet
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import EC2_BUCKETS, RateLimiter
-from providers.ec2_errors import translate_ec2
-from providers.ec2_provider import DESCRIPTION, Ec2Provider, Filters, InstanceInfo, Scope, TableLimits
+from providers.ec2.errors import translate_ec2
+from providers.ec2.provider import DESCRIPTION, Ec2Provider, Filters, InstanceInfo, Scope, TableLimits
 from providers.sim.cloud import SimCloud
 from providers.sim.records import Page, SimError
 
@@ -44,7 +44,7 @@ def translate(exc: BaseException, operation: str) -> errors.EniIpamError | None:
 
 
 class SimApi:
-    """The :class:`~providers.ec2_provider.Ec2Api` over a :class:`SimCloud`: one request per page or call."""
+    """The :class:`~providers.ec2.provider.Ec2Api` over a :class:`SimCloud`: one request per page or call."""
 
     def __init__(self, cloud: SimCloud, caller: ApiCaller) -> None:
         self.cloud = cloud

@@ -1,7 +1,7 @@
 """Values the simulated cloud speaks, and the mutable records behind them.
 
 Public values (returned by :class:`~providers.sim.cloud.SimCloud` operations) are immutable:
-:class:`Vpc`, :class:`Page`, :class:`~providers.ec2_provider.InstanceInfo`, plus :mod:`eni_ipam.core.model`'s
+:class:`Vpc`, :class:`Page`, :class:`~providers.ec2.provider.InstanceInfo`, plus :mod:`eni_ipam.core.model`'s
 ``Subnet``, ``SecurityGroup`` and ``Interface``. :class:`SimError` is the cloud's only exception, shaped like
 botocore's ``ClientError`` (an EC2 code and message), so a provider over the sim translates errors
 exactly as a provider over EC2 does.
@@ -18,7 +18,7 @@ from typing import Generic, Literal, TypeVar
 
 from eni_ipam.core import model
 from eni_ipam.core.model import DETACHED_INDEX
-from providers.ec2_provider import InstanceInfo
+from providers.ec2.provider import InstanceInfo
 from providers.sim.addressing import SubnetSpace
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from eni_ipam._infra.config import ConfigModel, Duration
+from eni_ipam.config.schema import ConfigModel, Duration
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider

@@ -30,8 +30,8 @@ class DevClusterCommand:
     def run(self, args: argparse.Namespace) -> int:
         import asyncio
 
-        from eni_ipam._infra.logging import configure
-        from eni_ipam.app.service import stop_on_signals
+        from eni_ipam.adapters.logging import configure
+        from eni_ipam.adapters.signals import stop_on_signals
         from eni_ipam_testkit.fake_kube import FakeKube
 
         configure(level=args.log_level or "warning")

@@ -16,7 +16,7 @@ only those, taken from the in-memory cloud wherever it models them: the address 
 :class:`providers.sim.addressing.SubnetSpace` (the five AWS reserves, lowest free address, lowest
 fully free aligned /28), and instance-type limits are the :class:`~eni_ipam.core.model.InstanceLimits`
 the in-memory cloud enforces, read from moto's own ``DescribeInstanceTypes`` data by the product's
-conversion (:func:`providers.ec2_limits.convert_instance_type`, the default network card's
+conversion (:func:`providers.ec2.limits.convert_instance_type`, the default network card's
 interfaces), so the limits the layer enforces are the ones the AWS provider learns from this moto.
 Both clouds therefore hand out the same addresses and /28s and refuse the same requests.
 
@@ -99,7 +99,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eni_ipam.core.model import InstanceLimits
-from providers.ec2_limits import convert_instance_type, instance_limits, limits_from_row
+from providers.ec2.limits import convert_instance_type, instance_limits, limits_from_row
 from providers.sim.addressing import PREFIX_LEN, SubnetSpace
 
 if TYPE_CHECKING:

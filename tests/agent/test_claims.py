@@ -11,7 +11,7 @@ from typing import Any
 import lightkube
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.claims import (
     NODE_LABEL,

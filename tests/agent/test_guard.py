@@ -1,7 +1,7 @@
 """What the agent's socket answers when it refuses: an error both of its clients understand.
 
 The bounds themselves (connection limit, head and body deadlines, bounded logging) are one suite run
-against every listener, tests/core/test_endpoint_bounds.py; here, the socket's own refusal bodies:
+against every listener, tests/adapters/test_endpoint_bounds.py; here, the socket's own refusal bodies:
 the CNI API's error object for the plugin and libnetwork's ``Err`` for Docker.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.test_endpoint_bounds import TIMEOUT, closed_by_server, unix
+from tests.adapters.test_endpoint_bounds import TIMEOUT, closed_by_server, unix
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector

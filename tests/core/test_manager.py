@@ -430,7 +430,7 @@ class _Sink:
 
 
 def _cluster(nodes: int):
-    from eni_ipam._infra.metrics import Metrics
+    from eni_ipam.adapters.metrics import Metrics
     from eni_ipam.core.clock import LoopClock
     from eni_ipam.core.manager import NodeManager
     from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface, Subnet

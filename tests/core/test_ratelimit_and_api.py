@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import LoopClock

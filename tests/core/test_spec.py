@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eni_ipam._infra.config import validate
+from eni_ipam.config.schema import validate
 from eni_ipam.core.spec import (
     DEFAULT_PRE_ALLOCATE,
     DEFAULT_SPEC,

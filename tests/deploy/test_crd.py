@@ -165,7 +165,7 @@ def test_every_list_and_map_of_the_status_is_bounded_by_what_a_node_holds():
 
 def test_no_shipped_instance_type_holds_more_than_the_bound():
     from providers.azure.limits import load_table
-    from providers.ec2_limits import load_limits
+    from providers.ec2.limits import load_limits
 
     for name, limits in load_limits().items():
         prefixed = limits.adapters * limits.slots_per_interface * PREFIX_SIZE

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eni_ipam._infra.config import parse_duration
+from eni_ipam.config.schema import parse_duration
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
 from tests.deploy.conftest import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.agent.metrics import AgentMetrics
 from tests.deploy.conftest import REPO_ROOT, one, render, values
 

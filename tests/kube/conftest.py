@@ -8,7 +8,7 @@ import httpx2
 import lightkube
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.kube.api import KubeApi
 from eni_ipam_testkit.fake_kube import FakeKube
 

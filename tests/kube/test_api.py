@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, LEASES, NODES, PODS, KubeApi
 from eni_ipam_testkit.fake_kube import FakeKube, Fault

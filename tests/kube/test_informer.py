@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.kube.api import NODES, KubeApi
 from eni_ipam.kube.informer import Informer

@@ -8,7 +8,7 @@ import random
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.kube.api import LEASES, KubeApi
 from eni_ipam.kube.lease import LeaderElector

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lightkube.types import PatchType
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.settings import Settings

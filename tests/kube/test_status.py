@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.kube.api import ENIPOOLS, KubeApi

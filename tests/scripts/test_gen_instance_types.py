@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "gen_instance_types.py"
-SHIPPED = REPO_ROOT / "providers" / "instance_types.json"
+SHIPPED = REPO_ROOT / "providers" / "ec2" / "instance_types.json"
 SNAPSHOT = REPO_ROOT / "scripts" / "data" / "describe-instance-types.json"
 
 

@@ -24,7 +24,7 @@ import botocore.parsers
 import botocore.retries.standard
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.ratelimit import Bucket
@@ -44,7 +44,7 @@ from eni_ipam_testkit.ec2_wire.render import NAMESPACE
 from eni_ipam_testkit.ec2_wire.tables import SortedKeys
 from providers.aws import AwsProvider, AwsSettings
 from providers.aws.api import parse_instance, parse_interface
-from providers.ec2_limits import convert_instance_type, limits_from_row
+from providers.ec2.limits import convert_instance_type, limits_from_row
 from providers.sim.cloud import SimCloud
 from tests.aws_environment import isolate
 

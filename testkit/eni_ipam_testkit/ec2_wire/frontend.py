@@ -57,7 +57,7 @@ from eni_ipam_testkit.ec2_wire.describe import Describer, Handler
 from eni_ipam_testkit.ec2_wire.mutate import Mutator
 from eni_ipam_testkit.ec2_wire.query import Query
 from eni_ipam_testkit.ec2_wire.tables import Fragments, Tables
-from providers.ec2_errors import EC2_ERRORS
+from providers.ec2.errors import EC2_ERRORS
 from providers.sim.cloud import SimCloud
 from providers.sim.records import SimError
 

@@ -328,7 +328,7 @@ class Renderer:
     @staticmethod
     def instance_type(name: str, limits: model.InstanceLimits) -> bytes:
         """An ``InstanceTypeInfo`` whose network facts convert back to ``limits``
-        (:func:`providers.ec2_limits.convert_instance_type`): no hypervisor means bare metal."""
+        (:func:`providers.ec2.limits.convert_instance_type`): no hypervisor means bare metal."""
         bare_metal = not limits.hypervisor
         hypervisor = "" if bare_metal else f"<hypervisor>{limits.hypervisor}</hypervisor>"
         return (

@@ -12,7 +12,7 @@ import boto3
 import botocore.retries.standard
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from providers.aws import AwsProvider, AwsSettings
 from providers.aws.client import make_session

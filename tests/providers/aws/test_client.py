@@ -5,7 +5,7 @@ from __future__ import annotations
 import botocore.exceptions
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.ratelimit import RateLimiter

@@ -12,7 +12,7 @@ import pytest
 from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
 from providers.aws import AwsProvider
-from providers.ec2_limits import instance_limits
+from providers.ec2.limits import instance_limits
 from tests.providers.aws.conftest import Network
 
 

@@ -27,7 +27,7 @@ from botocore.awsrequest import AWSResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import Interface
@@ -36,7 +36,7 @@ from providers.aws import listings
 from providers.aws.api import Boto3Api, parse_instance, parse_interface
 from providers.aws.client import Ec2Client
 from providers.aws.settings import AwsSettings
-from providers.ec2_provider import InstanceInfo
+from providers.ec2.provider import InstanceInfo
 from tests.providers.aws.conftest import Network, ec2_client, make_network
 
 DNI = "DescribeNetworkInterfaces"

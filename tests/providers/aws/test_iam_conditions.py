@@ -139,7 +139,13 @@ def ec2_reference() -> dict[str, Any]:
     return {p["privilege"]: p for p in ec2["privileges"]}
 
 
-@pytest.mark.parametrize(("action", "rtype", "sids", "keys"), STATEMENTS, ids=lambda v: str(v)[:40])
+def _id(value: object) -> str:
+    """A parameter's id, the same in every process (a set's order is not: tests run in parallel)."""
+    shown = sorted(value) if isinstance(value, set | frozenset) else value
+    return str(shown)[:40]
+
+
+@pytest.mark.parametrize(("action", "rtype", "sids", "keys"), STATEMENTS, ids=_id)
 def test_each_resource_type_and_condition_key_is_one_the_reference_lists(
     action: str, rtype: str, sids: set[str], keys: set[str]
 ) -> None:

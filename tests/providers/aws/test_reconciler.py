@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE

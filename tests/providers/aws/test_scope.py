@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager

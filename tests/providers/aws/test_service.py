@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.app.providers import plugin as provider_plugin
 from eni_ipam.app.runconfig import load_config_mapping
 from eni_ipam.core.clock import LoopClock

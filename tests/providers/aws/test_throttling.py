@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import Interface

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam._infra.config import validate
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.config.schema import validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam_testkit.fake_azure import DEFAULT_SUBSCRIPTION, FakeAzure, FakeCredential
 from providers.azure import AzureProvider

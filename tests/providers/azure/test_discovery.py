@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.errors import ConfigError
 from providers.azure.limits import limits_for

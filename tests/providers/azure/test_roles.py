@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from providers.azure.operations import OPERATIONS, actions
 from tests.providers.azure.conftest import GROUP, World
 

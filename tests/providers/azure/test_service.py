@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam._infra.config import validate
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.config.schema import validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.errors import ConfigError
 from eni_ipam_testkit.fake_azure import FakeCredential

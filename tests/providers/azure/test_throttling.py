@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from tests.providers.azure.conftest import World, sample
 

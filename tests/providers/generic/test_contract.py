@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from eni_ipam._infra.config import validate
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.config.schema import validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.provider import Provider
 from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv

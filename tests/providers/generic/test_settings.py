@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from eni_ipam._infra.config import validate
+from eni_ipam.config.schema import validate
 from eni_ipam.errors import ConfigError
 from providers.generic.settings import GenericSettings
 

@@ -166,7 +166,7 @@ async def test_a_lasting_fault_fails_every_matching_call_until_cleared() -> None
 
 
 async def test_the_wait_a_fault_asks_for_reaches_the_provider_error() -> None:
-    from eni_ipam._infra.metrics import Metrics
+    from eni_ipam.adapters.metrics import Metrics
     from eni_ipam.core import errors
     from eni_ipam.core.clock import LoopClock
     from providers.sim.provider import SimProvider

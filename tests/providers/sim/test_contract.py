@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import InstanceLimits, Interface
@@ -30,7 +30,7 @@ from eni_ipam.testing.provider_contract import (
     check_subnet_exhaustion,
     check_unassign,
 )
-from providers.ec2_provider import Scope, TableLimits
+from providers.ec2.provider import Scope, TableLimits
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
 
@@ -213,9 +213,9 @@ async def test_subnet_exhaustion_check_refuses_an_env_whose_small_subnet_is_not_
 async def test_retry_after_rollback_check_fails_a_provider_that_reuses_a_spent_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import providers.ec2_provider
+    import providers.ec2.provider
 
     # A provider whose token never changes after a rollback: the retry cannot create.
-    monkeypatch.setattr(providers.ec2_provider, "spin_token", lambda token, n: token)
+    monkeypatch.setattr(providers.ec2.provider, "spin_token", lambda token, n: token)
     with pytest.raises(AssertionError, match="retried once a slot is free"):
         await check_create_retried_after_a_rollback(await make_env())

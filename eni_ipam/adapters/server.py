@@ -11,7 +11,7 @@ step (:meth:`MetricSet.freeze`, a copy: the scrape is consistent) and renders th
 (:func:`render`), so a large scrape never holds the loop — nor ``/healthz``, which the liveness
 probe reads — while it is written.
 
-The endpoint is bounded as every listener is (:mod:`eni_ipam._infra.guard`): at most
+The endpoint is bounded as every listener is (:mod:`eni_ipam.adapters.guard`): at most
 ``max_connections`` connections at once (one more is answered ``503`` unread and closed), a request
 head and body within ``read_timeout`` (else closed, or ``408``); every refusal is counted in
 ``eni_ipam_http_connections_refused_total{reason}``. Prometheus and kubelet's probes send their
@@ -28,8 +28,14 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from eni_ipam._infra.guard import ACCEPT_ERRORS, LISTEN_BACKLOG, REFUSAL_REASONS, raw_response, serve_bounded
-from eni_ipam._infra.metrics import MetricSet, render
+from eni_ipam.adapters.guard import (
+    ACCEPT_ERRORS,
+    LISTEN_BACKLOG,
+    REFUSAL_REASONS,
+    raw_response,
+    serve_bounded,
+)
+from eni_ipam.adapters.metrics import MetricSet, render
 from eni_ipam.errors import ConfigError
 
 RENDER_PAUSE = 0.0002

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from eni_ipam._infra.config import ConfigModel, parse_duration, validate
-from eni_ipam._infra.files import load_yaml_file, load_yaml_text, read_config_file
 from eni_ipam.app.runconfig import load_config
+from eni_ipam.config.files import load_yaml_file, load_yaml_text, read_config_file
+from eni_ipam.config.schema import ConfigModel, parse_duration, validate
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.settings import MAX_EXTRA_TAGS, Settings

@@ -1,7 +1,7 @@
 import pytest
 
 from eni_ipam.core import errors
-from providers.ec2_errors import EC2_ERRORS, error_class, translate_ec2
+from providers.ec2.errors import EC2_ERRORS, error_class, translate_ec2
 
 PREFIXES_MESSAGE = (
     "There aren't sufficient free Ipv4 addresses or prefixes in the subnet to satisfy the request."

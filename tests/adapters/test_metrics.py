@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from eni_ipam._infra.metrics import (
+from eni_ipam.adapters.metrics import (
     CAPACITY_REASONS,
     IP_TYPES,
     Frozen,
@@ -24,7 +24,7 @@ from eni_ipam._infra.metrics import (
     pool_totals_problems,
     render,
 )
-from eni_ipam._infra.node_series import urgency
+from eni_ipam.adapters.node_series import urgency
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.core.model import NodeStats, Subnet
 

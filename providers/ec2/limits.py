@@ -69,7 +69,7 @@ def load_limits() -> Mapping[str, InstanceLimits]:
         FileNotFoundError: the package was installed without its data file.
         ValueError: the table is malformed.
     """
-    text = resources.files("providers").joinpath(TABLE).read_text(encoding="utf-8")
+    text = resources.files("providers.ec2").joinpath(TABLE).read_text(encoding="utf-8")
     return MappingProxyType(parse_table(json.loads(text)))
 
 

@@ -1,5 +1,5 @@
 """What every long-running process sets up at start: its open-file limit and its event loop's error
-reports (:func:`eni_ipam._infra.guard.bound_process`)."""
+reports (:func:`eni_ipam.adapters.guard.bound_process`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from eni_ipam._infra.guard import Throttled, loop_error_handler
+from eni_ipam.adapters.guard import Throttled, loop_error_handler
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_the_soft_file_limit_is_raised_to_the_hard_one() -> None:
         """
         import resource
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512))
-        from eni_ipam._infra.guard import raise_file_limit
+        from eni_ipam.adapters.guard import raise_file_limit
         print(raise_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE))
         """
     )
@@ -94,7 +94,7 @@ def test_another_loop_error_is_one_line_per_kind_with_its_traceback_once() -> No
 
 
 async def test_the_process_routes_its_loop_errors_through_the_handler() -> None:
-    from eni_ipam._infra.guard import bound_process
+    from eni_ipam.adapters.guard import bound_process
 
     counted: list[str] = []
     loop = asyncio.get_running_loop()

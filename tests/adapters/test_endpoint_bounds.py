@@ -1,8 +1,8 @@
 """Every listener under clients that connect and do not finish: a connection limit and deadlines.
 
 One suite, two listeners: the TCP endpoint (/metrics, /healthz, /readyz: the controller's and the
-agent's alike, :func:`eni_ipam._infra.server.start_server`) and the agent's unix socket
-(:func:`eni_ipam.agent.guard.serve_unix`), both served through :func:`eni_ipam._infra.guard.serve_bounded`.
+agent's alike, :func:`eni_ipam.adapters.server.start_server`) and the agent's unix socket
+(:func:`eni_ipam.agent.guard.serve_unix`), both served through :func:`eni_ipam.adapters.guard.serve_bounded`.
 Real sockets and real (short) timeouts: what is tested is what the kernel, asyncio and aiohttp do.
 What each listener answers in its refusals is checked beside it (tests/agent/test_guard.py for the
 socket's error bodies).
@@ -24,8 +24,8 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from eni_ipam._infra.metrics import Metrics
-from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.agent.guard import serve_unix
 
 pytestmark = pytest.mark.timeout(30)

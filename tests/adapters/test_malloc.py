@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from eni_ipam._infra import allocator
+from eni_ipam.adapters import malloc
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux")
@@ -18,17 +18,17 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_both_settings_are_applied_on_glibc() -> None:
-    assert allocator.tune_allocator({}) == {
-        "MALLOC_ARENA_MAX": allocator.ARENA_MAX,
-        "MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD,
+    assert malloc.tune_allocator({}) == {
+        "MALLOC_ARENA_MAX": malloc.ARENA_MAX,
+        "MALLOC_MMAP_THRESHOLD_": malloc.MMAP_THRESHOLD,
     }
 
 
 def test_a_setting_the_environment_makes_is_left_to_it() -> None:
-    applied = allocator.tune_allocator({"MALLOC_ARENA_MAX": "8"})
-    assert applied == {"MALLOC_MMAP_THRESHOLD_": allocator.MMAP_THRESHOLD}
+    applied = malloc.tune_allocator({"MALLOC_ARENA_MAX": "8"})
+    assert applied == {"MALLOC_MMAP_THRESHOLD_": malloc.MMAP_THRESHOLD}
 
 
 def test_nothing_is_done_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(allocator.sys, "platform", "darwin")
-    assert allocator.tune_allocator({}) == {}
+    monkeypatch.setattr(malloc.sys, "platform", "darwin")
+    assert malloc.tune_allocator({}) == {}

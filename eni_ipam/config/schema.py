@@ -5,7 +5,7 @@ docstrings as descriptions), one set of field types (:data:`Duration`, :data:`Na
 …; the domain's tags and token buckets are :mod:`eni_ipam.core.fields`) and one error type,
 :class:`~eni_ipam.errors.ConfigError`, whose ``field`` is the path of the bad value
 (``settings.gc_interval``, ``nodes[2].instance``). :func:`validate` turns pydantic's errors into it.
-Files are read by :mod:`eni_ipam._infra.files`.
+Files are read by :mod:`eni_ipam.config.files`.
 
 This module sits below the domain (:mod:`eni_ipam.core` declares its settings and the node spec with
 it) and knows nothing of it: no I/O, no domain type.

@@ -7,8 +7,8 @@ import asyncio
 
 import aiohttp
 
-from eni_ipam._infra.metrics import Metrics
-from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.runconfig import load_config
 from eni_ipam.app.service import Service, ServiceState
 

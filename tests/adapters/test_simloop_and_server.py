@@ -7,8 +7,8 @@ import time
 import aiohttp
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
-from eni_ipam._infra.server import make_app, start_server
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.simulator.simloop import run_virtual
 
 
@@ -51,7 +51,7 @@ async def test_endpoint_serves_metrics_health_and_readiness():
 async def test_metrics_are_frozen_on_the_loop_and_written_in_another_thread(monkeypatch):
     """The loop only copies what it owns; the text, the long part of a large scrape, is written in a
     thread, and is the scrape's whole text."""
-    from eni_ipam._infra import server
+    from eni_ipam.adapters import server
     from eni_ipam.core.model import NodeStats
 
     metrics = Metrics(process=False)

@@ -1,6 +1,6 @@
 """Resyncs between two full instance listings list only what can have changed, and miss nothing.
 
-Every EC2 provider shares this logic (providers/ec2_provider.py); it runs here over the in-memory
+Every EC2 provider shares this logic (providers/ec2/provider.py); it runs here over the in-memory
 cloud with the AWS provider's default interval. Each check compares what a resync reports with what
 a resync that lists every instance would report.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from eni_ipam._infra.metrics import Metrics
+from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import CloudSnapshot
 from providers.sim.cloud import SimCloud

@@ -119,7 +119,7 @@ class Ec2Api(Protocol):
     """The thin EC2 client: one method per operation, model-typed, keyword-only.
 
     Every request goes through :class:`~eni_ipam.core.caller.ApiCaller`, which means it is rate limited,
-    measured, and has its errors translated with :func:`providers.ec2_errors.translate_ec2`. Listings
+    measured, and has its errors translated with :func:`providers.ec2.errors.translate_ec2`. Listings
     return every page, and each page is one request. A method makes exactly the one request its name
     says: no retries beyond the SDK's, and no policy.
     """

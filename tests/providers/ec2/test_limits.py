@@ -4,7 +4,7 @@ import pytest
 
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import InstanceLimits
-from providers.ec2_limits import instance_limits, load_limits, parse_table
+from providers.ec2.limits import instance_limits, load_limits, parse_table
 from providers.sim.cloud import SimCloud
 
 WELL_KNOWN = [

@@ -1,0 +1,82 @@
+"""``eni-ipam-agent`` (also ``eni-ipam agent``): the node side's own program.
+
+One agent per node: it follows the node's ENIPool, owns the node's allocator and its state file, and
+serves the CNI plugin's API and the libnetwork remote IPAM driver on a unix socket (docs/node.md).
+It shares with the controller only the clock, the model's vocabulary, backoff, the configuration
+layer and the process adapters (the import contract "The node side is a program of its own" in
+pyproject.toml lists what it may import).
+
+Exit status: 0 after a clean shutdown (SIGTERM), 2 for an invalid configuration (the message names
+the field). This module imports only the standard library at load time, so ``eni-ipam --help`` stays
+fast; what the agent needs is imported when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+HELP = "run the node agent (allocator, CNI API, libnetwork driver)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", default=None, help="this node's name (default: $NODE_NAME)")
+    parser.add_argument("--config", default=None, help="agent configuration YAML (docs/node.md)")
+    parser.add_argument(
+        "--server-host",
+        default=None,
+        help="address /metrics, /healthz and /readyz listen on, instead of the file's server.host "
+        "(the chart passes the node's own address on the host network)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent with the parsed arguments (``args.log_level`` included); the exit status."""
+    import asyncio
+    import os
+
+    from eni_ipam.adapters.logging import configure
+    from eni_ipam.adapters.signals import stop_on_signals
+    from eni_ipam.agent.config import listen_address, load_agent_config
+    from eni_ipam.errors import ConfigError
+
+    node = args.node or os.environ.get("NODE_NAME", "")
+    try:
+        if not node:
+            raise ConfigError("--node", "required (or set NODE_NAME)")
+        config = load_agent_config(args.config)
+        if args.server_host is not None:
+            config = config.replace(server=config.server.replace(host=listen_address(args.server_host)))
+    except ConfigError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    configure(level=args.log_level or config.log_level)
+
+    async def main() -> int:
+        from eni_ipam.agent.daemon import Agent
+
+        await Agent(config, node=node).run(stop_on_signals())
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except ConfigError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from eni_ipam import __version__
+
+    parser = argparse.ArgumentParser(prog="eni-ipam-agent", description=HELP)
+    parser.add_argument("--version", action="version", version=f"eni-ipam-agent {__version__}")
+    parser.add_argument("--log-level", default=None, help="debug, info, warning (default: the file's)")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
