@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest e2e simulate plots bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
+.PHONY: run test lint typecheck pytest check e2e simulate plots bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
 # The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
 # with EC2's limits), a distribution of its own that the product wheel and the image never carry.
@@ -27,13 +27,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) cni-plugins kube-tools prometheus-tools
-	$(BIN)/pytest
+# The in-process tier (tests/tiers.py, docs/testing.md "Tiers"): the product's code in this process,
+# on virtual time, no subprocess and no real tool, on every core. pyproject.toml's addopts select it.
+pytest: $(STAMP)
+	$(BIN)/pytest -n auto
 
-# End to end (tests/e2e, docs/testing.md): a real Prometheus scrapes the demo, `eni-ipam run` on the fake
-# API server and a node agent for a few minutes, then every dashboard query and alert rule is checked.
-# -rA prints each test's report (the queries, the alerts) and the reason of any skip.
-e2e: $(STAMP) kube-tools prometheus-tools node-runtimes image-tools
+# The system and test-kit tiers: tests that start processes or real tools (helm, kubectl, promtool, the
+# CNI plugin, the reference CNI plugins, agents killed and restarted), the benchmarks' and soaks' short
+# forms, and the test doubles' own tests. -rs prints the reason of any skip.
+check: $(STAMP) cni-plugins kube-tools prometheus-tools
+	$(BIN)/pytest -n auto -m 'system or testkit' -rs
+
+# End to end (tests/e2e, docs/testing.md), after `make check`: a real Prometheus scrapes the demo,
+# `eni-ipam run` on the fake API server and a node agent for a few minutes, then every dashboard query
+# and alert rule is checked; podman, Docker and containerd run containers on the node side; the image is
+# built and run. -rA prints each test's report (the queries, the alerts) and the reason of any skip.
+e2e: check node-runtimes image-tools
 	$(BIN)/pytest -m e2e -rA tests/e2e
 
 # The image's dependencies, pinned with their hashes (requirements/*.txt, read by the Dockerfile with

@@ -1,5 +1,9 @@
 """Shared fixtures: a small simulated world (in-memory cloud + store + manager) on the loop's clock,
-and the fake Kubernetes API server with the chart's ENIPool CRD and Cluster API's address CRDs."""
+and the fake Kubernetes API server with the chart's ENIPool CRD and Cluster API's address CRDs.
+
+The test tiers (docs/testing.md, "Tiers") are kept here too: ``tests/tiers.py`` marks what is not
+in-process and refuses a process started by a test of the in-process tier.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam_testkit.fake_kube import FakeKube
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
+from tests.tiers import pytest_collection_modifyitems, pytest_configure, refuse_processes  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

@@ -125,6 +125,7 @@ def test_the_agent_exits_2_when_its_port_is_in_use(
     assert "Traceback" not in err
 
 
+@pytest.mark.system
 def test_the_controller_exits_2_when_its_port_is_in_use(
     port_in_use: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

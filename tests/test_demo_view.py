@@ -256,6 +256,7 @@ def test_the_readmes_demo_screen_is_a_frame_of_the_view() -> None:
     assert "events" in lines
 
 
+@pytest.mark.system
 def test_run_on_its_embedded_default_draws_the_view_and_gives_the_terminal_back() -> None:
     from eni_ipam.app.runconfig import load_config
     from eni_ipam.app.service import serve

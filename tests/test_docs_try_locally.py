@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.timeout(240),
     pytest.mark.skipif(
         not ((BIN / "helm").exists() and (BIN / "kubectl").exists()),

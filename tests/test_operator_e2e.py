@@ -31,6 +31,7 @@ from tests.operator_shell import (
 )
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.timeout(300),
     pytest.mark.skipif(
         not (HELM.exists() and KUBECTL.exists()),

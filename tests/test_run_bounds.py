@@ -21,7 +21,7 @@ import yaml
 
 from bench.agent_soak import http, pending
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(60)]
 LIMIT = 8
 
 

@@ -23,7 +23,7 @@ from tests.deploy.test_manifests import grants
 from tests.kube.conftest import node
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(60)]
 
 
 def config(kubeconfig: Path) -> dict:

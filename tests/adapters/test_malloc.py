@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.system
 def test_both_settings_are_applied_on_glibc() -> None:
     assert malloc.tune_allocator({}) == {
         "MALLOC_ARENA_MAX": malloc.ARENA_MAX,
@@ -24,6 +25,7 @@ def test_both_settings_are_applied_on_glibc() -> None:
     }
 
 
+@pytest.mark.system
 def test_a_setting_the_environment_makes_is_left_to_it() -> None:
     applied = malloc.tune_allocator({"MALLOC_ARENA_MAX": "8"})
     assert applied == {"MALLOC_MMAP_THRESHOLD_": malloc.MMAP_THRESHOLD}

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from eni_ipam.adapters.guard import Throttled, loop_error_handler
@@ -34,6 +35,7 @@ class Clock:
         return self.now
 
 
+@pytest.mark.system
 def test_the_soft_file_limit_is_raised_to_the_hard_one() -> None:
     probe = textwrap.dedent(
         """

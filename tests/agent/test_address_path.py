@@ -21,7 +21,7 @@ from tests.agent.test_daemon import running_agent, serving, status
 from tests.kube.conftest import make_api
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(60)]
 __all__ = ["netns", "plugin_dir"]  # fixtures shared with the plugins' own namespace tests
 
 

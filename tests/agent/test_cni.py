@@ -23,6 +23,9 @@ from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
 from tests.agent import built_plugin, unix_server
 
+pytestmark = pytest.mark.system
+
+
 V4 = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
 V6 = [PoolAddress(address=f"fd00:99::{i:x}", prefix_length=64, gateway="fd00:99::1") for i in range(16, 20)]
 

@@ -28,6 +28,9 @@ from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
 from tests.agent import built_plugin, unix_server
 
+pytestmark = pytest.mark.system
+
+
 CNI_DIR = Path("/usr/lib/cni")
 POOL = [PoolAddress(address=f"10.99.0.{i}", prefix_length=24, gateway="10.99.0.1") for i in range(10, 21)]
 

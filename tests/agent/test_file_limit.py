@@ -25,7 +25,7 @@ import pytest
 
 from bench.agent_soak import http, read_all
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, "-m", "eni_ipam.cli", "agent", "--node", "n1"]
 

@@ -134,6 +134,7 @@ def test_an_allocation_is_never_written_where_the_state_file_is_not_regular(tmp_
     assert not state.path.is_symlink() and state.load()[0].address == "10.9.0.2"
 
 
+@pytest.mark.system
 def test_a_fifo_at_the_state_file_stops_the_agent_at_start_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     os.mkfifo(tmp_path / "state" / "allocations.json")

@@ -11,7 +11,7 @@ import pytest
 
 from bench.agent_soak import QUICK, agent_soak, render
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 HOSTILE = {
     "body over 64 KiB",

@@ -31,6 +31,7 @@ def test_bucket_bound_is_the_slowest_operation_after_its_burst() -> None:
     assert bucket_bound({"AssignPrivateIpAddresses": 10}) == 0  # within the burst: no wait at all
 
 
+@pytest.mark.system
 def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     results = run(QUICK, progress=False)
     assert results.all_met(), [name for name, ok in results.checks() if not ok]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.metrics_scrape import measure, memory
 from eni_ipam.adapters.node_series import NodeSeriesPolicy
 
@@ -20,5 +22,6 @@ def test_above_all_up_to_the_benchmark_exports_only_the_short_nodes() -> None:
     assert 0 < scrape.exported < 20
 
 
+@pytest.mark.system
 def test_the_memory_benchmark_reports_bytes_per_node_from_a_fresh_process() -> None:
     assert memory(500) > 0

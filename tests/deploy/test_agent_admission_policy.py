@@ -449,6 +449,7 @@ def test_the_binding_denies_and_names_the_policy() -> None:
     assert one(docs, "ValidatingAdmissionPolicy")["spec"]["failurePolicy"] == "Fail"
 
 
+@pytest.mark.system
 def test_the_policy_can_be_turned_off_and_is_absent_without_agents() -> None:
     kinds = {d["kind"] for d in render({"agent": {"enabled": True, "confineToNode": False}})}
     assert "ValidatingAdmissionPolicy" not in kinds and "ValidatingAdmissionPolicyBinding" not in kinds
@@ -473,6 +474,7 @@ def render_for(kube_version: str, **agent: Any) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+@pytest.mark.system
 def test_the_policy_needs_kubernetes_1_30() -> None:
     """ValidatingAdmissionPolicy v1 and the node-name claim of bound tokens (on by default) are 1.30's;
     the chart itself still installs on older clusters, its controller and (unconfined) agents."""
@@ -482,6 +484,7 @@ def test_the_policy_needs_kubernetes_1_30() -> None:
         assert one(render_for(version), "ValidatingAdmissionPolicy")["spec"]["failurePolicy"] == "Fail"
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("version", ["1.29.9", "v1.29.15-eks-0123456", KUBE_FLOOR])
 def test_an_older_cluster_is_refused_rather_than_left_unconfined(version: str) -> None:
     with pytest.raises(HelmError) as refused:
@@ -491,6 +494,7 @@ def test_an_older_cluster_is_refused_rather_than_left_unconfined(version: str) -
     assert "set agent.confineToNode=false" in message and version.lstrip("v")[:4] in message
 
 
+@pytest.mark.system
 def test_an_older_cluster_gets_unconfined_agents_when_asked() -> None:
     kinds = {d["kind"] for d in render_for(KUBE_FLOOR, confineToNode=False)}
     assert "DaemonSet" in kinds and not kinds & POLICY_KINDS

@@ -126,6 +126,7 @@ def file_format_keys() -> set[str]:
 # -- on and off ----------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_the_agent_is_off_by_default(default_docs, full_docs):
     assert values()["agent"]["enabled"] is False
     for docs in (default_docs, full_docs):
@@ -136,6 +137,7 @@ def test_the_agent_is_off_by_default(default_docs, full_docs):
     assert "node agent" not in notes and "eni-ipam-cni" not in notes
 
 
+@pytest.mark.system
 def test_enabled_it_adds_exactly_the_agent_objects_and_leaves_the_rest(agent_docs, default_docs):
     objects = agent_objects(agent_docs)
     assert [d["kind"] for d in objects] == AGENT_KINDS  # Helm's install order
@@ -172,6 +174,7 @@ def test_the_daemonset_selects_its_pods_and_the_controllers_selectors_do_not(age
     assert not selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
+@pytest.mark.system
 def test_names_follow_the_release_and_stay_dns_labels():
     renamed = agent_objects(render({**AGENT, "fullnameOverride": "ipam"}))
     assert {d["metadata"]["name"] for d in renamed} == {"ipam-agent"}
@@ -211,6 +214,7 @@ def test_the_binding_gives_the_role_to_the_agents_service_account(agent_docs):
     assert account["name"] != controller_account
 
 
+@pytest.mark.system
 def test_rbac_create_false_leaves_the_roles_to_the_operator():
     kinds = [d["kind"] for d in agent_objects(render({**AGENT, "rbac": {"create": False}}))]
     # the admission policy is not RBAC: it narrows whatever roles the operator grants
@@ -275,12 +279,14 @@ def test_every_agent_config_key_is_commented_with_its_default():
         assert "default" in comment.lower(), f"agent.config: {key.strip()} has no comment giving its default"
 
 
+@pytest.mark.system
 def test_a_bad_agent_config_is_refused_by_the_loader():
     text = config_text(agent({"config": {"report_interval": "soon"}}))
     with pytest.raises(ConfigError, match="report_interval"):
         agent_config_from_mapping(yaml.safe_load(text))
 
 
+@pytest.mark.system
 def test_the_config_checksum_follows_the_configmap(agent_docs):
     def checksum(docs: list[dict[str, Any]]) -> str:
         return one(docs, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
@@ -310,6 +316,7 @@ def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
     assert ctr["image"] == one(agent_docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
 
 
+@pytest.mark.system
 def test_node_name_comes_from_the_downward_api_and_extra_env_follows(agent_docs):
     env = container(agent_docs)["env"]
     assert env == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
@@ -341,6 +348,7 @@ def test_volumes_follow_the_configured_paths(agent_docs):
     )
 
 
+@pytest.mark.system
 def test_changed_paths_move_the_volumes():
     paths = {
         "socket": "/var/run/ipam/api.sock",
@@ -360,6 +368,7 @@ def test_changed_paths_move_the_volumes():
     assert len([v for v in pod_spec(docs)["volumes"] if "hostPath" in v]) == 3
 
 
+@pytest.mark.system
 def test_probes_use_the_named_port_of_the_configured_server(agent_docs):
     ctr = container(agent_docs)
     assert ctr["ports"] == [
@@ -378,6 +387,7 @@ def test_probes_use_the_named_port_of_the_configured_server(agent_docs):
     )
 
 
+@pytest.mark.system
 def test_host_network_scheduling_and_updates(agent_docs):
     pod = pod_spec(agent_docs)
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
@@ -424,6 +434,7 @@ def test_the_init_container_copies_the_plugin_to_the_cni_bin_dir(agent_docs):
     assert "/opt/cni/bin" not in host_paths(agent_docs, container(agent_docs))
 
 
+@pytest.mark.system
 def test_the_install_script_replaces_the_plugin_on_the_host(tmp_path):
     bin_dir = tmp_path / "host" / "cni-bin"
     bin_dir.mkdir(parents=True)
@@ -438,6 +449,7 @@ def test_the_install_script_replaces_the_plugin_on_the_host(tmp_path):
     assert sorted(p.name for p in bin_dir.iterdir()) == ["eni-ipam-cni"]
 
 
+@pytest.mark.system
 def test_install_cni_false_installs_nothing():
     pod = pod_spec(agent({"installCNI": False}))
     assert "initContainers" not in pod
@@ -460,6 +472,7 @@ def test_the_image_builds_the_plugin_the_init_container_copies():
     assert final.index(PLUGIN_IN_IMAGE) < final.index("\nUSER ")
 
 
+@pytest.mark.system
 def test_the_plugin_is_standard_library_only_and_runs_on_any_interpreter(tmp_path):
     source = REPO_ROOT / "eni_ipam" / "agent" / "cni.py"
     imported: set[str] = set()
@@ -497,6 +510,7 @@ def test_the_plugin_is_standard_library_only_and_runs_on_any_interpreter(tmp_pat
         }
 
 
+@pytest.mark.system
 def test_the_plugin_build_refuses_an_interpreter_line_linux_would_split_wrongly(tmp_path):
     script = REPO_ROOT / "scripts" / "build_cni_plugin.py"
     for bad in ("python3", "/usr/bin/python3 -X dev"):
@@ -512,6 +526,7 @@ def test_the_plugin_build_refuses_an_interpreter_line_linux_would_split_wrongly(
 # -- generated manifests and docs ----------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_deploy_kubernetes_agent_yaml_is_up_to_date(agent_docs):
     path = REPO_ROOT / "deploy" / "kubernetes" / "agent.yaml"
     text = path.read_text()
@@ -547,6 +562,7 @@ def listening(ctr: dict[str, Any]) -> tuple[str | None, str | None, bool]:
     return (flags[0] if flags else None), hosts.pop(), "HOST_IP" in [e["name"] for e in ctr["env"]]
 
 
+@pytest.mark.system
 def test_on_the_host_network_the_endpoint_listens_on_the_loopback_address_unless_prometheus_scrapes_it(
     agent_docs,
 ):
@@ -573,11 +589,13 @@ def test_on_the_host_network_the_endpoint_listens_on_the_loopback_address_unless
         ({"listenOnNodeAddress": False}, "agent.listenOnNodeAddress was replaced by agent.listen"),
     ],
 )
+@pytest.mark.system
 def test_a_listen_choice_the_chart_does_not_know_is_refused_by_name(overrides, message):
     with pytest.raises(HelmError, match=re.escape(message)):
         agent(overrides)
 
 
+@pytest.mark.system
 def test_the_headless_service_exposes_every_agents_metrics_port(agent_docs):
     service = one(agent_objects(agent_docs), "Service")
     pods = one(agent_docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
@@ -600,6 +618,7 @@ def test_the_headless_service_exposes_every_agents_metrics_port(agent_docs):
     assert not service["spec"]["selector"].items() <= deployment_pods.items()
 
 
+@pytest.mark.system
 def test_the_service_monitor_switch_scrapes_the_agents_too():
     monitoring = {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}, "interval": "15s"}}
     docs = render({**AGENT, **monitoring})
@@ -624,6 +643,7 @@ def test_the_service_monitor_switch_scrapes_the_agents_too():
     assert not [d for d in agent() if d["kind"] == "ServiceMonitor"]
 
 
+@pytest.mark.system
 def test_the_notes_warn_when_the_init_containers_image_is_not_pinned_by_digest():
     """The init container writes a program the host runs as root: its image should be pinned."""
     assert "image.digest is empty" in render_notes(AGENT)

@@ -26,6 +26,9 @@ import yaml
 
 from tests.deploy.conftest import one, render
 
+pytestmark = pytest.mark.system
+
+
 PROMTOOL_TESTS = Path(__file__).parent / "promtool"
 TEST_FILES = sorted(PROMTOOL_TESTS.glob("*.yaml"))
 RULES = "rules.yaml"

@@ -29,6 +29,9 @@ from eni_ipam.simulator.simulate import simulate
 from tests.deploy.conftest import NAMESPACE
 from tests.deploy.test_alert_rules import RULES, rendered_spec, run_promtool, workspace
 
+pytestmark = pytest.mark.system
+
+
 INTERVAL = 60
 """Seconds between scrapes (and rule evaluations): promtool works at the minute."""
 THIS = {"namespace": NAMESPACE, "job": "eni-ipam"}

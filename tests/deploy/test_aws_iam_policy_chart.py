@@ -12,6 +12,9 @@ import pytest
 from providers.aws.iam_policy import EXAMPLE, render_policy
 from tests.deploy.conftest import REPO_ROOT, HelmError, render
 
+pytestmark = pytest.mark.system
+
+
 EXAMPLE_VALUES: dict[str, Any] = {
     "config": {
         "aws": {"region": EXAMPLE["region"], "vpc_id": EXAMPLE["vpc_id"]},

@@ -68,6 +68,7 @@ def _load(docs):
     return load_config_mapping(yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"]))
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("overrides", [None, ALL_FEATURES], ids=["default", "all-features"])
 def test_the_configmap_loads_with_the_run_configuration_loader(overrides):
     loaded = _load(render(overrides))
@@ -75,6 +76,7 @@ def test_the_configmap_loads_with_the_run_configuration_loader(overrides):
     assert loaded.shutdown_timeout == 20.0 and loaded.server.port == 9090
 
 
+@pytest.mark.system
 def test_the_defaults_in_values_are_the_code_defaults():
     loaded = _load(render())
     assert loaded.settings == Settings()
@@ -85,6 +87,7 @@ def test_the_defaults_in_values_are_the_code_defaults():
     assert loaded.node_defaults.model_fields_set == set(SPEC_FIELDS)
 
 
+@pytest.mark.system
 def test_a_bad_value_in_config_is_refused_by_the_loader():
     from eni_ipam.errors import ConfigError
 
@@ -103,6 +106,7 @@ OTHER_PROVIDERS = {
 }
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("provider", sorted(OTHER_PROVIDERS))
 def test_the_chart_runs_the_other_providers_as_their_docs_say(provider):
     # docs/azure.md and docs/generic.md: set the provider, its section, and `aws: null`.

@@ -185,6 +185,7 @@ def test_the_values_files_a_page_passes_are_shown_in_the_docs(page, files):
                 assert unknown_values(values_files()[arg]) == [], arg
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("page", PAGES)
 def test_the_documented_helm_commands_render_objects_that_validate(page, files):
     commands = helm_commands(page_text(page))
@@ -213,6 +214,7 @@ def test_an_unquoted_escaped_dot_reaches_helm_without_its_backslash():
     assert set_flag_values(words) == [{"a": {"b.c": "1"}}]
 
 
+@pytest.mark.system
 def test_the_install_notes_irsa_hint_sets_one_annotation():
     (line,) = [line for line in render_notes(None).splitlines() if "--set" in line and "role-arn" in line]
     words = shlex.split(line)  # as the shell splits it when pasted

@@ -194,6 +194,7 @@ def test_kubernetes_validate_has_the_schemas_of_the_charts_oldest_kubernetes():
     assert KUBE_VERSIONS[0] == KUBE_FLOOR and KUBE_VERSIONS[1] != KUBE_FLOOR
 
 
+@pytest.mark.system
 def test_helm_renders_for_the_oldest_kubernetes_and_refuses_the_one_before():
     major, minor, _ = KUBE_FLOOR.split(".")
     values = with_required(None)
@@ -222,6 +223,7 @@ def test_the_vendored_crds_are_the_release_their_readme_names():
         assert crd["metadata"]["annotations"]["operator.prometheus.io/version"] == OPERATOR_VERSION
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 def test_every_custom_resource_the_chart_can_render_has_a_crd(kube_version):
     docs = render({**ALL_FEATURES, **AGENT})
@@ -236,6 +238,7 @@ def test_every_custom_resource_the_chart_can_render_has_a_crd(kube_version):
     assert not_builtin <= custom_resource_kinds()
 
 
+@pytest.mark.system
 def test_the_validation_needs_no_network(monkeypatch):
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(f"the validation tried the network: {args}")
@@ -251,6 +254,7 @@ def test_the_validation_needs_no_network(monkeypatch):
             kubernetes_validate.validate(doc, kube_floor_of(doc), strict=True)
 
 
+@pytest.mark.system
 def test_the_cached_validators_judge_as_kubernetes_validate_does():
     docs = [
         d
@@ -283,6 +287,7 @@ def render_copy(chart: Path, overrides: dict[str, Any] | None) -> list[dict[str,
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+@pytest.mark.system
 def test_an_unchanged_copy_of_the_chart_validates(tmp_path):
     shutil.copytree(CHART, tmp_path / "eni-ipam")
     docs = render_copy(tmp_path / "eni-ipam", {**ALL_FEATURES, **AGENT})
@@ -351,6 +356,7 @@ def test_an_unchanged_copy_of_the_chart_validates(tmp_path):
         ),
     ],
 )
+@pytest.mark.system
 def test_a_chart_broken_on_purpose_fails_the_validation(tmp_path, template, old, new, overrides, expected):
     chart = tmp_path / "eni-ipam"
     shutil.copytree(CHART, chart)

@@ -51,6 +51,7 @@ def config(docs: list[dict[str, Any]]) -> dict[str, Any]:
 # -- every object ---------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("overrides", [None, {**ALL_FEATURES, **AGENT}], ids=["default", "everything-on"])
 def test_helm_lint_strict_finds_nothing(overrides):
     done = helm_run("lint", "--strict", str(CHART), values=with_required(overrides))  # findings: HelmError
@@ -59,6 +60,7 @@ def test_helm_lint_strict_finds_nothing(overrides):
     assert "level=WARN" not in done.stderr, done.stderr  # helm 4 reports a missing required value here
 
 
+@pytest.mark.system
 def test_the_default_render_has_the_expected_objects(default_docs, full_docs):
     kinds = ["PodDisruptionBudget", "ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding"]
     kinds += ["Role", "RoleBinding", "Service", "Deployment"]
@@ -66,6 +68,7 @@ def test_the_default_render_has_the_expected_objects(default_docs, full_docs):
     assert [d["kind"] for d in full_docs] == [*kinds, "PrometheusRule", "ServiceMonitor"]
 
 
+@pytest.mark.system
 def test_every_document_is_a_named_object_in_the_right_scope(any_docs):
     for doc in any_docs:
         assert doc.get("apiVersion") and doc.get("kind"), doc
@@ -78,6 +81,7 @@ def test_every_document_is_a_named_object_in_the_right_scope(any_docs):
     assert DNS1035_LABEL.match(one(any_docs, "Service")["metadata"]["name"])
 
 
+@pytest.mark.system
 def test_labels_are_consistent(any_docs):
     expected = {
         "app.kubernetes.io/name": CHART_META["name"],
@@ -92,6 +96,7 @@ def test_labels_are_consistent(any_docs):
             assert isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.match(value), (key, value)
 
 
+@pytest.mark.system
 def test_selectors_match_the_pods(full_docs):
     pods = pod_labels(full_docs)
     selectors = controller_selectors(full_docs)
@@ -108,6 +113,7 @@ def test_selectors_match_the_pods(full_docs):
 # -- the Deployment ------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_service_and_probes_use_the_named_container_port(full_docs):
     ports = {p["name"]: p for p in container(full_docs)["ports"]}
     assert ports["http"]["containerPort"] == config(full_docs)["server"]["port"] == 9090
@@ -122,6 +128,7 @@ def test_service_and_probes_use_the_named_container_port(full_docs):
     assert [e["port"] for e in one(full_docs, "ServiceMonitor")["spec"]["endpoints"]] == ["http"]
 
 
+@pytest.mark.system
 def test_the_server_port_setting_moves_container_port_and_keeps_probes_on_it():
     docs = render({"config": {"server": {"port": 8443}}})
     assert container(docs)["ports"][0]["containerPort"] == 8443
@@ -206,6 +213,7 @@ def test_grace_period_outlasts_the_shutdown_timeout(default_docs):
     assert grace > parse_duration(config(default_docs)["shutdown_timeout"]) + 10
 
 
+@pytest.mark.system
 def test_config_checksum_follows_the_configmap(default_docs):
     checksum = one(default_docs, "Deployment")["spec"]["template"]["metadata"]["annotations"][
         "checksum/config"
@@ -219,6 +227,7 @@ def test_config_checksum_follows_the_configmap(default_docs):
     )
 
 
+@pytest.mark.system
 def test_values_reach_the_pod():
     docs = render(
         {
@@ -247,6 +256,7 @@ def test_values_reach_the_pod():
     assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
 
 
+@pytest.mark.system
 def test_names_and_service_account_overrides():
     docs = render({"fullnameOverride": "ipam", "serviceAccount": {"create": False, "name": "existing"}})
     assert {d["metadata"]["name"] for d in docs} == {"ipam"}
@@ -261,6 +271,7 @@ def test_names_and_service_account_overrides():
         render({"serviceAccount": {"create": False}})
 
 
+@pytest.mark.system
 def test_irsa_annotation_on_the_service_account():
     assert "annotations" not in one(render(), "ServiceAccount")["metadata"]
     arn = "arn:aws:iam::111122223333:role/eni-ipam"
@@ -269,6 +280,7 @@ def test_irsa_annotation_on_the_service_account():
     assert f"#   eks.amazonaws.com/role-arn: {arn}" in (CHART / "values.yaml").read_text()
 
 
+@pytest.mark.system
 def test_optional_objects_can_be_turned_off():
     docs = render({"podDisruptionBudget": {"enabled": False}, "rbac": {"create": False}})
     kinds = {d["kind"] for d in docs}
@@ -280,18 +292,21 @@ def test_optional_objects_can_be_turned_off():
     [None, {"config": {"aws": {"region": "  "}}}, {"config": {"aws": None}}],
     ids=["values.yaml-alone", "blank", "no-aws-section"],
 )
+@pytest.mark.system
 def test_an_aws_configuration_needs_a_region(overrides):
     assert values()["config"]["aws"]["region"] == ""  # no default region: the chart must not guess one
     with pytest.raises(HelmError, match=r"config\.aws\.region is required with provider aws"):
         render(overrides, required=False)
 
 
+@pytest.mark.system
 def test_lint_warns_when_the_region_is_missing():
     # helm 4 lints a missing `required` value as a warning on stderr and exits 0
     done = helm_run("lint", "--strict", str(CHART))
     assert "config.aws.region is required" in done.stderr
 
 
+@pytest.mark.system
 def test_extra_labels_of_monitoring_objects():
     docs = render(
         {
@@ -350,6 +365,7 @@ def test_bindings_give_the_roles_to_the_service_account(default_docs):
     )
 
 
+@pytest.mark.system
 def test_the_role_follows_the_lease():
     docs = render({"config": {"kubernetes": {"lease_namespace": "leases", "lease_name": "ipam-leader"}}})
     for kind in ("Role", "RoleBinding"):
@@ -360,6 +376,7 @@ def test_the_role_follows_the_lease():
 # -- generated plain manifests -------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_generated_manifests_are_up_to_date():
     output = REPO_ROOT / "deploy" / "kubernetes"
     files = generated_manifests()
@@ -371,6 +388,7 @@ def test_generated_manifests_are_up_to_date():
     assert sorted(p.name for p in output.iterdir()) == sorted(files)
 
 
+@pytest.mark.system
 def test_generated_manifests_are_the_default_render_with_the_region_placeholder():
     placeholder = render_manifests_script().REGION_PLACEHOLDER
     text = (REPO_ROOT / "deploy" / "kubernetes" / "eni-ipam.yaml").read_text()

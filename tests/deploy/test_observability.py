@@ -156,6 +156,7 @@ def test_dashboard_layout():
 # -- alerts --------------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_alerts_query_only_exported_metrics_and_labels():
     for rule in alert_rules():
         check_expression(rule["expr"])
@@ -165,6 +166,7 @@ def test_alerts_query_only_exported_metrics_and_labels():
                 assert label in labels, (rule["alert"], label)
 
 
+@pytest.mark.system
 def test_every_alert_is_complete():
     rules = alert_rules()
     names = [r["alert"] for r in rules]
@@ -293,6 +295,7 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
         ),
     ],
 )
+@pytest.mark.system
 def test_the_required_alerts_exist(alert: str, patterns: list[str], duration: str) -> None:
     rules = {r["alert"]: r for r in alert_rules()}
     assert alert in rules, f"no alert {alert}"
@@ -389,6 +392,7 @@ def test_every_alert_setting_of_values_is_exercised_by_the_threshold_test() -> N
     assert settings == set(THRESHOLDS), "THRESHOLDS must set every value under prometheusRule"
 
 
+@pytest.mark.system
 def test_alert_thresholds_come_from_values() -> None:
     docs = render({"prometheusRule": {"enabled": True, **THRESHOLDS}})
     rules = {r["alert"]: r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}

