@@ -206,7 +206,6 @@ class NodeManager:
         """The nodes maintained, by name (read-only)."""
         self._queue: asyncio.PriorityQueue[tuple[int, int, int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self.last_resync: float | None = None
         self.next_resync_in = settings.resync_interval
         """Seconds the periodic resync waits next (adapted to the last resync's CPU cost)."""
         self._wanting: set[str] = set()
@@ -353,7 +352,6 @@ class NodeManager:
         A node whose instance changed but that has no work gets no pass; its status is published
         at once, so its pool as the node side reads it is never older than the last resync."""
         changed_types = self.view.apply(snapshot)
-        self.last_resync = started
         instances = snapshot.instances
         applied, self._applied = self._applied, None  # until this one is applied in full
         changes = snapshot.changes

@@ -463,9 +463,6 @@ class UnassignAddresses:
         return len(self.addresses) + PREFIX_SIZE * len(self.prefixes)
 
 
-Action = AssignAddresses | CreateInterface | UnassignAddresses
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AllocationPlan:
     actions: tuple[AssignAddresses | CreateInterface, ...] = ()
