@@ -518,11 +518,7 @@ class Node:
             try:
                 iface = await m.provider.create_interface(
                     instance_id=self.resource.instance_id,
-                    subnet_id=action.subnet_id,
-                    security_groups=action.security_groups,
-                    device_index=action.device_index,
-                    count=action.count,
-                    prefixes=action.prefixes,
+                    request=action,
                     tags=tags,
                     token=self._token(action),
                     delete_on_termination=spec.delete_on_termination,
