@@ -1,6 +1,6 @@
 """One node: its cloud view, stats, release handshake, and the maintenance pass that acts on them.
 
-A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing →
+A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing or stale →
 recalculate → release handshake (when enabled) → allocate the deficit → if anything changed,
 re-read the instance (per-instance sync) → recalculate. It returns a :class:`PassResult` — the
 status to publish, when it wants another pass, and the error that ended it, if any — and leaves

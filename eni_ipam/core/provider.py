@@ -2,7 +2,7 @@
 
 A provider is a thin client (Cilium's ``pkg/aws/ec2`` shape): it translates between the cloud's API
 and :mod:`eni_ipam.core.model`, sends every call through :class:`eni_ipam.core.caller.ApiCaller`
-(rate limiter → SDK → metrics → error translation) and raises only :mod:`eni_ipam.core.errors`
+(rate limiter → SDK → error translation → observer) and raises only :mod:`eni_ipam.core.errors`
 types. It holds no policy: which interface to fill, how many addresses, when to release — the
 planner decides.
 
