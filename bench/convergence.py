@@ -147,10 +147,7 @@ async def reference(nodes: int, seed: int = 11) -> float:
             elif isinstance(action, CreateInterface):
                 await provider.create_interface(
                     instance_id=node.instance_id,
-                    subnet_id=action.subnet_id,
-                    security_groups=action.security_groups,
-                    device_index=action.device_index,
-                    count=action.count,
+                    request=action,
                     tags={"cluster": "reference"},
                     token=f"{node.instance_id}-{action.device_index}",
                 )

@@ -69,7 +69,6 @@ HELD = (ReleaseState.MARKED, ReleaseState.READY, ReleaseState.RELEASED)
 """Handshake states in which the node side never hands an address out."""
 GC_RUN_SLACK = 15.0
 """Seconds a GC run itself may take (its calls, latency spikes included) on top of two intervals."""
-THROTTLED_OPERATIONS = ("AssignPrivateIpAddresses", "CreateNetworkInterface", "DescribeNetworkInterfaces")
 
 
 @dataclasses.dataclass(frozen=True)

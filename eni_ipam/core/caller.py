@@ -1,9 +1,11 @@
-"""The one path every cloud call takes: rate limiter → SDK call → metrics → error translation.
+"""The one path every cloud call takes: rate limiter → SDK call → error translation → observer.
 
 Providers build an :class:`ApiCaller` with their own ``translate`` function (cloud error → one of
 :mod:`eni_ipam.core.errors`) and wrap every SDK call in :meth:`ApiCaller.call`. Callers above the
 provider therefore never see SDK exception types, every call is rate limited on its operation's
-bucket, and every call lands in ``eni_ipam_api_duration_seconds{operation,outcome}``.
+bucket, and every call is reported to the :class:`~eni_ipam.core.observe.ApiObserver` with its
+operation, outcome and duration (what the process exports as
+``eni_ipam_api_duration_seconds{operation,outcome}``).
 
 Requests and throttles are counted per request the cloud sees. A client without SDK retries makes
 one request per call, and the caller counts it. An SDK that retries on its own (botocore) reports

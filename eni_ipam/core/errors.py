@@ -1,9 +1,10 @@
 """The domain's errors: what a provider raises, and why the reconciler refuses a mutation.
 
 Every provider translates its cloud's failures into :class:`ProviderError` and its subclasses at its
-boundary, chaining the original as ``__cause__``; the reconciler raises :class:`NotReady`,
-:class:`LimitsUnknown` and :class:`Fenced`. The whole tree, with the other packages' families, is
-drawn in :mod:`eni_ipam.errors`.
+boundary, chaining the original as ``__cause__``, and raises :class:`LimitsUnknown` for an instance
+type it knows no limits of; the reconciler raises :class:`NotReady` (a pass before the first
+resync) and the mutation fence :class:`Fenced`. The whole tree, with the other packages' families,
+is drawn in :mod:`eni_ipam.errors`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from eni_ipam.core import errors
-from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
+from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 
 
@@ -113,11 +113,7 @@ class FencedProvider:
         self,
         *,
         instance_id: str,
-        subnet_id: str,
-        security_groups: Sequence[str],
-        device_index: int,
-        count: int,
-        prefixes: bool = False,
+        request: CreateInterface,
         tags: Mapping[str, str],
         token: str,
         delete_on_termination: bool = True,
@@ -126,11 +122,7 @@ class FencedProvider:
         try:
             return await self.inner.create_interface(
                 instance_id=instance_id,
-                subnet_id=subnet_id,
-                security_groups=security_groups,
-                device_index=device_index,
-                count=count,
-                prefixes=prefixes,
+                request=request,
                 tags=tags,
                 token=token,
                 delete_on_termination=delete_on_termination,

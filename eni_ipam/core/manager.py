@@ -126,15 +126,6 @@ class _Slot:
         return self.queued or self.running or self.timer is not None or self.node.wants_pass()
 
 
-def _unsure(node: Node) -> bool:
-    """Whether a fresh view can change the node without its instance changing: blocked on the last
-    view (room may be back), reporting a shortfall (its hold runs out), to be re-read, terminated, or
-    still without its instance."""
-    return (
-        bool(node.blocked or node.shortfall) or node.needs_refresh or node.terminated or node.instance is None
-    )
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
     """Where one node stands in the manager's schedule (a read-only snapshot)."""
@@ -206,7 +197,6 @@ class NodeManager:
         """The nodes maintained, by name (read-only)."""
         self._queue: asyncio.PriorityQueue[tuple[int, int, int, str]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self.last_resync: float | None = None
         self.next_resync_in = settings.resync_interval
         """Seconds the periodic resync waits next (adapted to the last resync's CPU cost)."""
         self._wanting: set[str] = set()
@@ -216,10 +206,10 @@ class NodeManager:
         """Nodes by their instance id (a tuple where several nodes name one instance): how a resync
         finds the nodes of the instances that changed without looking at every node."""
         self._revisit: set[str] = set()
-        """Nodes the next resync looks at whatever its listing says: those left blocked, to be
-        re-read, terminated or without their instance since the last one (what a fresh view can
-        change without the instance changing). A node whose instance changed needs no entry: the
-        listing names it."""
+        """Nodes the next resync looks at whatever its listing says: those left
+        :attr:`~eni_ipam.core.node.Node.unsure` since the last one (what a fresh view can change
+        without the instance changing). A node whose instance changed needs no entry: the listing
+        names it."""
         self._waiting = 0
         """Nodes queued for a pass that has not started (the backlog)."""
         self._in_backoff = 0
@@ -353,7 +343,6 @@ class NodeManager:
         A node whose instance changed but that has no work gets no pass; its status is published
         at once, so its pool as the node side reads it is never older than the last resync."""
         changed_types = self.view.apply(snapshot)
-        self.last_resync = started
         instances = snapshot.instances
         applied, self._applied = self._applied, None  # until this one is applied in full
         changes = snapshot.changes
@@ -375,29 +364,20 @@ class NodeManager:
             if slot.deleted:
                 continue
             node = slot.node
-            instance = instances.get(node.resource.instance_id)
-            if (
-                instance is not None
-                and instance is node.instance
-                and not node.blocked
-                and not node.shortfall
-                and not node.needs_refresh
-                and not node.terminated
-                and instance.type not in changed_types
-            ):
+            instance = instances.get(node.instance_id)
+            if not node.learns_from(instance, changed_types=changed_types):
                 continue
             work += 1
-            seen = node.instance
-            node.observe(instance, seen_at=started)
+            pool_changed = node.observe(instance, seen_at=started)
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
-            elif node.instance is not seen and node.instance is not None and node.instance != seen:
+            elif pool_changed:
                 # The pool changed behind our back (addresses added or removed by someone else):
                 # no pass will publish it, so it is published now (a pass is never running here,
                 # or it would have work).
                 self.status_sink.publish(node.name, node.status())
-            if not _unsure(node):
+            if not node.unsure:
                 # The next resync looks at it again when its instance changes, or when a pass or an
                 # event leaves it unsure.
                 self._revisit.discard(node.name)
@@ -468,8 +448,8 @@ class NodeManager:
             self._index(resource.instance_id, slot)
             log.info("node_added", node=name, instance=resource.instance_id)
         else:
-            if slot.node.resource.instance_id != resource.instance_id:
-                self._unindex(slot.node.resource.instance_id, slot)
+            if slot.node.instance_id != resource.instance_id:
+                self._unindex(slot.node.instance_id, slot)
                 self._index(resource.instance_id, slot)
             slot.node.update(resource)
         self._recalculate(slot.node)
@@ -488,7 +468,7 @@ class NodeManager:
         self._deficits.pop(name, None)
         self._waiting -= slot.queued
         self._in_backoff -= slot.backoff is not None
-        self._unindex(slot.node.resource.instance_id, slot)
+        self._unindex(slot.node.instance_id, slot)
         self._disarm(slot)
         self.metrics.remove_node(name)
         log.info("node_removed", node=name)
@@ -680,7 +660,7 @@ class NodeManager:
             if demand != stats.needed:  # pods wait beyond the free addresses, or beyond the instance
                 stats = dataclasses.replace(stats, needed=demand)
             self.metrics.set_node(node.name, stats, capacity=node.capacity_limit())
-            if _unsure(node):
+            if node.unsure:
                 self._revisit.add(node.name)
             if node.deficit_since is None:
                 self._deficits.pop(node.name, None)

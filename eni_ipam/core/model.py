@@ -436,7 +436,9 @@ def assignment(interface_id: str, subnet_id: str, count: int, prefixes: bool) ->
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CreateInterface:
-    """Create an interface carrying ``count`` addresses (or prefixes), attach it at ``device_index``."""
+    """Create an interface in ``subnet_id`` with ``security_groups``, carrying ``count`` addresses (or
+    /28 prefixes when ``prefixes``), and attach it at ``device_index``: what the planner decides, and
+    the ``request`` a provider's ``create_interface`` takes as it is."""
 
     subnet_id: str
     security_groups: tuple[str, ...]
@@ -461,9 +463,6 @@ class UnassignAddresses:
     @property
     def size(self) -> int:
         return len(self.addresses) + PREFIX_SIZE * len(self.prefixes)
-
-
-Action = AssignAddresses | CreateInterface | UnassignAddresses
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """One node: its cloud view, stats, release handshake, and the maintenance pass that acts on them.
 
-A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing →
+A maintenance pass (:meth:`Node.maintain`) is: refresh the instance if its view is missing or stale →
 recalculate → release handshake (when enabled) → allocate the deficit → if anything changed,
 re-read the instance (per-instance sync) → recalculate. It returns a :class:`PassResult` — the
 status to publish, when it wants another pass, and the error that ended it, if any — and leaves
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import cast
 
 import structlog
@@ -155,6 +155,11 @@ class Node:
     def name(self) -> str:
         return self.resource.name
 
+    @property
+    def instance_id(self) -> str:
+        """The instance the node's record names (what the cloud's listing is keyed by)."""
+        return self.resource.instance_id
+
     # -- what the node source and the resync tell it ------------------------------------------------
 
     def update(self, resource: NodeResource) -> None:
@@ -166,9 +171,14 @@ class Node:
         self.resource = resource
         self.blocked = ""
 
-    def observe(self, instance: Instance | None, *, seen_at: float) -> None:
+    def observe(self, instance: Instance | None, *, seen_at: float) -> bool:
         """What a full resync that started at ``seen_at`` saw of this node's instance. Missing from it
-        means "read it again", never "needs nothing" (a listing can miss an instance)."""
+        means "read it again", never "needs nothing" (a listing can miss an instance).
+
+        Returns whether the node's pool changed behind its back: it now holds an instance that
+        differs from the one it held (addresses or interfaces added or removed by someone else), not
+        merely a fresher copy of the same."""
+        seen = self.instance
         if instance is not None:
             self.terminated = False
             self.set_instance(instance, seen_at=seen_at)
@@ -177,6 +187,7 @@ class Node:
         # A node blocked on the last view (no subnet room, at capacity) is planned again on the fresh
         # one: room may have come back (addresses released elsewhere, a node gone).
         self.blocked = ""
+        return self.instance is not seen and self.instance is not None and self.instance != seen
 
     def set_instance(self, instance: Instance, *, seen_at: float) -> None:
         if seen_at >= self.view_time:
@@ -250,6 +261,28 @@ class Node:
     def stopped(self) -> bool:
         """The instance is gone or not running: nothing to do until that changes."""
         return self.terminated or (self.instance is not None and not self.instance.running)
+
+    @property
+    def unsure(self) -> bool:
+        """Whether a fresh view can change the node without its instance changing: blocked on the last
+        view (room may be back), reporting a shortfall (its hold runs out), to be re-read, terminated, or
+        still without its instance."""
+        return (
+            bool(self.blocked or self.shortfall)
+            or self.needs_refresh
+            or self.terminated
+            or self.instance is None
+        )
+
+    def learns_from(self, instance: Instance | None, *, changed_types: Container[str]) -> bool:
+        """Whether a full resync that listed ``instance`` for the node (None: not listed) has anything
+        to tell it. Nothing, when it lists the very object the node holds (a provider hands back the
+        same :class:`Instance` for an instance that did not change), the limits of its type are not
+        among ``changed_types`` (the types whose limits the resync changed), and the node is not
+        :attr:`unsure`."""
+        return (
+            instance is not self.instance or instance is None or self.unsure or instance.type in changed_types
+        )
 
     def wants_pass(self) -> bool:
         """Whether the node, as it stands, wants something a pass could do."""
@@ -485,11 +518,7 @@ class Node:
             try:
                 iface = await m.provider.create_interface(
                     instance_id=self.resource.instance_id,
-                    subnet_id=action.subnet_id,
-                    security_groups=action.security_groups,
-                    device_index=action.device_index,
-                    count=action.count,
-                    prefixes=action.prefixes,
+                    request=action,
                     tags=tags,
                     token=self._token(action),
                     delete_on_termination=spec.delete_on_termination,

@@ -5,7 +5,7 @@ wrapper and every provider through :class:`ApiObserver`, the shared view through
 :class:`ViewObserver`, garbage collection through :class:`GcObserver`, a node's pass through
 :class:`PassObserver`, the manager through :class:`ManagerObserver`. :class:`Observer` is all of them,
 what a :class:`~eni_ipam.core.manager.NodeManager` is given. The process's Prometheus metrics
-(:class:`eni_ipam.adapters.metrics.Metrics`) implement it; :class:`NullObserver` records nothing.
+(:class:`eni_ipam.adapters.metrics.Metrics`) implement it.
 
 Every method must be cheap, must not block and must not raise; an :class:`ApiObserver` must also be
 thread-safe (the AWS provider reports each request from botocore's threads).
@@ -119,76 +119,3 @@ class ManagerObserver(Protocol):
 
 class Observer(ApiObserver, ViewObserver, GcObserver, PassObserver, ManagerObserver, Protocol):
     """Everything the reconciler reports."""
-
-
-class NullObserver:
-    """An :class:`Observer` that records nothing (benchmarks of the passes alone, tools)."""
-
-    def api_call(self, *, operation: str, outcome: str, seconds: float) -> None:
-        pass
-
-    def api_request(self, *, operation: str, throttled: bool = False) -> None:
-        pass
-
-    def api_throttle(self, *, operation: str) -> None:
-        pass
-
-    def rate_limit_wait(self, *, operation: str, seconds: float) -> None:
-        pass
-
-    def replace_subnets(self, subnets: Iterable[Subnet]) -> None:
-        pass
-
-    def set_subnet_free(self, subnet: Subnet, free: int) -> None:
-        pass
-
-    def gc_interfaces(self, *, action: str, count: int) -> None:
-        pass
-
-    def gc_failure(self) -> None:
-        pass
-
-    def addresses_allocated(self, *, subnet: str, count: int) -> None:
-        pass
-
-    def addresses_released(self, *, subnet: str, count: int) -> None:
-        pass
-
-    def interface_created(self, *, subnet: str, outcome: str) -> None:
-        pass
-
-    def allocation_finished(self, *, kind: str, ok: bool, seconds: float) -> None:
-        pass
-
-    def release_finished(self, *, ok: bool, seconds: float) -> None:
-        pass
-
-    def deficit_resolved(self, *, seconds: float) -> None:
-        pass
-
-    def resync_finished(self, *, ok: bool) -> None:
-        pass
-
-    def pass_finished(self, *, seconds: float) -> None:
-        pass
-
-    def report_schedule(
-        self,
-        *,
-        waiting: Callable[[], int],
-        in_backoff: Callable[[], int],
-        oldest_deficit: Callable[[], float],
-    ) -> None:
-        pass
-
-    def pass_failed(self, *, reason: str) -> None:
-        pass
-
-    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
-        pass
-
-    def remove_node(self, name: str) -> None:
-        pass
-
-    def show_totals(self) -> None:
-        pass

@@ -2,7 +2,7 @@
 
 A provider is a thin client (Cilium's ``pkg/aws/ec2`` shape): it translates between the cloud's API
 and :mod:`eni_ipam.core.model`, sends every call through :class:`eni_ipam.core.caller.ApiCaller`
-(rate limiter → SDK → metrics → error translation) and raises only :mod:`eni_ipam.core.errors`
+(rate limiter → SDK → error translation → observer) and raises only :mod:`eni_ipam.core.errors`
 types. It holds no policy: which interface to fill, how many addresses, when to release — the
 planner decides.
 
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from eni_ipam.config.schema import ConfigModel
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.model import CloudSnapshot, Instance, InstanceLimits, Interface
+from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.records import NodeRecords
 
@@ -111,21 +111,20 @@ class Provider(Protocol):
         self,
         *,
         instance_id: str,
-        subnet_id: str,
-        security_groups: Sequence[str],
-        device_index: int,
-        count: int,
-        prefixes: bool = False,
+        request: CreateInterface,
         tags: Mapping[str, str],
         token: str,
         delete_on_termination: bool = True,
     ) -> Interface:
-        """Create an interface carrying ``count`` secondary addresses (or prefixes) and ``tags``, attach it
-        to the instance at ``device_index``, and set delete-on-termination.
+        """Create the interface the planner asked for: in ``request.subnet_id`` with
+        ``request.security_groups``, carrying ``request.count`` secondary addresses (or ``count`` /28
+        prefixes when ``request.prefixes``) and ``tags``; attach it to the instance at
+        ``request.device_index``, and set delete-on-termination unless ``delete_on_termination`` is
+        false.
 
-        ``device_index`` comes from the caller's view, which may be stale: when another interface
-        holds it, the provider tries the following indexes (a bounded number of them) and the
-        returned interface says which index it got.
+        ``request.device_index`` comes from the caller's view, which may be stale: when another
+        interface holds it, the provider tries the following indexes (a bounded number of them) and
+        the returned interface says which index it got.
 
         ``token`` is an idempotency token: a retried create with the same token returns the same
         interface instead of creating a second one. If attaching (or marking) fails, the created
@@ -136,7 +135,7 @@ class Provider(Protocol):
 
         Raises:
             errors.AttachmentLimitExceeded: no free adapter slot on the instance.
-            errors.DeviceIndexInUse: ``device_index`` and every following index tried were taken.
+            errors.DeviceIndexInUse: ``request.device_index`` and every following index tried were taken.
             errors.SubnetExhausted, errors.PrefixesExhausted, errors.InterfaceLimitExceeded
             errors.InstanceNotRunning, errors.NotFound
         """

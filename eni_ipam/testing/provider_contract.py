@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from eni_ipam.core import errors
-from eni_ipam.core.model import PREFIX_SIZE, Instance, InstanceLimits, Interface
+from eni_ipam.core.model import PREFIX_SIZE, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 
 UNKNOWN_INSTANCE = "i-0fffffffffffffff0"
@@ -116,15 +116,20 @@ def _tags(check: str) -> dict[str, str]:
     return {TAG: check}
 
 
-async def _create(env: ContractEnv, *, check: str, index: int, count: int = 1, subnet: str = "") -> Interface:
+async def _create(
+    env: ContractEnv, *, check: str, index: int, count: int = 1, subnet: str = "", token: str = ""
+) -> Interface:
+    """Create an interface tagged for ``check``; its token is the check's and the index's unless given."""
     return await env.provider.create_interface(
         instance_id=env.instance_id,
-        subnet_id=subnet or env.subnet_id,
-        security_groups=env.security_group_ids,
-        device_index=index,
-        count=count,
+        request=CreateInterface(
+            subnet_id=subnet or env.subnet_id,
+            security_groups=env.security_group_ids,
+            device_index=index,
+            count=count,
+        ),
         tags=_tags(check),
-        token=f"contract-{check}-{index}",
+        token=token or f"contract-{check}-{index}",
     )
 
 
@@ -402,15 +407,7 @@ async def check_create_retried_after_a_rollback(env: ContractEnv) -> None:
         await _create(env, check="retry", index=index)
 
     def create(index: int) -> Awaitable[Interface]:
-        return env.provider.create_interface(
-            instance_id=env.instance_id,
-            subnet_id=env.subnet_id,
-            security_groups=env.security_group_ids,
-            device_index=index,
-            count=1,
-            tags=_tags("retry"),
-            token="contract-retry-after-rollback",
-        )
+        return _create(env, check="retry", index=index, token="contract-retry-after-rollback")
 
     await _raises(errors.AttachmentLimitExceeded, create(env.limits.adapters), "create past the adapters")
     freed = (await _instance(env)).interfaces[1]

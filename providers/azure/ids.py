@@ -22,7 +22,6 @@ import re
 
 _SUB = r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/"
 _VM = re.compile(_SUB + r"microsoft\.compute/virtualmachines/(?P<name>[^/]+)$")
-_SCALE_SET = re.compile(_SUB + r"microsoft\.compute/virtualmachinescalesets/(?P<name>[^/]+)$")
 _SCALE_SET_VM = re.compile(
     _SUB + r"microsoft\.compute/virtualmachinescalesets/(?P<ss>[^/]+)/virtualmachines/(?P<index>[^/]+)$"
 )
@@ -140,13 +139,6 @@ def parse_nic(resource_id: str) -> NicRef | None:
         return NicRef(m["sub"], m["rg"], m["name"])
     if m := _SCALE_SET_NIC.match(rid):
         return NicRef(m["sub"], m["rg"], m["name"], scale_set=m["ss"], index=m["index"])
-    return None
-
-
-def parse_scale_set(resource_id: str) -> tuple[str, str, str] | None:
-    """``(subscription, resource group, name)`` of a scale-set id, or ``None``."""
-    if m := _SCALE_SET.match(normalize(resource_id)):
-        return m["sub"], m["rg"], m["name"]
     return None
 
 

@@ -50,6 +50,7 @@ from eni_ipam.core.model import (
     EMPTY_TAGS,
     Changes,
     CloudSnapshot,
+    CreateInterface,
     Instance,
     InstanceLimits,
     Interface,
@@ -498,11 +499,7 @@ class Ec2Provider:
         self,
         *,
         instance_id: str,
-        subnet_id: str,
-        security_groups: Sequence[str],
-        device_index: int,
-        count: int,
-        prefixes: bool = False,
+        request: CreateInterface,
         tags: Mapping[str, str],
         token: str,
         delete_on_termination: bool = True,
@@ -513,9 +510,9 @@ class Ec2Provider:
 
         * CreateNetworkInterface, carrying the addresses or prefixes, the tags, a description, and
           ``token`` as the ClientToken;
-        * AttachNetworkInterface at ``device_index``. On an index conflict (our view was stale) it
-          tries the next index, up to :data:`ATTACH_ATTEMPTS` indexes, and the returned interface
-          says which one it got;
+        * AttachNetworkInterface at ``request.device_index``. On an index conflict (our view was
+          stale) it tries the next index, up to :data:`ATTACH_ATTEMPTS` indexes, and the returned
+          interface says which one it got;
         * ModifyNetworkInterfaceAttribute for delete-on-termination, skipped when not wanted.
 
         A retry with the same ``token`` gets back the interface the first attempt created. If that
@@ -528,7 +525,7 @@ class Ec2Provider:
             errors.PrefixesExhausted, errors.InterfaceLimitExceeded, errors.InstanceNotRunning,
             errors.NotFound: the original error, after the rollback.
         """
-        secondary, prefix = (0, count) if prefixes else (count, 0)
+        secondary, prefix = (0, request.count) if request.prefixes else (request.count, 0)
         # Tokens known to be spent are skipped for free; at most TOKEN_SPINS are tried with the cloud
         # per call. Counting the spent ones against that budget left a plan that had rolled back four
         # times unable to create ever again in this process.
@@ -540,8 +537,8 @@ class Ec2Provider:
                 continue
             tried += 1
             iface = await self.api.create_network_interface(
-                subnet_id=subnet_id,
-                groups=tuple(security_groups),
+                subnet_id=request.subnet_id,
+                groups=request.security_groups,
                 secondary_count=secondary,
                 prefix_count=prefix,
                 tags=dict(tags),
@@ -550,7 +547,7 @@ class Ec2Provider:
             )
             try:
                 return await self._attach_and_mark(
-                    iface, client_token, instance_id, device_index, delete_on_termination
+                    iface, client_token, instance_id, request.device_index, delete_on_termination
                 )
             except errors.NotFound as exc:
                 if exc.code != _INTERFACE_GONE:

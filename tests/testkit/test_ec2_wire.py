@@ -27,6 +27,7 @@ import pytest
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.model import CreateInterface
 from eni_ipam.core.ratelimit import Bucket
 from eni_ipam.testing.provider_contract import (
     CONTRACT_CHECKS,
@@ -286,19 +287,17 @@ async def test_parsed_answers_are_what_the_cloud_holds(wired: tuple[SimCloud, An
         await aws.assign_addresses(interface_id=primary.id, count=1, prefixes=True)
         made = await aws.create_interface(
             instance_id="i-contract",
-            subnet_id="subnet-big",
-            security_groups=["sg-2"],
-            device_index=1,
-            count=4,
+            request=CreateInterface(
+                subnet_id="subnet-big", security_groups=("sg-2",), device_index=1, count=4
+            ),
             tags={**TAGS, "odd": "a&b<c>"},
             token="t-1",
         )
         loose = await aws.create_interface(
             instance_id="i-contract",
-            subnet_id="subnet-big",
-            security_groups=["sg-1"],
-            device_index=2,
-            count=1,
+            request=CreateInterface(
+                subnet_id="subnet-big", security_groups=("sg-1",), device_index=2, count=1
+            ),
             tags=TAGS,
             token="t-2",
         )
@@ -367,19 +366,17 @@ async def test_cloud_refusals_arrive_as_the_projects_error_classes(
         # The small subnet has 11 free addresses: 9 go to one interface, 1 to another's primary.
         full = await aws.create_interface(
             instance_id="i-contract",
-            subnet_id="subnet-small",
-            security_groups=["sg-1"],
-            device_index=1,
-            count=8,
+            request=CreateInterface(
+                subnet_id="subnet-small", security_groups=("sg-1",), device_index=1, count=8
+            ),
             tags=TAGS,
             token="full",
         )
         small = await aws.create_interface(
             instance_id="i-contract",
-            subnet_id="subnet-small",
-            security_groups=["sg-1"],
-            device_index=2,
-            count=0,
+            request=CreateInterface(
+                subnet_id="subnet-small", security_groups=("sg-1",), device_index=2, count=0
+            ),
             tags=TAGS,
             token="small",
         )

@@ -21,7 +21,7 @@ from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.model import interface_tags, ownership_tags
+from eni_ipam.core.model import CreateInterface, interface_tags, ownership_tags
 from providers.aws.iam_policy import EXAMPLE, MODIFY_ATTRIBUTE_KEYS, render_policy
 from tests.providers.aws.conftest import Network
 from tests.providers.aws.iam_eval import Request, allowed
@@ -116,10 +116,9 @@ async def test_every_action_the_provider_calls_is_in_the_policy(network: Network
     await provider.unassign_addresses(interface_id=primary.id, addresses=new)
     iface = await provider.create_interface(
         instance_id=instance,
-        subnet_id=network.subnet_id,
-        security_groups=network.security_group_ids,
-        device_index=1,
-        count=1,
+        request=CreateInterface(
+            subnet_id=network.subnet_id, security_groups=network.security_group_ids, device_index=1, count=1
+        ),
         tags=tags,
         token="iam-1",
     )
@@ -127,10 +126,12 @@ async def test_every_action_the_provider_calls_is_in_the_policy(network: Network
         for index in range(2, 5):
             await provider.create_interface(
                 instance_id=instance,
-                subnet_id=network.subnet_id,
-                security_groups=network.security_group_ids,
-                device_index=index,
-                count=1,
+                request=CreateInterface(
+                    subnet_id=network.subnet_id,
+                    security_groups=network.security_group_ids,
+                    device_index=index,
+                    count=1,
+                ),
                 tags=tags,
                 token=f"iam-{index}",
             )
@@ -219,10 +220,9 @@ async def test_the_providers_creates_and_modifies_pass_the_policys_conditions(ne
     provider = network.provider()
     await provider.create_interface(
         instance_id=instance,
-        subnet_id=network.subnet_id,
-        security_groups=network.security_group_ids,
-        device_index=1,
-        count=2,
+        request=CreateInterface(
+            subnet_id=network.subnet_id, security_groups=network.security_group_ids, device_index=1, count=2
+        ),
         tags=tags,
         token="judged-1",
     )

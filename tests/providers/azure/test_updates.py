@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from eni_ipam.core import errors
+from eni_ipam.core.model import CreateInterface
 from tests.providers.azure.conftest import World
 
 pytestmark = pytest.mark.looptime
@@ -322,10 +323,9 @@ async def test_create_interface_is_refused_without_a_request(world: World) -> No
     with pytest.raises(errors.AttachmentLimitExceeded, match="deallocated"):
         await provider.create_interface(
             instance_id=vm.lower(),
-            subnet_id=world.subnet_id.lower(),
-            security_groups=(),
-            device_index=1,
-            count=1,
+            request=CreateInterface(
+                subnet_id=world.subnet_id.lower(), security_groups=(), device_index=1, count=1
+            ),
             tags={"a": "b"},
             token="t",
         )

@@ -9,7 +9,7 @@ import pytest
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.model import InstanceLimits, Interface
+from eni_ipam.core.model import CreateInterface, InstanceLimits, Interface
 from eni_ipam.core.ratelimit import Bucket
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
@@ -33,10 +33,7 @@ def cloud() -> SimCloud:
 async def create(provider: SimProvider, index: int = 1, token: str = "tok") -> Interface:
     return await provider.create_interface(
         instance_id="i-1",
-        subnet_id="s-1",
-        security_groups=["sg-1"],
-        device_index=index,
-        count=2,
+        request=CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=index, count=2),
         tags=TAGS,
         token=token,
     )
@@ -134,10 +131,7 @@ async def test_create_interface_is_create_attach_mark_with_description_and_token
 async def test_create_interface_without_delete_on_termination_skips_the_mark(cloud: SimCloud) -> None:
     iface = await provider_for(cloud).create_interface(
         instance_id="i-1",
-        subnet_id="s-1",
-        security_groups=[],
-        device_index=1,
-        count=1,
+        request=CreateInterface(subnet_id="s-1", security_groups=(), device_index=1, count=1),
         tags=TAGS,
         token="t",
         delete_on_termination=False,
