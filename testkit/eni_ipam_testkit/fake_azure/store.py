@@ -176,7 +176,7 @@ class Store:
             raise Refusal(400, "SubnetIsFull", f"Subnet {subnet.id} is already full.")
         return IpConfig(name, subnet.id, address, primary, groups)
 
-    # -- other writers, behind the provider's back ----------------------------------------------------
+    # -- other writers, behind the provider's back -------------------------------------------------
 
     def add_ip_configuration(self, nic_id: str, name: str | None = None) -> str:
         """Another writer adds a secondary configuration to a NIC (its ETag changes); its address."""
