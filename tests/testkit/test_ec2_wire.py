@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import botocore.exceptions
 import botocore.parsers
 import botocore.retries.standard
@@ -47,15 +46,13 @@ from providers.aws import AwsProvider, AwsSettings
 from providers.aws.api import parse_instance, parse_interface
 from providers.ec2.limits import convert_instance_type, limits_from_row
 from providers.sim.cloud import SimCloud
-from tests.aws_environment import isolate
+from tests.aws_environment import ec2_client, isolate
 
 pytestmark = pytest.mark.timeout(30)
 
 REGION = "us-east-1"
 ZONE = "us-east-1a"
 TAGS = {"eni-ipam.io/cluster": "c1", "eni-ipam.io/node": "node-1", "eni-ipam.io/managed-by": "eni-ipam"}
-
-_SESSION: list[boto3.session.Session] = []
 
 
 @pytest.fixture(autouse=True)
@@ -70,16 +67,9 @@ def instant_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0)
 
 
-def client(endpoint_url: str | None = None) -> Any:
-    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
-    if not _SESSION:
-        _SESSION.append(boto3.session.Session())
-    return _SESSION[0].client("ec2", region_name=REGION, endpoint_url=endpoint_url)
-
-
 def model() -> Any:
     """botocore's EC2 model (its shapes name every element an answer may carry)."""
-    return client().meta.service_model
+    return ec2_client().meta.service_model
 
 
 def make_cloud(**kwargs: Any) -> SimCloud:
@@ -117,7 +107,7 @@ def contract_env(aws: AwsProvider, cloud: SimCloud) -> ContractEnv:
 async def wired() -> AsyncIterator[tuple[SimCloud, Any, Ec2Frontend]]:
     """A cloud, a boto3 client answered by it in-process, and the front end."""
     cloud = make_cloud()
-    ec2 = client()
+    ec2 = ec2_client()
     installed = install(ec2, cloud)
     yield cloud, ec2, installed.frontend
     installed.uninstall()
@@ -141,7 +131,7 @@ async def call(ec2: Any, operation: str, **params: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__)
 async def test_aws_provider_passes_contract_check_in_process(check: Check) -> None:
     cloud = make_cloud()
-    ec2 = client()
+    ec2 = ec2_client()
     install(ec2, cloud)
     aws = provider(ec2)
     try:
@@ -408,7 +398,7 @@ async def test_cloud_refusals_arrive_as_the_projects_error_classes(
 @pytest.mark.usefixtures("instant_retries")
 async def test_the_clouds_server_side_bucket_throttles_through_botocore() -> None:
     cloud = make_cloud(buckets={"AssignPrivateIpAddresses": Bucket(burst=1, refill=0.001)})
-    ec2 = client()
+    ec2 = ec2_client()
     frontend = install(ec2, cloud).frontend
     aws = provider(ec2)
     try:
@@ -761,7 +751,7 @@ def test_the_server_process_serves_a_declared_cloud_and_a_fleet(tmp_path: Path) 
     )
     with spawn(["--cloud", str(scenario), "--fleet", "20"], timeout=50) as server:
         assert "21 instances" in server.banner
-        ec2 = client(endpoint_url=server.url)
+        ec2 = ec2_client(endpoint_url=server.url)
         reservations = ec2.describe_instances(MaxResults=5)["Reservations"]
         assert len(reservations) == 5
         subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": ["vpc-1"]}])["Subnets"]

@@ -14,21 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import moto
 import pytest
 from botocore.exceptions import ClientError
 
 from eni_ipam_testkit.moto_ec2 import MotoServer, ec2_fidelity, install
-from tests.aws_environment import isolate
+from tests.aws_environment import ec2_client, isolate
 
 pytestmark = pytest.mark.timeout(30)
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 AMI = "ami-12c6146b"
-
-_SESSION: list[boto3.session.Session] = []
 
 
 @pytest.fixture(autouse=True)
@@ -37,17 +34,10 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     isolate(monkeypatch, REGION)
 
 
-def client(endpoint_url: str | None = None) -> Any:
-    """A boto3 EC2 client from one shared session (a new session reloads EC2's model, ~0.4 s)."""
-    if not _SESSION:
-        _SESSION.append(boto3.session.Session())
-    return _SESSION[0].client("ec2", region_name=REGION, endpoint_url=endpoint_url)
-
-
 @pytest.fixture
 def ec2() -> Iterator[Any]:  # credentials, region and moto's settings: aws_environment
     with moto.mock_aws(), ec2_fidelity():
-        yield client()
+        yield ec2_client()
 
 
 def subnet(ec2: Any, cidr: str = "10.0.1.0/24") -> str:
@@ -491,7 +481,7 @@ assert not beyond, beyond
 
 def test_uninstall_restores_moto_own_behaviour() -> None:
     with moto.mock_aws():
-        ec2 = client()
+        ec2 = ec2_client()
         sub = subnet(ec2)
         uninstall = install()
         again = install()  # nested installs: moto comes back after the last undo
@@ -521,7 +511,7 @@ def test_moto_server_answers_over_http_and_stops() -> None:
     with MotoServer() as server:
         assert server.endpoint_url.startswith("http://127.0.0.1:")
         port = int(server.endpoint_url.rsplit(":", 1)[1])
-        ec2 = client(server.endpoint_url)
+        ec2 = ec2_client(server.endpoint_url)
         assert "Vpcs" in ec2.describe_vpcs()
         sub = subnet(ec2, "10.0.3.0/26")  # 59 usable
         enis = [create(ec2, sub)["NetworkInterfaceId"] for _ in range(8)]

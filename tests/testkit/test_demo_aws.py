@@ -1,4 +1,5 @@
-"""``eni-ipam demo --cloud moto``: the reconciler over HTTP with boto3 until every node converges."""
+"""``eni-ipam demo --cloud moto`` (eni_ipam_testkit.demo_aws, the test kit's demo): the reconciler over
+HTTP with boto3 until every node converges."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ import re
 import pytest
 
 from eni_ipam_testkit.demo_aws import moto_demo
+from tests.aws_environment import isolate
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and a region; nothing may reach a real account."""
+    isolate(monkeypatch)
 
 
 @pytest.mark.timeout(120)
