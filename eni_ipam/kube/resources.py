@@ -159,6 +159,13 @@ def instance_id_of(node: NodeInfo | Mapping[str, Any], instance_ids: str = "prov
     return instance_id_from_provider_id(info.provider_id)
 
 
+def owned_by(pool: PoolInfo, node: NodeInfo) -> bool:
+    """Whether ``pool`` belongs to this incarnation of ``node`` (a Node re-created under the same
+    name has a new uid). Pools without a Node owner (made by hand) belong to the Node of their name."""
+    uid = node.uid
+    return not pool.node_owners or not uid or uid in pool.node_owners
+
+
 def pool_for_node(
     node: NodeInfo | Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:

@@ -318,7 +318,7 @@ async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
         await until(lambda: source.pools.store["x"] is not stale)
         source.pools.store["x"] = stale
         source.pools.resource_version = "1"
-        await source._list_pools_for_term()
+        await source.records.list_pools()
         records = {r.name: r for r in source.node_records() or []}
         assert records["x"].prefixes == ("10.0.0.0/28",)
         informers.cancel()
