@@ -60,7 +60,11 @@ PROVIDERS_SEE = "Providers see only the domain"
         ("eni_ipam/agent/allocator.py", "import eni_ipam.core.spec", "The node side is a program of its own"),
         ("providers/generic/provider.py", "import providers.sim.cloud", "Providers do not know each other"),
         ("providers/sim/provider.py", "import boto3", "Each cloud SDK is imported by its own provider only"),
-        ("providers/ec2/provider.py", "import botocore", "Each cloud SDK is imported by its own provider only"),
+        (
+            "providers/ec2/provider.py",
+            "import botocore",
+            "Each cloud SDK is imported by its own provider only",
+        ),
         ("eni_ipam/simulator/simulate.py", "import eni_ipam_testkit.fake_kube", "never imports the test kit"),
         ("eni_ipam/app/demo.py", "import moto", "never imports the test kit"),
         ("eni_ipam/cli.py", "import bench.report", "never imports the test kit"),
