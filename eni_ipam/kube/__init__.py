@@ -8,5 +8,11 @@
 * :mod:`~eni_ipam.kube.lease` — Lease leader election with client-go's rules on the injected clock.
 * :mod:`~eni_ipam.kube.resources` — ENIPool custom resources ↔ the core model (pure functions).
 * :mod:`~eni_ipam.kube.status` — rate-limited status writes ordered by need, skipped by digest.
-* :mod:`~eni_ipam.kube.source` — the node source: Nodes → ENIPools → the NodeManager.
+* :mod:`~eni_ipam.kube.source` — the node source: Nodes → ENIPools → the NodeManager; follows the
+  informers and decides, the work done by:
+
+  * :mod:`~eni_ipam.kube.pools` — the one writer of ENIPool objects (a pool per Node, finalizers);
+  * :mod:`~eni_ipam.kube.delivery` — pools handed to the manager when what it sees changes;
+  * :mod:`~eni_ipam.kube.instances` — one instance, one pool;
+  * :mod:`~eni_ipam.kube.records` — what the pools publish, for a provider with no cloud state.
 """

@@ -22,7 +22,7 @@ import datetime
 import ipaddress
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from eni_ipam.config.schema import validate
@@ -77,11 +77,28 @@ def spec_from_pool(obj: PoolInfo | Mapping[str, Any]) -> PoolSpec:
     return validate(PoolSpec, raw, path=where, by_alias=True)
 
 
-def resource_from_pool(obj: PoolInfo | Mapping[str, Any], *, pending_pods: int = 0) -> NodeResource:
-    """The node as the manager sees it: the spec plus what the node agent reports in status."""
+def instance_and_spec(obj: PoolInfo | Mapping[str, Any]) -> tuple[str, NodeSpec]:
+    """The instance an ENIPool names and its node spec (one object for equal specs), validated.
+
+    Raises:
+        ConfigError: a spec value is invalid, as :func:`spec_from_pool`.
+    """
+    spec = spec_from_pool(obj)
+    return spec.instance_id, spec.fields()
+
+
+def resource_from_pool(
+    obj: PoolInfo | Mapping[str, Any],
+    *,
+    pending_pods: int = 0,
+    read_spec: Callable[[PoolInfo], tuple[str, NodeSpec]] = instance_and_spec,
+) -> NodeResource:
+    """The node as the manager sees it: the spec plus what the node agent reports in status.
+    ``read_spec``: the pool's instance and node spec (:func:`instance_and_spec`, or a memory of the
+    specs already validated)."""
     pool = as_pool(obj)
     name = pool.name
-    spec = spec_from_pool(pool)
+    instance_id, spec = read_spec(pool)
     where = f"enipools/{name}.status"
     if pool.bad_status:
         raise ConfigError(where, f"expected a mapping, got {pool.bad_status}")
@@ -104,8 +121,8 @@ def resource_from_pool(obj: PoolInfo | Mapping[str, Any], *, pending_pods: int =
     }
     return NodeResource(
         name=name,
-        instance_id=spec.instance_id,
-        spec=spec.fields(),
+        instance_id=instance_id,
+        spec=spec,
         used=len(used),
         in_use=used if isinstance(used, AddressSet) else AddressSet.ipv4_of(used),
         pending_pods=pending_pods,
@@ -157,6 +174,13 @@ def instance_id_of(node: NodeInfo | Mapping[str, Any], instance_ids: str = "prov
     if instance_ids == "node-name":
         return info.name
     return instance_id_from_provider_id(info.provider_id)
+
+
+def owned_by(pool: PoolInfo, node: NodeInfo) -> bool:
+    """Whether ``pool`` belongs to this incarnation of ``node`` (a Node re-created under the same
+    name has a new uid). Pools without a Node owner (made by hand) belong to the Node of their name."""
+    uid = node.uid
+    return not pool.node_owners or not uid or uid in pool.node_owners
 
 
 def pool_for_node(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
 import lightkube
 import pytest
 
 from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.core.spec import PoolSpec
+from eni_ipam.kube import resources
 from eni_ipam.kube.api import KubeApi
 from eni_ipam_testkit.fake_kube import FakeKube
 
@@ -28,6 +31,22 @@ async def api(kube: FakeKube) -> AsyncIterator[KubeApi]:
     kube_api = make_api(kube)
     yield kube_api
     await kube_api.close()
+
+
+@pytest.fixture
+def spec_validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Where every ENIPool spec is validated during the test (the path the conversion gives its one
+    call into the model), one entry a validation."""
+    seen: list[str] = []
+    validate = resources.validate
+
+    def counting(model: Any, data: Any, **kwargs: Any) -> Any:
+        if model is PoolSpec:
+            seen.append(kwargs.get("path", ""))
+        return validate(model, data, **kwargs)
+
+    monkeypatch.setattr(resources, "validate", counting)
+    return seen
 
 
 def node(

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog
+import yaml
 from lightkube.types import PatchType
 
 from eni_ipam.adapters.metrics import Metrics
@@ -19,6 +22,8 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeSpec
+from eni_ipam.errors import ConfigError
+from eni_ipam.kube import resources
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.resources import FINALIZER
 from eni_ipam.kube.settings import KubeSettings
@@ -26,6 +31,7 @@ from eni_ipam.kube.source import KubeNodeSource
 from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
+from tests.conftest import CRD
 from tests.kube.conftest import node
 from tests.waiting import until
 
@@ -318,7 +324,7 @@ async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
         await until(lambda: source.pools.store["x"] is not stale)
         source.pools.store["x"] = stale
         source.pools.resource_version = "1"
-        await source._list_pools_for_term()
+        await source.records.list_pools()
         records = {r.name: r for r in source.node_records() or []}
         assert records["x"].prefixes == ("10.0.0.0/28",)
         informers.cancel()
@@ -534,3 +540,90 @@ async def test_a_term_whose_cache_missed_the_last_writes_compares_with_the_pools
         assert status_writes(cluster.kube, since) == []
         term.cancel()
         informers.cancel()
+
+
+# -- a pool's spec is validated once per version, not once per event ---------------------------------
+
+
+def pending_pod(name: str, node_name: str) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "busybox:1"}]},
+    }
+
+
+async def caught_up(cluster: Cluster, name: str) -> None:
+    """Until the pool informer holds the pool as stored (every write has come back as an event)."""
+    await until(lambda: not cluster.source.writer.pending)
+    await until(
+        lambda: (
+            cluster.source.pools.store[name].resource_version
+            == (cluster.pool(name) or {})["metadata"]["resourceVersion"]
+        )
+    )
+
+
+async def test_status_echoes_and_pending_pods_do_not_validate_the_spec_again(
+    cluster: Cluster, spec_validations: list[str]
+) -> None:
+    validations = spec_validations
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4)
+        for n in range(1, 4):  # the agent reports more in use: a pass, and a status write of ours
+            used = sorted(cluster.pool("n1")["status"]["pool"])[:n]
+            await cluster.api.patch(ENIPOOLS, "n1", {"status": {"used": used}}, status=True)
+            await until(lambda n=n: cluster.pool("n1")["status"]["stats"]["used"] == n)
+        for n in range(5):
+            cluster.kube.add_object("pods", pending_pod(f"p{n}", "n1"))
+        await until(lambda: cluster.manager.nodes["n1"].resource.pending_pods == 5)
+        await caught_up(cluster, "n1")
+    assert len(status_writes(cluster.kube)) >= 4  # each came back as an event of the pool
+    assert validations == ["enipools/n1.spec"]
+
+
+def schemaless_crd() -> dict[str, Any]:
+    """The chart's ENIPool CRD with its spec schema left out (a cluster with an older CRD, or none
+    applied by the chart): a bad spec value reaches the controller, which must refuse it itself."""
+    crd: dict[str, Any] = copy.deepcopy(yaml.safe_load(CRD.read_text()))
+    for version in crd["spec"]["versions"]:
+        properties = version["schema"]["openAPIV3Schema"]["properties"]
+        properties["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return crd
+
+
+@pytest.mark.parametrize("kube_crds", [[schemaless_crd()]])
+async def test_a_changed_spec_is_validated_again_and_an_invalid_one_refused_naming_the_field(
+    cluster: Cluster, spec_validations: list[str]
+) -> None:
+    validations = spec_validations
+    cluster.add_node("n1")
+    with structlog.testing.capture_logs() as logs:
+        async with leading(cluster):
+            await until(lambda: cluster.available("n1") == 4)
+            await cluster.api.patch(ENIPOOLS, "n1", {"spec": {"preAllocate": 6}})
+            await until(lambda: cluster.available("n1") == 6)
+            await caught_up(cluster, "n1")
+            assert validations == ["enipools/n1.spec"] * 2
+            # A bad value: refused, logged once for this version however many events follow, and
+            # the manager keeps the spec it had.
+            await cluster.api.patch(ENIPOOLS, "n1", {"spec": {"maxAboveWatermark": -5}})
+            invalid = cluster.pool("n1")
+            await until(lambda: any(e["event"] == "pool_invalid" for e in logs))
+            for n in range(3):
+                cluster.kube.add_object("pods", pending_pod(f"p{n}", "n1"))
+            await until(lambda: cluster.source.pending_pods["n1"] == 3)
+            await caught_up(cluster, "n1")
+            assert validations == ["enipools/n1.spec"] * 3
+            resource = cluster.manager.nodes["n1"].resource
+            assert resource.spec.pre_allocate == 6 and resource.pending_pods == 0
+            # Mended: validated again, and handed over with the pods waiting meanwhile.
+            await cluster.api.patch(ENIPOOLS, "n1", {"spec": {"maxAboveWatermark": 2}})
+            await until(lambda: cluster.manager.nodes["n1"].resource.pending_pods == 3)
+            assert cluster.manager.nodes["n1"].resource.spec.max_above_watermark == 2
+    assert validations == ["enipools/n1.spec"] * 4
+    refused = [(e["pool"], e["field"], e["error"]) for e in logs if e["event"] == "pool_invalid"]
+    with pytest.raises(ConfigError) as caught:  # what the conversion says of that version on its own
+        resources.resource_from_pool(invalid or {})
+    assert caught.value.field == "enipools/n1.spec.maxAboveWatermark"
+    assert refused == [("n1", caught.value.field, caught.value.message)]

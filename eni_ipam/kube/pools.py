@@ -1,0 +1,222 @@
+"""The one writer of ENIPool objects: a pool for every Node, kept in step with it, and its finalizer.
+
+Role: the source's handlers (:mod:`~eni_ipam.kube.source`) only queue work by pool name; while
+leading, :meth:`PoolWriter.run` does the writes, one at a time and in order, and retries the ones
+that failed after a backoff.
+
+* ``ensure``: every Node with an instance id gets an ENIPool (spec from ``node_defaults``, owned by
+  the Node, carrying the :data:`~eni_ipam.kube.resources.FINALIZER`). Of an existing pool only the
+  Node-derived fields (instance, type, zone) and the fields that still follow ``node_defaults`` are
+  brought up to date: people's edits to the rest of the spec stay. A pool deleted by hand while its
+  Node exists is made again, and an event on the Node says so.
+* ``finalize``: a pool being deleted (its Node went, and the garbage collector deletes what the Node
+  owned) leaves the manager first; its finalizer is removed only once no pass of that node is
+  running (waiting at most :data:`PASS_WAIT`), so no address is handed out after the pool's record
+  is gone.
+
+Invariants: a queued ``finalize`` is never turned back into an ``ensure`` (but a pool that is gone
+gets an ``ensure``: its Node may still be there); no pool is made for a Node of another cloud, and
+a pool of an earlier Node of the same name (another uid) is left to the garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+
+import structlog
+
+from eni_ipam.core.backoff import Backoff
+from eni_ipam.core.clock import Clock
+from eni_ipam.core.spec import NodeSpec
+from eni_ipam.kube import errors
+from eni_ipam.kube.api import ENIPOOLS, EVENTS, KubeApi
+from eni_ipam.kube.delivery import Delivery
+from eni_ipam.kube.informer import EMIT_SLICE, Informer
+from eni_ipam.kube.projection import NodeInfo, PoolInfo, project_pool
+from eni_ipam.kube.resources import FINALIZER, defaults_patch, node_fields_patch, owned_by, pool_for_node
+from eni_ipam.kube.status import StatusWriter
+
+log = structlog.get_logger("eni_ipam.kube.pools")
+
+PASS_WAIT = 60.0
+"""Seconds a finalizer waits for a running pass of the node to end before it is removed anyway."""
+
+
+class PoolWriter:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        nodes: Informer[NodeInfo],
+        pools: Informer[PoolInfo],
+        foreign: Callable[[NodeInfo], bool],
+        delivery: Delivery,
+        writer: StatusWriter,
+        clock: Clock,
+        rng: random.Random,
+        instance_ids: str,
+        node_defaults: NodeSpec | None,
+    ) -> None:
+        """``nodes``, ``pools``: the informers of both kinds; ``foreign``: whether a Node is of another cloud
+        (it gets no pool); ``delivery``: takes a node out of the manager before its finalizer goes."""
+        self.api = api
+        self._nodes, self._pools = nodes, pools
+        self._foreign = foreign
+        self._delivery = delivery
+        self._writer = writer
+        self.clock = clock
+        self.rng = rng
+        self.instance_ids = instance_ids
+        self.node_defaults = node_defaults
+        """The spec keys a new ENIPool starts with (``node_defaults`` of the run configuration)."""
+        self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
+        self._wake = asyncio.Event()
+        self._deleted_by_hand: set[str] = set()
+        """Pools deleted while their Node exists: recreated, with an event saying so."""
+
+    def queue(self, name: str, action: str) -> None:
+        """Ask for ``action`` (``ensure`` or ``finalize``) on pool ``name``."""
+        if self._todo.get(name) != "finalize":  # a finalize is never downgraded
+            self._todo[name] = action
+        self._wake.set()
+
+    def gone(self, name: str, *, by_hand: bool) -> None:
+        """Pool ``name`` is gone; ``by_hand``: its Node is still here (someone deleted the pool)."""
+        if by_hand:
+            self._deleted_by_hand.add(name)
+        self._todo[name] = "ensure"  # the Node may still be there (re-created): a new pool then
+        self._wake.set()
+
+    def node_gone(self, name: str) -> None:
+        """Node ``name`` is gone or no longer selected: its pool is not made again."""
+        self._deleted_by_hand.discard(name)
+
+    def clear(self) -> None:
+        """The term ended: what is queued is the next leader's to find again."""
+        self._todo.clear()
+
+    async def run(self) -> None:
+        """Do the queued writes until cancelled (leader only)."""
+        backoff = Backoff(initial=1.0, maximum=60.0, rng=self.rng)
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            failed: dict[str, str] = {}
+            todo, self._todo = self._todo, {}
+            for n, (name, action) in enumerate(todo.items()):
+                if n and n % EMIT_SLICE == 0:
+                    await asyncio.sleep(0)  # most pools need nothing: no call yields for them
+                try:
+                    if action == "finalize":
+                        await self._finalize(name)
+                    else:
+                        await self._ensure(name)
+                except errors.KubeError as exc:
+                    log.warning("pool_write_failed", pool=name, action=action, error=str(exc))
+                    failed[name] = action
+            if failed:
+                for name, action in failed.items():
+                    self._todo.setdefault(name, action)
+                await self.clock.sleep(backoff.next_delay())
+                self._wake.set()
+            else:
+                backoff.reset()
+
+    async def _ensure(self, name: str) -> None:
+        node = self._nodes.store.get(name)
+        if node is None:
+            return  # no Node (or not selected): the pool, if any, is people's or goes with its Node
+        if self._foreign(node):
+            return  # a Node of another cloud: no pool
+        pool = self._pools.store.get(name)
+        if pool is None:
+            body = pool_for_node(node, self.node_defaults, instance_ids=self.instance_ids)
+            if body is None:
+                log.debug("node_without_provider_id", node=name)
+                return
+            try:
+                created = await self.api.create(ENIPOOLS, body)
+            except errors.KubeConflict:
+                return  # created meanwhile; its event follows
+            log.info("pool_created", pool=name, instance=created["spec"]["instanceID"])
+            if name in self._deleted_by_hand:
+                self._deleted_by_hand.discard(name)
+                await self._recreated(node)
+            return
+        if pool.deleting or not owned_by(pool, node):
+            return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
+        patch = node_fields_patch(pool, node, instance_ids=self.instance_ids) or {}
+        defaults = defaults_patch(pool, self.node_defaults)
+        if defaults is not None:
+            patch = {**defaults, "spec": {**patch.get("spec", {}), **defaults.get("spec", {})}}
+        if patch.get("spec") or patch.get("metadata"):
+            if not patch.get("spec"):
+                patch.pop("spec", None)
+            await self.api.patch(ENIPOOLS, name, patch)
+            log.info("pool_updated", pool=name, fields=sorted(patch.get("spec", {})))
+
+    async def _recreated(self, node: NodeInfo) -> None:
+        """Say on the Node, as an event, that its pool was deleted by hand and made again."""
+        name = node.name
+        now = self.clock.now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            # "<node>-" and a server-made suffix: a generateName must itself be a DNS subdomain but
+            # for a trailing "-" (a trailing "." is refused with 422 by the API server).
+            "metadata": {"generateName": f"{name}-", "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": name,
+                "uid": node.uid,
+            },
+            "reason": "PoolRecreated",
+            "message": (
+                f"ENIPool {name} was deleted while its Node exists; eni-ipam created it again from "
+                "node_defaults (edits made to the deleted pool are not restored)"
+            ),
+            "type": "Warning",
+            "source": {"component": "eni-ipam"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        log.warning("pool_recreated", pool=name)
+        try:
+            await self.api.create(EVENTS, event)
+        except errors.KubeError as exc:
+            log.warning("event_failed", pool=name, error=str(exc))
+
+    async def _finalize(self, name: str) -> None:
+        departure = self._delivery.depart(name)
+        if departure is not None and departure.running:
+            try:
+                async with asyncio.timeout(PASS_WAIT):  # the loop's clock, which the injected one reads
+                    await departure.idle()  # a pass in flight finishes before the record may go
+            except TimeoutError:
+                log.warning("pool_released_during_pass", pool=name, waited=PASS_WAIT)
+        self._writer.forget(name)
+        pool = self._pools.store.get(name)
+        for _ in range(3):
+            if pool is None:
+                return
+            finalizers = list(pool.finalizers)
+            if FINALIZER not in finalizers:
+                return
+            finalizers.remove(FINALIZER)
+            version = pool.resource_version
+            try:
+                await self.api.patch(
+                    ENIPOOLS, name, {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
+                )
+            except errors.KubeConflict:
+                try:
+                    pool = project_pool(await self.api.get(ENIPOOLS, name))
+                except errors.KubeNotFound:
+                    return
+                continue
+            except errors.KubeNotFound:
+                return
+            log.info("pool_released", pool=name)
+            return
