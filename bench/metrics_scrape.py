@@ -16,7 +16,7 @@ scrapes, so both see the same machine. It reports:
   thread, for as long as the process's heap takes to walk, whichever thread allocated last).
 
 :func:`memory` gives the bytes per node of the metrics state, in a fresh interpreter (tracemalloc).
-Both take a :class:`~eni_ipam.adapters.node_series.NodeSeriesPolicy` (default: the settings' default).
+Both take a :class:`~eni_ipam.adapters.metrics.selection.NodeSeriesPolicy` (default: the settings' default).
 ``python -m bench.metrics_scrape`` prints them at 1,000, 10,000 and 100,000 nodes (``--all``: also
 with every node's series exported); it is not part of ``make bench`` yet.
 """
@@ -39,7 +39,7 @@ from typing import Any
 
 from bench.cpu_memory import best_seconds
 from eni_ipam.adapters.metrics import Metrics, render
-from eni_ipam.adapters.node_series import NodeSeriesPolicy
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.core.model import NodeStats, Subnet
 

@@ -2,7 +2,7 @@
 
 * :mod:`~eni_ipam.adapters.metrics` — Prometheus: the exported families, and the implementation of
   the domain's observer protocols (:mod:`eni_ipam.core.observe`);
-  :mod:`~eni_ipam.adapters.node_series` decides which nodes have per-node series.
+  :mod:`~eni_ipam.adapters.metrics.selection` decides which nodes have per-node series.
 * :mod:`~eni_ipam.adapters.server` — ``/metrics``, ``/healthz`` and ``/readyz``.
 * :mod:`~eni_ipam.adapters.guard` — the bounds every listener is served under, the process's
   open-file limit and the event loop's error reports.

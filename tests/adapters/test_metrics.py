@@ -24,7 +24,7 @@ from eni_ipam.adapters.metrics import (
     pool_totals_problems,
     render,
 )
-from eni_ipam.adapters.node_series import urgency
+from eni_ipam.adapters.metrics.selection import urgency
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.core.model import NodeStats, Subnet
 

@@ -17,7 +17,7 @@ families only copy a dict there) and renders the text from that copy, which a th
 Invariants of the controller's pool gauges:
 
 * Which nodes have per-node series (``node_ips``, ``node_capacity``, ``node_at_capacity``) is
-  :class:`~eni_ipam.adapters.node_series.NodeSeriesPolicy`'s: every node in a cluster of up to
+  :class:`~eni_ipam.adapters.metrics.selection.NodeSeriesPolicy`'s: every node in a cluster of up to
   ``all_up_to`` nodes, otherwise at most ``most`` nodes that need attention.
 * The cluster totals ``ips{type}`` and ``nodes{category}`` cover every node. At every scrape they are
   exactly the sums and counts of the per-node series plus those of the nodes without series,
@@ -57,7 +57,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _untyped_float_text
 
 from eni_ipam import __version__
-from eni_ipam.adapters.node_series import NodeSelection, NodeSeriesPolicy, urgency
+from eni_ipam.adapters.metrics.selection import NodeSelection, NodeSeriesPolicy, urgency
 from eni_ipam.core.model import NodeStats, Subnet
 from eni_ipam.core.observe import CAPACITY_REASONS
 
