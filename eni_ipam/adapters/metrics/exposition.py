@@ -1,6 +1,6 @@
 """A scrape: every family read on the event loop in one step, its text written off the loop.
 
-:meth:`~eni_ipam.adapters.metrics.MetricSet.freeze` reads every family in one step on the
+:meth:`~eni_ipam.adapters.metrics.registry.MetricSet.freeze` reads every family in one step on the
 event loop (the per-node families only copy a dict there) and :func:`render` writes the text from that
 copy, which a thread may do: the loop never waits for the text of a large scrape.
 
@@ -42,7 +42,7 @@ class _Families:
 
 
 class Frozen:
-    """One scrape, as :meth:`~eni_ipam.adapters.metrics.MetricSet.freeze` took it:
+    """One scrape, as :meth:`~eni_ipam.adapters.metrics.registry.MetricSet.freeze` took it:
     collectors in registration order, each either already collected or safe to collect from any
     thread."""
 
