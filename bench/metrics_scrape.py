@@ -1,7 +1,8 @@
 """Benchmark — scraping the controller's ``/metrics`` at cluster scale (docs/metrics.md, decision 0019).
 
-:func:`measure` gauges ``nodes`` nodes in a controller's :class:`~eni_ipam.adapters.metrics.Metrics`
-(a share of them short of addresses), with the other families filled as a large cluster fills them
+:func:`measure` gauges ``nodes`` nodes in a controller's
+:class:`~eni_ipam.adapters.metrics.controller.Metrics` (a share of them short of addresses), with the
+other families filled as a large cluster fills them
 (200 subnets, a dozen cloud operations, latency histograms), and serves ``/metrics`` with the real
 endpoint on 127.0.0.1. On the same event loop a manager-like workload keeps changing every node's
 stats (:data:`UPDATES_PER_SECOND`, in slices of :data:`SLICE` nodes with a yield between slices, as
@@ -38,7 +39,8 @@ import urllib.request
 from typing import Any
 
 from bench.cpu_memory import best_seconds
-from eni_ipam.adapters.metrics import Metrics, render
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.exposition import render
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.core.model import NodeStats, Subnet

@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import Departure, NodeManager

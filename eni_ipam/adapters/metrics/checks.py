@@ -2,8 +2,9 @@
 
 :func:`pool_totals_problems` reads nothing but samples (name, labels, value), so it checks what a
 scraper sees, wherever they come from: the controller's own collectors
-(:meth:`~eni_ipam.adapters.metrics.Metrics.totals_problems`, which the simulator calls after every
-step and the soak every second) or a real scrape parsed back (the demo's ``/metrics`` in its tests).
+(:meth:`~eni_ipam.adapters.metrics.controller.Metrics.totals_problems`, which the simulator calls
+after every step and the soak every second) or a real scrape parsed back (the demo's ``/metrics`` in
+its tests).
 It recomputes the sums from the per-node samples rather than reading the running sums of
 :mod:`~eni_ipam.adapters.metrics.pools`, so an error in those cannot vouch for itself.
 """
