@@ -212,9 +212,7 @@ class Metrics(MetricSet):
     def gc_failure(self) -> None:
         self.gc_failures.inc()
 
-    # -- nodes -----------------------------------------------------------------------------------
-
-    # The pool gauges keep their own invariants (pools.py); the observer's calls go straight to them.
+    # -- nodes: PoolGauges (pools.py) keeps their record, selection and totals in one step -------
 
     def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
         self._pools.set_node(name, stats, capacity=capacity)

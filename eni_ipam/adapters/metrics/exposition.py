@@ -102,9 +102,9 @@ class NodeSeries:
     prometheus_client's ``Gauge`` keeps an object, a lock and a label dict per label set, about
     3 KB a node for ``node_ips`` and ``node_at_capacity``; this keeps one tuple. It offers the part
     of ``Gauge``'s interface a test or a tool may use (``labels(...).set``, ``remove``, ``clear``);
-    :class:`Metrics` writes whole rows. Collecting copies the dict (one step, on the event loop);
-    the text, or the samples when read back, are made from that copy later, off the loop in a
-    scrape.
+    :class:`~eni_ipam.adapters.metrics.pools.PoolGauges` writes whole rows. Collecting copies the
+    dict (one step, on the event loop); the text, or the samples when read back, are made from that
+    copy later, off the loop in a scrape.
     """
 
     def __init__(self, name: str, documentation: str, label: str, values: Sequence[str]) -> None:
