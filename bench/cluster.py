@@ -15,7 +15,7 @@ import dataclasses
 import random
 from collections.abc import AsyncIterator, Mapping
 
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket, RateLimiter

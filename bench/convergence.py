@@ -29,7 +29,7 @@ from bench.cluster import (
     snapshot,
     subnet_name,
 )
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import AssignAddresses, CreateInterface
 from eni_ipam.core.planner import node_stats, plan_allocation

@@ -16,7 +16,7 @@ import statistics
 import time
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.core.settings import Settings

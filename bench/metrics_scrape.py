@@ -1,7 +1,8 @@
 """Benchmark — scraping the controller's ``/metrics`` at cluster scale (docs/metrics.md, decision 0019).
 
-:func:`measure` gauges ``nodes`` nodes in a controller's :class:`~eni_ipam.adapters.metrics.Metrics`
-(a share of them short of addresses), with the other families filled as a large cluster fills them
+:func:`measure` gauges ``nodes`` nodes in a controller's
+:class:`~eni_ipam.adapters.metrics.controller.Metrics` (a share of them short of addresses), with the
+other families filled as a large cluster fills them
 (200 subnets, a dozen cloud operations, latency histograms), and serves ``/metrics`` with the real
 endpoint on 127.0.0.1. On the same event loop a manager-like workload keeps changing every node's
 stats (:data:`UPDATES_PER_SECOND`, in slices of :data:`SLICE` nodes with a yield between slices, as
@@ -16,7 +17,7 @@ scrapes, so both see the same machine. It reports:
   thread, for as long as the process's heap takes to walk, whichever thread allocated last).
 
 :func:`memory` gives the bytes per node of the metrics state, in a fresh interpreter (tracemalloc).
-Both take a :class:`~eni_ipam.adapters.node_series.NodeSeriesPolicy` (default: the settings' default).
+Both take a :class:`~eni_ipam.adapters.metrics.selection.NodeSeriesPolicy` (default: the settings' default).
 ``python -m bench.metrics_scrape`` prints them at 1,000, 10,000 and 100,000 nodes (``--all``: also
 with every node's series exported); it is not part of ``make bench`` yet.
 """
@@ -38,8 +39,9 @@ import urllib.request
 from typing import Any
 
 from bench.cpu_memory import best_seconds
-from eni_ipam.adapters.metrics import Metrics, render
-from eni_ipam.adapters.node_series import NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.exposition import render
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.core.model import NodeStats, Subnet
 

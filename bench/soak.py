@@ -47,7 +47,8 @@ import structlog
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from bench.report import machine, publish, soak_arguments
-from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState, ownership_tags, tags_match

@@ -1,8 +1,9 @@
 """How the controller's process meets the outside: above the domain, reading it through its protocols.
 
-* :mod:`~eni_ipam.adapters.metrics` — Prometheus: the exported families, and the implementation of
-  the domain's observer protocols (:mod:`eni_ipam.core.observe`);
-  :mod:`~eni_ipam.adapters.node_series` decides which nodes have per-node series.
+* :mod:`~eni_ipam.adapters.metrics` — Prometheus, a module a job: the scrape's exposition, the
+  registry every process's set builds on, which nodes have per-node series, the pool gauges and
+  their self-check, and the controller's set, which implements the domain's observer protocols
+  (:mod:`eni_ipam.core.observe`).
 * :mod:`~eni_ipam.adapters.server` — ``/metrics``, ``/healthz`` and ``/readyz``.
 * :mod:`~eni_ipam.adapters.guard` — the bounds every listener is served under, the process's
   open-file limit and the event loop's error reports.

@@ -35,7 +35,8 @@ from eni_ipam.adapters.guard import (
     raw_response,
     serve_bounded,
 )
-from eni_ipam.adapters.metrics import MetricSet, render
+from eni_ipam.adapters.metrics.exposition import render
+from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.errors import ConfigError
 
 RENDER_PAUSE = 0.0002

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from eni_ipam.adapters.metrics import MetricSet
+from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.agent.libnetwork.protocol import ERR_NO_AVAILABLE_IPS
 
 CNI_PREFIX = "/v1/cni/"

@@ -22,7 +22,8 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TextIO
 
-from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import Readiness, make_app, start_server
 from eni_ipam.adapters.signals import stop_on_signals
 from eni_ipam.config.schema import validate

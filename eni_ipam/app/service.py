@@ -30,7 +30,8 @@ from aiohttp import web
 
 from eni_ipam.adapters.guard import LISTEN_BACKLOG, bound_process
 from eni_ipam.adapters.malloc import tune_allocator
-from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig

@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.text import Text
 
 from eni_ipam.adapters.logging import diverted
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState

@@ -5,7 +5,7 @@ wrapper and every provider through :class:`ApiObserver`, the shared view through
 :class:`ViewObserver`, garbage collection through :class:`GcObserver`, a node's pass through
 :class:`PassObserver`, the manager through :class:`ManagerObserver`. :class:`Observer` is all of them,
 what a :class:`~eni_ipam.core.manager.NodeManager` is given. The process's Prometheus metrics
-(:class:`eni_ipam.adapters.metrics.Metrics`) implement it.
+(:class:`eni_ipam.adapters.metrics.controller.Metrics`) implement it.
 
 Every method must be cheap, must not block and must not raise; an :class:`ApiObserver` must also be
 thread-safe (the AWS provider reports each request from botocore's threads).

@@ -29,7 +29,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
-from eni_ipam.adapters.metrics import MetricSet
+from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors, permissions
 

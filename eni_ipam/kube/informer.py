@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import structlog
 
-from eni_ipam.adapters.metrics import MetricSet
+from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.kube import errors

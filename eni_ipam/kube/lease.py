@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import structlog
 
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import NodeStatus

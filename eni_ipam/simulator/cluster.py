@@ -14,7 +14,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 
-from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.provider import Provider

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from eni_ipam.adapters.metrics import MetricSet
+from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.core.clock import Clock
 
 DEFAULT_INTERVAL = 30.0
@@ -323,8 +323,8 @@ class SeriesOptions:
 
 
 class SeriesRecorder:
-    """Scrapes a registry (a :class:`~eni_ipam.adapters.metrics.MetricSet`'s or any) at every multiple
-    of ``interval`` seconds after a start, keeping every sample of every family: counters'
+    """Scrapes a registry (a :class:`~eni_ipam.adapters.metrics.registry.MetricSet`'s or any) at every
+    multiple of ``interval`` seconds after a start, keeping every sample of every family: counters'
     ``_total``, histograms' ``_bucket``, ``_sum`` and ``_count``, gauges; never a ``_created``.
 
     A scrape reads the registry in one step on the event loop (no await), as the controller's own

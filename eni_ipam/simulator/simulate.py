@@ -17,7 +17,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster

@@ -19,7 +19,8 @@ import sys
 from typing import Any, TextIO
 from unittest import mock
 
-from eni_ipam.adapters.metrics import Metrics, NodeSeriesPolicy
+from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.signals import stop_on_signals
 from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
 from eni_ipam.core.clock import LoopClock

@@ -20,11 +20,11 @@ from eni_ipam.adapters.metrics import (
     Frozen,
     Metrics,
     NodeSeriesPolicy,
-    _Families,
     pool_totals_problems,
     render,
 )
-from eni_ipam.adapters.node_series import urgency
+from eni_ipam.adapters.metrics.exposition import _Families
+from eni_ipam.adapters.metrics.selection import urgency
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.core.model import NodeStats, Subnet
 

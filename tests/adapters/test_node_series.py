@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eni_ipam.adapters.node_series import NodeSelection, NodeSeriesPolicy, Urgency, urgency
+from eni_ipam.adapters.metrics.selection import NodeSelection, NodeSeriesPolicy, Urgency, urgency
 from eni_ipam.config.schema import validate
 from eni_ipam.core.model import NodeStats
 from eni_ipam.core.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.metrics_scrape import measure, memory
-from eni_ipam.adapters.node_series import NodeSeriesPolicy
+from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 
 
 def test_the_scrape_benchmark_measures_a_served_scrape_and_the_loop_around_it() -> None:
