@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eni_ipam import __version__
@@ -188,10 +187,9 @@ class Demo(Protocol):
 
 def _plugins(group: str) -> dict[str, Any]:
     """The plug-ins of an entry-point group by name, loaded (their modules import little)."""
-    found: dict[str, Any] = {}
-    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
-        found.setdefault(entry.name, entry.load())
-    return found
+    from eni_ipam.adapters.plugins import registered
+
+    return registered(group)
 
 
 def _needs_testkit(what: str) -> int:

@@ -7,21 +7,15 @@ package and its entry point (docs/architecture.md, "Adding a provider").
 
 from __future__ import annotations
 
-import functools
-from importlib.metadata import entry_points
 from typing import cast
 
+from eni_ipam.adapters.plugins import named, registered
 from eni_ipam.core.provider import PLUGIN_GROUP, ProviderPlugin
-from eni_ipam.errors import ConfigError
 
 
-@functools.cache
 def plugins() -> dict[str, ProviderPlugin]:
     """Every registered provider by name, loaded (their modules are light: no cloud SDK)."""
-    found: dict[str, ProviderPlugin] = {}
-    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        found.setdefault(entry.name, cast(ProviderPlugin, entry.load()))
-    return found
+    return cast(dict[str, ProviderPlugin], registered(PLUGIN_GROUP))
 
 
 def plugin(name: str) -> ProviderPlugin:
@@ -30,7 +24,4 @@ def plugin(name: str) -> ProviderPlugin:
     Raises:
         ConfigError: ``provider``: no provider of that name is installed.
     """
-    known = plugins()
-    if name not in known:
-        raise ConfigError("provider", f"expected one of {', '.join(sorted(known))}, got {name!r}")
-    return known[name]
+    return cast(ProviderPlugin, named(PLUGIN_GROUP, name, field="provider"))

@@ -23,18 +23,16 @@ Contract of an :class:`Emulator`:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping
-from importlib.metadata import entry_points
 from typing import Any, Protocol, cast
 
+from eni_ipam.adapters.plugins import named, registered
 from eni_ipam.config.schema import ConfigModel
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import Instance
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.records import NodeRecords
-from eni_ipam.errors import ConfigError
 
 GROUP = "eni_ipam.emulators"
 """Entry-point group of the emulators; an entry's name is its scenario section (``cloud``, ``generic``)."""
@@ -85,13 +83,9 @@ class Emulator(Protocol):
     ) -> Emulation: ...
 
 
-@functools.cache
 def emulators() -> dict[str, Emulator]:
     """Every registered emulator by section name, loaded (their modules import no cloud SDK)."""
-    found: dict[str, Emulator] = {}
-    for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-        found.setdefault(entry.name, cast(Emulator, entry.load()))
-    return found
+    return cast(dict[str, Emulator], registered(GROUP))
 
 
 def emulator(section: str) -> Emulator:
@@ -100,7 +94,4 @@ def emulator(section: str) -> Emulator:
     Raises:
         ConfigError: ``section``: no emulator of that name is installed.
     """
-    known = emulators()
-    if section not in known:
-        raise ConfigError(section, f"no emulator is installed for it (installed: {', '.join(sorted(known))})")
-    return known[section]
+    return cast(Emulator, named(GROUP, section, field=section))
