@@ -8,8 +8,8 @@ not hold.
 Invariants (checked on construction, ``ValueError`` naming the culprit otherwise):
 
 * every subnet lies inside one of the VPC's IPv4 CIDRs, and no two subnets overlap;
-* every node has exactly one interface at device index 0 (its primary), in the node's subnet, and
-  no two interfaces of a node share a device index;
+* every node has exactly one interface at device index 0 (its primary), and no two interfaces of
+  a node share a device index;
 * every address an interface holds (its primary address, its secondary addresses and prefixes, of
   either family) lies in its subnet's CIDR of that family, is not the subnet's router address, and
   is held by no other interface: EC2 never assigns an address twice;
