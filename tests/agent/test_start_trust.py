@@ -19,8 +19,7 @@ import contextlib
 import ctypes
 import os
 import shutil
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,17 @@ import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping
 from eni_ipam.agent.daemon import Agent
-from eni_ipam.agent.libnetwork import LOCAL_ADDRESS_SPACE
-from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, PODS
-from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.agent import agent_paths, docker_network, fake_docker
 from tests.agent.conftest import enipool_status
+from tests.agent.test_daemon import running_agent
 from tests.agent.test_runtime import write_entry
+from tests.agent.test_start import docker_path, request_pool, running
 from tests.kube.conftest import make_api
 from tests.waiting import until
+
+__all__ = ["docker_path"]  # a fixture, used here
 
 pytestmark = pytest.mark.timeout(30)
 CIDR = "10.99.0.0/28"  # 10.99.0.2-14 handed out; 10.99.0.1 is the router
@@ -67,20 +67,6 @@ def make_agent(tmp_path: Path, **more: Any) -> Agent:
     agent = Agent(config, node="n1")
     agent.startup.first_read, agent.startup.retry = 0.3, 0.05
     return agent
-
-
-@contextlib.asynccontextmanager
-async def running(agent: Agent) -> AsyncIterator[Agent]:
-    """The agent running, from the moment its socket serves."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(stop))
-    try:
-        await until(lambda: Path(agent.config.socket).exists() or task.done())
-        assert not task.done(), task
-        yield agent
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def post(agent: Agent, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -184,41 +170,36 @@ async def test_an_address_a_damaged_slot_lost_is_adopted_from_the_runtime_that_h
 # -- finding 2: an older valid copy put back ----------------------------------------------------------
 
 
-async def test_an_older_valid_copy_put_back_is_completed_from_libcni_and_docker(tmp_path: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="eni-dock-", dir="/tmp") as directory:
-        socket = f"{directory}/docker.sock"
-        endpoints: dict[str, str] = {}
-        async with (
-            fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
-            running(make_agent(tmp_path, docker_socket=socket)) as agent,
-        ):
-            _, pool = await post(agent, "/IpamDriver.RequestPool", request_pool(CIDR))  # long ago
-            a = await add(agent, "a", tmp_path)
-            ran(tmp_path, "a", a)
-            state_dir = tmp_path / "state"
-            backup = {
-                p.name: p.read_bytes() for p in state_dir.iterdir() if p.is_file() and p.suffix == ".json"
-            }
-            b = await add(agent, "b", tmp_path)
-            ran(tmp_path, "b", b)
-            _, got = await post(agent, "/IpamDriver.RequestAddress", {"PoolID": pool["PoolID"]})
-            d = got["Address"].split("/")[0]
-            endpoints["c1"] = d
-        for name, data in backup.items():  # the whole state directory put back, as a volume would be
-            (state_dir / name).write_bytes(data)
-        assert "libnetwork.json" in backup and b.encode() not in backup["allocations.json"]
-        async with (
-            fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
-            running(make_agent(tmp_path, docker_socket=socket)) as agent,
-        ):
-            assert owners(agent)[b] == f"cni:{container('b')}:eth0"
-            assert owners(agent)[d].startswith("libnetwork:")
-            fresh = {await add(agent, f"new{n}", tmp_path) for n in range(3)}
-            assert not fresh & {a, b, d}, f"handed out again: {sorted(fresh & {a, b, d})}"
-
-
-def request_pool(pool: str) -> dict[str, Any]:
-    return {"AddressSpace": LOCAL_ADDRESS_SPACE, "Pool": pool, "SubPool": "", "Options": {}, "V6": False}
+async def test_an_older_valid_copy_put_back_is_completed_from_libcni_and_docker(
+    tmp_path: Path, docker_path: str
+) -> None:
+    socket = docker_path
+    endpoints: dict[str, str] = {}
+    async with (
+        fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
+        running(make_agent(tmp_path, docker_socket=socket)) as agent,
+    ):
+        _, pool = await post(agent, "/IpamDriver.RequestPool", request_pool(CIDR))  # long ago
+        a = await add(agent, "a", tmp_path)
+        ran(tmp_path, "a", a)
+        state_dir = tmp_path / "state"
+        backup = {p.name: p.read_bytes() for p in state_dir.iterdir() if p.is_file() and p.suffix == ".json"}
+        b = await add(agent, "b", tmp_path)
+        ran(tmp_path, "b", b)
+        _, got = await post(agent, "/IpamDriver.RequestAddress", {"PoolID": pool["PoolID"]})
+        d = got["Address"].split("/")[0]
+        endpoints["c1"] = d
+    for name, data in backup.items():  # the whole state directory put back, as a volume would be
+        (state_dir / name).write_bytes(data)
+    assert "libnetwork.json" in backup and b.encode() not in backup["allocations.json"]
+    async with (
+        fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
+        running(make_agent(tmp_path, docker_socket=socket)) as agent,
+    ):
+        assert owners(agent)[b] == f"cni:{container('b')}:eth0"
+        assert owners(agent)[d].startswith("libnetwork:")
+        fresh = {await add(agent, f"new{n}", tmp_path) for n in range(3)}
+        assert not fresh & {a, b, d}, f"handed out again: {sorted(fresh & {a, b, d})}"
 
 
 # -- finding 3: a full disk -------------------------------------------------------------------------
@@ -332,44 +313,45 @@ async def hung_docker(socket: str) -> Callable[[], Awaitable[None]]:
     return end
 
 
-async def test_with_docker_hung_at_the_start_only_what_it_was_handed_is_withheld(tmp_path: Path) -> None:
+async def test_with_docker_hung_at_the_start_only_what_it_was_handed_is_withheld(
+    tmp_path: Path, docker_path: str
+) -> None:
     """The state file lost, dockerd not answering at the start: the mirror says which addresses the
     driver handed Docker; those alone are withheld, ADDs are served from the rest, and once only they
     are left the answer names the pool and the socket (pool_withheld, never pool_exhausted)."""
-    with tempfile.TemporaryDirectory(prefix="eni-dock-", dir="/tmp") as directory:
-        socket = f"{directory}/docker.sock"
-        endpoints: dict[str, str] = {}
-        async with (
-            fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
-            running(make_agent(tmp_path, docker_socket=socket)) as agent,
-        ):
-            a = await add(agent, "a", tmp_path)
-            ran(tmp_path, "a", a)
-            _, pool = await post(agent, "/IpamDriver.RequestPool", request_pool(CIDR))
-            for n in range(2):
-                _, got = await post(agent, "/IpamDriver.RequestAddress", {"PoolID": pool["PoolID"]})
-                endpoints[f"c{n}"] = got["Address"].split("/")[0]
-        (tmp_path / "state" / "allocations.json").write_bytes(b"{garbage")
-        docker = set(endpoints.values())
-        agent = make_agent(tmp_path, docker_socket=socket)
-        end = await hung_docker(socket)
-        async with running(agent):
-            ready, why = agent.readiness()
-            assert ready and f"pool default: 2 withheld while Docker's API on {socket} does not answer" in why
-            fresh = {await add(agent, f"new{n}", tmp_path) for n in range(10)}  # all 13 but a and Docker's 2
-            assert not fresh & (docker | {a})
-            error = await refused(agent, "one-more")
-            assert error["code"] == "pool_withheld", error
-            assert "pool default" in error["msg"] and f"Docker's API on {socket}" in error["msg"]
-            ready, why = agent.readiness()
-            assert not ready and why.startswith("pool default: no address can be handed out: 2 withheld")
-            status, answer = await post(agent, "/v1/cni/status", {})
-            assert status == 503 and answer["error"]["code"] == "pool_withheld"
-            await end()
-            async with fake_docker(lambda: [docker_network(CIDR, endpoints)], socket):  # dockerd answers
-                await until(lambda: not agent.allocator.withheld(), limit=5)
-                assert {owners(agent)[d] for d in docker} == {f"libnetwork:{pool['PoolID']}"}
-                assert (await refused(agent, "one-more"))["code"] == "pool_exhausted"  # now truly full
+    socket = docker_path
+    endpoints: dict[str, str] = {}
+    async with (
+        fake_docker(lambda: [docker_network(CIDR, endpoints)], socket),
+        running(make_agent(tmp_path, docker_socket=socket)) as agent,
+    ):
+        a = await add(agent, "a", tmp_path)
+        ran(tmp_path, "a", a)
+        _, pool = await post(agent, "/IpamDriver.RequestPool", request_pool(CIDR))
+        for n in range(2):
+            _, got = await post(agent, "/IpamDriver.RequestAddress", {"PoolID": pool["PoolID"]})
+            endpoints[f"c{n}"] = got["Address"].split("/")[0]
+    (tmp_path / "state" / "allocations.json").write_bytes(b"{garbage")
+    docker = set(endpoints.values())
+    agent = make_agent(tmp_path, docker_socket=socket)
+    end = await hung_docker(socket)
+    async with running(agent):
+        ready, why = agent.readiness()
+        assert ready and f"pool default: 2 withheld while Docker's API on {socket} does not answer" in why
+        fresh = {await add(agent, f"new{n}", tmp_path) for n in range(10)}  # all 13 but a and Docker's 2
+        assert not fresh & (docker | {a})
+        error = await refused(agent, "one-more")
+        assert error["code"] == "pool_withheld", error
+        assert "pool default" in error["msg"] and f"Docker's API on {socket}" in error["msg"]
+        ready, why = agent.readiness()
+        assert not ready and why.startswith("pool default: no address can be handed out: 2 withheld")
+        status, answer = await post(agent, "/v1/cni/status", {})
+        assert status == 503 and answer["error"]["code"] == "pool_withheld"
+        await end()
+        async with fake_docker(lambda: [docker_network(CIDR, endpoints)], socket):  # dockerd answers
+            await until(lambda: not agent.allocator.withheld(), limit=5)
+            assert {owners(agent)[d] for d in docker} == {f"libnetwork:{pool['PoolID']}"}
+            assert (await refused(agent, "one-more"))["code"] == "pool_exhausted"  # now truly full
     assert (tmp_path / "state" / MIRROR).exists()  # what said which addresses were Docker's
 
 
@@ -392,21 +374,12 @@ async def test_an_address_a_pod_on_this_node_holds_is_never_handed_out(
         status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}
         kube.add_object("pods", {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
         await controller.patch(PODS, name, {"status": status}, namespace="ns", status=True)  # the kubelet
-    config = agent_config_from_mapping({**agent_paths(tmp_path), "claims": False, "sweep_interval": "0s"})
-    metrics = AgentMetrics()
-    api = make_api(kube, metrics)
-    api.allowed = AGENT_PERMISSIONS
-    agent = Agent(config, node="n1", kube=api, metrics=metrics)
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(stop))
     try:
-        await until(lambda: agent.readiness()[0], limit=10)
-        got = [agent.allocator.allocate_next(f"cni:p{n}:eth0")[0] for n in range(2)]
-        assert sorted(a.address for a in got if a is not None) == ["10.0.0.11", "10.0.0.12"]
-        with pytest.raises(Exception, match="withheld while a pod on this node holds them"):
-            agent.allocator.allocate_next("cni:p3:eth0")
+        async with running_agent(kube, tmp_path, sweep_interval="0s") as agent:  # no sweep: the start alone
+            await until(lambda: agent.readiness()[0], limit=10)
+            got = [agent.allocator.allocate_next(f"cni:p{n}:eth0")[0] for n in range(2)]
+            assert sorted(a.address for a in got if a is not None) == ["10.0.0.11", "10.0.0.12"]
+            with pytest.raises(Exception, match="withheld while a pod on this node holds them"):
+                agent.allocator.allocate_next("cni:p3:eth0")
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await api.close()
         await controller.close()
