@@ -10,7 +10,7 @@ from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.config.schema import validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.provider import Provider
-from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv
+from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractEnv, check_mac_addresses
 from providers.generic.provider import GenericProvider
 from providers.generic.settings import GenericSettings
 from tests.providers.generic.conftest import Records
@@ -49,5 +49,28 @@ async def test_generic_provider_passes_contract_check(check: Check, mask: int) -
         security_group_ids=(),
         capabilities=frozenset({"prefixes"}),
         small_interface_id="vif-small",
+        devices=False,  # a virtual interface: no MAC address to find it by
     )
     await check(env)
+
+
+async def test_the_mac_check_fails_a_provider_whose_interfaces_have_none() -> None:
+    """The generic provider's interface has no MAC address: claimed a device, it fails the check."""
+    records = Records()
+    records.add("contract", subnets=(BIG,))
+    provider = GenericProvider(
+        _generic_settings({"cluster_cidrs": [BIG, SMALL], "node_mask_ipv4": 28}),
+        records=records,
+        clock=LoopClock(),
+        metrics=Metrics(),
+    )
+    env = ContractEnv(
+        provider=as_provider(provider),
+        instance_id="contract",
+        limits=provider.limits,
+        subnet_id=BIG,
+        small_subnet_id=SMALL,
+        security_group_ids=(),
+    )
+    with pytest.raises(AssertionError, match="has no device's MAC address: ''"):
+        await check_mac_addresses(env)
