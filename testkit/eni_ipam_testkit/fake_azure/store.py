@@ -165,7 +165,9 @@ class Store:
         vm = ScaleSetVm(vid, index, ss, running, self._etag(weak=False), [])
         for i, nic_name in enumerate(nic_names):
             nid = f"{vid}/networkInterfaces/{nic_name}"
-            nic = Nic(nid, nic_name, self.location, [], self._etag(), vm_id=vid, primary=i == 0, mac=self._mac())
+            nic = Nic(
+                nid, nic_name, self.location, [], self._etag(), vm_id=vid, primary=i == 0, mac=self._mac()
+            )
             nic.configs.append(
                 self._new_config(nic, "ipconfig1", subnet_id, primary=True, groups=tuple(asgs))
             )

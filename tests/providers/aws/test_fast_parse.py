@@ -230,7 +230,9 @@ def edit_interfaces(body: bytes, rnd: random.Random) -> bytes:
         mac = item.find(f"{NS}macAddress")
         if mac is not None and mac.text and rnd.random() < 0.3:
             # The forms a cloud may write a MAC in, and values no device has.
-            mac.text = rnd.choice([mac.text.upper(), mac.text.replace(":", "-"), "", "zz", "01:00:5e:00:00:01"])
+            mac.text = rnd.choice(
+                [mac.text.upper(), mac.text.replace(":", "-"), "", "zz", "01:00:5e:00:00:01"]
+            )
         managed = item.find(f"{NS}requesterManaged")
         if managed is not None and rnd.random() < 0.3:
             managed.text = "true"
