@@ -4,13 +4,15 @@ never in the way of the node agent's own status fields."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 
 import pytest
 
 from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.core import devices
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry, ReleaseState
+from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.projection import PoolInfo, project_pool
 from eni_ipam.kube.resources import agent_status_patch
@@ -269,3 +271,35 @@ async def test_a_status_removed_since_it_was_read_is_written_whole(kube: FakeKub
     assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "failed"}) is None
     codes = [r.status for r in kube.requests if r.verb == "patch" and r.subresource == "status"]
     assert codes == [200, 200, 422, 200]  # the field-by-field write could not apply; re-read, whole
+
+
+def devices_status(mac: str = "0a:00:00:00:00:02") -> NodeStatus:
+    """One pool address on an interface with a MAC address, on network card 1."""
+    iface = Interface(
+        id="eni-1",
+        device_index=1,
+        subnet_id="s-1",
+        primary_ip="10.0.0.4",
+        addresses=("10.0.0.10",),
+        link=devices.pack(mac, 1),
+    )
+    return dataclasses.replace(status(1), interfaces=(iface,), subnets={"s-1": "10.0.0.0/24"})
+
+
+async def test_the_server_serves_the_interfaces_devices_and_an_unchanged_status_is_not_rewritten(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    pools = await make_pools(api, ["n1"])
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=Metrics(), batch_window=0.1)
+    task = asyncio.create_task(writer.run())
+    writer.publish("n1", devices_status())
+    await asyncio.sleep(2)
+    (served,) = (await api.get(ENIPOOLS, "n1"))["status"]["interfaces"]
+    assert (served["macAddress"], served["networkCard"]) == ("0a:00:00:00:00:02", 1)
+    writer.publish("n1", devices_status())
+    await asyncio.sleep(2)
+    assert status_writes(kube) == ["n1"]
+    writer.publish("n1", devices_status(mac="0a:00:00:00:00:03"))  # another device: written
+    await asyncio.sleep(2)
+    assert status_writes(kube) == ["n1", "n1"]
+    task.cancel()
