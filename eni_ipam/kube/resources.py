@@ -372,9 +372,18 @@ def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
     }
 
 
-def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime) -> list[Obj] | None:
+def status_ops(
+    status: NodeStatus,
+    current: PoolInfo,
+    *,
+    now: datetime.datetime,
+    stored_as: tuple[bytes, bytes] | None = None,
+) -> list[Obj] | None:
     """The JSON patch (RFC 6902) writing ``status`` into the pool ``current`` describes, or None when
-    the controller's fields already say so (their digest equals the stored one).
+    the controller's fields already say so (their digest equals the stored one), or when
+    ``stored_as`` says that the API server stores these fields as the pool now holds them:
+    ``(digest written, digest stored)`` of the last write, when they differed (a CRD older than the
+    controller prunes the fields its schema lacks: writing them again would change nothing).
 
     Each controller-owned field is replaced whole by an ``add`` of ``/status/<field>`` (``add``
     replaces a member that exists), so the write needs nothing of the old content and never names
@@ -397,7 +406,8 @@ def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime)
         }
         for kind, ok, reason, message in _conditions(status)
     ]
-    if status_digest({**desired, "conditions": conditions}) == current.digest:  # times are not hashed
+    digest = status_digest({**desired, "conditions": conditions})  # times are not hashed
+    if digest == current.digest or (digest, current.digest) == stored_as:
         return None
     stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     previous = {kind: (text, since) for kind, text, since in current.transitions}
@@ -411,6 +421,19 @@ def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime)
         {"op": "add", "path": "/metadata/resourceVersion", "value": current.resource_version},
         {"op": "add", "path": "/status", "value": desired},
     ]
+
+
+def written_digest(ops: Sequence[Obj]) -> bytes:
+    """The :func:`~eni_ipam.kube.projection.status_digest` of the controller's fields a patch of
+    :func:`status_ops` writes: what the pool's digest is once it is stored as written."""
+    fields: dict[str, Any] = {}
+    for op in ops:
+        path = op["path"]
+        if path == "/status":
+            fields.update(op["value"])
+        elif path.startswith("/status/"):
+            fields[path.removeprefix("/status/")] = op["value"]
+    return status_digest(fields)
 
 
 # -- the node agent's side ------------------------------------------------------------------------
