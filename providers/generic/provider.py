@@ -342,8 +342,8 @@ class GenericProvider:
             ipv6_prefixes=tuple(str(b) for b in node.ipv6),
             instance_id=node.instance_id,
             delete_on_termination=True,
-            # No device: the pool's addresses are routed to the node, not held by an interface of it,
-            # so there is no MAC address (link 0: none, network card 0).
+            # No device: the blocks are the node's (as a podCIDR is), not a cloud interface's, so
+            # there is no MAC address to find (link 0: none, network card 0).
         )
 
     def _instance(self, node: _Node) -> Instance:
