@@ -350,35 +350,14 @@ def test_a_status_from_before_devices_were_published_is_rewritten_once() -> None
 def test_pool_interfaces_give_the_node_side_each_device_and_leave_out_what_the_schema_refuses() -> None:
     obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
     obj = _apply(obj, _write(_devices_status(), obj, now=NOW))
-    found = pool_interfaces(obj)
+    found = [
+        (i.id, i.device_index, i.network_card, i.mac_address, i.cidr, i.primary_ip)
+        for i in pool_interfaces(obj)
+    ]
     assert found == [
-        PoolInterface(
-            id="eni-0",
-            device_index=0,
-            network_card=0,
-            mac_address="0a:00:00:00:00:01",
-            subnet_id="s-1",
-            cidr="10.0.0.0/24",
-            primary_ip="10.0.0.4",
-        ),
-        PoolInterface(
-            id="eni-1",
-            device_index=1,
-            network_card=2,
-            mac_address="0a:00:00:00:00:02",
-            subnet_id="s-1",
-            cidr="10.0.0.0/24",
-            primary_ip="10.0.0.5",
-        ),
-        PoolInterface(
-            id="vif-n1",
-            device_index=2,
-            network_card=0,
-            mac_address="",
-            subnet_id="s-1",
-            cidr="10.0.0.0/24",
-            primary_ip="",
-        ),
+        ("eni-0", 0, 0, "0a:00:00:00:00:01", "10.0.0.0/24", "10.0.0.4"),
+        ("eni-1", 1, 2, "0a:00:00:00:00:02", "10.0.0.0/24", "10.0.0.5"),
+        ("vif-n1", 2, 0, "", "10.0.0.0/24", ""),
     ]
     good = {"id": "eni-9", "deviceIndex": 3, "subnet": "s-unknown"}
     bypassed = [
