@@ -8,7 +8,8 @@ the cloud without disturbing what they measure.
 Invariants (checked by :meth:`CloudState.check_invariants`): no address belongs to two interfaces;
 every address is a usable address of its interface's subnet; the subnets' accounting matches what
 the interfaces hold; no attached interface exceeds its instance type's limits or holds prefixes on a
-non-nitro type; no instance has more interfaces than adapters.
+non-nitro type; no instance has more interfaces on network card 0 than adapters; every attachment
+is recorded on its instance, at its card and device index.
 """
 
 from __future__ import annotations
