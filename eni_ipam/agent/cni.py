@@ -92,6 +92,7 @@ NOT_AVAILABLE = 50
 # Plugin-specific codes (100+).
 AGENT_ERROR = 100
 FAMILY_DISABLED = 101
+"""A family the node has disabled, or that the pool holds no address of: permanent, unlike code 11."""
 UNKNOWN_POOL = 102
 NOT_IN_POOL = 103
 ALREADY_ALLOCATED = 104
@@ -103,6 +104,7 @@ AGENT_ERROR_CODES: Mapping[str, int] = {
     "not_ready": TRY_AGAIN_LATER,
     "state_unwritable": TRY_AGAIN_LATER,
     "family_disabled": FAMILY_DISABLED,
+    "family_not_in_pool": FAMILY_DISABLED,
     "unknown_pool": UNKNOWN_POOL,
     "not_in_pool": NOT_IN_POOL,
     "already_allocated": ALREADY_ALLOCATED,

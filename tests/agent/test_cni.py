@@ -330,8 +330,12 @@ async def test_an_add_without_family_on_a_node_with_both_gets_ipv4_alone(agent: 
     rc, out, err = await plugin("ADD")
     assert (rc, err) == (0, ""), out
     assert [ip["address"] for ip in out["ips"]] == ["10.99.0.10/24"]
-    rc, out, _ = await plugin("ADD", plugin.conf(family="dual"), container="c2")
-    assert rc != 0 and out["code"] == cni.TRY_AGAIN_LATER  # asked for both: the IPv6 pool is empty
+    rc, out, err = await plugin("ADD", plugin.conf(family="dual"), container="c2")
+    # Asked for both, and the pool has no IPv6 address: a permanent error saying so, not code 11
+    # ("try again later"), which a kubelet would retry for ever.
+    expect_error(rc, out, err, cni.FAMILY_DISABLED, names="pool default")
+    for named in ("family dual", "IPv6"):
+        assert named in out["msg"], out
 
 
 @pytest.mark.parametrize(
