@@ -364,9 +364,17 @@ def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> 
     return held
 
 
-def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], str] | None = None) -> None:
+def add_routes(
+    app: web.Application,
+    allocator: Allocator,
+    ready: Callable[[], str] | None = None,
+    pending: Callable[[str], str] | None = None,
+) -> None:
     """Serve the CNI plugin's API from ``allocator`` on ``app``. ``ready()`` says why an ADD cannot be
-    served now (empty: it can), for ``/v1/cni/status``."""
+    served now (empty: it can), for ``/v1/cni/status``. ``pending(pool)`` says why an ADD to ``pool``
+    must wait (empty: it need not): its members are not known yet since the agent started, so an
+    empty pool would be a wrong "exhausted". Such an ADD is answered 503 ``not_ready``, which the
+    plugin sends again for a while (a restart's last step, reading the node's pool)."""
 
     async def add(request: web.Request) -> web.Response:
         try:
@@ -376,6 +384,8 @@ def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], s
             families = _families(body)
             requested = _addresses(body)
             attachment = _attachment(body)
+            if pending is not None and (why := pending(pool)):
+                raise ApiError(503, "not_ready", why, "pool")
             try:
                 allocations, existing = cni_add(
                     allocator, owner, pool, families, requested=requested, attachment=attachment

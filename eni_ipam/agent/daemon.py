@@ -165,9 +165,21 @@ class Agent:
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
-        api.add_routes(app, self.allocator, ready=lambda: "" if self.readiness()[0] else self.readiness()[1])
+        api.add_routes(
+            app,
+            self.allocator,
+            ready=lambda: "" if self.readiness()[0] else self.readiness()[1],
+            pending=self._pool_pending,
+        )
         libnetwork.add_routes(app, self.driver)
         return app
+
+    def _pool_pending(self, pool: str) -> str:
+        """Why an ADD to ``pool`` waits (empty: it does not): the node's ENIPool not read since the
+        start, so the default pool's members are unknown, not exhausted."""
+        if pool == DEFAULT_POOL and self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
+            return f"the node's pool (ENIPool {self.node}) is not read yet: try again shortly"
+        return ""
 
     # -- the pool -------------------------------------------------------------------------------
 

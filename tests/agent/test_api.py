@@ -275,6 +275,27 @@ async def test_an_empty_pool_is_exhausted_for_now_whatever_the_family(serve: Any
         assert (status, body["error"]["code"]) == (503, "pool_exhausted"), family
 
 
+async def test_an_add_to_a_pool_not_known_yet_is_not_ready_and_a_del_is_served(serve: Any) -> None:
+    allocator = make_allocator()
+    allocator.allocate("10.99.0.10", "cni:c1:eth0")
+    waiting = {"default": "the node's pool is not read yet"}
+    app = web.Application()
+    api.add_routes(app, allocator, pending=lambda pool: waiting.get(pool, ""))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        status, body = await post(client, "/v1/cni/add", ident(container="c2"))
+        assert (status, body["error"]["code"], body["error"]["field"]) == (503, "not_ready", "pool")
+        assert body["error"]["msg"] == waiting["default"]
+        status, body = await post(client, "/v1/cni/del", ident())
+        assert (status, [ip["address"] for ip in body["released"]]) == (200, ["10.99.0.10"])
+        waiting.clear()
+        status, body = await post(client, "/v1/cni/add", ident(container="c2"))
+        assert status == 200, body
+    finally:
+        await client.close()
+
+
 async def test_add_to_another_pool_while_holding_addresses_is_an_owner_conflict(serve: Any) -> None:
     allocator = make_allocator()
     allocator.set_pool("gold", [PoolAddress(address="10.98.0.5", prefix_length=24, gateway="10.98.0.1")])
