@@ -302,8 +302,7 @@ def test_the_config_checksum_follows_the_configmap(agent_docs):
 def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
     ctr, pod = container(agent_docs), pod_spec(agent_docs)
     assert ctr["command"] + ctr["args"] == [
-        "eni-ipam",
-        "agent",
+        "eni-ipam-agent",
         "--config",
         CONFIG_PATH,
         "--server-host=127.0.0.1",
