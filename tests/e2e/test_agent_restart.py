@@ -4,8 +4,10 @@ kubelet drives it), the agent started again as the systemd unit starts it — ``
 from ``deploy/systemd/eni-ipam-agent.service``) after it died, with the unit's ``ExecStart`` and
 ``ExecStartPost``. Neither podman nor a single ``RunPodSandbox`` retries a failed ADD, so every
 start must ride out the restart through the plugin's own retries (docs/node.md, "Agent restarts").
-The node is kept busy meanwhile (:data:`BUSY_PER_CORE`): the agent's start then competes for the
-CPU with the node's other work, and with the starts themselves.
+The node is kept busy meanwhile (:data:`bench.agent_restart.BUSY_PER_CORE` loops a core, each in a
+scheduling group of its own, as the node's other services are each a cgroup of their own): on a
+2-core host the restarted agent gets about a sixth of the CPU, and took 4.2-4.7 s from the kill to
+serving at the branch point, as on the busy node the restarts were first seen failing on.
 
 For each runtime: every one of the 20 starts succeeds, each container's address is the one the agent
 lists for it, no address is held twice, and nothing is allocated that no container holds. The time
@@ -22,10 +24,6 @@ node-runtimes``); each missing piece skips, saying why.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +33,8 @@ import grpc
 import pytest
 import yaml
 
+from bench import load
+from bench.agent_restart import BUSY_PER_CORE
 from tests.e2e.test_containerd import Containerd, check_sandboxes, containerd
 from tests.e2e.test_node_runtimes import (
     AGENT_CONFIG,
@@ -67,14 +67,17 @@ def restart_delay() -> float:
     return float(unit_service()["RestartSec"].removesuffix("s"))
 
 
-def restart_as_the_unit(node: Node) -> float:
+def restart_as_the_unit(node: Node) -> tuple[float, float]:
     """SIGKILL the agent, then start it again as systemd does with ``Restart=always``: ``RestartSec``
-    after it died, ExecStart, and ExecStartPost until it returns. Seconds from the kill to serving."""
+    after it died, ExecStart, and ExecStartPost until it returns. Seconds from the kill to listening
+    (ExecStartPost returned), and to answering a request."""
     began = time.perf_counter()
     node.kill()
     time.sleep(max(0.0, began + restart_delay() - time.perf_counter()))
     node.start()
-    return time.perf_counter() - began
+    listening = time.perf_counter() - began
+    node.status()
+    return listening, time.perf_counter() - began
 
 
 @pytest.fixture(scope="module")
@@ -92,36 +95,16 @@ def node() -> Iterator[Node]:
         yield this
 
 
-BUSY_PER_CORE = 5
-"""CPU-bound processes per core while the burst runs, each in a scheduling group of its own (its
-own session, as the node's other services are each a cgroup of their own): on a 2-core host the
-restarted agent gets about a sixth of the CPU, and takes 3 to 4 s from the kill to serving, as on
-the busy node the restarts were first seen failing on."""
-
-
-@contextlib.contextmanager
-def busy_node() -> Iterator[None]:
-    """:data:`BUSY_PER_CORE` loops per core for the block: the node's other work."""
-    loops = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        for _ in range(BUSY_PER_CORE * (os.cpu_count() or 1))
-    ]
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait(10)
-
-
 @dataclass
 class Burst:
     started: list[str]
     failed: list[str]
     in_flight: int
     """Starts not yet done when the agent was killed."""
-    down: float
-    """Seconds from the kill to the agent serving again."""
+    listening: float
+    """Seconds from the kill to the agent listening again."""
+    answering: float
+    """Seconds from the kill to the agent answering again."""
 
 
 def burst_across_a_restart(node: Node, start: Callable[[], str]) -> Burst:
@@ -136,22 +119,24 @@ def burst_across_a_restart(node: Node, start: Callable[[], str]) -> Burst:
         except (AssertionError, grpc.RpcError) as exc:
             failed.append(str(exc.details()) if isinstance(exc, grpc.RpcError) else str(exc))
 
-    with busy_node(), concurrent.futures.ThreadPoolExecutor(max_workers=BURST) as pool:
+    busy = load.per_core(BUSY_PER_CORE)
+    with load.loops(busy, running=True), concurrent.futures.ThreadPoolExecutor(max_workers=BURST) as pool:
         futures = [pool.submit(one) for _ in range(BURST)]
         until("a first address of the burst", node.allocations, 60, poll=0.02)
         in_flight = sum(not f.done() for f in futures)
-        down = restart_as_the_unit(node)
+        listening, answering = restart_as_the_unit(node)
         for future in futures:
             future.result()
-    return Burst(started, failed, in_flight, down)
+    return Burst(started, failed, in_flight, listening, answering)
 
 
 def check_burst(node: Node, rt: Runtime, burst: Burst, held: dict[str, str]) -> None:
     """Every start succeeded, with an address of its own that the agent lists for it, and the agent
     holds nothing else."""
     print(
-        f"{rt.name}: agent killed with {burst.in_flight} of {BURST} starts in flight, serving again "
-        f"{burst.down:.2f}s after the kill (RestartSec {restart_delay():g}s); "
+        f"{rt.name}: agent killed with {burst.in_flight} of {BURST} starts in flight, listening again "
+        f"{burst.listening:.2f}s and answering {burst.answering:.2f}s after the kill (RestartSec "
+        f"{restart_delay():g}s); "
         f"{len(burst.started)} started, {len(burst.failed)} failed"
     )
     for error in burst.failed:
