@@ -6,13 +6,13 @@ from ``deploy/systemd/eni-ipam-agent.service``) after it died, with the unit's `
 start must ride out the restart through the plugin's own retries (docs/node.md, "Agent restarts").
 The node is kept busy meanwhile (:data:`bench.agent_restart.BUSY_PER_CORE` loops a core, each in a
 scheduling group of its own, as the node's other services are each a cgroup of their own): on a
-2-core host the restarted agent gets about a sixth of the CPU, and took 4.2-4.7 s from the kill to
-serving at the branch point, as on the busy node the restarts were first seen failing on.
+2-core host the restarted agent gets about a sixth of the CPU, and takes 3 to 4 s from the kill to
+answering, as on the busy node the restarts were first seen failing on (1.9-4.1 s).
 
 For each runtime: every one of the 20 starts succeeds, each container's address is the one the agent
-lists for it, no address is held twice, and nothing is allocated that no container holds. The time
-from the kill to the agent serving again is printed: the figure docs/node.md sizes the plugin's retry
-window from, on a host as busy as 20 container starts make it.
+lists for it, no address is held twice, and nothing is allocated that no container holds. The times
+from the kill to the agent listening and answering again are printed: docs/node.md sizes the
+plugin's retry window from such figures.
 
 The agent, podman and containerd are those of ``tests/e2e/test_node_runtimes.py`` and
 ``tests/e2e/test_containerd.py`` (their fixtures and helpers), one agent for both with the podman
@@ -46,6 +46,7 @@ from tests.e2e.test_node_runtimes import (
     doc_file,
     fresh,
     podman,
+    podman_fresh,
     relocated_node,
     require_netns_host,
     running_node,
@@ -53,7 +54,7 @@ from tests.e2e.test_node_runtimes import (
     until,
 )
 
-__all__ = ["containerd", "podman"]  # the fixtures, imported to be used here
+__all__ = ["containerd", "podman", "podman_fresh"]  # the fixtures, imported to be used here
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -150,11 +151,6 @@ def check_burst(node: Node, rt: Runtime, burst: Burst, held: dict[str, str]) -> 
         10,
         seen=node.leaks,
     )
-
-
-@pytest.fixture
-def podman_fresh(node: Node, podman: Podman) -> Iterator[Podman]:
-    yield from fresh(node, podman)
 
 
 @pytest.fixture
