@@ -75,7 +75,7 @@ def restart_as_the_unit(node: Node) -> tuple[float, float]:
     began = time.perf_counter()
     node.kill()
     time.sleep(max(0.0, began + restart_delay() - time.perf_counter()))
-    node.start()
+    node.start(answering=False)
     listening = time.perf_counter() - began
     node.status()
     return listening, time.perf_counter() - began
