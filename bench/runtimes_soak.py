@@ -6,8 +6,9 @@ that test are thrown at it in random order (each fault once per shuffled round) 
 the state file corrupted while every runtime holds addresses, stale libcni cache entries of failed
 DELs with the state lost, quick restart bursts during container starts, single restarts (a SIGKILL
 during 20 starts on a busy node, the agent started again after the systemd unit's ``RestartSec``), a
-SIGSTOPped agent, a Docker network removed while the agent is down. Before each fault every container is removed and the pool
-is empty; after it, the invariants are checked across the runtimes:
+SIGSTOPped agent, a Docker network removed while the agent is down. Before each fault every
+container is removed and the pool is empty; after it, the invariants are checked across the
+runtimes:
 
 1. no address is held by two containers (each runtime's own view: ``podman inspect``, ``docker
    inspect``, CRI ``PodSandboxStatus``);
