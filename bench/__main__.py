@@ -16,7 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from bench import api_efficiency, cni_plugin, convergence, cpu_memory, figures, latency
+from bench import agent_restart, api_efficiency, cni_plugin, convergence, cpu_memory, figures, latency
 from bench.report import Results, machine, publish, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
@@ -27,6 +27,7 @@ FULL: dict[str, tuple[int, ...]] = {
     "cpu": (1000, 10_000, 100_000),
     "latency": (1000, 300),
     "plugin": (200,),
+    "restart": (10,),
 }
 QUICK: dict[str, tuple[int, ...]] = {
     "api": (30,),
@@ -34,6 +35,7 @@ QUICK: dict[str, tuple[int, ...]] = {
     "cpu": (200, 1000),
     "latency": (100, 30),
     "plugin": (10,),
+    "restart": (1,),
 }
 
 
@@ -55,6 +57,8 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
     lat = latency.measure(nodes, events)
     step("CNI plugin against a bare interpreter and host-local")
     plugin = cni_plugin.measure(sizes["plugin"][0])
+    step("an agent restart as the runtimes see it, idle and loaded")
+    restart = agent_restart.measure(sizes["restart"][0])
     return Results(
         machine=machine(),
         phases=phases,
@@ -64,6 +68,7 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
         memory=memories,
         latency=lat,
         plugin=plugin,
+        restart=restart,
         seconds=time.perf_counter() - started,
     )
 

@@ -8,7 +8,10 @@ side by side in one run, interleaved so that noise hits every figure alike:
   execs its IPAM plugin, against a real ``eni-ipam agent`` process (static pool, state on disk);
 * Go's ``host-local`` (Debian's containernetworking-plugins), ADD and DEL, the same way;
 * the whole ``bridge`` ADD and DEL in a network namespace with each of the two IPAM plugins (the
-  same configuration but for ``ipam``), which is what a pod start sees.
+  same configuration but for ``ipam``), which is what a pod start sees;
+* in the same rounds, the bare start and both IPAM plugins' ADD and DEL again on a loaded host:
+  every core but one busy (:mod:`bench.load`), the figures keyed ``... (loaded)`` and each ratio
+  taken against the bare start measured under the same load.
 
 Needs root, ``ip netns`` and /usr/lib/cni/{bridge,host-local}; otherwise the section says why and
 no target is checked.
@@ -32,10 +35,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench import load
+
 CNI_DIR = Path("/usr/lib/cni")
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 1.5
 BARE = "python3 -I -S -c pass"
+LOADED = " (loaded)"
+"""The suffix of a figure measured on the loaded host."""
 MIN_ROUNDS = 50
 
 
@@ -67,7 +74,9 @@ class PluginBench:
         return not self.skipped and self.rounds >= MIN_ROUNDS
 
     def ratio(self, key: str) -> float:
-        return self.timings[key].median_ms / self.timings[BARE].median_ms
+        """``key``'s median over the bare start's, measured under the same load."""
+        bare = BARE + LOADED if key.endswith(LOADED) else BARE
+        return self.timings[key].median_ms / self.timings[bare].median_ms
 
 
 def _interpreter() -> str:
@@ -161,8 +170,8 @@ def measure(rounds: int) -> PluginBench:
         subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True, timeout=10)
         bridges = [f"enib{uuid.uuid4().hex[:8]}" for _ in range(2)]
         try:
-            with _agent(directory) as sock:
-                timings = _rounds(rounds, interpreter, plugins, directory, netns, sock, bridges)
+            with _agent(directory) as sock, load.loops(load.other_cores()) as busy:
+                timings = _rounds(rounds, interpreter, plugins, directory, netns, sock, bridges, busy)
         finally:
             subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=10)
             for bridge in bridges:
@@ -171,7 +180,14 @@ def measure(rounds: int) -> PluginBench:
 
 
 def _rounds(
-    rounds: int, interpreter: str, plugins: Path, directory: Path, netns: str, sock: str, bridges: list[str]
+    rounds: int,
+    interpreter: str,
+    plugins: Path,
+    directory: Path,
+    netns: str,
+    sock: str,
+    bridges: list[str],
+    busy: load.Load,
 ) -> dict[str, Timing]:
     ipams = {
         "eni-ipam-cni": {"type": "eni-ipam-cni", "socket": sock},
@@ -204,23 +220,35 @@ def _rounds(
     def record(key: str, seconds: float) -> None:
         samples.setdefault(key, []).append(seconds)
 
-    warm = 3
-    for n in range(rounds + warm):
-        keep = n >= warm
+    def starts(n: int, suffix: str, keep: bool) -> None:
+        """The bare start, then each IPAM plugin's ADD and DEL (exec'd as a main plugin execs it)."""
         bare = _timed([interpreter, "-I", "-S", "-c", "pass"], {}, b"")
         if keep:
-            record(BARE, bare)
+            record(BARE + suffix, bare)
         for name, conf in confs.items():
             stdin = json.dumps(conf).encode()
             ipam = str(plugins / "eni-ipam-cni") if name == "eni-ipam-cni" else str(CNI_DIR / "host-local")
             for command in ("ADD", "DEL"):
-                env = {**base, "CNI_COMMAND": command, "CNI_CONTAINERID": f"ipam-{n}"}
+                env = {**base, "CNI_COMMAND": command, "CNI_CONTAINERID": f"ipam-{n}{suffix and '-loaded'}"}
                 seconds = _timed([ipam], env, stdin)
                 if keep:
-                    record(f"{name} {command}", seconds)
+                    record(f"{name} {command}{suffix}", seconds)
+
+    warm = 3
+    for n in range(rounds + warm):
+        keep = n >= warm
+        starts(n, "", keep)
+        for name, conf in confs.items():
+            stdin = json.dumps(conf).encode()
             for command in ("ADD", "DEL"):
                 env = {**base, "CNI_COMMAND": command, "CNI_CONTAINERID": f"pod-{n}"}
                 seconds = _timed([str(CNI_DIR / "bridge")], env, stdin)
                 if keep:
                     record(f"bridge + {name} {command}", seconds)
-    return {key: Timing.of(key, values) for key, values in samples.items()}
+        busy.on()
+        try:
+            starts(n, LOADED, keep)
+        finally:
+            busy.off()
+    order = [k for k in samples if not k.endswith(LOADED)] + [k for k in samples if k.endswith(LOADED)]
+    return {key: Timing.of(key, samples[key]) for key in order}

@@ -4,11 +4,13 @@ ONE ``eni-ipam agent`` serves podman (CNI), a Docker network (the libnetwork dri
 containerd (CRI) at once, as ``tests/e2e/test_runtimes_together.py`` sets them up, and the faults of
 that test are thrown at it in random order (each fault once per shuffled round) for ``--seconds``:
 the state file corrupted while every runtime holds addresses, stale libcni cache entries of failed
-DELs with the state lost, quick restart bursts during container starts, a SIGSTOPped agent, a Docker
-network removed while the agent is down; and those of ``tests/e2e/test_node_trust.py`` (what a start
-trusts, docs/decisions/0034): the newer slot of the state file damaged, an older copy of the state
-directory put back, dockerd hung at the agent's start with the state lost. Before each fault every
-container is removed and the pool is empty; after it, the invariants are checked across the runtimes:
+DELs with the state lost, quick restart bursts during container starts, single restarts (a SIGKILL
+during 20 starts on a busy node, the agent started again after the systemd unit's ``RestartSec``), a
+SIGSTOPped agent, a Docker network removed while the agent is down; and those of
+``tests/e2e/test_node_trust.py`` (what a start trusts, docs/decisions/0034): the newer slot of the
+state file damaged, an older copy of the state directory put back, dockerd hung at the agent's start
+with the state lost. Before each fault every container is removed and the pool is empty; after it,
+the invariants are checked across the runtimes:
 
 1. no address is held by two containers (each runtime's own view: ``podman inspect``, ``docker
    inspect``, CRI ``PodSandboxStatus``);
@@ -125,7 +127,7 @@ def render(figures: dict[str, Any], seconds: float, seed: int) -> str:
     if notes:
         lines += [
             "",
-            "Starts that failed during the restart bursts, by runtime. Docker's are reported, not counted:",
+            "Starts that failed across the restarts, by runtime. Docker's are reported, not counted:",
             "dockerd retries a driver call that met the agent's closed socket with an empty body",
             "([moby/moby#39331](https://github.com/moby/moby/issues/39331)), which the agent can only",
             "refuse; the container is started again. podman's and containerd's are failed rounds.",

@@ -37,6 +37,7 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     │   └── KubeUnavailable       5xx, connection refused or dropped; retry later
     ├── AllocatorError            eni_ipam.agent.errors: the node-local allocator refused
     │   ├── FamilyDisabled        the address family (ipv4/ipv6) is not enabled
+    │   ├── FamilyNotInPool       the pool has no address of that family at all (only the other's)
     │   ├── UnknownPool           no pool of that name
     │   ├── NotInPool             the address is not in the pool (or is excluded, or held for release)
     │   ├── AlreadyAllocated      the address has an owner already

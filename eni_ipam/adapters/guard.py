@@ -71,11 +71,6 @@ FILE_RESERVE = 128
 Kubernetes and cloud clients' connection pools, the state and configuration files, the event loop's
 own. Counted in the headroom :func:`bound_process` checks."""
 
-LISTEN_BACKLOG = 128
-"""Connections the kernel queues for a listener before the process accepts them (aiohttp's default).
-asyncio accepts up to this many at once before the refusals close them: each listener may hold
-``max_connections`` + this many files for an instant."""
-
 
 class Throttled:
     """One log line per key and interval; the lines in between are counted and said with the next."""
@@ -321,7 +316,7 @@ def bound_process(*, accept_failed: Callable[[str], None], files_needed: int) ->
     bounds fit under it, and route the loop's error reports through :func:`loop_error_handler`.
 
     ``files_needed``: the most files the process's listeners may hold (their ``max_connections`` and
-    :data:`LISTEN_BACKLOG` each); :data:`FILE_RESERVE` is added for the rest."""
+    :data:`~eni_ipam.adapters.limits.LISTEN_BACKLOG` each); :data:`FILE_RESERVE` is added for the rest."""
     before, soft = raise_file_limit()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != before:

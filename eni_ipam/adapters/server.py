@@ -30,11 +30,11 @@ from prometheus_client.exposition import choose_encoder
 
 from eni_ipam.adapters.guard import (
     ACCEPT_ERRORS,
-    LISTEN_BACKLOG,
     REFUSAL_REASONS,
     raw_response,
     serve_bounded,
 )
+from eni_ipam.adapters.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT, LISTEN_BACKLOG
 from eni_ipam.adapters.metrics.exposition import render
 from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.errors import ConfigError
@@ -46,24 +46,6 @@ families, against the 5 ms the loop could otherwise wait each time it wakes."""
 
 OPENMETRICS = "application/openmetrics-text"
 """The media type of the OpenMetrics text format (its parameters vary with what was asked)."""
-
-DEFAULT_MAX_CONNECTIONS = 64
-"""Connections the endpoint serves at once by default: Prometheus (two servers of an HA pair, each
-keeping one connection per target) and kubelet's two probes need a handful; 64 leaves room for
-dashboards and ad-hoc ``curl`` while keeping a flood's cost to a few dozen files."""
-
-DEFAULT_READ_TIMEOUT = 10.0
-"""Seconds a client has by default to send a whole request (head, then body) once connected or
-answered; also how long an idle kept-alive connection stays open. Scrapers and probes write their
-request at once, and Prometheus opens a new connection when its kept one was closed."""
-
-MAX_SERVER_CONNECTIONS = 10_000
-"""Most connections a configuration may let the endpoint serve: every one is an open file, and the
-process's own limit is usually 1,024 soft (raised at start) to 1,048,576 hard."""
-
-MAX_SERVER_READ_TIMEOUT = 300.0
-"""Longest request deadline a configuration may set: beyond five minutes the deadline stops bounding
-how long a slow client holds a connection."""
 
 Readiness = Callable[[], "bool | tuple[bool, str]"]
 """Ready or not, optionally with the body's detail (the role and the reason)."""

@@ -223,6 +223,11 @@ class Allocator:
         """Whether addresses of ``family`` are handed out on this node."""
         return self._enabled[family]
 
+    def families(self, pool: str = DEFAULT_POOL) -> set[Family]:
+        """The families the pool holds addresses of (empty for an empty pool)."""
+        order = self._pool(pool).order
+        return {f for f in Family if order[f]}
+
     def allocate(
         self, address: str, owner: str, pool: str = DEFAULT_POOL, *, attachment: Attachment | None = None
     ) -> Allocation:

@@ -26,10 +26,13 @@ Routes (bodies are JSON objects; field names as the CNI spec spells them):
   allocations: [...]}``.
 
 Errors are ``{"error": {"code", "msg", "field"}}``: 400 ``bad_request`` naming the field (no state
-change), 404 ``unknown_pool`` / ``not_allocated``, 409 ``family_disabled`` / ``not_in_pool`` /
-``already_allocated`` / ``owner_conflict`` / ``address_mismatch`` / ``allocator_error``, 503
-``pool_exhausted`` and ``pool_withheld`` (the plugin reports "try again later"). The plugin's table
-of these codes is :data:`eni_ipam.agent.cni.AGENT_ERROR_CODES`.
+change), 404 ``unknown_pool`` / ``not_allocated``, 409 ``family_disabled`` / ``family_not_in_pool`` /
+``not_in_pool`` / ``already_allocated`` / ``owner_conflict`` / ``address_mismatch`` /
+``allocator_error``, 503 ``pool_exhausted`` and ``pool_withheld`` (the plugin reports "try again
+later"). A 409 is for good: asking again cannot change it (a family the node disables or the pool
+holds no address of names the pool and the family); a 503 may pass (an empty pool fills, an
+exhausted one frees, a withheld one is released once its source is read). The plugin's table of
+these codes is :data:`eni_ipam.agent.cni.AGENT_ERROR_CODES`.
 
 Invariants: the owner of a CNI allocation is ``cni:<containerID>:<ifname>``; ADD is idempotent (the
 same owner gets the same addresses back), DEL is idempotent; every request is validated completely
@@ -52,6 +55,7 @@ from eni_ipam.agent.errors import (
     AllocatorError,
     AlreadyAllocated,
     FamilyDisabled,
+    FamilyNotInPool,
     NotAllocated,
     NotInPool,
     PoolExhausted,
@@ -59,6 +63,7 @@ from eni_ipam.agent.errors import (
     StateNotWritten,
     UnknownPool,
 )
+from eni_ipam.agent.members import FAMILY_LABEL
 from eni_ipam.agent.runtime import CNI_PREFIX, cni_owner
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Attachment, Family
 
@@ -70,6 +75,7 @@ ERRORS: tuple[tuple[type[AllocatorError], int, str], ...] = (
     (UnknownPool, 404, "unknown_pool"),
     (NotAllocated, 404, "not_allocated"),
     (FamilyDisabled, 409, "family_disabled"),
+    (FamilyNotInPool, 409, "family_not_in_pool"),
     (NotInPool, 409, "not_in_pool"),
     (AlreadyAllocated, 409, "already_allocated"),
     (StateNotWritten, 503, "state_unwritable"),
@@ -253,25 +259,46 @@ def cni_add(
         # No family asked: IPv4, or IPv6 on a node without IPv4. Both only when asked (dual): an
         # IPv4-only runtime on a node that also has IPv6 enabled must not depend on the IPv6 pool.
         default = Family.IPV4 if allocator.enabled(Family.IPV4) else Family.IPV6
+        _check_families(allocator, pool, [default], asked=f"{default} (the default)")
         v4, v6 = allocator.allocate_next(owner, pool, default, attachment=attachment)
         return [a for a in (v4, v6) if a is not None], False
     missing = [f for f in families if not any(a.family == f for a in held)]
     if not missing:
         return [a for a in held if a.family in families], True
-    # One allocator call: all or nothing. Both families missing (dual): every enabled family, and
-    # undo when one of the two is disabled on this node.
+    _check_families(allocator, pool, missing, asked="dual" if len(families) > 1 else str(families[0]))
+    # One allocator call: all or nothing (both families missing, dual: both enabled, checked above).
     v4, v6 = allocator.allocate_next(
         owner, pool, missing[0] if len(missing) == 1 else None, attachment=attachment
     )
     made = [a for a in (v4, v6) if a is not None]
-    absent = [f for f in missing if not any(a.family == f for a in made)]
-    if absent:
-        for allocation in made:
-            allocator.release(allocation.address, allocation.pool)
-        label = "IPv6" if absent[0] == Family.IPV6 else "IPv4"
-        raise FamilyDisabled(f"{label} allocation disabled (family dual needs both)", pool=pool)
     chosen = [a for a in held if a.family in families] + made
     return sorted(chosen, key=lambda a: a.family != Family.IPV4), False
+
+
+def _check_families(allocator: Allocator, pool: str, families: list[Family], *, asked: str) -> None:
+    """Refuse, for good, an ADD no retry can serve: a family disabled on this node (FamilyDisabled),
+    or one the pool holds no address of while it holds the other's (FamilyNotInPool: a static pool
+    of one family, a node's pool without an IPv6 block). Each message names the pool and the family
+    asked for. An empty pool is not judged: its addresses may not be known yet (the node's ENIPool
+    not read, none assigned yet), and that is worth waiting for (PoolExhausted)."""
+    for family in families:
+        if not allocator.enabled(family):
+            raise FamilyDisabled(
+                f"family {asked} needs an {FAMILY_LABEL[family]} address from pool {pool}, and "
+                f"{FAMILY_LABEL[family]} is disabled on this node ({family}: false in the agent's "
+                "configuration)",
+                pool=pool,
+            )
+    held = allocator.families(pool)
+    absent = [f for f in families if f not in held]
+    if held and absent:
+        has = " and ".join(FAMILY_LABEL[f] for f in sorted(held))
+        raise FamilyNotInPool(
+            f"family {asked} needs an {FAMILY_LABEL[absent[0]]} address, and pool {pool} has none (its "
+            f"addresses are {has}): ask for the pool's family (ipam.family), or give the pool "
+            f"{FAMILY_LABEL[absent[0]]} addresses",
+            pool=pool,
+        )
 
 
 def _add_requested(
@@ -342,9 +369,17 @@ def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> 
     return held
 
 
-def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], str] | None = None) -> None:
+def add_routes(
+    app: web.Application,
+    allocator: Allocator,
+    ready: Callable[[], str] | None = None,
+    pending: Callable[[str], str] | None = None,
+) -> None:
     """Serve the CNI plugin's API from ``allocator`` on ``app``. ``ready()`` says why an ADD cannot be
-    served now (empty: it can), for ``/v1/cni/status``."""
+    served now (empty: it can), for ``/v1/cni/status``. ``pending(pool)`` says why an ADD to ``pool``
+    must wait (empty: it need not): its members are not known yet since the agent started, so an
+    empty pool would be a wrong "exhausted". Such an ADD is answered 503 ``not_ready``, which the
+    plugin sends again for a while (a restart's last step, reading the node's pool)."""
 
     async def add(request: web.Request) -> web.Response:
         try:
@@ -354,6 +389,8 @@ def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], s
             families = _families(body)
             requested = _addresses(body)
             attachment = _attachment(body)
+            if pending is not None and (why := pending(pool)):
+                raise ApiError(503, "not_ready", why, "pool")
             try:
                 allocations, existing = cni_add(
                     allocator, owner, pool, families, requested=requested, attachment=attachment

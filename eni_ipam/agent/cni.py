@@ -16,8 +16,10 @@ Invariants:
 * DEL of something the agent does not know succeeds; an unreachable agent is code 11 (try again
   later) for ADD, DEL, CHECK and GC, and code 50 (not available) for STATUS. Every call is
   idempotent, so while no whole answer comes (the socket missing or refusing, the connection cut:
-  the agent restarting) it is sent again for about 2.5 s first (:data:`CONNECT_RETRIES`); STATUS
-  answers within about 1.5 s whatever the agent's state.
+  the agent restarting), and for an ADD while the agent answers ``not_ready`` (its node's pool not
+  read yet), it is sent again for up to :data:`RETRY_WINDOW` seconds first; STATUS answers within
+  about 1.5 s whatever the agent's state. Where the socket's directory does not exist, no agent has
+  run on this host since it booted: that is said at once.
 * GC and STATUS exist from ``cniVersion`` 1.1.0: below it they are refused with code 1, as the
   reference plugins refuse them.
 * A requested address (CNI_ARGS ``IP=``, the ``ips`` capability) is handed out exactly, or the ADD
@@ -56,22 +58,31 @@ FAMILIES = ("ipv4", "ipv6", "dual")
 REQUEST_TIMEOUT = 30.0
 """Seconds to wait for the agent (connect, and then each read); runtimes time a plugin out after
 minutes."""
-CONNECT_RETRIES = (0.05,) + (0.1,) * 24
-"""Pauses (seconds) between attempts while the agent cannot be reached, about 2.5 s in all, before
-answering code 11: its socket missing or refusing (the agent restarting serves again within about
-a second of its start), or the connection cut before a whole answer (the agent stopped while the
-request waited or ran). Every call is idempotent (an ADD by the same owner gets the same addresses
-back, a DEL of nothing succeeds, CHECK, GC and STATUS only read or converge), so a request is sent
-again whole. Attempts every 0.1 s find the agent in the short while it serves between two quick
-restarts. Runtimes that never retry an ADD (podman, Docker through CNI) then see no restart. A
-request the agent received but does not answer (a stopped agent) is not retried: it waits out
+RETRY_WINDOW = 10.0
+"""Seconds from the first failed attempt during which a request is sent again, before code 11: the
+agent restarting (its socket missing or refusing, the connection cut before a whole answer: the
+agent stopped while the request waited or ran), or answering ``not_ready`` to an ADD (a start
+before its node's pool was read). Sized from the time an agent takes from SIGKILL to serving again
+as its systemd unit restarts it (``RestartSec=1``) on a busy node, with room to spare
+(docs/PERFORMANCE.md, section 5; the rule in docs/node.md, "Agent restarts"): runtimes that never
+retry an ADD (podman, containerd's sandbox start, Docker through CNI) then see no restart. Every
+call is idempotent (an ADD by the same owner gets the same addresses back, a DEL of nothing
+succeeds, CHECK, GC and STATUS only read or converge), so a request is sent again whole. A request
+the agent received but does not answer (a stopped agent) is not sent again: it waits out
 :data:`REQUEST_TIMEOUT`."""
+RETRY_PAUSE = 0.1
+"""Seconds between attempts while no answer comes: one attempt is a refused connect, nothing for the
+agent to do, and every 0.1 s finds it in the short while it serves between two quick restarts."""
+NOT_READY_PAUSE = 0.25
+"""Seconds between attempts while the agent answers ``not_ready``: each is a request it serves."""
 STATUS_TIMEOUT = 1.0
 """STATUS's deadline for the agent's answer: a runtime polls STATUS to decide whether the node is
 ready, so it gets an answer within about a second and a half whatever state the agent is in
 (stopped, restarting, gone)."""
-STATUS_RETRIES = (0.05, 0.1, 0.1, 0.1)
-"""STATUS's pauses between attempts (0.35 s in all)."""
+STATUS_WINDOW = 0.35
+"""STATUS's retry window (seconds)."""
+NOT_YET = frozenset({"not_ready"})
+"""The agent's answers to an ADD that mean "not yet": it restarted and has not read its node's pool."""
 FLOORS = {"GC": (1, 1, 0), "STATUS": (1, 1, 0)}
 """The oldest ``cniVersion`` a command exists in: the spec added GC and STATUS in 1.1.0, and the
 reference plugins' ``skel`` refuses them below it with code 1."""
@@ -92,6 +103,7 @@ NOT_AVAILABLE = 50
 # Plugin-specific codes (100+).
 AGENT_ERROR = 100
 FAMILY_DISABLED = 101
+"""A family the node has disabled, or that the pool holds no address of: permanent, unlike code 11."""
 UNKNOWN_POOL = 102
 NOT_IN_POOL = 103
 ALREADY_ALLOCATED = 104
@@ -104,6 +116,7 @@ AGENT_ERROR_CODES: Mapping[str, int] = {
     "not_ready": TRY_AGAIN_LATER,
     "state_unwritable": TRY_AGAIN_LATER,
     "family_disabled": FAMILY_DISABLED,
+    "family_not_in_pool": FAMILY_DISABLED,
     "unknown_pool": UNKNOWN_POOL,
     "not_in_pool": NOT_IN_POOL,
     "already_allocated": ALREADY_ALLOCATED,
@@ -370,40 +383,61 @@ class AgentClient:
         self,
         socket_path: str,
         timeout: float = REQUEST_TIMEOUT,
-        retries: tuple[float, ...] = CONNECT_RETRIES,
+        window: float = RETRY_WINDOW,
+        not_yet: frozenset[str] = frozenset(),
     ) -> None:
+        """``not_yet``: the agent's error codes that mean "not yet" for this call (sent again, as an
+        unanswered request is, while the window lasts)."""
         self.socket_path = socket_path
         self.timeout = timeout
-        self.retries = retries
+        self.window = window
+        self.not_yet = not_yet
+        self._deadline = -1.0
 
     def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
-        """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11, after
-        ``retries`` pauses while no whole answer came (see :data:`CONNECT_RETRIES`)."""
+        """POST JSON; (status, decoded body). Unreachable/broken agent → CniError 11, once
+        :attr:`window` seconds of attempts are spent (see :data:`RETRY_WINDOW`)."""
         payload = dumps(body).encode()
         request = (
             f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
         ).encode() + payload
-        for pause in (*self.retries, None):
+        while True:
             try:
                 status, raw = self._exchange(request)
-                break
             except _NoAnswer as exc:
-                if pause is None:
+                if not self._again(RETRY_PAUSE, exc.cause):
                     _unreachable(path, self.socket_path, exc.cause)
-                import time  # a built-in module; only a restart's path pays for it
-
-                time.sleep(pause)
+                continue
             except OSError as exc:  # a timeout: the agent took the request and does not answer
                 _unreachable(path, self.socket_path, exc)
-        try:
-            return status, loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError):
-            _fail(
-                AGENT_ERROR,
-                "the eni-ipam agent answered something that is not JSON",
-                f"{path}: {raw[:200]!r}",
-            )
+            try:
+                answer = loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):
+                _fail(
+                    AGENT_ERROR,
+                    "the eni-ipam agent answered something that is not JSON",
+                    f"{path}: {raw[:200]!r}",
+                )
+            if status != 503 or _error_code(answer) not in self.not_yet or not self._again(NOT_READY_PAUSE):
+                return status, answer
+
+    def _again(self, pause: float, cause: BaseException | None = None) -> bool:
+        """Pause before the next attempt; False when the window is spent (or there is no agent to
+        wait for: its socket's directory does not exist, so none ran since the host booted)."""
+        # A built-in module, imported only on this path: an answered call never pays for it. The
+        # plugin is a process of its own with no event loop: no injected Clock to read.
+        from time import monotonic, sleep  # noqa: TID251
+
+        now = monotonic()
+        if self._deadline < 0:
+            if isinstance(cause, FileNotFoundError) and not _directory_exists(self.socket_path):
+                return False
+            self._deadline = now + self.window
+        if now + pause > self._deadline:
+            return False
+        sleep(pause)
+        return True
 
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         """One connection: the request sent, the whole answer read. _NoAnswer when the socket is
@@ -438,6 +472,27 @@ class _NoAnswer(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+def _directory_exists(socket_path: str) -> bool:
+    """Whether the socket's directory exists (True when that cannot be told). The agent's start makes
+    it, and it outlives the agent's restarts (the unit's RuntimeDirectoryPreserve, the chart's
+    hostPath): without it, no agent ran on this host since it booted, and none is restarting."""
+    from posix import stat  # built in, and loaded already
+
+    try:
+        stat(socket_path.rpartition("/")[0] or "/")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _error_code(answer: Any) -> str:
+    """The agent's ``error.code`` in an error answer ("" in any other)."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return str(error.get("code", "")) if isinstance(error, dict) else ""
 
 
 def _agent_error(status: int, body: Any) -> NoReturn:
@@ -816,7 +871,9 @@ def run(environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextI
                 args=args,
             )
             if command == "STATUS":
-                client = AgentClient(inv.socket, STATUS_TIMEOUT, STATUS_RETRIES)
+                client = AgentClient(inv.socket, STATUS_TIMEOUT, STATUS_WINDOW)
+            elif command == "ADD":  # the only call an agent whose node's pool is not read yet defers
+                client = AgentClient(inv.socket, not_yet=NOT_YET)
             else:
                 client = AgentClient(inv.socket)
             if command == "ADD":

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from eni_ipam.adapters.server import (
+from eni_ipam.adapters.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_TIMEOUT,
     MAX_SERVER_CONNECTIONS,

@@ -24,25 +24,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import ipaddress
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import structlog
 from aiohttp import web
 
-from eni_ipam.adapters.guard import LISTEN_BACKLOG, bound_process
+from eni_ipam.adapters.guard import bound_process
+from eni_ipam.adapters.limits import LISTEN_BACKLOG
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.docker import DockerApi
-from eni_ipam.agent.files import NotRegularFile, kind, open_regular, remove_leftovers
+from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.libnetwork import OWNER_PREFIX
+from eni_ipam.agent.listen import Listening, lock_state_dir, make_state_dir, remove_stale
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.mirror import FILE_NAME as MIRROR_FILE
 from eni_ipam.agent.mirror import Mirror
@@ -53,7 +54,6 @@ from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, S
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.model import ReleaseState
-from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors
 
 log = structlog.get_logger("eni_ipam.agent.daemon")
@@ -105,7 +105,7 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.metrics.report_ready(lambda: self.readiness()[0])
         self.state_dir = Path(config.state_dir)
-        _make_state_dir(self.state_dir)  # before the driver reads its registry there
+        make_state_dir(self.state_dir)  # before the driver reads its registry there
         # With Docker, a second record of what the driver handed it: what Docker may hold while it
         # cannot be read (eni_ipam/agent/mirror.py).
         mirror = StateFile(self.state_dir / MIRROR_FILE) if config.docker_socket else None
@@ -191,9 +191,16 @@ class Agent:
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
-        api.add_routes(app, self.allocator, ready=self._serving)
+        api.add_routes(app, self.allocator, ready=self._serving, pending=self._pool_pending)
         libnetwork.add_routes(app, self.driver)
         return app
+
+    def _pool_pending(self, pool: str) -> str:
+        """Why an ADD to ``pool`` waits (empty: it does not): the node's ENIPool not read since the
+        start, so the default pool's members are unknown, not exhausted."""
+        if pool == DEFAULT_POOL and self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
+            return f"the node's pool (ENIPool {self.node}) is not read yet: try again shortly"
+        return ""
 
     # -- the pool -------------------------------------------------------------------------------
 
@@ -300,10 +307,14 @@ class Agent:
 
     # -- running --------------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Follow the pool, restore, serve, report — until ``stop`` is set."""
-        _make_state_dir(self.state_dir)
-        lock = _lock(self.state_dir)  # one agent per state directory: two allocators would hand out twice
+    async def run(self, stop: asyncio.Event, listening: Listening | None = None) -> None:
+        """Follow the pool, restore, serve, report — until ``stop`` is set. ``listening``: the lock
+        and the listening socket the program took as soon as it had read the configuration
+        (:mod:`~eni_ipam.agent.listen`); without it, the lock is taken here and the socket made once
+        restored."""
+        make_state_dir(self.state_dir)
+        # One agent per state directory: two allocators would hand out twice.
+        lock = listening.lock if listening is not None else lock_state_dir(self.state_dir)
         socket = Path(self.config.socket)
         socket.parent.mkdir(parents=True, exist_ok=True)
         server = self.config.server
@@ -355,10 +366,11 @@ class Agent:
                         self.kube, self.allocator, node=self.node, clock=self.clock, metrics=self.metrics
                     )
                     tasks.append(tg.create_task(claims.run(), name="eni-ipam-agent-claims"))
-                _remove_stale(socket)
+                if listening is None:
+                    remove_stale(socket)
                 runner = await serve_unix(
                     self.socket_app(),
-                    str(socket),
+                    listening.sock if listening is not None else str(socket),
                     max_connections=self.config.socket_max_connections,
                     read_timeout=self.config.socket_read_timeout,
                     refused=lambda reason: self.metrics.agent_socket_refused.labels(reason).inc(),
@@ -409,48 +421,3 @@ class Agent:
             judges.append(PodJudge(self.allocator, pods))
         tasks.append(tg.create_task(pods.run(), name="eni-ipam-agent-pods"))
         return tasks
-
-
-def _remove_stale(socket: Path) -> None:
-    """A previous run's socket file: nobody listens on it any more, and binding needs the name."""
-    with contextlib.suppress(FileNotFoundError):
-        socket.unlink()
-
-
-def _make_state_dir(state_dir: Path) -> None:
-    """Create ``state_dir`` (mode 0700: only root plants names in it) unless it exists.
-
-    Raises:
-        ConfigError: something other than a directory is there (a link to a directory is followed:
-            a hostPath may be reached through one).
-    """
-    try:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        found = state_dir.lstat().st_mode if os.path.lexists(state_dir) else 0
-        what = kind(found, state_dir) if found else "not reachable"
-        raise ConfigError("state_dir", f"{state_dir} is {what}, not a directory") from None
-    except OSError as exc:
-        raise ConfigError("state_dir", f"cannot create {state_dir}: {exc}") from None
-
-
-def _lock(state_dir: Path) -> IO[bytes]:
-    """Hold an exclusive lock on ``state_dir`` for this process's life (released when closed).
-
-    The lock file is opened as the state files are (:func:`~eni_ipam.agent.files.open_regular`): a
-    link planted at ``.lock`` must not have root create a file where it points.
-
-    Raises:
-        ConfigError: another agent holds it, or ``.lock`` is not a regular file.
-    """
-    path = state_dir / ".lock"
-    try:
-        handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, 0o600), "r+b")
-    except NotRegularFile as exc:
-        raise ConfigError("state_dir", str(exc)) from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ConfigError("state_dir", f"another agent is running on {state_dir}") from None
-    return handle

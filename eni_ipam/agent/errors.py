@@ -22,6 +22,12 @@ class FamilyDisabled(AllocatorError):
     """The address family is not enabled on this node (the seed's ErrIPv4Disabled / ErrIPv6Disabled)."""
 
 
+class FamilyNotInPool(AllocatorError):
+    """The pool holds addresses, but none of the family asked for (a static pool of the other
+    family, a node's pool without an IPv6 block): unlike an exhausted pool, asking again cannot
+    help."""
+
+
 class UnknownPool(AllocatorError):
     """No pool of that name exists on this node."""
 

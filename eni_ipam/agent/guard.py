@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
 
-from eni_ipam.adapters.guard import LISTEN_BACKLOG, Refused, raw_response, serve_bounded
+from eni_ipam.adapters.guard import Refused, raw_response, serve_bounded
+from eni_ipam.adapters.limits import LISTEN_BACKLOG
 
 __all__ = ["Refused", "refusal_body", "serve_unix"]
 
@@ -42,7 +44,7 @@ def _timed_out(message: str) -> web.Response:
 
 async def serve_unix(
     app: web.Application,
-    path: str,
+    path: str | socket.socket,
     *,
     max_connections: int,
     read_timeout: float,
@@ -50,7 +52,9 @@ async def serve_unix(
 ) -> web.AppRunner:
     """Serve ``app`` on the unix socket ``path`` under the bounds above; ``cleanup()`` the runner to stop.
 
-    ``app`` must not be started yet: the body deadline is added to its middlewares.
+    ``path`` may be a socket bound and listening already (:mod:`eni_ipam.agent.listen`): the
+    connections its backlog took meanwhile are served first. ``app`` must not be started yet: the
+    body deadline is added to its middlewares.
     """
     refusal = raw_response(
         "503 Service Unavailable",
@@ -62,12 +66,15 @@ async def serve_unix(
     )
 
     async def listen(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
-        return await asyncio.get_running_loop().create_unix_server(factory, path, backlog=LISTEN_BACKLOG)
+        loop = asyncio.get_running_loop()
+        if isinstance(path, socket.socket):
+            return await loop.create_unix_server(factory, sock=path, backlog=LISTEN_BACKLOG)
+        return await loop.create_unix_server(factory, path, backlog=LISTEN_BACKLOG)
 
     return await serve_bounded(
         app,
         listen,
-        where=f"unix:{path}",
+        where=f"unix:{path.getsockname() if isinstance(path, socket.socket) else path}",
         max_connections=max_connections,
         read_timeout=read_timeout,
         refusal=refusal,

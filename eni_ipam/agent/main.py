@@ -16,6 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eni_ipam.agent.config import AgentConfig
+    from eni_ipam.agent.listen import Listening
 
 HELP = "run the node agent (allocator, CNI API, libnetwork driver)"
 
@@ -32,13 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the agent with the parsed arguments (``args.log_level`` included); the exit status."""
-    import asyncio
-    import os
+    """Run the agent with the parsed arguments (``args.log_level`` included); the exit status.
 
-    from eni_ipam.adapters.logging import configure
-    from eni_ipam.adapters.signals import stop_on_signals
+    The agent listens on its socket as soon as its configuration is read, before it imports what it
+    runs on (:mod:`eni_ipam.agent.listen`): a restart's connections wait in the socket's backlog
+    instead of failing. A SIGTERM meanwhile stops the agent as soon as it runs."""
+    import os
+    import signal
+
     from eni_ipam.agent.config import listen_address, load_agent_config
+    from eni_ipam.agent.listen import listen
     from eni_ipam.errors import ConfigError
 
     node = args.node or os.environ.get("NODE_NAME", "")
@@ -48,24 +56,44 @@ def run(args: argparse.Namespace) -> int:
         config = load_agent_config(args.config)
         if args.server_host is not None:
             config = config.replace(server=config.server.replace(host=listen_address(args.server_host)))
+        listening = listen(config.socket, config.state_dir)
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
-    configure(level=args.log_level or config.log_level)
-
-    async def main() -> int:
-        from eni_ipam.agent.daemon import Agent
-
-        await Agent(config, node=node).run(stop_on_signals())
-        return 0
-
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _: terminated.append(signum))
     try:
-        return asyncio.run(main())
+        return _serve(args, config, node, listening, terminated)
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
+    finally:
+        listening.close()
+
+
+def _serve(
+    args: argparse.Namespace, config: AgentConfig, node: str, listening: Listening, terminated: list[int]
+) -> int:
+    """Import what the agent runs on, and run it on the socket ``listening`` holds."""
+    import asyncio
+
+    from eni_ipam.adapters.logging import configure
+    from eni_ipam.adapters.signals import stop_on_signals
+
+    configure(level=args.log_level or config.log_level)
+
+    async def main() -> int:
+        from eni_ipam.agent.daemon import Agent
+
+        stop = stop_on_signals()
+        if terminated:  # a SIGTERM before the event loop took the signal over: stop once started
+            stop.set()
+        await Agent(config, node=node).run(stop, listening)
+        return 0
+
+    return asyncio.run(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

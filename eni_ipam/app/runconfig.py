@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, cast, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from eni_ipam.adapters.server import (
+from eni_ipam.adapters.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_READ_TIMEOUT,
     MAX_SERVER_CONNECTIONS,

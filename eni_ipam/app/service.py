@@ -28,7 +28,8 @@ from typing import TextIO
 import structlog
 from aiohttp import web
 
-from eni_ipam.adapters.guard import LISTEN_BACKLOG, bound_process
+from eni_ipam.adapters.guard import bound_process
+from eni_ipam.adapters.limits import LISTEN_BACKLOG
 from eni_ipam.adapters.malloc import tune_allocator
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy

@@ -238,8 +238,62 @@ async def test_a_disabled_family_is_409_and_dual_on_a_single_family_node_leaves_
     assert (status, body["error"]["code"]) == (409, "family_disabled")
     status, body = await post(client, "/v1/cni/add", ident(family="dual"))
     assert (status, body["error"]["code"]) == (409, "family_disabled")
-    assert "IPv6" in body["error"]["msg"]
+    for named in ("IPv6", "family dual", "pool default", "disabled on this node"):
+        assert named in body["error"]["msg"], body
     assert allocator.allocations() == []
+
+
+@pytest.mark.parametrize(
+    ("family", "pool", "named"),
+    [
+        ("dual", V4, ("family dual", "IPv6 address", "pool default", "IPv4")),
+        ("ipv6", V4, ("family ipv6", "IPv6 address", "pool default")),
+        (None, V6, ("family ipv4 (the default)", "IPv4 address", "pool default", "IPv6")),
+    ],
+)
+async def test_a_family_the_pool_holds_no_address_of_is_refused_for_good_naming_pool_and_family(
+    serve: Any, family: str | None, pool: list[PoolAddress], named: tuple[str, ...]
+) -> None:
+    # Both families enabled, the pool of one: no retry can serve it, so not "pool exhausted" (503,
+    # the plugin's "try again later"), but a refusal saying what to change.
+    allocator = make_allocator(ipv6=True, pool=pool)
+    client = await serve(allocator)
+    status, body = await post(client, "/v1/cni/add", ident(**({"family": family} if family else {})))
+    assert (status, body["error"]["code"], body["error"]["field"]) == (409, "family_not_in_pool", ""), body
+    for text in named:
+        assert text in body["error"]["msg"], body
+    assert cni.AGENT_ERROR_CODES["family_not_in_pool"] == cni.FAMILY_DISABLED != cni.TRY_AGAIN_LATER
+    assert allocator.allocations() == []
+
+
+async def test_an_empty_pool_is_exhausted_for_now_whatever_the_family(serve: Any) -> None:
+    # Its addresses may not be known yet (the node's ENIPool not read, none assigned): worth a retry.
+    allocator = make_allocator(ipv6=True, pool=[])
+    client = await serve(allocator)
+    for family in ("ipv4", "ipv6", "dual"):
+        status, body = await post(client, "/v1/cni/add", ident(family=family))
+        assert (status, body["error"]["code"]) == (503, "pool_exhausted"), family
+
+
+async def test_an_add_to_a_pool_not_known_yet_is_not_ready_and_a_del_is_served(serve: Any) -> None:
+    allocator = make_allocator()
+    allocator.allocate("10.99.0.10", "cni:c1:eth0")
+    waiting = {"default": "the node's pool is not read yet"}
+    app = web.Application()
+    api.add_routes(app, allocator, pending=lambda pool: waiting.get(pool, ""))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        status, body = await post(client, "/v1/cni/add", ident(container="c2"))
+        assert (status, body["error"]["code"], body["error"]["field"]) == (503, "not_ready", "pool")
+        assert body["error"]["msg"] == waiting["default"]
+        status, body = await post(client, "/v1/cni/del", ident())
+        assert (status, [ip["address"] for ip in body["released"]]) == (200, ["10.99.0.10"])
+        waiting.clear()
+        status, body = await post(client, "/v1/cni/add", ident(container="c2"))
+        assert status == 200, body
+    finally:
+        await client.close()
 
 
 async def test_add_to_another_pool_while_holding_addresses_is_an_owner_conflict(serve: Any) -> None:

@@ -93,6 +93,35 @@ async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
     await controller.close()
 
 
+async def test_an_add_before_the_nodes_pool_is_read_is_not_ready_not_exhausted(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    # A restarted agent serves before its first read of the API server: an ADD meanwhile is told
+    # to wait (not_ready, which the plugin sends again), not that a pool it has not read is empty.
+    from eni_ipam_testkit.fake_kube import Fault
+
+    await set_pool(controller, POOL)
+    kube.faults.append(Fault(plural="enipools", status=503, times=1_000_000))  # not read yet
+    socket = tmp_path / "run" / "agent.sock"
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.restored and socket.exists())
+        connector = aiohttp.UnixConnector(path=str(socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            body = {"containerID": "c1", "ifname": "eth0", "netns": "/x"}
+
+            async def add() -> tuple[int, Any]:
+                async with session.post("http://agent/v1/cni/add", json=body) as response:
+                    return response.status, await response.json()
+
+            status, answer = await add()
+            assert (status, answer["error"]["code"]) == (503, "not_ready"), answer
+            assert "ENIPool n1" in answer["error"]["msg"]
+            kube.faults.clear()
+            await until(lambda: serving(agent))
+            status, answer = await add()
+            assert status == 200 and answer["ips"][0]["address"] == POOL[0], answer
+
+
 async def test_a_restart_without_the_api_server_still_releases_what_containers_held(
     kube: FakeKube, controller: KubeApi, tmp_path: Path
 ) -> None:

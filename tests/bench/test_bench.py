@@ -40,8 +40,20 @@ def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     # The plugin's figures are measured (where this machine can), but too few rounds to judge.
     plugin = results.plugin
     assert plugin.skipped or {"eni-ipam-cni ADD", "eni-ipam-cni DEL", "host-local ADD"} <= set(plugin.timings)
+    # An agent restart, from each of its supervisors, idle and loaded: measured, too few to judge.
+    restart = results.restart
+    assert [row.key for row in restart.rows] == [
+        "the unit, idle",
+        "the unit, loaded host",
+        "the unit, busy node",
+        "the DaemonSet, idle",
+        "the DaemonSet, loaded host",
+    ]
+    assert all(0 < row.listening[0] <= row.answered[0] for row in restart.rows), restart.rows
+    assert all(row.answered[0] >= row.delay for row in restart.rows)
     text = render(results)
     assert "| check | result |" in text and "**missed**" not in text
+    assert "An agent restart, as the runtimes see it" in text
 
 
 def test_the_agent_soak_and_the_runtimes_soak_share_their_page(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from matplotlib.patches import Rectangle
 
 import bench.__main__ as bench_main
 from bench import figures
+from bench.agent_restart import RestartBench
 from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import BARE, PluginBench, Timing
 from bench.convergence import Convergence
@@ -37,6 +38,7 @@ def _results() -> Results:
                 "eni-ipam-cni ADD": Timing("eni-ipam-cni ADD", 10.0, 15.0),  # an older run: no samples
             },
         ),
+        restart=RestartBench(0, 10.0, [], skipped="not measured here"),
         seconds=1.0,
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import json
 import os
 import posixpath
@@ -302,8 +303,7 @@ def test_the_config_checksum_follows_the_configmap(agent_docs):
 def test_the_container_runs_the_agent_on_the_mounted_configuration(agent_docs):
     ctr, pod = container(agent_docs), pod_spec(agent_docs)
     assert ctr["command"] + ctr["args"] == [
-        "eni-ipam",
-        "agent",
+        "eni-ipam-agent",
         "--config",
         CONFIG_PATH,
         "--server-host=127.0.0.1",
@@ -490,14 +490,16 @@ def test_the_plugin_is_standard_library_only_and_runs_on_any_interpreter(tmp_pat
     )
     # Another interpreter (another bytecode magic): the plugin compiles its source instead.
     lines = target.read_text().split("\n")
-    marker = lines.index("# eni-ipam-cni payload: magic, code, source")
-    lines[marker + 1] = "#00000000"
+    assert lines[0].startswith(f"#!{sys.executable} -ISc") and len(lines[0]) <= 127, lines[0]
+    assert lines[2] == f"#{importlib.util.MAGIC_NUMBER.hex()}", "the magic is the third line"
+    lines[2] = "#00000000"
     foreign = tmp_path / "foreign"
     foreign.write_text("\n".join(lines))
     foreign.chmod(0o755)
-    for plugin in (target, foreign):
+    # Exec'd (the interpreter line reads the launcher), and run as a script (Python compiles the file).
+    for command in ([str(target)], [str(foreign)], [sys.executable, "-I", "-S", str(target)]):
         out = subprocess.run(
-            [str(plugin)],
+            command,
             env={"CNI_COMMAND": "VERSION", "PATH": os.environ.get("PATH", "")},
             input='{"cniVersion": "1.1.0"}',
             capture_output=True,

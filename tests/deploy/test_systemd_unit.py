@@ -27,20 +27,25 @@ NODE_DOC = REPO_ROOT / "docs" / "node.md"
 VENV_BIN = Path(sys.executable).parent
 
 
-def service() -> dict[str, list[str]]:
-    """``[Service]``'s settings: every value of each key, in order."""
-    settings: dict[str, list[str]] = {}
-    section = ""
+def settings(section: str) -> dict[str, list[str]]:
+    """The settings of the unit's ``[section]``: every value of each key, in order."""
+    found: dict[str, list[str]] = {}
+    current = ""
     for raw in UNIT.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
         if line.startswith("["):
-            section = line
-        elif section == "[Service]":
+            current = line
+        elif current == f"[{section}]":
             key, _, value = line.partition("=")
-            settings.setdefault(key.strip(), []).append(value.strip())
-    return settings
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def service() -> dict[str, list[str]]:
+    """``[Service]``'s settings: every value of each key, in order."""
+    return settings("Service")
 
 
 def last(key: str) -> str:
@@ -103,6 +108,14 @@ def test_every_path_the_agent_writes_is_writable_under_the_unit() -> None:
             "cni_cache_dir": config.cni_cache_dir,
         }
         assert {name: path for name, path in written.items() if not writable(path)} == {}
+
+
+def test_docker_starting_starts_the_agent_before_it() -> None:
+    """dockerd never starts again a container whose network's driver did not answer at its start: a
+    `systemctl restart docker` while the agent is stopped must start the agent first."""
+    wanted_by = [unit for value in settings("Install")["WantedBy"] for unit in value.split()]
+    before = [unit for value in settings("Unit")["Before"] for unit in value.split()]
+    assert "docker.service" in wanted_by and "docker.service" in before
 
 
 def test_the_socket_the_unit_waits_for_is_the_documented_one() -> None:

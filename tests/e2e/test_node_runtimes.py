@@ -288,8 +288,10 @@ class Node:
         )
         return shlex.split(replaced)
 
-    def start(self) -> None:
-        """Start the agent as systemd would: ExecStart, then ExecStartPost until it returns."""
+    def start(self, *, answering: bool = True) -> None:
+        """Start the agent as systemd would: ExecStart, then ExecStartPost until it returns (the agent
+        listens: it is started); and, with ``answering``, until it answers too (it has restored, and
+        logged what it found)."""
         service = unit_service()
         limit = float(service.get("TimeoutStartSec", "90").removesuffix("s"))
         with self.log.open("ab") as log:
@@ -322,6 +324,8 @@ class Node:
             if post.poll() is None:
                 post.kill()
                 post.wait(10)
+        if answering:
+            self.status()
 
     def kill(self) -> None:
         """SIGKILL: the agent is down, as after a crash; its socket file stays behind."""
