@@ -1,0 +1,235 @@
+"""The datapath against a real kernel: a private network namespace per test, interfaces as veths.
+
+Each test builds a node's interfaces (veth pairs with the pool's MAC addresses, the primary one
+configured as a node's is), runs the datapath, and reads back with netlink what the kernel holds.
+The SNAT table's ``nft`` is recorded here (tests/agent/datapath/test_nft.py runs the real one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pyroute2 import AsyncIPRoute
+
+from eni_ipam.agent.datapath.datapath import Datapath
+from eni_ipam.agent.datapath.netlink import Netlink
+from eni_ipam.agent.datapath.nft import SnatTable
+from eni_ipam.agent.datapath.plan import (
+    FROM_POD_PRIORITY,
+    MAIN_TABLE,
+    PROTOCOL,
+    TO_POD_PRIORITY,
+    Interface,
+    Route,
+    Rule,
+    plan,
+)
+from eni_ipam.agent.datapath.settings import DatapathSettings
+from eni_ipam.config.schema import validate
+
+pytestmark = pytest.mark.usefixtures("private_netns")
+
+ETH0 = Interface(
+    id="eni-0", mac="02:00:00:00:00:10", device_index=0, subnet="10.0.0.0/24", primary_ip="10.0.0.10"
+)
+ETH1 = Interface(
+    id="eni-1", mac="02:00:00:00:00:11", device_index=1, subnet="10.0.1.0/24", primary_ip="10.0.1.10"
+)
+ETH2 = Interface(
+    id="eni-2", mac="02:00:00:00:00:12", device_index=2, subnet="10.0.2.0/24", primary_ip="10.0.2.10"
+)
+SETTINGS = validate(DatapathSettings, {"enabled": True, "vpc_cidrs": ["10.0.0.0/16"]})
+PODS = {"10.0.0.50": "eni-0", "10.0.1.50": "eni-1", "10.0.1.51": "eni-1", "10.0.2.50": "eni-2"}
+
+
+class RecordedNft:
+    """``nft`` as the datapath runs it, recorded; ``list`` answers what the last script defined."""
+
+    def __init__(self) -> None:
+        self.scripts: list[str] = []
+        self.table = ""
+
+    async def __call__(self, arguments: list[str], stdin: str) -> tuple[int, str, str]:
+        if arguments[:1] == ["-f"]:
+            self.scripts.append(stdin)
+            self.table = stdin.split("\n", 2)[2]
+            return 0, "", ""
+        if arguments[:1] == ["list"]:
+            return (0, self.table, "") if self.table else (1, "", "No such file or directory")
+        if arguments[:1] == ["delete"]:
+            self.table = ""
+            return 0, "", ""
+        raise AssertionError(arguments)
+
+
+async def node(*interfaces: Interface) -> None:
+    """The interfaces as a node has them: veths with the pool's MACs, down and unaddressed but the
+    primary, which has its address and the default route through its router."""
+    async with AsyncIPRoute() as ipr:
+        for n, interface in enumerate(interfaces):
+            await ipr.link(
+                "add", ifname=f"ens{5 + n}", kind="veth", peer={"ifname": f"peer{n}"}, address=interface.mac
+            )
+            (peer,) = await ipr.link_lookup(ifname=f"peer{n}")
+            await ipr.link("set", index=peer, state="up")
+            if interface.device_index == 0:
+                (index,) = await ipr.link_lookup(address=interface.mac)
+                await ipr.link("set", index=index, state="up")
+                await ipr.addr("add", index=index, address=interface.primary_ip, prefixlen=24)
+                await ipr.route("add", dst="0.0.0.0/0", gateway=interface.router)
+
+
+def rp_filter(device: str) -> str:
+    """The device's ``net.ipv4.conf.<device>.rp_filter``, in this thread's namespace."""
+    return Path(f"/proc/sys/net/ipv4/conf/{device}/rp_filter").read_text().strip()
+
+
+@pytest.fixture
+async def datapath() -> AsyncIterator[tuple[Datapath, RecordedNft]]:
+    await node(ETH0, ETH1, ETH2)
+    nft = RecordedNft()
+    async with Netlink() as netlink:
+        dp = Datapath(SETTINGS, netlink=netlink, snat=SnatTable(run=nft))
+        dp.set_interfaces([ETH0, ETH1, ETH2])
+        yield dp, nft
+
+
+async def held(netlink: Netlink) -> tuple[set[Rule], set[Route]]:
+    links = await netlink.links()
+    return await netlink.rules(), await netlink.routes({link.index: link.mac for link in links.values()})
+
+
+async def test_a_reconcile_makes_the_host_hold_exactly_the_plan(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, nft = datapath
+    changes = await dp.reconcile(PODS)
+    wanted = plan([ETH0, ETH1, ETH2], PODS, SETTINGS)
+    rules, routes = await held(dp.netlink)
+    assert rules == set(wanted.rules)
+    assert routes == set(wanted.routes)
+    assert changes.rules_added == len(wanted.rules) and changes.routes_set == len(wanted.routes)
+    assert changes.devices_set_up == 2 and changes.missing_devices == ()
+    links = await dp.netlink.links()
+    for interface in (ETH1, ETH2):
+        link = links[interface.mac]
+        assert link.up and link.mtu == 9001
+        assert f"{interface.primary_ip}/24" in link.addresses
+    for link in links.values():
+        if link.mac in (ETH0.mac, ETH1.mac, ETH2.mac):
+            assert rp_filter(link.name) == "2"
+    assert len(nft.scripts) == 1 and 'oifname "ens5" snat ip to 10.0.0.10' in nft.scripts[0]
+    again = await dp.reconcile(PODS)
+    assert not again.any  # a second reconcile of the same plan changes nothing, nft included
+    assert len(nft.scripts) == 1
+
+
+async def test_the_subnet_route_of_a_secondary_interface_is_in_its_table_not_in_main(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    await dp.reconcile(PODS)
+    async with AsyncIPRoute() as ipr:
+        main = [
+            f"{r.get('dst')}/{r['dst_len']}" async for r in await ipr.get_routes(family=2, table=MAIN_TABLE)
+        ]
+    assert "10.0.1.0/24" not in main and "10.0.2.0/24" not in main
+    assert "10.0.0.0/24" in main  # the primary's own, the kernel's
+
+
+async def test_what_the_datapath_did_not_make_is_never_touched_and_what_it_made_stale_is_removed(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    async with AsyncIPRoute() as ipr:
+        # Another program's rule at the datapath's own priority, and a stale one of the datapath's.
+        await ipr.rule("add", dst="10.0.7.7", dst_len=32, table=MAIN_TABLE, priority=TO_POD_PRIORITY)
+        await ipr.rule(
+            "add",
+            src="10.0.1.99",
+            src_len=32,
+            table=10_001,
+            priority=FROM_POD_PRIORITY,
+            FRA_PROTOCOL=PROTOCOL,
+        )
+        await ipr.rule(
+            "add",
+            dst="10.0.1.99",
+            dst_len=32,
+            table=MAIN_TABLE,
+            priority=TO_POD_PRIORITY,
+            FRA_PROTOCOL=PROTOCOL,
+        )
+    changes = await dp.reconcile(PODS)
+    assert changes.rules_deleted == 2
+    async with AsyncIPRoute() as ipr:
+        everything = [
+            (r.get("priority"), r.get("dst"), r.get("src")) async for r in await ipr.get_rules(family=2)
+        ]
+    assert (TO_POD_PRIORITY, "10.0.7.7", None) in everything
+    assert not any("10.0.1.99" in (dst, src) for _, dst, src in everything)
+
+
+async def test_a_detached_interface_loses_its_table_and_an_attached_one_gets_one(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    await dp.reconcile(PODS)
+    dp.set_interfaces([ETH0, ETH1])
+    pods = {a: i for a, i in PODS.items() if i != "eni-2"}
+    changes = await dp.reconcile(pods)
+    _, routes = await held(dp.netlink)
+    assert {r.table for r in routes} == {10_001}
+    assert changes.routes_deleted == 2
+    dp.set_interfaces([ETH0, ETH1, ETH2])
+    await dp.reconcile(PODS)
+    _, routes = await held(dp.netlink)
+    assert {r.table for r in routes} == {10_001, 10_002}
+
+
+async def test_an_interface_whose_device_is_not_there_yet_is_unready_until_it_appears(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    late = Interface(
+        id="eni-3", mac="02:00:00:00:00:13", device_index=3, subnet="10.0.3.0/24", primary_ip="10.0.3.10"
+    )
+    dp.set_interfaces([ETH0, ETH1, ETH2, late])
+    changes = await dp.reconcile(PODS)
+    assert changes.missing_devices == ("eni-3",)
+    assert dp.unready() == {"eni-3"} and "eni-3" in dp.problem()
+    async with AsyncIPRoute() as ipr:
+        await ipr.link("add", ifname="ens9", kind="veth", peer={"ifname": "peer9"}, address=late.mac)
+    await dp.reconcile(PODS)
+    assert dp.unready() == set() and dp.problem() == ""
+    _, routes = await held(dp.netlink)
+    assert 10_003 in {r.table for r in routes}
+
+
+async def test_an_add_installs_a_pods_rules_and_a_remove_deletes_them_whatever_their_table(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    await dp.reconcile({})
+    await dp.add([("10.0.2.77", "eni-2"), ("10.0.0.77", "eni-0")])
+    rules, _ = await held(dp.netlink)
+    assert Rule(FROM_POD_PRIORITY, 10_002, source="10.0.2.77") in rules
+    assert Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.0.77") in rules
+    assert await dp.check("10.0.2.77", "eni-2") == ""
+    await dp.add([("10.0.2.77", "eni-2")])  # again: an ADD the runtime retried
+    await dp.remove(["10.0.2.77", "10.0.0.77"])
+    rules, _ = await held(dp.netlink)
+    assert not any("77" in (r.source + r.destination) for r in rules)
+    assert await dp.check("10.0.2.77", "eni-2") != ""
+    await dp.remove(["10.0.2.77"])  # again: a DEL the runtime retried
+
+
+async def test_clearing_removes_everything_the_datapath_made(datapath: tuple[Datapath, RecordedNft]) -> None:
+    dp, nft = datapath
+    await dp.reconcile(PODS)
+    await dp.clear()
+    rules, routes = await held(dp.netlink)
+    assert rules == set() and routes == set()
+    assert nft.table == ""
