@@ -5,8 +5,10 @@ containerd (CRI) at once, as ``tests/e2e/test_runtimes_together.py`` sets them u
 that test are thrown at it in random order (each fault once per shuffled round) for ``--seconds``:
 the state file corrupted while every runtime holds addresses, stale libcni cache entries of failed
 DELs with the state lost, quick restart bursts during container starts, a SIGSTOPped agent, a Docker
-network removed while the agent is down. Before each fault every container is removed and the pool
-is empty; after it, the invariants are checked across the runtimes:
+network removed while the agent is down; and those of ``tests/e2e/test_node_trust.py`` (what a start
+trusts, docs/decisions/0034): the newer slot of the state file damaged, an older copy of the state
+directory put back, dockerd hung at the agent's start with the state lost. Before each fault every
+container is removed and the pool is empty; after it, the invariants are checked across the runtimes:
 
 1. no address is held by two containers (each runtime's own view: ``podman inspect``, ``docker
    inspect``, CRI ``PodSandboxStatus``);
@@ -14,7 +16,8 @@ is empty; after it, the invariants are checked across the runtimes:
 3. none leaks: once a sweep has had its time, every allocation is held by a running container.
 
 A fault's own expectation broken (a podman or containerd start failing across the restarts, STATUS
-not answering code 50 in time, the network not created again at once) counts as a failed round.
+not answering code 50 in time, the network not created again at once, a start with dockerd hung not
+served from the addresses Docker was not handed) counts as a failed round.
 Any violation or failed round makes the exit status 1, and is listed in the report.
 
 The runs go through pytest (the test's fixtures: the agent of docs/node.md, podman, dockerd and
@@ -97,7 +100,8 @@ def render(figures: dict[str, Any], seconds: float, seed: int) -> str:
         RUNTIMES_HEADING,
         "",
         "Written by `make soak` (`python -m bench.runtimes_soak`, code in `bench/runtimes_soak.py`, the",
-        "faults and invariants in `tests/e2e/test_runtimes_together.py`): ONE agent, set up as",
+        "faults and invariants in `tests/e2e/test_runtimes_together.py`, and the faults of what a start",
+        "trusts in `tests/e2e/test_node_trust.py`): ONE agent, set up as",
         "[node.md](node.md) says, serves podman, a Docker network (the libnetwork driver) and a private",
         "containerd (CRI) at once from a pool of "
         f"{figures['pool']} addresses, while the faults are thrown at it in random",

@@ -42,6 +42,7 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     │   ├── AlreadyAllocated      the address has an owner already
     │   ├── NotAllocated          release of an address nobody holds
     │   ├── PoolExhausted         no free address left in the pool for that family
+    │   │   └── PoolWithheld      none free now: withheld while a source that may hold them is unread
     │   ├── ExpirationMismatch    stop-expiration with a UUID that is not the address's timer
     │   ├── StateNotWritten       the state file could not be written; the change was undone
     │   └── CorruptState          the allocator's state file is unreadable or invalid (``path``)

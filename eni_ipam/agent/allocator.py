@@ -12,8 +12,10 @@ Invariants:
   handed out. An owner keeps what it already holds.
 * Handing out is deterministic: the lowest free address first, in numeric order; serially, the first free
   address after the last one the pool handed out for that family, wrapping.
-* Restoring never gives away an address a container holds: restored allocations, and the runtime's
-  addresses rebuilt after a corrupt or missing file, are kept even where no pool lists the address (yet).
+* Restoring never gives away an address a container holds: the state file's newest valid slot, what
+  a suspect slot or a corrupt file still says, and every address a runtime reports are kept, even
+  where no pool lists the address (yet). Where two of them name different owners for one address, the
+  owner proven alive is kept, else the state file's (logged either way): never two owners.
 * With a state file, no allocation changes before :meth:`Allocator.restore`, and every change is saved
   before the call returns; if the save fails, the change is undone and the call fails, so the file never
   lags behind what was handed out. (An expiry whose save fails stays applied and is logged: the file then
@@ -40,8 +42,11 @@ import dataclasses
 import functools
 import ipaddress
 import math
+import os
 import uuid as uuid_module
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import NoReturn
 
 import structlog
 
@@ -49,9 +54,11 @@ from eni_ipam.agent import errors
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.model import ReleaseState
 
+from .files import compact
 from .handshake import ReleaseHolds
 from .members import FAMILY_LABEL, PoolMembers, address_family, address_key, canonical_address, parse_address
-from .state import RestoreReport, StateFile, needs_rebuild, recover
+from .mirror import Mirror
+from .state import Reading, RestoreReport, StateFile, read_state
 from .types import DEFAULT_POOL, Allocation, Attachment, Family, PoolAddress, RuntimeEntry
 
 __all__ = ["Allocator", "RestoreReport"]
@@ -84,10 +91,14 @@ class Allocator:
         ipv6: bool = False,
         state: StateFile | None = None,
         uuids: Callable[[], str] = lambda: str(uuid_module.uuid4()),
+        mirror: Mirror | None = None,
     ) -> None:
+        """``mirror``: a second record of some owners' allocations (Docker's), written around each
+        save of the state file (:mod:`~eni_ipam.agent.mirror`)."""
         self._clock = clock
         self._enabled = {Family.IPV4: ipv4, Family.IPV6: ipv6}
         self._state = state
+        self.mirror = mirror
         self._uuids = uuids
         self._pools: dict[str, PoolMembers] = {}
         self._allocations: dict[str, Allocation] = {}
@@ -95,6 +106,7 @@ class Allocator:
         self._cursors: dict[tuple[str, Family], str] = {}  # (pool, family) -> last address handed out
         self._excluded: dict[str, dict[str, str]] = {}  # pool -> address -> who excluded it
         self._withheld: dict[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {}  # by whom
+        self._withheld_why: dict[str, str] = {}  # by whom → why, in words
         self._holds = ReleaseHolds()
         self._restored = state is None
         self._depth = 0
@@ -146,27 +158,49 @@ class Allocator:
         if (current := self._allocations.get(canonical)) is not None and current.owner != owner:
             log.warning("excluded_address_allocated", address=canonical, owner=current.owner, pool=pool)
 
-    def withhold(self, network: str, owner: str) -> None:
+    def withhold(self, network: str, owner: str, why: str = "") -> None:
         """Hand out no address inside ``network`` (CIDR), from any pool, until :meth:`lift` of ``owner``.
 
         A range rather than addresses: the pool may not list its members yet (the node's ENIPool is
-        read after the restore), and an IPv6 range is too large to list. Allocations inside it stay."""
+        read after the restore), and an IPv6 range is too large to list. Allocations inside it stay.
+        ``why`` completes "withheld ..." in the error an ADD gets while nothing else is free (``while
+        Docker's API on /run/docker.sock does not answer``)."""
         parsed = ipaddress.ip_network(network, strict=False)
         ranges = self._withheld.setdefault(owner, [])
+        self._withheld_why[owner] = why or self._withheld_why.get(owner) or f"by {owner}"
         if parsed not in ranges:
             ranges.append(parsed)
-            log.info("range_withheld", network=str(parsed), owner=owner)
+            log.debug("range_withheld", network=str(parsed), owner=owner)
 
     def lift(self, owner: str) -> list[str]:
         """Lift every range ``owner`` withheld; the ranges lifted."""
         lifted = [str(n) for n in self._withheld.pop(owner, [])]
+        self._withheld_why.pop(owner, None)
         if lifted:
-            log.info("ranges_lifted", owner=owner, networks=lifted)
+            log.info("ranges_lifted", owner=owner, networks=lifted[:20], count=len(lifted))
         return lifted
 
     def withheld(self) -> dict[str, list[str]]:
         """owner → the ranges it withholds."""
         return {owner: [str(n) for n in ranges] for owner, ranges in sorted(self._withheld.items())}
+
+    def withholding(self, pool: str = DEFAULT_POOL, family: Family | None = None) -> dict[str, int]:
+        """Why, in words → how many of the pool's addresses (of ``family``, else of every enabled one)
+        that would be free are withheld so."""
+        counts: dict[str, int] = {}
+        if not self._withheld:
+            return counts
+        excluded, members = self._excluded.get(pool, {}), self._pool(pool).members
+        for address in members:
+            found = address_family(address)
+            if not self._enabled[found] or family not in (None, found) or address in excluded:
+                continue
+            if address in self._allocations or self._is_held(address):
+                continue
+            if owner := self._withholder(address):
+                why = self._withheld_why.get(owner, owner)
+                counts[why] = counts.get(why, 0) + 1
+        return counts
 
     def capacity(self, pool: str = DEFAULT_POOL) -> int:
         """The pool's members of enabled families that are not excluded (allocated ones included)."""
@@ -392,7 +426,8 @@ class Allocator:
         for name, excluded in sorted(self._excluded.items()):
             lines += [f"  excluded {a} pool {name} by {owner}" for a, owner in sorted(excluded.items())]
         for owner, networks in self.withheld().items():
-            lines += [f"  withheld {network} (every pool) by {owner}" for network in networks]
+            why = self._withheld_why.get(owner, "")
+            lines += [f"  withheld {network} (every pool) by {owner}: {why}" for network in networks]
         return "\n".join(lines)
 
     def _status_line(self) -> str:
@@ -408,62 +443,181 @@ class Allocator:
 
     # -- restore -----------------------------------------------------------------------------------
 
-    def needs_rebuild(self) -> bool:
-        """Whether :meth:`restore` will rebuild from the runtime's view (the state file is missing or
-        cannot be trusted): only then need the runtimes be asked what they hold."""
-        return needs_rebuild(self._state)
+    def restore(
+        self,
+        *,
+        runtime: Mapping[str, str | RuntimeEntry] | None = None,
+        judge: Callable[[Allocation], bool | None] | None = None,
+    ) -> RestoreReport:
+        """Settle what the state file says with what the runtimes hold, and keep the union. Call once,
+        after ``set_pool`` of the default pool, before any allocation.
 
-    def restore(self, *, runtime: Mapping[str, str | RuntimeEntry] | None = None) -> RestoreReport:
-        """Load the state file, or — when it is corrupt (then moved aside) or missing — rebuild from
-        ``runtime`` (address → owner, or a :class:`RuntimeEntry`: what the container runtime says is in
-        use), each address in the first pool listing it, else in the default pool (reported in
-        ``not_in_pool``). Call once, after ``set_pool`` of the default pool, before any allocation."""
+        * the state file's newest valid slot is restored as it is;
+        * what a suspect slot or a corrupt file still says (owner and address both read) is held;
+        * ``runtime`` (address → owner, or a :class:`RuntimeEntry`: what the runtimes hold, whether or
+          not the file says so) is added, each address in the pool the entry names, else the first pool
+          listing it, else the default pool (reported in ``not_in_pool``).
+
+        Two owners for one address: the one proven alive is kept (``RuntimeEntry.alive``; ``judge``
+        for an allocation: True alive, False gone, None cannot tell), else the one already kept (the
+        state file's before the runtimes'); never both. Whatever was not read back as it is gets
+        written; when that write fails (a full disk) the result is served from memory and the reason
+        is in ``state_error`` and the report's ``unsaved``: changes are refused until a write succeeds.
+        """
         if self._allocations:
             raise errors.AllocatorError("restore() must run before any allocation")
         entries = {
             address: entry if isinstance(entry, RuntimeEntry) else RuntimeEntry(owner=entry)
             for address, entry in (runtime or {}).items()
         }
-        report, snapshot = recover(self._state, entries, self._place)
+        judge = judge or (lambda _: None)
+        reading = read_state(self._state)
+        snapshot = reading.snapshot
+        merged = {a.address: a for a in snapshot.allocations}
+        origin: dict[str, str] = dict.fromkeys(merged, "restored")
+        replaced: dict[str, str] = {}
+        dropped: dict[str, str] = {}
+        salvaged = reading.salvaged.entries if reading.salvaged is not None else {}
+        for source, found in (("salvaged", salvaged), ("rebuilt", entries)):
+            for address, entry in found.items():
+                allocation = self._place(address, entry) if entry.owner else None
+                if allocation is None:
+                    dropped[address] = entry.owner
+                    continue
+                current = merged.get(allocation.address)
+                if current is not None and current.owner == allocation.owner:
+                    continue
+                if current is not None:
+                    alive = entry.alive if entry.alive is not None else judge(allocation)
+                    if not _displaces(current, allocation, judge(current), alive, source):
+                        dropped[allocation.address] = allocation.owner
+                        continue
+                    replaced[allocation.address] = current.owner
+                merged[allocation.address] = allocation
+                origin[allocation.address] = source
         self._restored = True
-        # A state read back as it is needs no write: a start on a full disk must not fail.
-        rewrite = bool(report.rebuilt or report.corrupt)
         try:
-            with self._change(save=rewrite):
-                for allocation in (*report.restored, *report.rebuilt):
+            with self._change(save=False):
+                for allocation in merged.values():
+                    timeout = snapshot.timeouts.get(allocation.address)
+                    if allocation.expiration_uuid and origin[allocation.address] == "restored":
+                        assert timeout is not None  # the file's parser pairs every UUID with a timeout
+                        self._timers[allocation.address] = _Timer(allocation.expiration_uuid, timeout)
                     self._allocations[allocation.address] = allocation
-                    if uuid := allocation.expiration_uuid:
-                        self._timers[allocation.address] = _Timer(uuid, snapshot.timeouts[allocation.address])
                 self._cursors.update(_parse_cursors(snapshot.cursors))
         except BaseException:
             self._restored = False
             raise
-        not_in_pool = tuple(
-            a for a in (*report.restored, *report.rebuilt) if not self._is_member(a.address, a.pool)
-        )
+        picked = {
+            k: tuple(a for a in merged.values() if origin[a.address] == k) for k in ("salvaged", "rebuilt")
+        }
+        # Read back exactly as it is: no write (a start on a full disk must not depend on one).
+        changed = picked["salvaged"] or picked["rebuilt"] or replaced
+        rewrite = bool(changed or reading.corrupt or reading.suspect)
+        unsaved = self._save_restored(reading) if rewrite and self._state is not None else ""
+        not_in_pool = tuple(a for a in merged.values() if not self._is_member(a.address, a.pool))
         for allocation in not_in_pool:
             log.warning("restored_address_not_in_pool", address=allocation.address, pool=allocation.pool)
-        report = dataclasses.replace(report, not_in_pool=not_in_pool)
-        counts = {k: len(getattr(report, k)) for k in ("restored", "rebuilt", "dropped", "not_in_pool")}
-        event = log.warning if report.corrupt or report.dropped or not_in_pool else log.info
-        event("state_restored", **counts, corrupt=report.corrupt, missing=report.missing)
+        report = RestoreReport(
+            restored=tuple(a for a in merged.values() if origin[a.address] == "restored"),
+            salvaged=picked["salvaged"],
+            rebuilt=picked["rebuilt"],
+            replaced=replaced,
+            dropped=dropped,
+            not_in_pool=not_in_pool,
+            corrupt=reading.corrupt,
+            suspect=reading.suspect,
+            moved_to=reading.moved_to,
+            missing=reading.missing,
+            unaccounted=tuple(reading.salvaged.networks()) if reading.salvaged is not None else (),
+            unsaved=unsaved,
+        )
+        if report.rebuilt or report.salvaged or report.dropped:
+            log.warning(
+                "state_rebuilt",
+                rebuilt=sorted((a.address for a in report.rebuilt), key=address_key),
+                salvaged=sorted((a.address for a in report.salvaged), key=address_key),
+                dropped=dropped,
+            )
+        counts = {
+            k: len(getattr(report, k))
+            for k in ("restored", "salvaged", "rebuilt", "replaced", "dropped", "not_in_pool")
+        }
+        damaged = report.corrupt or report.suspect or report.dropped or report.replaced or not_in_pool
+        event = log.warning if damaged or unsaved else log.info
+        event(
+            "state_restored", **counts, corrupt=report.corrupt, suspect=report.suspect, missing=report.missing
+        )
         return report
 
-    def adopt(self, runtime: Mapping[str, RuntimeEntry]) -> tuple[list[Allocation], dict[str, str]]:
+    def settle_mirror(self) -> None:
+        """Docker has been read and its endpoints adopted: the mirror records exactly the
+        ``libnetwork:`` allocations from now on (:meth:`Mirror.settle`)."""
+        if self.mirror is not None:
+            self.mirror.settle(self._allocations)
+
+    def replace_withheld(self, owner: str, networks: Iterable[str], why: str) -> None:
+        """Make ``owner``'s withheld ranges exactly ``networks`` (logged only when they change)."""
+        wanted = [ipaddress.ip_network(n, strict=False) for n in networks]
+        if set(wanted) == set(self._withheld.get(owner, [])):
+            if wanted:
+                self._withheld_why[owner] = why
+            return
+        self.lift(owner)
+        for network in wanted:
+            self.withhold(str(network), owner, why)
+
+    def _save_restored(self, reading: Reading) -> str:
+        """Write what the start settled; why it could not be written ("" when it was). A damaged file
+        renamed aside is made small first when there is no room for the new one beside it."""
+        try:
+            self._save()
+        except OSError as exc:
+            freed = compact(Path(reading.moved_to), _slot_size(reading.moved_to)) if reading.moved_to else 0
+            if not freed:
+                return self._unsaved(exc)
+            log.warning("state_aside_compacted", path=reading.moved_to, freed=freed, error=str(exc))
+            try:
+                self._save()
+            except OSError as again:
+                return self._unsaved(again)
+        self.state_error = ""
+        return ""
+
+    def _unsaved(self, exc: OSError) -> str:
+        path = self._state.path if self._state is not None else ""
+        self.state_error = f"{path}: {exc}"
+        log.error(
+            "state_not_written_at_start",
+            path=str(path),
+            error=str(exc),
+            serving="from memory: every change is refused (state_unwritable) until the file can be written",
+        )
+        return str(exc)
+
+    def adopt(
+        self, runtime: Mapping[str, RuntimeEntry], judge: Callable[[Allocation], bool | None] | None = None
+    ) -> tuple[list[Allocation], dict[str, str]]:
         """Record what a runtime reported after the restore (one that could not be read then), each
-        address placed as :meth:`restore` places it. An address another owner holds by now is left
-        to it. Returns the allocations made and the conflicts (address → the owner that holds it)."""
+        address placed as :meth:`restore` places it. An address another owner holds by now is left to
+        it unless the entry is proven alive and that owner is not (``judge``, as for :meth:`restore`).
+        Returns the allocations made and the conflicts (address → the other owner: the one kept, or
+        the one replaced)."""
         made: list[Allocation] = []
         conflicts: dict[str, str] = {}
+        judge = judge or (lambda _: None)
         with self._change():
             for address, entry in runtime.items():
                 allocation = self._place(address, entry)
                 if allocation is None:
                     continue
                 if (current := self._allocations.get(allocation.address)) is not None:
-                    if current.owner != entry.owner:
-                        conflicts[allocation.address] = current.owner
-                    continue
+                    if current.owner == entry.owner:
+                        continue
+                    conflicts[allocation.address] = current.owner
+                    if not _displaces(current, allocation, judge(current), entry.alive, "adopted"):
+                        continue
+                    self._drop(current.address)
                 self._allocations[allocation.address] = allocation
                 made.append(allocation)
         if made or conflicts:
@@ -523,11 +677,7 @@ class Allocator:
             self._depth -= 1
         if self._state is not None and save:
             try:
-                self._state.save(
-                    self._allocations.values(),
-                    {a: t.timeout for a, t in self._timers.items()},
-                    {f"{pool}/{family}": address for (pool, family), address in self._cursors.items()},
-                )
+                self._save()
             except OSError as exc:
                 log.error(
                     "state_save_failed", path=str(self._state.path), error=str(exc), undone=undo_on_save_error
@@ -545,6 +695,20 @@ class Allocator:
             if timer.handle is None:
                 expire = functools.partial(self._expire, address, timer.uuid)
                 timer.handle = self._clock.call_later(timer.timeout, expire)
+
+    def _save(self) -> None:
+        """The allocations, their timers and the cursors to the state file (the mirror around it).
+        Raises OSError."""
+        assert self._state is not None
+        if self.mirror is not None:
+            self.mirror.before(self._allocations)
+        self._state.save(
+            self._allocations.values(),
+            {a: t.timeout for a, t in self._timers.items()},
+            {f"{pool}/{family}": address for (pool, family), address in self._cursors.items()},
+        )
+        if self.mirror is not None:
+            self.mirror.after(self._allocations)
 
     def _expire(self, address: str, uuid: str) -> None:
         timer = self._timers.get(address)
@@ -579,10 +743,24 @@ class Allocator:
             cursor = self._cursors.get((pool, f)) if serial else None
             address = next((a for a in members.walk(f, cursor) if not self._refusal(a, pool)), None)
             if address is None:
-                raise errors.PoolExhausted(f"no free {FAMILY_LABEL[f]} address in pool {pool}", pool=pool)
+                self._exhausted(pool, f)
             result[f] = self._allocations[address] = self._allocation(address, owner, pool, attachment)
             self._cursors[(pool, f)] = address
         return result.get(Family.IPV4), result.get(Family.IPV6)
+
+    def _exhausted(self, pool: str, family: Family) -> NoReturn:
+        """PoolWithheld when addresses of ``family`` would be free but are withheld (the client must
+        hear why and for how long, not that the pool is full), PoolExhausted otherwise."""
+        label = FAMILY_LABEL[family]
+        waiting = self.withholding(pool, family)
+        if not waiting:
+            raise errors.PoolExhausted(f"no free {label} address in pool {pool}", pool=pool)
+        said = "; ".join(f"{n} withheld {why}" for why, n in sorted(waiting.items()))
+        raise errors.PoolWithheld(
+            f"no {label} address of pool {pool} can be handed out now: {said}; try again later",
+            pool=pool,
+            waiting=tuple(sorted(waiting)),
+        )
 
     def _is_member(self, address: str, pool: str) -> bool:
         return pool in self._pools and address in self._pools[pool].members
@@ -644,6 +822,37 @@ class Allocator:
         if (pool := self._pools.get(name)) is None:
             raise errors.UnknownPool(f"no pool {name!r}", pool=name)
         return pool
+
+
+def _displaces(
+    current: Allocation, candidate: Allocation, current_alive: bool | None, alive: bool | None, source: str
+) -> bool:
+    """Whether ``candidate`` takes the address from ``current`` (the owner kept so far): only when it
+    is proven alive and ``current`` is not. Logged either way: two records of one address disagree."""
+    fields = {
+        "address": current.address,
+        "kept": current.owner,
+        "other": candidate.owner,
+        "source": source,
+        "kept_alive": current_alive,
+        "other_alive": alive,
+    }
+    if alive is True and current_alive is not True:
+        fields.update(kept=candidate.owner, other=current.owner, kept_alive=alive, other_alive=current_alive)
+        log.warning("state_owner_replaced", **fields, why="the other owner is proven alive")
+        return True
+    if alive is True:
+        log.error("address_held_twice", **fields, why="both owners are alive: one address in two places")
+    else:
+        log.warning("state_owner_kept", **fields, why="the other owner is not proven alive")
+    return False
+
+
+def _slot_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size // 2
+    except OSError:
+        return 0
 
 
 def _parse_cursors(saved: Mapping[str, str]) -> dict[tuple[str, Family], str]:

@@ -19,15 +19,17 @@ Routes (bodies are JSON objects; field names as the CNI spec spells them):
   ``{released: [...], kept}``: every CNI allocation recorded for ``network`` (in ``pool`` when given)
   whose attachment is not listed is released. Allocations with no recorded network are left alone.
 * ``POST /v1/cni/status`` ``{pool?}`` → 200 ``{ready: true, available}`` when an ADD can be served;
-  503 ``not_ready`` (state not restored, or the node's pool not seen yet) or ``pool_exhausted``.
+  503 ``not_ready`` (state not restored, or the node's pool not seen yet), ``pool_withheld`` (every
+  address left is withheld while a source that may hold it is read; the message says which) or
+  ``pool_exhausted``.
 * ``GET /v1/status`` → ``{ipv4: {address: owner}, ipv6: {...}, status, pools: {name: {capacity, addresses}},
   allocations: [...]}``.
 
 Errors are ``{"error": {"code", "msg", "field"}}``: 400 ``bad_request`` naming the field (no state
 change), 404 ``unknown_pool`` / ``not_allocated``, 409 ``family_disabled`` / ``not_in_pool`` /
 ``already_allocated`` / ``owner_conflict`` / ``address_mismatch`` / ``allocator_error``, 503
-``pool_exhausted`` (the plugin reports "try again later"). The plugin's table of these codes is
-:data:`eni_ipam.agent.cni.AGENT_ERROR_CODES`.
+``pool_exhausted`` and ``pool_withheld`` (the plugin reports "try again later"). The plugin's table
+of these codes is :data:`eni_ipam.agent.cni.AGENT_ERROR_CODES`.
 
 Invariants: the owner of a CNI allocation is ``cni:<containerID>:<ifname>``; ADD is idempotent (the
 same owner gets the same addresses back), DEL is idempotent; every request is validated completely
@@ -53,6 +55,7 @@ from eni_ipam.agent.errors import (
     NotAllocated,
     NotInPool,
     PoolExhausted,
+    PoolWithheld,
     StateNotWritten,
     UnknownPool,
 )
@@ -62,6 +65,7 @@ from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Attachment, Family
 log = structlog.get_logger("eni_ipam.agent.api")
 
 ERRORS: tuple[tuple[type[AllocatorError], int, str], ...] = (
+    (PoolWithheld, 503, "pool_withheld"),
     (PoolExhausted, 503, "pool_exhausted"),
     (UnknownPool, 404, "unknown_pool"),
     (NotAllocated, 404, "not_allocated"),
@@ -437,6 +441,10 @@ def add_routes(app: web.Application, allocator: Allocator, ready: Callable[[], s
         except AllocatorError as exc:
             return _from_allocator(exc).response()
         if free == 0:
+            if waiting := allocator.withholding(pool):
+                said = "; ".join(f"{n} withheld {why}" for why, n in sorted(waiting.items()))
+                msg = f"no address of pool {pool} can be handed out now: {said}; try again later"
+                return ApiError(503, "pool_withheld", msg, "pool").response()
             return ApiError(503, "pool_exhausted", f"no free address in pool {pool}", "pool").response()
         return web.json_response({"ready": True, "available": free})
 

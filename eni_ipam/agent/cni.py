@@ -100,6 +100,7 @@ ADDRESS_MISMATCH = 106
 
 AGENT_ERROR_CODES: Mapping[str, int] = {
     "pool_exhausted": TRY_AGAIN_LATER,
+    "pool_withheld": TRY_AGAIN_LATER,
     "not_ready": TRY_AGAIN_LATER,
     "state_unwritable": TRY_AGAIN_LATER,
     "family_disabled": FAMILY_DISABLED,

@@ -6,12 +6,12 @@ It keeps the node's allocator in step with the node's pool and tells the control
   name): the addresses in ``status.pool``, each with the prefix length and gateway of its subnet
   (``status.subnets``). With ``memory`` it is the configured ``pools.default``. Named static pools
   come from the configuration either way.
-* **Restore before serving**: the state file is loaded (or, when it is corrupt or missing, rebuilt
-  from what every configured runtime holds: libcni's result cache, Docker's endpoints) before the
-  socket opens — so no address held by a running container is handed out again after a restart
-  (:mod:`~eni_ipam.agent.start`). Restored addresses need no pool to be kept, so the agent serves
-  at once: DEL and CHECK work even while the API server is out of reach, and new ADDs get "try
-  again later" until the node's pool is known.
+* **Reconcile before serving**: the state file is read and settled with what every source holds
+  (libcni's result cache, Docker's endpoints, the pods on this node) before the socket opens, and
+  what a source that cannot be read may hold is withheld until it is — so no address held by a
+  running container is handed out again after a restart (:mod:`~eni_ipam.agent.start`). Restored
+  addresses need no pool to be kept, so the agent serves at once: DEL and CHECK work even while the
+  API server is out of reach, and new ADDs get "try again later" until the node's pool is known.
 * **Report**: every ``report_interval``, the addresses in use (``status.used``) and the release
   handshake answers (``status.releaseAnswers``) are written when they changed — the agent's own
   status fields, as a conditional merge patch (409: re-read, and the next report retries).
@@ -42,7 +42,10 @@ from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.docker import DockerApi
 from eni_ipam.agent.files import NotRegularFile, kind, open_regular, remove_leftovers
 from eni_ipam.agent.guard import serve_unix
+from eni_ipam.agent.libnetwork import OWNER_PREFIX
 from eni_ipam.agent.metrics import AgentMetrics
+from eni_ipam.agent.mirror import FILE_NAME as MIRROR_FILE
+from eni_ipam.agent.mirror import Mirror
 from eni_ipam.agent.runtime import container_known
 from eni_ipam.agent.start import StartReconciler
 from eni_ipam.agent.state import StateFile
@@ -103,11 +106,15 @@ class Agent:
         self.metrics.report_ready(lambda: self.readiness()[0])
         self.state_dir = Path(config.state_dir)
         _make_state_dir(self.state_dir)  # before the driver reads its registry there
+        # With Docker, a second record of what the driver handed it: what Docker may hold while it
+        # cannot be read (eni_ipam/agent/mirror.py).
+        mirror = StateFile(self.state_dir / MIRROR_FILE) if config.docker_socket else None
         self.allocator = Allocator(
             clock=self.clock,
             ipv4=config.ipv4,
             ipv6=config.ipv6,
             state=StateFile(self.state_dir / "allocations.json"),
+            mirror=Mirror(mirror, lambda owner: owner.startswith(OWNER_PREFIX)) if mirror else None,
         )
         if config.node_source == "kubernetes":
             # Empty until the ENIPool is read: an ADD meanwhile is "pool exhausted" (try again later),
@@ -134,6 +141,7 @@ class Agent:
             docker=self.docker,
             clock=self.clock,
             container=self.container,
+            pods=config.node_source == "kubernetes",
         )
         self.kube = kube
         self.endpoint: web.AppRunner | None = None
@@ -149,23 +157,41 @@ class Agent:
     # -- readiness ------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        if not self.restored:
-            return False, "allocations not restored yet"
-        if self.allocator.state_error:
-            return (
-                False,
-                f"the state file cannot be written ({self.allocator.state_error}): changes are refused",
-            )
-        if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
-            return False, "waiting for the node's pool (ENIPool); release and check are served meanwhile"
-        unsettled = self.startup.status()
-        return True, f"node {self.node}, {len(self.allocator.used())} addresses in use" + (
-            f"; {unsettled}" if unsettled else ""
+        """``/readyz``: not ready while an ADD cannot be served, a pool whose every address left is
+        withheld (a source that may hold them not read yet) included, naming it and what is waited for."""
+        why = self._serving()
+        if why:
+            return False, why
+        blocked, notes = [], []
+        for pool in self.allocator.pools():
+            waiting = self.allocator.withholding(pool)
+            if not waiting:
+                continue
+            said = "; ".join(f"{n} withheld {reason}" for reason, n in sorted(waiting.items()))
+            if self.allocator.free(pool):
+                notes.append(f"pool {pool}: {said}")
+            else:
+                blocked.append(f"pool {pool}: no address can be handed out: {said}")
+        if blocked:
+            return False, "; ".join(blocked)
+        unsettled = [n for n in (*notes, self.startup.status()) if n]
+        return True, f"node {self.node}, {len(self.allocator.used())} addresses in use" + "".join(
+            f"; {n}" for n in unsettled
         )
+
+    def _serving(self) -> str:
+        """Why no ADD can be served, whatever the pool ("" when ADDs are served)."""
+        if not self.restored:
+            return "allocations not restored yet"
+        if self.allocator.state_error:
+            return f"the state file cannot be written ({self.allocator.state_error}): changes are refused"
+        if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
+            return "waiting for the node's pool (ENIPool); release and check are served meanwhile"
+        return ""
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
-        api.add_routes(app, self.allocator, ready=lambda: "" if self.readiness()[0] else self.readiness()[1])
+        api.add_routes(app, self.allocator, ready=self._serving)
         libnetwork.add_routes(app, self.driver)
         return app
 
@@ -300,11 +326,12 @@ class Agent:
             # that a refused state file stops the start with its own error (exit 2), not a group.
             await self._restore()
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self.startup.run(), name="eni-ipam-agent-start")]
+                tasks: list[asyncio.Task[None]] = []
                 judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
-                    tasks += self._start_kubernetes(tg, judges)
-                else:
+                    tasks += self._start_kubernetes(tg, judges)  # hands the pods to the start first
+                tasks.append(tg.create_task(self.startup.run(), name="eni-ipam-agent-start"))
+                if self.config.node_source != "kubernetes":
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
                     judges.append(
                         NamespaceJudge(
@@ -372,12 +399,15 @@ class Agent:
             tg.create_task(pools.run(), name="eni-ipam-agent-pool"),
             tg.create_task(self._report(), name="eni-ipam-agent-report"),
         ]
+        # The pods on this node: what they hold is never handed out (the start), and an address
+        # whose pod is gone is released (the sweep).
+        pods = Informer(
+            self.kube, PODS, clock=self.clock, metrics=self.metrics, fields={"spec.nodeName": self.node}
+        )
+        self.startup.follow_pods(pods)
         if self.config.sweep_interval > 0:
-            pods = Informer(
-                self.kube, PODS, clock=self.clock, metrics=self.metrics, fields={"spec.nodeName": self.node}
-            )
             judges.append(PodJudge(self.allocator, pods))
-            tasks.append(tg.create_task(pods.run(), name="eni-ipam-agent-pods"))
+        tasks.append(tg.create_task(pods.run(), name="eni-ipam-agent-pods"))
         return tasks
 
 

@@ -42,6 +42,16 @@ class PoolExhausted(AllocatorError):
     """No free address of the requested family is left in the pool."""
 
 
+class PoolWithheld(PoolExhausted):
+    """No address of the pool can be handed out *now*: the free ones are withheld while a source that
+    may hold them cannot be read (Docker's API, the API server's pods, a damaged state file's gaps).
+    ``waiting`` says which, in words; try again later."""
+
+    def __init__(self, message: str, *, pool: str = "", waiting: tuple[str, ...] = ()) -> None:
+        super().__init__(message, pool=pool)
+        self.waiting = waiting
+
+
 class ExpirationMismatch(AllocatorError):
     """The UUID does not name the address's running expiration timer."""
 

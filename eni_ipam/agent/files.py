@@ -151,13 +151,43 @@ def remove_leftovers(directory: Path) -> list[Path]:
     return removed
 
 
-def move_aside(path: Path) -> Path:
-    """Rename ``path`` to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
+def move_aside(path: Path, suffix: str = "corrupt") -> Path:
+    """Rename ``path`` to ``<name>.<suffix>-<n>`` (the lowest free ``n`` from 1); returns the new path.
+
+    A rename in one directory takes no space: setting a damaged file aside works on a full disk."""
     n = 1
-    while (target := path.with_name(f"{path.name}.corrupt-{n}")).exists():
+    while (target := path.with_name(f"{path.name}.{suffix}-{n}")).exists():
         n += 1
     os.replace(path, target)
     return target
+
+
+def compact(path: Path, slot_size: int) -> int:
+    """Shrink a file of two slots of ``slot_size`` bytes set aside by :func:`move_aside` to what its
+    slots hold: each slot's bytes up to its last one that is not padding (a space or a newline), each
+    followed by one newline. Returns the bytes freed (0 when it is not such a file, or nothing is).
+
+    It needs no free space: the kept bytes are written over the first slot's own blocks (only when
+    they fit there), then the file is truncated. A crash in between loses nothing: the first slot's
+    bytes are rewritten as they were, and the second slot is untouched until the truncation. Used
+    when a new state file does not fit beside the damaged one: the evidence is kept, and the room it
+    held is given back."""
+    fd = open_regular(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if slot_size <= 0 or size != 2 * slot_size:
+            return 0
+        kept = b"".join(os.pread(fd, slot_size, offset).rstrip(b" \n") + b"\n" for offset in (0, slot_size))
+        if len(kept) > slot_size:
+            return 0  # the second slot's bytes would be written over before they are kept
+        written = 0
+        while written < len(kept):
+            written += os.pwrite(fd, kept[written:], written)
+        os.ftruncate(fd, len(kept))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return size - len(kept)
 
 
 def checksum(entries: object) -> str:

@@ -243,7 +243,9 @@ def read_cache(
             chosen[address] = winner
     return CacheView(
         entries={
-            address: RuntimeEntry(owner=entry.owner, attachment=entry.attachment)
+            address: RuntimeEntry(
+                owner=entry.owner, attachment=entry.attachment, alive=True if verdicts[entry.path] else None
+            )
             for address, entry in chosen.items()
         },
         alive=frozenset(a for a, e in chosen.items() if verdicts[e.path]),

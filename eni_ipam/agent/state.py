@@ -28,11 +28,17 @@ Invariants:
   file at the path (a symbolic link, a FIFO, a directory) is a ConfigError naming it, not followed
   and not moved aside (:mod:`~eni_ipam.agent.files`); a file with no valid
   document (truncated, garbage, checksum mismatch, another version, an invalid entry, an address listed
-  twice) raises :class:`~eni_ipam.agent.errors.CorruptState`. A slot that is not valid beside a valid
-  one is a write that never completed, so it was never acknowledged: it is logged and ignored.
-* :func:`recover` (behind ``Allocator.restore``) never resets silently: a corrupt file is logged, moved
-  aside (``<name>.corrupt-<n>``) and reported, and the allocations are rebuilt from the runtime's view of
-  the addresses in use.
+  twice) raises :class:`~eni_ipam.agent.errors.CorruptState`.
+* A damaged slot beside a valid one is **suspect** when it may be the newer of the two (its generation
+  is higher, or cannot be read): a torn write that was never acknowledged and a document damaged after
+  its acknowledgement look alike, so it is never ignored (docs/decisions/0034). What can still be read
+  of it (:mod:`~eni_ipam.agent.salvage`) is kept in :attr:`StateFile.salvaged`. A damaged slot whose
+  generation reads lower than the valid one's is the older copy, superseded: it is logged only.
+* :func:`read_state` (behind ``Allocator.restore``) never resets silently and never needs free disk:
+  a corrupt file, or one with a suspect slot, is logged, renamed aside (``<name>.corrupt-<n>``,
+  ``<name>.suspect-<n>``: a rename takes no space) with what could be read of it salvaged; whether the
+  start can write again is the writer's business, and :func:`~eni_ipam.agent.files.compact` makes
+  the renamed copy small when the disk has no room for a new file beside it.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import ipaddress
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +65,8 @@ from eni_ipam.agent.files import (
 )
 from eni_ipam.errors import ConfigError
 
-from .types import Allocation, RuntimeEntry
+from .salvage import Salvage, merge_salvages, salvage
+from .types import Allocation
 
 VERSION = 3
 """The format version this code writes; it reads this one and versions 2 and 1."""
@@ -98,20 +105,35 @@ class RestoreReport:
     """What ``Allocator.restore`` did."""
 
     restored: tuple[Allocation, ...] = ()
-    """Read back from the state file."""
+    """Read back from the state file's newest valid slot."""
+    salvaged: tuple[Allocation, ...] = ()
+    """Read from a suspect slot or a corrupt file, and held (owner and address both read)."""
     rebuilt: tuple[Allocation, ...] = ()
-    """Taken from the runtime's view, because the state file was corrupt or missing."""
+    """Taken from what the runtimes hold and the state file did not say."""
+    replaced: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Addresses the state file gave another owner than a runtime proven live holds them for: address
+    → the owner dropped (the runtime's owner holds it now)."""
     dropped: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Runtime entries (address → owner) not kept: not an address, no owner, or a duplicate."""
+    """Runtime entries (address → owner) not kept: not an address, no owner, or held by another owner
+    that is kept."""
     not_in_pool: tuple[Allocation, ...] = ()
     """Restored or rebuilt allocations whose address is not (yet) a member of their pool: kept, never
     handed to another owner."""
     corrupt: str = ""
     """Why the state file was refused; empty when it was valid or missing."""
+    suspect: str = ""
+    """Why a slot of the state file is suspect; empty when none is."""
     moved_to: str = ""
-    """Where the refused state file was moved."""
+    """Where the refused (or suspect) state file was renamed."""
     missing: bool = False
     """There was no state file (first start, or it was deleted)."""
+    unaccounted: tuple[str, ...] = ()
+    """Networks (CIDR) of addresses the damaged state may have listed without saying whose: the
+    addresses read without their owner, and the gaps where damage may have hidden entries (logged: a
+    runtime holding one is read, or withholds what it may hold)."""
+    unsaved: str = ""
+    """Why what the start settled could not be written (a full disk); empty when it was, or needed no
+    write. The agent serves it from memory, and refuses changes until a write succeeds."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +152,11 @@ class StateFile:
         self.path = Path(path)
         self._layout: _Layout | None = None
         """The file as last read or written (None: not looked at yet)."""
+        self.salvaged: Salvage | None = None
+        """What the last :meth:`read` could still read of a suspect slot, or of a corrupt file; None
+        when it found neither."""
+        self.suspect = ""
+        """Why the last :meth:`read` found a suspect slot (empty: it did not)."""
 
     def __repr__(self) -> str:
         return f"StateFile({str(self.path)!r})"
@@ -187,8 +214,10 @@ class StateFile:
         return self.read().allocations
 
     def read(self) -> Snapshot:
-        """The saved allocations with their timers' timeouts (see :meth:`load`)."""
+        """The saved allocations with their timers' timeouts, from the newest valid slot (see
+        :meth:`load`); what a suspect slot or a corrupt file still says is left in :attr:`salvaged`."""
         self._layout = _Layout()
+        self.salvaged, self.suspect = None, ""
         try:
             raw = read_regular(self.path)
         except NotRegularFile as exc:
@@ -202,7 +231,7 @@ class StateFile:
         size = len(raw) // 2
         if size >= MIN_SLOT and len(raw) % 2 == 0:
             found: list[tuple[int, int, Snapshot]] = []
-            problems: list[str] = []
+            damaged: list[tuple[int, bytes, str]] = []
             for slot in (0, 1):
                 chunk = raw[slot * size : (slot + 1) * size]
                 if not chunk.strip():
@@ -210,26 +239,56 @@ class StateFile:
                 try:
                     generation, snapshot = self._document(chunk, versions=(VERSION,))
                 except CorruptState as exc:
-                    problems.append(f"slot {slot}: {exc.args[0].split(': ', 1)[-1]}")
+                    damaged.append((slot, chunk, exc.args[0].split(": ", 1)[-1]))
                 else:
                     found.append((generation, slot, snapshot))
+            problems = [f"slot {slot}: {why}" for slot, _, why in damaged]
             if found:
                 generation, slot, snapshot = max(found, key=lambda f: f[0])
-                if problems:
-                    # Only the slot being written can be torn, and it was never acknowledged.
-                    log.warning(
-                        "state_slot_ignored", path=str(self.path), generation=generation, why=problems
-                    )
+                for bad, chunk, why in damaged:
+                    self._judge_damaged_slot(bad, chunk, why, newest=generation)
                 self._layout = _Layout(size, slot, generation)
                 return snapshot
             try:
                 generation, snapshot = self._document(raw, versions=(1, 2))
             except CorruptState:
+                self.salvaged = merge_salvages([salvage(chunk) for _, chunk, _ in damaged])
                 raise self._corrupt("; ".join(problems) or "no document in either slot") from None
         else:
-            generation, snapshot = self._document(raw, versions=(1, 2))
+            try:
+                generation, snapshot = self._document(raw, versions=(1, 2))
+            except CorruptState:
+                self.salvaged = salvage(raw)
+                raise
         self._layout = _Layout(0, 0, generation)
         return snapshot
+
+    def _judge_damaged_slot(self, slot: int, chunk: bytes, why: str, *, newest: int) -> None:
+        """A damaged slot beside the valid one of generation ``newest``: superseded when its own
+        generation reads lower, suspect otherwise (see the module's invariants)."""
+        found = salvage(chunk)
+        if found.generation is not None and found.generation < newest:
+            # The older copy, damaged: the valid slot holds everything acknowledged since. (A write
+            # torn early leaves the older document's end, and its generation, in place.)
+            log.warning(
+                "state_slot_damaged", path=str(self.path), slot=slot, generation=found.generation,
+                newest=newest, why=why,
+            )  # fmt: skip
+            return
+        generation = "unreadable" if found.generation is None else str(found.generation)
+        self.suspect = f"slot {slot} (generation {generation}, beside {newest}): {why}"
+        self.salvaged = found
+        log.warning(
+            "state_slot_suspect",
+            path=str(self.path),
+            slot=slot,
+            generation=found.generation,
+            newest=newest,
+            why=why,
+            salvaged=sorted(found.entries),
+            ownerless=list(found.ownerless),
+            gaps=[list(g) for g in found.gaps],
+        )
 
     def _document(self, raw: bytes, *, versions: tuple[int, ...]) -> tuple[int, Snapshot]:
         """(generation, snapshot) of one document of one of ``versions``; CorruptState otherwise."""
@@ -322,67 +381,59 @@ class StateFile:
 
     # -- moving aside ------------------------------------------------------------------------------
 
-    def move_aside(self) -> Path:
-        """Rename the file to ``<name>.corrupt-<n>`` (the lowest free ``n`` from 1); returns the new path."""
+    def move_aside(self, suffix: str = "corrupt") -> Path:
+        """Rename the file to ``<name>.<suffix>-<n>`` (the lowest free ``n`` from 1); returns the new
+        path. The next write makes a new file."""
         self._layout = _Layout()
-        return move_aside(self.path)
+        return move_aside(self.path, suffix)
 
 
-def needs_rebuild(state: StateFile | None) -> bool:
-    """Whether :func:`recover` would rebuild from the runtime's view: there is no state file, or it
-    cannot be trusted. (Read ahead of the restore, so that the runtimes are asked only when needed.)"""
-    if state is None or not os.path.lexists(state.path):
-        return True
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Reading:
+    """What a start read of its state file (:func:`read_state`)."""
+
+    snapshot: Snapshot = dataclasses.field(default_factory=lambda: Snapshot([], {}))
+    """The newest valid slot's allocations, timers and cursors (empty when none is valid)."""
+    salvaged: Salvage | None = None
+    """What a suspect slot or a corrupt file still says (None: nothing was damaged)."""
+    corrupt: str = ""
+    suspect: str = ""
+    moved_to: str = ""
+    missing: bool = False
+
+
+def read_state(state: StateFile | None) -> Reading:
+    """Read ``state`` at a start: the newest valid slot, and what any damage left readable.
+
+    A corrupt file, and a file with a suspect slot, are renamed aside (logged) so that the first write
+    cannot overwrite the evidence; a corrupt file that cannot be renamed stops the start
+    (CorruptState), a suspect one is then kept in place (the next write overwrites the damaged slot:
+    what it says has been salvaged, and the renaming failure is logged)."""
+    if state is None:
+        return Reading(missing=True)
+    missing = not os.path.lexists(state.path)
     try:
-        state.read()
-    except CorruptState:
-        return True
-    return False
-
-
-def recover(
-    state: StateFile | None,
-    runtime: Mapping[str, RuntimeEntry],
-    place: Callable[[str, RuntimeEntry], Allocation | None],
-) -> tuple[RestoreReport, Snapshot]:
-    """Read ``state``; when it is corrupt (then logged and moved aside) or missing, rebuild from ``runtime``.
-
-    ``place(address, entry)`` gives the allocation to rebuild (None: drop the entry). Returns the
-    report (``not_in_pool`` is left to the caller) and the snapshot read (the timeouts of the restored
-    timers, the serial cursors).
-    """
-    snapshot, corrupt, moved_to, missing = Snapshot([], {}), "", "", state is None
-    if state is not None:
+        snapshot = state.read()
+    except CorruptState as exc:
+        corrupt = str(exc)
+        log.error("state_corrupt", path=str(state.path), error=corrupt)
         try:
-            missing = not os.path.lexists(state.path)
-            snapshot = state.read()
-        except CorruptState as exc:
-            corrupt = str(exc)
-            log.error("state_corrupt", path=str(state.path), error=corrupt)
-            try:
-                moved_to = str(state.move_aside())
-            except OSError as error:
-                log.error("state_move_aside_failed", path=str(state.path), error=str(error))
-                raise CorruptState(f"{corrupt}; moving it aside failed: {error}", path=exc.path) from exc
-    rebuilt: dict[str, Allocation] = {}
-    dropped: dict[str, str] = {}
-    for address, entry in runtime.items() if corrupt or missing else ():
-        allocation = place(address, entry) if entry.owner else None
-        if allocation is None or allocation.address in rebuilt:
-            dropped[address] = entry.owner
-        else:
-            rebuilt[allocation.address] = allocation
-    if rebuilt or dropped:
-        log.warning("state_rebuilt", rebuilt=sorted(rebuilt, key=_sort_key), dropped=dropped)
-    report = RestoreReport(
-        restored=tuple(snapshot.allocations),
-        rebuilt=tuple(sorted(rebuilt.values(), key=lambda a: _sort_key(a.address))),
-        dropped=dropped,
-        corrupt=corrupt,
-        moved_to=moved_to,
-        missing=missing,
-    )
-    return report, snapshot
+            moved_to = str(state.move_aside())
+        except OSError as error:
+            log.error("state_move_aside_failed", path=str(state.path), error=str(error))
+            raise CorruptState(f"{corrupt}; moving it aside failed: {error}", path=exc.path) from exc
+        return Reading(salvaged=state.salvaged, corrupt=corrupt, moved_to=moved_to)
+    if not state.suspect:
+        return Reading(snapshot=snapshot, missing=missing)
+    salvaged, suspect = state.salvaged, state.suspect
+    moved_to = ""
+    try:
+        moved_to = str(state.move_aside(suffix="suspect"))
+    except OSError as error:
+        log.error("state_move_aside_failed", path=str(state.path), error=str(error))
+    else:
+        log.warning("state_moved_aside", path=str(state.path), moved_to=moved_to, why=suspect)
+    return Reading(snapshot=snapshot, salvaged=salvaged, suspect=suspect, moved_to=moved_to)
 
 
 def _pad(data: bytes, size: int) -> bytes:

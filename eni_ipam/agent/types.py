@@ -98,3 +98,6 @@ class RuntimeEntry:
     pool: str = ""
     """The pool the owner's addresses come from, when the runtime knows it (a libnetwork pool's);
     empty: the first pool listing the address."""
+    alive: bool | None = None
+    """Whether the owner is proven alive (True: a Docker endpoint, a libcni entry whose namespace or
+    container exists) or gone (False); None: nothing could tell."""

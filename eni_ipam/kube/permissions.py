@@ -55,8 +55,9 @@ CLAIMS_GROUP = "ipam.cluster.x-k8s.io"
 
 AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     {
-        # The pods on its node (field selector spec.nodeName): an address whose pod is gone is released
-        # by the sweep, whatever happened to the pod's CNI DEL.
+        # The pods on its node (field selector spec.nodeName): an address a pod holds is never handed
+        # out, whatever the state file says (checked at every start: status.podIPs); an address whose
+        # pod is gone is released by the sweep, whatever happened to the pod's CNI DEL.
         ("", "pods", "list"),
         ("", "pods", "watch"),
         # Its own node's pool (watched by name): the addresses to hand out and the handshake marks.

@@ -127,22 +127,43 @@ def test_a_change_overwrites_the_older_slot_in_place_and_waits_for_fdatasync_alo
     assert StateFile(path).load() == []
 
 
-def test_a_torn_slot_is_ignored_for_the_previous_state_and_written_again(path: Path) -> None:
+def test_a_damaged_older_slot_is_superseded_and_written_again(path: Path) -> None:
     state = StateFile(path)
     state.save([V4])  # generation 1, slot 0
     state.save([])  # generation 2, slot 1
     raw = bytearray(path.read_bytes())
     half = len(raw) // 2
-    raw[half + 10 : half + 20] = b"#" * 10  # a write of generation 2 cut short (a crash, a kill)
+    raw[10:20] = b"#" * 10  # slot 0, generation 1: its generation line still reads 1
     path.write_bytes(bytes(raw))
     with capture_logs() as logs:
-        assert StateFile(path).load() == [V4]
-    assert [e["event"] for e in logs] == ["state_slot_ignored"]
-    again = StateFile(path)
-    again.read()
-    again.save([])  # generation 2 again, into the torn slot: slot 0 keeps generation 1
-    assert path.read_bytes()[:half] == bytes(raw[:half])
-    assert StateFile(path).load() == []
+        again = StateFile(path)
+        assert again.load() == []
+    assert [(e["event"], e["generation"], e["newest"]) for e in logs] == [("state_slot_damaged", 1, 2)]
+    assert again.salvaged is None and not again.suspect  # generation 2 holds all that was acknowledged
+    again.save([V4])  # generation 3, into the damaged slot: slot 1 keeps generation 2
+    assert path.read_bytes()[half:] == bytes(raw[half:])
+    assert StateFile(path).load() == [V4]
+
+
+def test_a_damaged_newer_slot_is_suspect_and_what_it_still_says_is_salvaged(path: Path) -> None:
+    state = StateFile(path)
+    state.save([V4])  # generation 1, slot 0
+    second = dataclasses.replace(V4, address="10.0.0.6", owner="c2", netns="/run/netns/c2")
+    state.save([V4, second])  # generation 2, slot 1
+    raw = bytearray(path.read_bytes())
+    half = len(raw) // 2
+    start = raw.index(b'"gateway"', half)  # inside the first entry, after its address and before its owner
+    raw[start : start + 10] = b"#" * 10  # damaged after its acknowledgement, or torn: alike
+    path.write_bytes(bytes(raw))
+    with capture_logs() as logs:
+        again = StateFile(path)
+        assert again.load() == [V4]  # the valid slot, generation 1
+    assert [(e["event"], e["generation"], e["newest"]) for e in logs] == [("state_slot_suspect", 2, 1)]
+    assert again.suspect.startswith("slot 1 (generation 2, beside 1)")
+    assert again.salvaged is not None
+    assert {a: e.owner for a, e in again.salvaged.entries.items()} == {"10.0.0.6": "c2"}
+    assert again.salvaged.entries["10.0.0.6"].attachment.netns == "/run/netns/c2"
+    assert again.salvaged.ownerless == ("10.0.0.5",)  # read, but its owner's line came after the damage
 
 
 def test_a_file_with_no_valid_slot_is_corrupt_naming_both(path: Path) -> None:
@@ -359,11 +380,31 @@ def test_a_start_that_reads_the_state_back_as_it_is_writes_nothing(path: Path) -
     state.failing = True  # a full disk: the start must not depend on writing
     allocator = Allocator(clock=FakeClock(), state=state)
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
-    report = allocator.restore(runtime={"10.0.0.6": "c9"})
+    report = allocator.restore(runtime={"10.0.0.5": "c1"})  # the runtime agrees with the file
     assert report.restored == (V4,) and allocator.allocations() == [V4]
+    assert report.unsaved == "" and allocator.state_error == ""
     with pytest.raises(errors.StateNotWritten):  # a DEL on a full disk: try again later, nothing lost
         allocator.release_owner("c1")
     assert allocator.allocations() == [V4]
+
+
+def test_a_start_that_cannot_write_what_it_settled_serves_it_and_refuses_changes(path: Path) -> None:
+    StateFile(path).save([V4])
+    state = FailingState(path)
+    state.failing = True
+    allocator = Allocator(clock=FakeClock(), state=state)
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    with capture_logs() as logs:
+        report = allocator.restore(runtime={"10.0.0.6": "c9"})  # held by a container, not in the file
+    assert allocator.dump()[0] == {"10.0.0.5": "c1", "10.0.0.6": "c9"}  # served from memory
+    assert "No space left" in report.unsaved and "No space left" in allocator.state_error
+    assert [e["log_level"] for e in logs if e["event"] == "state_not_written_at_start"] == ["error"]
+    with pytest.raises(errors.StateNotWritten):
+        allocator.allocate_next("c2")
+    state.failing = False
+    v4, _ = allocator.allocate_next("c2")  # the first write that succeeds saves everything
+    assert v4 is not None and v4.address == "10.0.0.7" and allocator.state_error == ""
+    assert StateFile(path).load() == allocator.allocations()
 
 
 def test_an_expiry_whose_save_fails_still_frees_the_address(path: Path) -> None:
@@ -409,12 +450,10 @@ def test_changes_before_restore_are_refused_so_the_file_is_never_overwritten(pat
 # -- restore ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
-def test_a_corrupt_file_is_moved_aside_reported_and_rebuilt_from_the_runtime(
-    path: Path, corrupt: Callable[[Path], None]
-) -> None:
+@pytest.mark.parametrize("name", CORRUPTIONS)
+def test_a_corrupt_file_is_moved_aside_reported_and_rebuilt_from_the_runtime(path: Path, name: str) -> None:
     StateFile(path).save([V4])
-    corrupt(path)
+    CORRUPTIONS[name](path)
     damaged = path.read_bytes()
     runtime = {"10.0.0.6": "c1", "2001:DB8::6": "c2", "10.9.9.9": "elsewhere", "bogus": "c3"}
     with capture_logs() as logs:
@@ -423,8 +462,11 @@ def test_a_corrupt_file_is_moved_aside_reported_and_rebuilt_from_the_runtime(
     assert report_events and report_events[0]["log_level"] == "error"
     moved = path.with_name("allocations.json.corrupt-1")
     assert moved.read_bytes() == damaged
-    # an address no pool holds yet is kept for its container (the pool may still be filling in)
-    assert allocator.dump()[:2] == ({"10.0.0.6": "c1", "10.9.9.9": "elsewhere"}, {"2001:db8::6": "c2"})
+    # an address no pool holds yet is kept for its container (the pool may still be filling in); what
+    # the damaged file still says is held too (the truncated one lost only its empty second slot)
+    salvaged = {"10.0.0.5": "c1"} if name == "truncated" else {}
+    expected = {**salvaged, "10.0.0.6": "c1", "10.9.9.9": "elsewhere"}
+    assert allocator.dump()[:2] == (expected, {"2001:db8::6": "c2"})
     assert StateFile(path).load() == allocator.allocations()  # a valid file again
 
 
@@ -488,13 +530,36 @@ def test_a_missing_file_is_rebuilt_from_the_runtime(path: Path) -> None:
     assert StateFile(path).load() == allocator.allocations()
 
 
-def test_a_valid_file_wins_over_the_runtime_view(path: Path) -> None:
-    StateFile(path).save([V4])
+def test_a_valid_file_is_not_the_whole_truth_what_the_runtime_holds_is_added(path: Path) -> None:
+    StateFile(path).save([V4])  # an older copy put back, say: it lacks the last ADD
     allocator = Allocator(clock=FakeClock(), state=StateFile(path))
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
-    report = allocator.restore(runtime={"10.0.0.6": "c1"})
-    assert report.restored == (V4,) and report.rebuilt == ()
-    assert allocator.allocations() == [V4]
+    report = allocator.restore(runtime={"10.0.0.6": "c2"})
+    assert report.restored == (V4,) and [(a.address, a.owner) for a in report.rebuilt] == [("10.0.0.6", "c2")]
+    assert StateFile(path).load() == allocator.allocations()
+
+
+@pytest.mark.parametrize(
+    ("alive", "kept_alive", "kept"),
+    [(True, None, "c2"), (True, False, "c2"), (None, None, "c1"), (None, False, "c1"), (True, True, "c1")],
+    ids=["runtime live", "file's owner gone", "neither proven", "file's gone, runtime unproven", "both live"],
+)
+def test_two_owners_for_one_address_resolve_to_the_one_proven_alive(
+    path: Path, alive: bool | None, kept_alive: bool | None, kept: str
+) -> None:
+    StateFile(path).save([V4])  # c1 at 10.0.0.5
+    allocator = Allocator(clock=FakeClock(), state=StateFile(path))
+    allocator.set_pool(DEFAULT_POOL, members(*POOL))
+    runtime = {"10.0.0.5": RuntimeEntry(owner="c2", alive=alive)}
+    with capture_logs() as logs:
+        report = allocator.restore(runtime=runtime, judge=lambda a: kept_alive if a.owner == "c1" else None)
+    assert allocator.dump()[0] == {"10.0.0.5": kept}  # one owner, never two
+    events = {e["event"]: e for e in logs}
+    if kept == "c2":
+        assert report.replaced == {"10.0.0.5": "c1"} and events["state_owner_replaced"]["kept"] == "c2"
+    else:
+        assert report.dropped == {"10.0.0.5": "c2"} and report.replaced == {}
+        assert ("address_held_twice" if alive and kept_alive else "state_owner_kept") in events
 
 
 def test_restored_allocations_outside_the_pool_are_kept_and_never_handed_to_another(path: Path) -> None:
@@ -545,17 +610,6 @@ def test_serial_allocation_goes_on_after_a_restart_instead_of_reusing_the_addres
     again = start(path, FakeClock())  # a new process on the same file
     after, _ = again.allocate_next("c2", serial=True)
     assert after is not None and after.address != v4.address
-
-
-def test_whether_a_rebuild_is_needed_is_known_before_the_restore(path: Path) -> None:
-    assert Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()  # missing
-    assert Allocator(clock=FakeClock()).needs_rebuild()  # no state file at all
-    path.write_text("garbage")
-    assert Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()
-    path.unlink()
-    StateFile(path).save([V4])
-    assert not Allocator(clock=FakeClock(), state=StateFile(path)).needs_rebuild()
-    assert [a.address for a in start(path, FakeClock()).allocations()] == ["10.0.0.5"]  # still restored
 
 
 def test_a_runtime_entry_naming_its_pool_is_rebuilt_there(path: Path) -> None:

@@ -91,6 +91,7 @@ def test_the_entry_says_the_network_namespace_and_pod(tmp_path: Path) -> None:
     assert cni_cache_view(tmp_path)["10.99.0.10"] == RuntimeEntry(
         owner="cni:c1:eth0",
         attachment=Attachment(network="podnet", netns=str(tmp_path / "a"), pod_uid="u-1", pod="ns/web"),
+        alive=True,  # its namespace exists
     )
 
 

@@ -19,7 +19,7 @@ from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import agent_config_from_mapping
 from eni_ipam.agent.daemon import Agent
 from eni_ipam.agent.docker import DockerApi, DockerNetwork, DockerSubnet, DockerView
-from eni_ipam.agent.errors import PoolExhausted
+from eni_ipam.agent.errors import PoolWithheld
 from eni_ipam.agent.libnetwork import LOCAL_ADDRESS_SPACE, LibnetworkDriver, PoolRecord
 from eni_ipam.agent.start import UNREAD, StartReconciler, docker_entries
 from eni_ipam.agent.state import StateFile
@@ -80,6 +80,18 @@ async def call(agent: Agent, method: str, body: dict[str, Any]) -> tuple[int, di
         session.post(f"http://agent/IpamDriver.{method}", json=body) as answer,
     ):
         return answer.status, await answer.json(content_type=None)
+
+
+async def cni_add(agent: Agent, container: str, pool: str = "default") -> dict[str, Any]:
+    """A CNI ADD on the agent's socket, as the plugin sends it; the answer's body."""
+    connector = aiohttp.UnixConnector(path=agent.config.socket)
+    body = {"containerID": container, "ifname": "eth0", "pool": pool}
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post("http://agent/v1/cni/add", json=body) as answer,
+    ):
+        found: dict[str, Any] = await answer.json()
+        return found
 
 
 def request_pool(pool: str) -> dict[str, Any]:
@@ -149,22 +161,25 @@ async def test_a_rebuild_keeps_dockers_endpoints_as_well_as_libcnis_attachments(
         assert status == 200 and "10.99.0.3" not in owners(agent)
 
 
-async def test_while_docker_cannot_be_read_after_a_rebuild_its_pools_ranges_are_withheld(
+async def test_while_docker_cannot_be_read_without_a_mirror_its_pools_subnets_are_withheld(
     tmp_path: Path, docker_path: str
 ) -> None:
-    pool_id, network = busy_host(tmp_path)
+    pool_id, network = busy_host(tmp_path)  # the previous run had no Docker: no mirror was written
     lose_state(tmp_path)
     agent = make_agent(tmp_path, docker_path)
     with capture_logs() as logs:
         async with running(agent):
             assert owners(agent) == {"10.99.0.4": "cni:pod1:eth0"}  # all libcni could say
-            incomplete = [e for e in logs if e["event"] == "rebuild_incomplete"]
-            assert len(incomplete) == 1 and incomplete[0]["runtime"] == "docker"
-            assert incomplete[0]["withheld"] == [CIDR] and "docker.sock" in incomplete[0]["reason"]
-            ready, why = agent.readiness()
-            assert ready and f"withheld {CIDR}" in why  # CNI is served, its ADDs find the range withheld
-            with pytest.raises(PoolExhausted):
+            [unread] = [e for e in logs if e["event"] == "runtime_not_read"]
+            assert (unread["runtime"], unread["networks"]) == ("docker", [CIDR])
+            assert "docker.sock" in unread["reason"] and "mirror missing" in unread["withheld"]
+            ready, why = agent.readiness()  # every address left in the default pool is withheld
+            assert not ready and why.startswith("pool default: no address can be handed out: 12 withheld")
+            assert f"while Docker's API on {docker_path} does not answer" in why
+            said = f"pool default.*12 withheld while Docker's API on {docker_path}"
+            with pytest.raises(PoolWithheld, match=said):
                 agent.allocator.allocate_next("cni:new:eth0")
+            assert (await cni_add(agent, "new"))["error"]["code"] == "pool_withheld"  # never pool_exhausted
             v4, _ = agent.allocator.allocate_next("cni:lab:eth0", "lab")  # another range: served
             assert v4 is not None
             async with fake_docker(lambda: [network], docker_path):
@@ -181,14 +196,31 @@ async def test_while_docker_cannot_be_read_after_a_rebuild_its_pools_ranges_are_
             assert agent.readiness() == (True, "node n1, 6 addresses in use")
 
 
-async def test_a_start_on_a_valid_state_file_asks_no_runtime_and_withholds_nothing(
+async def test_a_start_on_a_valid_state_file_still_reads_every_runtime(
     tmp_path: Path, docker_path: str
 ) -> None:
-    busy_host(tmp_path)
-    write_entry(tmp_path / "cni-cache", "stale", "10.99.0.9")  # a DEL that failed long ago
-    async with running(make_agent(tmp_path, docker_path)) as agent:  # Docker not answering
-        assert sorted(owners(agent)) == ["10.99.0.2", "10.99.0.3", "10.99.0.4", "10.99.0.5"]
+    """A valid file may be an older copy put back: what libcni and Docker hold is added to it."""
+    pool_id, network = busy_host(tmp_path)
+    oci = tmp_path / "runc"
+    (oci / "late").mkdir(parents=True)
+    write_entry(tmp_path / "cni-cache", "late", "10.99.0.9")  # an ADD the file does not have
+    write_entry(tmp_path / "cni-cache", "gone", "10.99.0.10")  # a DEL that failed: runc forgot it
+    network["Containers"]["c3"] = {"IPv4Address": "10.99.0.11/28", "IPv6Address": ""}  # nor this
+    async with (
+        fake_docker(lambda: [network], docker_path),
+        running(make_agent(tmp_path, docker_path, oci_state_dirs=[str(oci)])) as agent,
+    ):
+        docker = f"libnetwork:{pool_id}"
+        assert owners(agent) == {
+            "10.99.0.2": docker,
+            "10.99.0.3": docker,
+            "10.99.0.4": "cni:pod1:eth0",
+            "10.99.0.5": docker,
+            "10.99.0.9": "cni:late:eth0",
+            "10.99.0.11": docker,
+        }
         assert agent.allocator.withheld() == {}
+        assert not (tmp_path / "cni-cache" / "podnet-gone-eth0").exists()  # proven gone: not resurrected
         v4, _ = agent.allocator.allocate_next("cni:new:eth0")
         assert v4 is not None and v4.address == "10.99.0.6"
 
@@ -219,10 +251,10 @@ def test_dockers_addresses_go_to_the_registered_pool_holding_them() -> None:
     )
     entries, unmapped = docker_entries(view, records)
     assert entries == {
-        "10.99.0.2": RuntimeEntry(owner="libnetwork:a", pool="default"),
-        "10.99.0.9": RuntimeEntry(owner="libnetwork:a", pool="default"),
-        "10.98.0.9": RuntimeEntry(owner="libnetwork:b", pool="lab"),
-    }  # a gateway is the subnet's router: the driver never allocates it
+        "10.99.0.2": RuntimeEntry(owner="libnetwork:a", pool="default", alive=True),
+        "10.99.0.9": RuntimeEntry(owner="libnetwork:a", pool="default", alive=True),
+        "10.98.0.9": RuntimeEntry(owner="libnetwork:b", pool="lab", alive=True),
+    }  # a gateway is the subnet's router: the driver never allocates it; Docker lists live endpoints
     assert unmapped == {"10.97.0.5"}  # a network this registry does not know: withheld instead
 
 
@@ -256,7 +288,7 @@ async def test_a_removed_networks_pool_is_released_as_soon_as_docker_answers(
     agent.driver.request_pool(address_space=LOCAL_ADDRESS_SPACE, pool=CIDR)
     async with running(make_agent(tmp_path, docker_path)) as agent:
         assert len(agent.driver.pools()) == 1  # Docker not answering: nothing known, nothing released
-        assert "Docker not read since the start" in agent.readiness()[1]
+        assert "withheld while Docker's API" in agent.readiness()[1]
         async with fake_docker(lambda: [], docker_path):
             await until(lambda: not agent.driver.pools(), limit=5)
         status, _ = await call(agent, "RequestPool", request_pool(CIDR))

@@ -539,6 +539,7 @@ def test_soak(node: Node, together: Runtimes) -> None:
     if not os.environ.get(SOAK_SECONDS):
         pytest.skip(f"the soak runs from bench/runtimes_soak.py (make soak), which sets {SOAK_SECONDS}")
     seconds = float(os.environ[SOAK_SECONDS])
+    faults = {**FAULTS, **trust_faults()}
     rng = random.Random(int(os.environ.get(SOAK_SEED, "7")))
     random.seed(rng.random())
     tally = SoakTally()
@@ -546,7 +547,7 @@ def test_soak(node: Node, together: Runtimes) -> None:
     order: list[str] = []
     while time.perf_counter() - began < seconds:
         if not order:
-            order = list(FAULTS)
+            order = list(faults)
             rng.shuffle(order)
         name = order.pop()
         n = tally.rounds[name] + 1
@@ -554,7 +555,7 @@ def test_soak(node: Node, together: Runtimes) -> None:
         print(f"[{time.perf_counter() - began:5.0f}s] round: {name} #{n}")
         try:
             reset(node, together)
-            FAULTS[name](node, together, lambda text, name=name: note(tally, name, text))
+            faults[name](node, together, lambda text, name=name: note(tally, name, text))
         except AssertionError as exc:
             tally.failed[name] += 1
             tally.details.append(f"{name} #{n}: {str(exc)[-1500:]}")
@@ -581,6 +582,14 @@ def test_soak(node: Node, together: Runtimes) -> None:
         Path(out).write_text(json.dumps(report, indent=2))
     broken = sum(tally.duplicates.values()) + sum(tally.leaks.values()) + sum(tally.lost.values())
     assert not broken and not tally.failed, "\n".join(tally.details)
+
+
+def trust_faults() -> dict[str, Callable[[Node, Runtimes, Say], None]]:
+    """The faults of what a start trusts (docs/decisions/0034), from tests/e2e/test_node_trust.py:
+    imported when the soak runs, since that module imports this one's fixtures."""
+    from tests.e2e.test_node_trust import TRUST_FAULTS
+
+    return TRUST_FAULTS
 
 
 def note(tally: SoakTally, fault: str, text: str) -> None:

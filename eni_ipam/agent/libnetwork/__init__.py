@@ -25,13 +25,14 @@ from .protocol import (
     SERIAL,
     IpamRequestError,
 )
-from .registry import PoolRecord
+from .registry import OWNER_PREFIX, PoolRecord
 
 __all__ = [
     "CONTENT_TYPE",
     "GATEWAY",
     "GLOBAL_ADDRESS_SPACE",
     "LOCAL_ADDRESS_SPACE",
+    "OWNER_PREFIX",
     "REQUEST_ADDRESS_TYPE",
     "SERIAL",
     "IpamRequestError",

@@ -34,6 +34,7 @@ from eni_ipam.agent.errors import (
     NotAllocated,
     NotInPool,
     PoolExhausted,
+    PoolWithheld,
     UnknownPool,
 )
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, PoolAddress
@@ -423,6 +424,8 @@ class LibnetworkDriver:
             ipv4, ipv6 = self._allocator.allocate_next(
                 record.owner, record.allocator_pool, family, serial=serial
             )
+        except PoolWithheld as exc:  # Docker itself is what is waited for, or the pods: say so
+            raise unavailable(f"{ERR_NO_AVAILABLE_IPS} now: {exc}") from None
         except PoolExhausted:
             raise unavailable(ERR_NO_AVAILABLE_IPS) from None
         except FamilyDisabled:
