@@ -29,6 +29,7 @@ from collections.abc import Callable
 import structlog
 
 from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.core import devices
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import (
@@ -80,7 +81,8 @@ def snapshot(nodes: int) -> CloudSnapshot:
     }
     # The listing parser hands out one string object per value and one tuple per set of groups
     # (providers/aws/listings.py): an instance's id is the same object in the instance and in each of
-    # its interfaces, and every interface of the same groups shares one tuple. So here.
+    # its interfaces, and every interface of the same groups shares one tuple. So here. Every
+    # interface has its own MAC address, as on EC2.
     groups = ("sg-1",)
     instances = {}
     for n in range(nodes):
@@ -96,6 +98,7 @@ def snapshot(nodes: int) -> CloudSnapshot:
                 addresses=tuple(f"{base}.{d * 40 + k + 1}" for k in range(SECONDARIES)),
                 security_groups=groups,
                 instance_id=instance_id,
+                link=devices.pack(devices.mac_text(0x02 << 40 | n * INTERFACES + d + 1)),
             )
             for d in range(INTERFACES)
         )

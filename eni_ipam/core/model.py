@@ -12,6 +12,9 @@ Invariants:
 * ``Interface.addresses`` never contains the interface's primary address.
 * ``Interface.prefixes`` are aligned /28 blocks; each contributes 16 pool addresses.
 * ``Instance.interfaces`` is sorted by device index (the planner relies on it for determinism).
+* ``Interface.link`` holds a device's MAC address or none, and a network card in bounds
+  (:mod:`eni_ipam.core.devices`): providers read what the cloud reports through
+  :func:`~eni_ipam.core.devices.reported`, which drops what no device can have.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ipaddress
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from eni_ipam.core import devices
 from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
 
 PREFIX_SIZE = 16
@@ -212,6 +216,10 @@ class Interface:
     delete_on_termination: bool = False
     created_at: float = 0.0
     """Cloud-side creation time on the provider's clock (used by garbage collection ages)."""
+    link: int = 0
+    """The MAC address and the network card, packed in one int (:func:`eni_ipam.core.devices.pack`;
+    read them as :attr:`mac_address` and :attr:`network_card`). One slot and one small int object,
+    not a string and a second slot: a cluster holds hundreds of thousands of interfaces."""
 
     slots_used: int = dataclasses.field(init=False, compare=False, repr=False)
     """Secondary slots taken: every secondary address or /28 prefix takes one."""
@@ -220,6 +228,10 @@ class Interface:
     not derived: the planner reads them for every interface of every node it plans."""
 
     def __post_init__(self) -> None:
+        if not 0 <= self.link <= devices.MAX_LINK:
+            raise ValueError(
+                f"interface {self.id}: {self.link!r} is not a packed MAC address and network card"
+            )
         if not isinstance(self.addresses, Addresses):
             object.__setattr__(self, "addresses", Addresses.of(self.addresses))
         if not isinstance(self.prefixes, Prefixes):
@@ -228,6 +240,20 @@ class Interface:
         prefixes = len(self.prefixes.packed) // 5  # type: ignore[attr-defined]
         object.__setattr__(self, "slots_used", addresses + prefixes)
         object.__setattr__(self, "pool_size", addresses + PREFIX_SIZE * prefixes)
+
+    @property
+    def mac_address(self) -> str:
+        """The MAC address the node sees the interface's device with (``0a:1b:2c:3d:4e:5f``); ``""``
+        when the provider has none (the generic provider's virtual interface, an Azure NIC of a VM
+        never started)."""
+        return devices.mac_of(self.link)
+
+    @property
+    def network_card(self) -> int:
+        """The network card of the interface's attachment to an instance (EC2's
+        ``networkCardIndex``); 0 when it has none. EC2 interfaces on a card other than 0 are reported
+        detached (pools use card 0 only: providers/aws/api.py) and keep their card, which says why."""
+        return devices.card_of(self.link)
 
     def pool_addresses(self) -> Iterator[str]:
         """Every address this interface contributes to a pool: secondaries, then prefix addresses."""

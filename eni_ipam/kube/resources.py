@@ -9,6 +9,10 @@ each other's fields:
   written by :func:`status_ops` as a JSON patch that replaces each of them whole;
 * the node agent: ``used`` and ``releaseAnswers`` — read by :func:`resource_from_pool`.
 
+The node agent reads the controller's fields through the functions at the end of this module:
+:func:`pool_members` (the IPv4 pool), :func:`ipv6_members`, :func:`pool_interfaces` (each
+interface's device: MAC address, device index, network card, subnet).
+
 The functions reading an object take either the whole object or what the informers keep of it
 (:mod:`~eni_ipam.kube.projection`), so the conversion is one code path for both.
 
@@ -18,14 +22,16 @@ because a cluster may run without the CRD's schema (or an older one), and names 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from eni_ipam.config.schema import validate
+from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
 from eni_ipam.core.model import (
     MAX_NODE_ADDRESSES,
     Interface,
@@ -280,6 +286,9 @@ def node_fields_patch(
 
 
 def _interface(iface: Interface) -> dict[str, Any]:
+    # The MAC address and the network card, as the IPv6 prefixes, only where there is one: a pool
+    # whose interfaces have none (the generic provider's) reads as it did before they were
+    # published, and its status is not rewritten for them.
     return {
         "id": iface.id,
         "deviceIndex": iface.device_index,
@@ -289,6 +298,8 @@ def _interface(iface: Interface) -> dict[str, Any]:
         "addresses": len(iface.addresses),
         "prefixes": list(iface.prefixes),
         **({"ipv6Prefixes": list(iface.ipv6_prefixes)} if iface.ipv6_prefixes else {}),
+        **({"macAddress": mac} if (mac := iface.mac_address) else {}),
+        **({"networkCard": iface.network_card} if iface.network_card else {}),
     }
 
 
@@ -361,9 +372,18 @@ def desired_status(status: NodeStatus, *, generation: int) -> dict[str, Any]:
     }
 
 
-def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime) -> list[Obj] | None:
+def status_ops(
+    status: NodeStatus,
+    current: PoolInfo,
+    *,
+    now: datetime.datetime,
+    stored_as: tuple[bytes, bytes] | None = None,
+) -> list[Obj] | None:
     """The JSON patch (RFC 6902) writing ``status`` into the pool ``current`` describes, or None when
-    the controller's fields already say so (their digest equals the stored one).
+    the controller's fields already say so (their digest equals the stored one), or when
+    ``stored_as`` says that the API server stores these fields as the pool now holds them:
+    ``(digest written, digest stored)`` of the last write, when they differed (a CRD older than the
+    controller prunes the fields its schema lacks: writing them again would change nothing).
 
     Each controller-owned field is replaced whole by an ``add`` of ``/status/<field>`` (``add``
     replaces a member that exists), so the write needs nothing of the old content and never names
@@ -386,7 +406,8 @@ def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime)
         }
         for kind, ok, reason, message in _conditions(status)
     ]
-    if status_digest({**desired, "conditions": conditions}) == current.digest:  # times are not hashed
+    digest = status_digest({**desired, "conditions": conditions})  # times are not hashed
+    if digest == current.digest or (digest, current.digest) == stored_as:
         return None
     stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     previous = {kind: (text, since) for kind, text, since in current.transitions}
@@ -400,6 +421,19 @@ def status_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime)
         {"op": "add", "path": "/metadata/resourceVersion", "value": current.resource_version},
         {"op": "add", "path": "/status", "value": desired},
     ]
+
+
+def written_digest(ops: Sequence[Obj]) -> bytes:
+    """The :func:`~eni_ipam.kube.projection.status_digest` of the controller's fields a patch of
+    :func:`status_ops` writes: what the pool's digest is once it is stored as written."""
+    fields: dict[str, Any] = {}
+    for op in ops:
+        path = op["path"]
+        if path == "/status":
+            fields.update(op["value"])
+        elif path.startswith("/status/"):
+            fields[path.removeprefix("/status/")] = op["value"]
+    return status_digest(fields)
 
 
 # -- the node agent's side ------------------------------------------------------------------------
@@ -450,6 +484,68 @@ def ipv6_members(obj: Mapping[str, Any], count: int) -> list[tuple[str, str, str
                 (str(base + k), str(block), str(iface.get("id", "")), str(block)) for k in range(2, last + 2)
             )
     return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PoolInterface:
+    """One interface of a node's pool as its ENIPool status publishes it, for the node side: what
+    finds it as a device (the MAC address), what its route table derives from (device index and
+    network card), and its subnet's CIDR (the subnet's route and router)."""
+
+    id: str
+    device_index: int
+    network_card: int
+    """0 when the status does not say (card 0, or a status written before cards were published)."""
+    mac_address: str
+    """The written form (``0a:1b:2c:3d:4e:5f``); ``""`` when the interface is no device, or the
+    status was written before MAC addresses were published (the controller rewrites it once)."""
+    subnet_id: str
+    cidr: str
+    """The subnet's CIDR from ``status.subnets``; ``""`` when the status does not give it."""
+    primary_ip: str
+
+
+def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
+    """Every interface an ENIPool's status lists, in its order (device index order).
+
+    An entry the CRD's schema would refuse (no id, a device index or card that is not an integer
+    in bounds, a MAC address not in the written form of a device's) is left out whole: a status
+    that bypassed the schema never gives the node side a device or a route table to act on."""
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    subnets = status.get("subnets")
+    subnets = subnets if isinstance(subnets, Mapping) else {}
+    out: list[PoolInterface] = []
+    for entry in status.get("interfaces") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        iid, index, card = entry.get("id"), entry.get("deviceIndex"), entry.get("networkCard", 0)
+        mac, subnet = entry.get("macAddress", ""), entry.get("subnet", "")
+        if not (isinstance(iid, str) and iid and _integer(index) and _integer(card)):
+            continue
+        if not (0 <= card <= MAX_NETWORK_CARD and isinstance(mac, str) and isinstance(subnet, str)):
+            continue
+        if mac and not re.fullmatch(MAC_PATTERN, mac):
+            continue
+        where = subnets.get(subnet)
+        cidr = where.get("cidr", "") if isinstance(where, Mapping) else ""
+        primary = entry.get("primaryIP", "")
+        out.append(
+            PoolInterface(
+                id=iid,
+                device_index=index,
+                network_card=card,
+                mac_address=mac,
+                subnet_id=subnet,
+                cidr=cidr if isinstance(cidr, str) else "",
+                primary_ip=primary if isinstance(primary, str) else "",
+            )
+        )
+    return out
+
+
+def _integer(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def pool_members(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:

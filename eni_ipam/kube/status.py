@@ -16,6 +16,13 @@ hold writes nothing. The write itself (:func:`~eni_ipam.kube.resources.status_op
 replacing each controller field whole; it never names the node agent's fields, so an agent writing
 ``used`` or ``releaseAnswers`` at the same moment loses nothing, and it needs no old content.
 
+A write the server stores otherwise than it was written (a CRD older than the controller prunes
+the fields its schema lacks: the chart installs a CRD once and never upgrades it) would be written
+again at every pass, for ever. So when a write's answer has another digest than the write, the
+writer remembers the pair for that pool and does not write the same status onto the same stored one
+again; the first such write of a term is logged as a warning naming the cause. The pair is kept only
+for pools whose writes were altered (none with a current CRD).
+
 The writer keeps no written object. A projection more recent than the informer's — a write's
 answer, a re-read after a conflict, a pool as the list made at the start of a term saw it — is kept
 only until the informer has caught up with it (its resourceVersion reaches that one's), so a status
@@ -47,7 +54,7 @@ from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.projection import PoolInfo, project_pool
-from eni_ipam.kube.resources import status_ops
+from eni_ipam.kube.resources import status_ops, written_digest
 
 log = structlog.get_logger("eni_ipam.kube.status")
 
@@ -108,6 +115,9 @@ class StatusWriter:
         self._seq = itertools.count()
         self._ahead: dict[str, PoolInfo] = {}
         """Projections more recent than the informer's, until it has caught up (the module doc)."""
+        self._altered: dict[str, tuple[bytes, bytes]] = {}
+        """``(digest written, digest stored)`` of the last write of a pool that the server stored
+        otherwise (the module doc)."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one round at a time (the shutdown flush races the loop's)
         self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
@@ -159,6 +169,7 @@ class StatusWriter:
         self._heap.clear()
         self._place.clear()
         self._ahead.clear()
+        self._altered.clear()
 
     def remember(self, pool: PoolInfo) -> None:
         """``pool`` as read elsewhere than through the informer (the list made at the start of a
@@ -180,6 +191,7 @@ class StatusWriter:
         self.pending.pop(name, None)
         self._place.pop(name, None)
         self._ahead.pop(name, None)
+        self._altered.pop(name, None)
 
     async def run(self) -> None:
         """Write until cancelled; after a round with failures, back off before the next."""
@@ -233,7 +245,11 @@ class StatusWriter:
     def _changes(self, name: str, status: NodeStatus) -> bool:
         """Whether writing ``status`` would change the pool (a gone pool needs no write)."""
         current = self._current(name)
-        return current is not None and status_ops(status, current, now=self.clock.now_utc()) is not None
+        return (
+            current is not None
+            and status_ops(status, current, now=self.clock.now_utc(), stored_as=self._altered.get(name))
+            is not None
+        )
 
     async def _write(self, name: str, status: NodeStatus) -> bool:
         """Write ``status`` if it changes the pool; False when it failed and should be retried.
@@ -243,7 +259,7 @@ class StatusWriter:
         for _ in range(MAX_ATTEMPTS):
             if current is None:
                 return True  # the pool is gone
-            ops = status_ops(status, current, now=self.clock.now_utc())
+            ops = status_ops(status, current, now=self.clock.now_utc(), stored_as=self._altered.get(name))
             if ops is None:
                 return True  # the pool already says so
             try:
@@ -268,7 +284,8 @@ class StatusWriter:
                 self._failed(name, exc)
                 return False
             else:
-                self._ahead[name] = project_pool(answer)
+                stored = self._ahead[name] = project_pool(answer)
+                self._stored(name, written_digest(ops), stored.digest)
                 self.metrics.status_writes.labels(outcome="ok").inc()
                 return True
             try:
@@ -285,6 +302,20 @@ class StatusWriter:
                 return True
         self._failed(name, None)
         return False
+
+    def _stored(self, name: str, written: bytes, stored: bytes) -> None:
+        """Remember a write the server stored otherwise than it was written (the module doc)."""
+        if written == stored:
+            self._altered.pop(name, None)
+            return
+        if not self._altered:
+            log.warning(
+                "status_stored_otherwise",
+                node=name,
+                cause="the API server changed the status written (an ENIPool CRD older than the "
+                "controller prunes the fields it lacks: apply the chart's crds/ before upgrading)",
+            )
+        self._altered[name] = (written, stored)
 
     def _refused(self, name: str, exc: errors.KubeError) -> None:
         # Retrying the same write cannot help (an old CRD schema, missing RBAC): say so, drop it.

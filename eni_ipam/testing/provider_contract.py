@@ -13,6 +13,10 @@ describe) and either runs every check with :func:`check_provider`, or parametriz
 Every check raises ``AssertionError`` with a message saying what the provider did wrong; none
 depends on pytest. Checks mutate the cloud, so each needs an env of its own.
 
+A cloud's interfaces are devices of their instance, found by the node side by MAC address; a
+provider whose interfaces are not (the generic provider's virtual interface) says so with
+``devices=False``, and the MAC check is skipped.
+
 The instance type's limits say which parts of the contract apply. Where ``limits.addresses`` is
 false (prefixes only), the address checks run in /28 prefixes. Where ``limits.hot_attach`` is false
 (Azure, generic), ``create_interface`` must refuse with ``AttachmentLimitExceeded`` and change
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from eni_ipam.core import errors
+from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
 from eni_ipam.core.model import PREFIX_SIZE, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 
@@ -59,6 +65,9 @@ class ContractEnv:
     out_of_scope_instance_id: str = ""
     """A running instance that the provider's configured scope leaves out (another VPC, without the
     instance tags, another resource group). Empty: the scope check is not run."""
+    devices: bool = True
+    """The instances' interfaces are devices with a MAC address (every cloud's). ``False`` for a
+    provider without devices: :func:`check_mac_addresses` is then not run."""
 
 
 Check = Callable[[ContractEnv], Awaitable[None]]
@@ -222,6 +231,34 @@ async def check_resync_shape(env: ContractEnv) -> None:
     assert snap.limits.get(instance.type) == env.limits, (
         f"limits of {instance.type}: expected {env.limits}, got {snap.limits.get(instance.type)}"
     )
+
+
+async def check_mac_addresses(env: ContractEnv) -> None:
+    """(``devices``) Every interface attached to an instance carries a device's MAC address
+    (lowercase, colon-separated, unicast, not all zeros), unique on its instance, the same in
+    resync and in describe_instance, and a network card in bounds; so does a created interface."""
+    if not env.devices:
+        return
+    if env.limits.hot_attach:
+        await _create(env, check="mac", index=1)
+    snap = await env.provider.resync()
+    for instance in snap.instances.values():
+        seen: dict[str, str] = {}
+        for iface in instance.interfaces:
+            mac = iface.mac_address
+            assert re.fullmatch(MAC_PATTERN, mac) and mac != "00:00:00:00:00:00", (
+                f"interface {iface.id} of {instance.id} has no device's MAC address: {mac!r}"
+            )
+            assert mac not in seen, f"interfaces {seen.get(mac)} and {iface.id} of {instance.id} share {mac}"
+            seen[mac] = iface.id
+            assert 0 <= iface.network_card <= MAX_NETWORK_CARD, (
+                f"interface {iface.id} is on network card {iface.network_card}"
+            )
+    described = await _instance(env)
+    listed = snap.instances[env.instance_id]
+    assert [(i.id, i.mac_address) for i in described.interfaces] == [
+        (i.id, i.mac_address) for i in listed.interfaces
+    ], "describe_instance and resync disagree on the interfaces' MAC addresses"
 
 
 async def check_resync_changes(env: ContractEnv) -> None:
@@ -535,6 +572,7 @@ async def check_delete_without_detach(env: ContractEnv) -> None:
 
 CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
+    check_mac_addresses,
     check_resync_changes,
     check_describe_instance,
     check_out_of_scope_instance,

@@ -11,7 +11,10 @@ Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet`
 * an interface counts as attached only while its attachment is ``attaching`` or ``attached`` to an
   instance, on network card 0. Interfaces of other cards, or attached to AWS-managed resources
   (load balancers, Lambda), are reported detached from any instance, so the planner never counts or
-  touches them.
+  touches them;
+* the MAC address is ``MacAddress`` (:func:`~eni_ipam.core.devices.reported`: one that is no
+  device's is dropped with a warning), the network card the attachment's ``NetworkCardIndex`` while
+  attached to an instance (kept on an interface of another card, reported detached), else 0.
 
 The two heavy listings (``DescribeNetworkInterfaces``, ``DescribeInstances``) usually arrive already
 in the model, read from EC2's XML by :mod:`providers.aws.listings` under the same rules.
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from eni_ipam.core.devices import reported
 from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
 from providers.aws.listings import ATTACHED
@@ -78,13 +82,12 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
         if not p.get("Primary") and p.get("PrivateIpAddress") and p["PrivateIpAddress"] != primary
     }
     attachment = d.get("Attachment") or {}
-    attached = (
-        attachment.get("Status") in ATTACHED
-        and bool(attachment.get("InstanceId"))
-        and int(attachment.get("NetworkCardIndex", 0) or 0) == 0
-    )
+    on_instance = attachment.get("Status") in ATTACHED and bool(attachment.get("InstanceId"))
+    card = int(attachment.get("NetworkCardIndex", 0) or 0) if on_instance else 0
+    attached = on_instance and card == 0
+    iid = d["NetworkInterfaceId"]
     return Interface(
-        id=d["NetworkInterfaceId"],
+        id=iid,
         device_index=int(attachment.get("DeviceIndex", DETACHED_INDEX)) if attached else DETACHED_INDEX,
         subnet_id=d.get("SubnetId", ""),
         primary_ip=primary,
@@ -95,6 +98,7 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
         instance_id=attachment.get("InstanceId", "") if attached else "",
         attachment_id=attachment.get("AttachmentId", "") if attached else "",
         delete_on_termination=bool(attachment.get("DeleteOnTermination", False)) and attached,
+        link=reported(d.get("MacAddress"), card, interface_id=iid),
     )
 
 

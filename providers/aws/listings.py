@@ -61,6 +61,7 @@ from typing import Any, cast
 import botocore.parsers
 from botocore.utils import lowercase_dict
 
+from eni_ipam.core.devices import reported
 from eni_ipam.core.model import DETACHED_INDEX, EMPTY_TAGS, Interface, Tags, address_key
 from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
 from providers.ec2.provider import InstanceInfo, InstanceState
@@ -521,7 +522,7 @@ def _tags(body: bytes, span: Span | None, plain: bool) -> Tags:
 
 # -- DescribeNetworkInterfaces --------------------------------------------------------------------
 
-_INTERFACE = _Leaves("networkInterfaceId", "subnetId", "privateIpAddress")
+_INTERFACE = _Leaves("networkInterfaceId", "subnetId", "privateIpAddress", "macAddress")
 _ATTACHMENT_STRUCTURE = _Structure("attachment")
 _ATTACHMENT = _Leaves(
     "status", "instanceId", "networkCardIndex", "deviceIndex", "attachmentId", "deleteOnTermination"
@@ -578,17 +579,19 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
     primary = top.get(b"privateIpAddress", "")
 
     device_index, instance_id, attachment_id, delete_on_termination = DETACHED_INDEX, "", "", False
+    card = 0
     span = _ATTACHMENT_STRUCTURE.span(body, start, end, spans)
     if span is not None:
         attachment = _ATTACHMENT.read(body, span[0], span[1], [], plain)
         instance = attachment.get(b"instanceId")
-        card = attachment.get(b"networkCardIndex")
-        if attachment.get(b"status") in ATTACHED and instance and int(card or 0) == 0:
-            index = attachment.get(b"deviceIndex")
-            device_index = DETACHED_INDEX if index is None else int(index)
-            instance_id = _one(instance)
-            attachment_id = attachment.get(b"attachmentId", "")
-            delete_on_termination = attachment.get(b"deleteOnTermination") == "true"
+        if attachment.get(b"status") in ATTACHED and instance:
+            card = int(attachment.get(b"networkCardIndex") or 0)
+            if card == 0:
+                index = attachment.get(b"deviceIndex")
+                device_index = DETACHED_INDEX if index is None else int(index)
+                instance_id = _one(instance)
+                attachment_id = attachment.get(b"attachmentId", "")
+                delete_on_termination = attachment.get(b"deleteOnTermination") == "true"
 
     return Interface(
         id=iid,
@@ -602,6 +605,7 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
         instance_id=instance_id,
         attachment_id=attachment_id,
         delete_on_termination=delete_on_termination,
+        link=reported(top.get(b"macAddress"), card, interface_id=iid),
     )
 
 

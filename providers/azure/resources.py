@@ -14,7 +14,9 @@ field it did not touch. The mapping:
   still being allocated, with no address yet, is left out); no prefixes; security_groups = the
   application security groups of the primary configuration; tags = the NIC's tags;
   delete_on_termination = the VM's ``deleteOption: Delete`` for that NIC (a Uniform scale set's NICs
-  always go with their VM).
+  always go with their VM); the MAC address = the NIC's ``macAddress`` (ARM writes
+  ``00-0D-3A-1B-2C-3D``; normalised, and dropped with a warning when it is no device's: ARM gives
+  one only once the VM has started); the network card = 0 (Azure has no network cards).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from eni_ipam.core.devices import reported
 from eni_ipam.core.model import DETACHED_INDEX, Instance, Interface, Subnet, address_key, frozen_tags
 from providers.azure import ids
 
@@ -91,8 +94,9 @@ def interface(
     configs = ip_configurations(nic)
     primary = primary_config(configs)
     secondaries = [config_address(c) for c in secondary_configs(nic) if config_address(c)]
+    nic_id = ids.normalize(str(nic.get("id", "")))
     return Interface(
-        id=ids.normalize(str(nic.get("id", ""))),
+        id=nic_id,
         device_index=device_index,
         subnet_id=config_subnet(primary) if primary else "",
         primary_ip=config_address(primary) if primary else "",
@@ -101,6 +105,7 @@ def interface(
         tags=frozen_tags({str(k): str(v) for k, v in (nic.get("tags") or {}).items()}),
         instance_id=instance_id,
         delete_on_termination=delete_on_termination,
+        link=reported(props(nic).get("macAddress"), 0, interface_id=nic_id),
     )
 
 

@@ -6,7 +6,7 @@ provider contract:
 
 * **Instance = node.** Every node of the node store is an instance (type :data:`INSTANCE_TYPE`)
   with one virtual interface at device index 0 and no address of its own. Nothing can be attached,
-  so its limits say ``hot_attach=False``.
+  so its limits say ``hot_attach=False``. The interface is no device: no MAC address, network card 0.
 * **Subnet = cluster CIDR.** A node's interface draws from one IPv4 cluster CIDR: the first of its
   spec's ``subnet_ids`` with a free block, else the first CIDR with one, chosen when the node first
   appears. ``available`` counts the CIDR's addresses in no pool.
@@ -342,6 +342,8 @@ class GenericProvider:
             ipv6_prefixes=tuple(str(b) for b in node.ipv6),
             instance_id=node.instance_id,
             delete_on_termination=True,
+            # No device: the blocks are the node's (as a podCIDR is), not a cloud interface's, so
+            # there is no MAC address to find (link 0: none, network card 0).
         )
 
     def _instance(self, node: _Node) -> Instance:

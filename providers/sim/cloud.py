@@ -11,8 +11,10 @@ fault injected with ``applied=True`` says the response was lost).
 Modelled: real instance-type limits (adapters; addresses per interface, the primary included, with
 secondary addresses and /28 prefixes sharing the slots; prefixes on nitro only), CIDR-true subnets
 with AWS's five reserved addresses and an optional free-address cap, deterministic lowest-free
-allocation, device indexes, delete-on-termination, idempotency tokens, filters and pagination. Not
-modelled: IPv6, network cards other than the default, eventual consistency.
+allocation, device indexes, delete-on-termination, idempotency tokens, filters and pagination,
+MAC addresses (derived from interface ids). Network cards other than the default only as a
+declaration puts interfaces on them (no API call attaches there). Not modelled: IPv6, eventual
+consistency.
 
 The class is split by concern: :mod:`~providers.sim.state` (records, inspection, invariants),
 :mod:`~providers.sim.setup` (setup and fault API), :mod:`~providers.sim.describe` (Describe calls),
@@ -289,7 +291,7 @@ class SimCloud(DescribeOps):
             raise SimError(
                 "InvalidAttachmentID.NotFound", f"The attachment ID '{attachment_id}' does not exist"
             )
-        if iface.device_index == 0:
+        if iface.device_index == 0 and iface.network_card == 0:
             raise SimError(
                 "OperationNotPermitted", "The network interface at device index 0 cannot be detached."
             )

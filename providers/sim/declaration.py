@@ -16,6 +16,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from eni_ipam.config.schema import ConfigModel, FieldError, Name, Names, NonNegativeInt, short
 from eni_ipam.core.clock import Clock
+from eni_ipam.core.devices import MAX_NETWORK_CARD
 from eni_ipam.core.fields import LooseTagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.errors import ConfigError
@@ -68,6 +69,9 @@ class SecurityGroupDeclaration(ConfigModel):
 
 class InterfaceDeclaration(ConfigModel):
     index: NonNegativeInt
+    network_card: Annotated[int, Field(ge=0, le=MAX_NETWORK_CARD)] = 0
+    """Default: the default card, 0, where the reconciler's interfaces go. An interface on another
+    card (an EFA card of a GPU instance) is never in a pool: it reads as detached, as on EC2."""
     subnet: Name | None = None
     """Default: the instance's subnet."""
     secondary_ips: NonNegativeInt = 0
@@ -119,16 +123,17 @@ class CloudDeclaration(ConfigModel):
             for k, group in enumerate(i.security_groups):
                 if group not in groups:
                     raise FieldError(f"{where}.security_groups[{k}]", f"unknown security group {group!r}")
-            seen: set[int] = set()
+            seen: set[tuple[int, int]] = set()
             for k, f in enumerate(i.interfaces):
-                if f.index in seen:
+                if (f.network_card, f.index) in seen:
+                    card = f" on network card {f.network_card}" if f.network_card else ""
                     raise FieldError(
-                        f"{where}.interfaces[{k}].index", f"device index {f.index} declared twice"
+                        f"{where}.interfaces[{k}].index", f"device index {f.index} declared twice{card}"
                     )
-                seen.add(f.index)
+                seen.add((f.network_card, f.index))
                 if f.subnet is not None and f.subnet not in subnets:
                     raise FieldError(f"{where}.interfaces[{k}].subnet", f"unknown subnet {f.subnet!r}")
-            if i.interfaces and 0 not in seen:
+            if i.interfaces and (0, 0) not in seen:
                 raise FieldError(f"{where}.interfaces", "the primary interface (index 0) must be declared")
         return self
 
@@ -164,6 +169,7 @@ def build_cloud(declaration: CloudDeclaration, clock: Clock, *, path: str = "clo
         interfaces = [
             {
                 "index": f.index,
+                "network_card": f.network_card,
                 "subnet": f.subnet or i.subnet,
                 "secondary_ips": f.secondary_ips,
                 "prefixes": f.prefixes,

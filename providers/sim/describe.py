@@ -244,4 +244,4 @@ class DescribeOps(CloudSetup):
         owners = wanted.get("attachment.instance-id")
         if owners is None or any(not _WILDCARDS.isdisjoint(o) for o in owners):
             return self._interfaces
-        return {i for o in owners if o in self._instances for i in self._instances[o].attached.values()}
+        return {i for o in owners if o in self._instances for i in self._instances[o].interface_ids()}

@@ -8,6 +8,11 @@ exactly as a provider over EC2 does.
 
 The ``*Record`` classes are the cloud's own mutable state; they never leave the ``providers.sim``
 package (callers get immutable views), so no caller can change the cloud behind its back.
+
+An interface's view is what the AWS provider reads of EC2's answer for it (providers/aws/api.py):
+in particular, one attached on a network card other than 0 reads as detached from its instance,
+keeping its card. Its MAC address is derived from its id (:func:`mac_address`): deterministic,
+unique in the cloud, locally administered like EC2's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Generic, Literal, TypeVar
 
-from eni_ipam.core import model
+from eni_ipam.core import devices, model
 from eni_ipam.core.model import DETACHED_INDEX
 from providers.ec2.provider import InstanceInfo
 from providers.sim.addressing import SubnetSpace
@@ -24,6 +29,14 @@ from providers.sim.addressing import SubnetSpace
 T = TypeVar("T")
 
 InstanceState = Literal["running", "stopped", "terminated"]
+
+
+def mac_address(interface_id: str) -> str:
+    """The MAC address of the interface ``interface_id`` (``eni-`` and the cloud's serial in 17 hex
+    digits): ``02:`` and the serial's low 40 bits, so unique for the first trillion ids, and locally
+    administered and unicast (EC2's are too: ``02:``, ``06:``, ``0a:``…)."""
+    serial = int(interface_id.rsplit("-", 1)[-1], 16) & (1 << 40) - 1
+    return devices.mac_text(0x02 << 40 | serial)
 
 
 class SimError(Exception):
@@ -81,7 +94,21 @@ class InstanceRecord:
     security_groups: tuple[str, ...]
     state: InstanceState = "running"
     attached: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Interface id by device index."""
+    """Interface id by device index, on network card 0: the interfaces the type's ``adapters`` count
+    and the API attaches (AttachNetworkInterface takes card 0 only, as the reconciler asks)."""
+    other_cards: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    """Interface id by (network card, device index) for the other cards, which only a declaration
+    fills (an EFA card of a GPU instance)."""
+
+    def at(self, network_card: int, device_index: int) -> str | None:
+        """The interface attached at ``device_index`` of ``network_card``, if any."""
+        if network_card:
+            return self.other_cards.get((network_card, device_index))
+        return self.attached.get(device_index)
+
+    def interface_ids(self) -> list[str]:
+        """Every attached interface, card 0 first, each card in device-index order."""
+        return [*self.attached.values(), *(self.other_cards[k] for k in sorted(self.other_cards))]
 
     def info(self) -> InstanceInfo:
         return InstanceInfo(
@@ -110,6 +137,7 @@ class InterfaceRecord:
     prefixes: list[str] = dataclasses.field(default_factory=list)
     instance_id: str = ""
     device_index: int = DETACHED_INDEX
+    network_card: int = 0
     attachment_id: str = ""
     delete_on_termination: bool = False
 
@@ -122,18 +150,25 @@ class InterfaceRecord:
         """EC2's interface status: ``in-use`` when attached, ``available`` otherwise."""
         return "in-use" if self.instance_id else "available"
 
+    @property
+    def mac_address(self) -> str:
+        return mac_address(self.id)
+
     def view(self) -> model.Interface:
+        # Read as the AWS provider reads EC2's answer: attached only on card 0.
+        attached = bool(self.instance_id) and self.network_card == 0
         return model.Interface(
             id=self.id,
-            device_index=self.device_index,
+            device_index=self.device_index if attached else DETACHED_INDEX,
             subnet_id=self.subnet_id,
             primary_ip=self.primary_ip,
             addresses=tuple(self.addresses),
             prefixes=tuple(self.prefixes),
             security_groups=self.security_groups,
             tags=model.frozen_tags(self.tags),
-            instance_id=self.instance_id,
-            attachment_id=self.attachment_id,
-            delete_on_termination=self.delete_on_termination,
+            instance_id=self.instance_id if attached else "",
+            attachment_id=self.attachment_id if attached else "",
+            delete_on_termination=self.delete_on_termination and attached,
             created_at=self.created_at,
+            link=devices.pack(self.mac_address, self.network_card),
         )

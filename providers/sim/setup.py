@@ -18,12 +18,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eni_ipam.core import model
+from eni_ipam.core.devices import MAX_NETWORK_CARD
 from providers.sim.addressing import BLOCK, SubnetSpace
 from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
 from providers.sim.state import CloudState
 
 _INTERFACE_KEYS = frozenset(
-    {"index", "subnet", "secondary_ips", "prefixes", "tags", "security_groups", "delete_on_termination"}
+    {
+        "index",
+        "network_card",
+        "subnet",
+        "secondary_ips",
+        "prefixes",
+        "tags",
+        "security_groups",
+        "delete_on_termination",
+    }
 )
 
 
@@ -32,6 +42,7 @@ class _Declared:
     """One interface declared at setup, validated."""
 
     index: int
+    network_card: int
     subnet: SubnetRecord
     secondaries: int
     prefixes: int
@@ -114,9 +125,11 @@ class CloudSetup(CloudState):
                 on it, and no prefixes.
             subnet: subnet of the primary interface (the instance's VPC and zone follow from it).
             security_groups: the instance's groups, given to every declared interface by default.
-            interfaces: ``{index, subnet, secondary_ips, prefixes, tags, security_groups,
-                delete_on_termination}`` per interface (all optional but ``index``; index 0 is the
-                primary and must be present). Default: one primary interface with no secondaries.
+            interfaces: ``{index, network_card, subnet, secondary_ips, prefixes, tags,
+                security_groups, delete_on_termination}`` per interface (all optional but ``index``;
+                index 0 of network card 0 is the primary and must be present). Default: one primary
+                interface with no secondaries. Each network card holds the type's ``adapters`` at
+                most (EC2's table gives the default card's; the others are taken as large).
             running: ``False`` adds the instance stopped.
 
         Raises:
@@ -129,13 +142,18 @@ class CloudSetup(CloudState):
         self._check_groups(f"instance {id}", groups, home.vpc_id)
         specs = list(interfaces) if interfaces is not None else [{"index": 0}]
         declared = [self._declared(id, n, spec, limits, home, groups) for n, spec in enumerate(specs)]
-        indexes = [d.index for d in declared]
-        if len(set(indexes)) != len(indexes):
+        slots = [(d.network_card, d.index) for d in declared]
+        if len(set(slots)) != len(slots):
             raise ValueError(f"instance {id}: duplicate interface index")
-        if 0 not in indexes:
+        if (0, 0) not in slots:
             raise ValueError(f"instance {id}: interfaces must include the primary (index 0)")
-        if len(declared) > limits.adapters:
-            raise ValueError(f"instance {id}: {len(declared)} interfaces exceed the type's {limits.adapters}")
+        for card in {c for c, _ in slots}:
+            on_card = sum(1 for c, _ in slots if c == card)
+            if on_card > limits.adapters:
+                raise ValueError(
+                    f"instance {id}: {on_card} interfaces exceed the type's {limits.adapters}"
+                    + (f" on network card {card}" if card else "")
+                )
         record = InstanceRecord(
             id=id,
             type=type,
@@ -162,7 +180,13 @@ class CloudSetup(CloudState):
                 self._grant_prefixes(iface, d.prefixes, from_blocked=True)
                 self._room(id, d.subnet, addresses=d.secondaries)
                 self._grant_addresses(iface, d.secondaries, from_blocked=True)
-                self._attach(iface, record, d.index, delete_on_termination=d.delete_on_termination)
+                self._attach(
+                    iface,
+                    record,
+                    d.index,
+                    delete_on_termination=d.delete_on_termination,
+                    network_card=d.network_card,
+                )
         except ValueError:
             for iface in created:
                 self._delete(iface)
@@ -184,16 +208,25 @@ class CloudSetup(CloudState):
         unknown = set(spec) - _INTERFACE_KEYS
         if unknown:
             raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-        index, secondaries, prefixes = (
+        index, card, secondaries, prefixes = (
             spec.get("index", n),
+            spec.get("network_card", 0),
             spec.get("secondary_ips", 0),
             spec.get("prefixes", 0),
         )
-        for key, value in (("index", index), ("secondary_ips", secondaries), ("prefixes", prefixes)):
+        numbers = (
+            ("index", index),
+            ("network_card", card),
+            ("secondary_ips", secondaries),
+            ("prefixes", prefixes),
+        )
+        for key, value in numbers:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+        if card > MAX_NETWORK_CARD:
+            raise ValueError(f"{where}.network_card: {card} is above the highest card, {MAX_NETWORK_CARD}")
         sub = self._subnet_for_setup(f"{where}.subnet", spec.get("subnet") or home.id)
-        if index == 0 and sub.id != home.id:
+        if (card, index) == (0, 0) and sub.id != home.id:
             raise ValueError(
                 f"{where}.subnet: the primary interface must be in the instance's subnet {home.id}"
             )
@@ -209,6 +242,7 @@ class CloudSetup(CloudState):
         self._check_groups(f"{where}.security_groups", sgs, home.vpc_id)
         return _Declared(
             index=index,
+            network_card=card,
             subnet=sub,
             secondaries=secondaries,
             prefixes=prefixes,
@@ -252,7 +286,7 @@ class CloudSetup(CloudState):
             ValueError: unknown instance.
         """
         record = self._instance_for_setup(id)
-        for iface_id in list(record.attached.values()):
+        for iface_id in record.interface_ids():
             iface = self._interfaces[iface_id]
             dot = iface.delete_on_termination
             self._detach(iface)

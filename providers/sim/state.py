@@ -8,7 +8,8 @@ the cloud without disturbing what they measure.
 Invariants (checked by :meth:`CloudState.check_invariants`): no address belongs to two interfaces;
 every address is a usable address of its interface's subnet; the subnets' accounting matches what
 the interfaces hold; no attached interface exceeds its instance type's limits or holds prefixes on a
-non-nitro type; no instance has more interfaces than adapters.
+non-nitro type; no instance has more interfaces on network card 0 than adapters; every attachment
+is recorded on its instance, at its card and device index.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ class CloudState:
                 )
             if iface.instance_id:
                 inst = self._instances.get(iface.instance_id)
-                assert inst is not None and inst.attached.get(iface.device_index) == iface.id, (
-                    f"{iface.id}: attachment to {iface.instance_id} at {iface.device_index} is not recorded"
+                assert inst is not None and inst.at(iface.network_card, iface.device_index) == iface.id, (
+                    f"{iface.id}: attachment to {iface.instance_id} at {iface.device_index} "
+                    f"(card {iface.network_card}) is not recorded"
                 )
                 assert iface.slots_used <= inst.limits.slots_per_interface, f"{iface.id}: over its limit"
                 assert not iface.prefixes or inst.limits.supports_prefixes, (
@@ -199,21 +201,34 @@ class CloudState:
         iface.prefixes = [p for p in iface.prefixes if p not in gone_p]
 
     def _attach(
-        self, iface: InterfaceRecord, instance: InstanceRecord, index: int, *, delete_on_termination: bool
+        self,
+        iface: InterfaceRecord,
+        instance: InstanceRecord,
+        index: int,
+        *,
+        delete_on_termination: bool,
+        network_card: int = 0,
     ) -> str:
         iface.instance_id = instance.id
         iface.device_index = index
+        iface.network_card = network_card
         iface.attachment_id = self._next_id("eni-attach")
         iface.delete_on_termination = delete_on_termination
-        instance.attached[index] = iface.id
-        instance.attached = dict(sorted(instance.attached.items()))
+        if network_card:
+            instance.other_cards[network_card, index] = iface.id
+        else:
+            instance.attached[index] = iface.id
+            instance.attached = dict(sorted(instance.attached.items()))
         return iface.attachment_id
 
     def _detach(self, iface: InterfaceRecord) -> None:
         instance = self._instances[iface.instance_id]
-        del instance.attached[iface.device_index]
+        if iface.network_card:
+            del instance.other_cards[iface.network_card, iface.device_index]
+        else:
+            del instance.attached[iface.device_index]
         iface.instance_id, iface.attachment_id = "", ""
-        iface.device_index, iface.delete_on_termination = DETACHED_INDEX, False
+        iface.device_index, iface.network_card, iface.delete_on_termination = DETACHED_INDEX, 0, False
 
     def _delete(self, iface: InterfaceRecord) -> None:
         self._release(iface, iface.addresses, iface.prefixes)

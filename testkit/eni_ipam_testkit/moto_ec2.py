@@ -43,6 +43,9 @@ The patches, checked against moto 5.2.5 (each function says again what moto does
   the addresses return to the subnet.
 * ``NetworkInterface.ipv4_prefixes``. moto: no prefixes. EC2: ``Ipv4Prefixes`` in
   ``DescribeNetworkInterfaces``.
+* ``NetworkInterface.mac_address``. moto: ``02:00:00`` and three random octets, which two
+  interfaces of one instance may share. EC2: a unique one. The layer derives it from the interface
+  id, as the in-memory cloud does (:func:`providers.sim.records.mac_address`).
 * ``Subnet.get_available_subnet_ip`` (an instance's primary at launch). moto: the next address of a
   generator that knows only other instances' primaries, so it can name one an interface holds,
   keeping it taken after that interface lets it go; ``StopIteration`` when exhausted. EC2: the
@@ -101,6 +104,7 @@ from typing import TYPE_CHECKING, Any
 from eni_ipam.core.model import InstanceLimits
 from providers.ec2.limits import convert_instance_type, instance_limits, limits_from_row
 from providers.sim.addressing import PREFIX_LEN, SubnetSpace
+from providers.sim.records import mac_address
 
 if TYPE_CHECKING:
     from moto.ec2.exceptions import EC2ClientError
@@ -703,6 +707,17 @@ def _ipv4_prefixes(self: Any) -> list[dict[str, str]] | None:
     return [{"Ipv4Prefix": p} for p in found] or None
 
 
+def _mac_address(self: Any) -> str:
+    # moto: random, shared by chance. EC2: unique: derived from the unique interface id.
+    return mac_address(str(self.id))
+
+
+def _keep_moto_mac(self: Any, value: str) -> None:
+    # moto's constructor assigns its random MAC address: kept in the instance, where the property
+    # hides it while the layer is installed and moto reads it again once it is undone.
+    self.__dict__["mac_address"] = value
+
+
 # -- response patches: moto.ec2.responses.elastic_network_interfaces.ElasticNetworkInterfaces -------
 
 
@@ -832,6 +847,7 @@ def _targets() -> list[tuple[type, str, Any]]:
         (NetworkInterfaceBackend, "detach_network_interface", _detach_network_interface),
         (NetworkInterfaceBackend, "delete_network_interface", _delete_network_interface),
         (NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes)),
+        (NetworkInterface, "mac_address", property(_mac_address, _keep_moto_mac)),
         (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
         (Subnet, "available_ip_address_count", property(_available_ip_address_count)),
         (Instance, "prep_nics", _prep_nics),

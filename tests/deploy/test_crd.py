@@ -14,18 +14,22 @@ import pytest
 import yaml
 from pydantic import Field
 
+from eni_ipam.core import devices
+from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
 from eni_ipam.core.model import (
     MAX_INTERFACE_PREFIXES,
     MAX_NODE_ADDRESSES,
     MAX_NODE_INTERFACES,
     PREFIX_SIZE,
+    Interface,
     NodeStats,
+    NodeStatus,
     ReleaseState,
 )
 from eni_ipam.core.spec import CRD_DEFAULTS, POOL_ONLY_FIELDS, SPEC_FIELDS, PoolSpec
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
 from eni_ipam.kube.projection import CONDITION_TYPES
-from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch
+from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch, desired_status
 from scripts import gen_crd
 from tests.deploy.conftest import CHART
 from tests.deploy.schemas import KUBE_NEWEST, custom_resource_errors
@@ -212,3 +216,43 @@ def test_the_agent_never_writes_more_than_the_crd_admits():
     answers = dict.fromkeys(addresses(MAX_NODE_ADDRESSES + 1), ReleaseState.READY)
     with pytest.raises(StatusTooLarge, match=r"status\.releaseAnswers would hold 32769 entries"):
         agent_status_patch(obj, used=[], answers=answers)
+
+
+def interface_schema() -> dict[str, Any]:
+    return schema()["properties"]["status"]["properties"]["interfaces"]["items"]["properties"]
+
+
+def test_the_mac_address_and_network_card_are_the_models() -> None:
+    """The schema admits exactly what the model publishes: the written form of a device's MAC
+    address (devices.MAC_PATTERN) and cards 0 to MAX_NETWORK_CARD."""
+    mac, card = interface_schema()["macAddress"], interface_schema()["networkCard"]
+    assert mac == {"type": "string", "pattern": MAC_PATTERN, "description": mac["description"]}
+    assert (card["type"], card["minimum"], card["maximum"]) == ("integer", 0, MAX_NETWORK_CARD)
+
+
+def test_a_status_the_controller_writes_passes_the_schema_and_bad_devices_do_not() -> None:
+    iface = Interface(
+        id="eni-1",
+        device_index=1,
+        subnet_id="subnet-1",
+        primary_ip="10.0.0.4",
+        addresses=("10.0.0.5",),
+        link=devices.pack("0a:1b:2c:3d:4e:5f", MAX_NETWORK_CARD),
+    )
+    plain = Interface(id="eni-0", device_index=0, subnet_id="subnet-1", primary_ip="10.0.0.3")
+    status = NodeStatus(interfaces=(plain, iface), subnets={"subnet-1": "10.0.0.0/24"})
+    written = desired_status(status, generation=1)
+    assert written["interfaces"][1]["macAddress"] == "0a:1b:2c:3d:4e:5f"
+    assert "macAddress" not in written["interfaces"][0] and "networkCard" not in written["interfaces"][0]
+    assert custom_resource_errors(pool(written), KUBE_NEWEST) == []
+    for field, bad in (
+        ("macAddress", "0A:1B:2C:3D:4E:5F"),
+        ("macAddress", "01:00:5e:00:00:01"),
+        ("macAddress", "0a-1b-2c-3d-4e-5f"),
+        ("macAddress", ""),
+        ("networkCard", -1),
+        ("networkCard", MAX_NETWORK_CARD + 1),
+    ):
+        entry = {"id": "eni-1", "deviceIndex": 1, "subnet": "subnet-1", field: bad}
+        (refused,) = custom_resource_errors(pool({"interfaces": [entry]}), KUBE_NEWEST)
+        assert refused.startswith(f"status.interfaces.0.{field}:"), refused

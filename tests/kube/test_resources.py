@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 
 import pytest
 
+from eni_ipam.core import devices
 from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.core.spec import POOL_ONLY_FIELDS, SPEC_FIELDS, NodeSpec
 from eni_ipam.errors import ConfigError
@@ -15,10 +17,12 @@ from eni_ipam.kube.resources import (
     DEFAULTS_ANNOTATION,
     FINALIZER,
     SPEC_KEYS,
+    PoolInterface,
     defaults_patch,
     instance_id_from_provider_id,
     node_fields_patch,
     pool_for_node,
+    pool_interfaces,
     release_marks,
     resource_from_pool,
     spec_from_pool,
@@ -274,6 +278,111 @@ def test_pool_members_carry_their_subnets_cidr_and_skip_unknown_subnets() -> Non
         },
     }
     assert pool_members(obj) == [("10.0.0.5", "10.0.0.0/22", "eni-1", "s-1")]
+
+
+def _devices_status() -> NodeStatus:
+    """A node of two cloud interfaces (MAC addresses; the second on card 2) and, for contrast, the
+    generic provider's kind (no MAC, card 0)."""
+    return NodeStatus(
+        subnets={"s-1": "10.0.0.0/24"},
+        interfaces=(
+            Interface(
+                id="eni-0",
+                device_index=0,
+                subnet_id="s-1",
+                primary_ip="10.0.0.4",
+                link=devices.pack("0a:00:00:00:00:01"),
+            ),
+            Interface(
+                id="eni-1",
+                device_index=1,
+                subnet_id="s-1",
+                primary_ip="10.0.0.5",
+                addresses=("10.0.0.6",),
+                link=devices.pack("0a:00:00:00:00:02", 2),
+            ),
+            Interface(id="vif-n1", device_index=2, subnet_id="s-1", primary_ip=""),
+        ),
+    )
+
+
+def test_interfaces_publish_their_mac_address_and_card_only_where_they_have_one() -> None:
+    obj: dict = {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    obj = _apply(obj, _write(_devices_status(), obj, now=NOW))
+    published = [
+        {k: v for k, v in i.items() if k in ("id", "macAddress", "networkCard")}
+        for i in obj["status"]["interfaces"]
+    ]
+    assert published == [
+        {"id": "eni-0", "macAddress": "0a:00:00:00:00:01"},
+        {"id": "eni-1", "macAddress": "0a:00:00:00:00:02", "networkCard": 2},
+        {"id": "vif-n1"},
+    ]
+
+
+def test_an_unchanged_status_with_devices_is_not_rewritten() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"}, "status": {}}
+    written = json.loads(json.dumps(_apply(obj, _write(_devices_status(), obj, now=NOW))))
+    assert _write(_devices_status(), written, now=LATER) is None
+    moved = dataclasses.replace(_devices_status().interfaces[1], link=devices.pack("0a:00:00:00:00:03", 2))
+    changed = dataclasses.replace(_devices_status(), interfaces=(_devices_status().interfaces[0], moved))
+    assert _write(changed, written, now=LATER) is not None  # another MAC is a change
+
+
+def test_a_status_from_before_devices_were_published_is_rewritten_once() -> None:
+    """A controller upgrade: the stored interfaces lack ``macAddress`` (an older controller wrote
+    them), so the digest differs and the status is written once; then it is current."""
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"}, "status": {}}
+    written = json.loads(json.dumps(_apply(obj, _write(_devices_status(), obj, now=NOW))))
+    older = json.loads(json.dumps(written))
+    for entry in older["status"]["interfaces"]:
+        entry.pop("macAddress", None)
+        entry.pop("networkCard", None)
+    ops = _write(_devices_status(), older, now=LATER)
+    assert ops is not None and any(op["path"] == "/status/interfaces" for op in ops)
+    assert _write(_devices_status(), _apply(older, ops), now=LATER) is None
+    # A pool of the generic provider's kind has nothing new to publish: no rewrite at all.
+    generic = NodeStatus(subnets={"s-1": "10.0.0.0/24"}, interfaces=(_devices_status().interfaces[2],))
+    stored = json.loads(json.dumps(_apply(obj, _write(generic, obj, now=NOW))))
+    assert "macAddress" not in json.dumps(stored) and _write(generic, stored, now=LATER) is None
+
+
+def test_pool_interfaces_give_the_node_side_each_device_and_leave_out_what_the_schema_refuses() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    obj = _apply(obj, _write(_devices_status(), obj, now=NOW))
+    found = [
+        (i.id, i.device_index, i.network_card, i.mac_address, i.cidr, i.primary_ip)
+        for i in pool_interfaces(obj)
+    ]
+    assert found == [
+        ("eni-0", 0, 0, "0a:00:00:00:00:01", "10.0.0.0/24", "10.0.0.4"),
+        ("eni-1", 1, 2, "0a:00:00:00:00:02", "10.0.0.0/24", "10.0.0.5"),
+        ("vif-n1", 2, 0, "", "10.0.0.0/24", ""),
+    ]
+    good = {"id": "eni-9", "deviceIndex": 3, "subnet": "s-unknown"}
+    bypassed = [
+        "not an entry",
+        {**good, "id": ""},
+        {**good, "deviceIndex": "3"},
+        {**good, "deviceIndex": True},
+        {**good, "networkCard": -1},
+        {**good, "networkCard": 256},
+        {**good, "macAddress": "0A:00:00:00:00:09"},
+        {**good, "macAddress": "01:00:5e:00:00:01"},
+        {**good, "macAddress": 9},
+        good,
+    ]
+    (kept,) = pool_interfaces({"status": {"interfaces": bypassed, "subnets": {"s-1": "not a mapping"}}})
+    assert kept == PoolInterface(
+        id="eni-9",
+        device_index=3,
+        network_card=0,
+        mac_address="",
+        subnet_id="s-unknown",
+        cidr="",
+        primary_ip="",
+    )
+    assert pool_interfaces({"status": "not a mapping"}) == pool_interfaces({}) == []
 
 
 def test_agent_status_patch_writes_only_the_agents_fields_and_their_changes() -> None:

@@ -4,18 +4,24 @@ never in the way of the node agent's own status fields."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
+from typing import Any
 
 import pytest
+import yaml
+from structlog.testing import capture_logs
 
 from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.core import devices
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.model import NodeStats, NodeStatus, PoolEntry, ReleaseState
+from eni_ipam.core.model import Interface, NodeStats, NodeStatus, PoolEntry, ReleaseState
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.projection import PoolInfo, project_pool
 from eni_ipam.kube.resources import agent_status_patch
 from eni_ipam.kube.status import StatusWriter
 from eni_ipam_testkit.fake_kube import FakeKube, Fault
+from tests.conftest import CRD
 from tests.waiting import until
 
 pytestmark = pytest.mark.looptime(start=1_000_000.0)
@@ -269,3 +275,70 @@ async def test_a_status_removed_since_it_was_read_is_written_whole(kube: FakeKub
     assert metrics.sample("eni_ipam_status_writes_total", {"outcome": "failed"}) is None
     codes = [r.status for r in kube.requests if r.verb == "patch" and r.subresource == "status"]
     assert codes == [200, 200, 422, 200]  # the field-by-field write could not apply; re-read, whole
+
+
+def devices_status(mac: str = "0a:00:00:00:00:02") -> NodeStatus:
+    """One pool address on an interface with a MAC address, on network card 1."""
+    iface = Interface(
+        id="eni-1",
+        device_index=1,
+        subnet_id="s-1",
+        primary_ip="10.0.0.4",
+        addresses=("10.0.0.10",),
+        link=devices.pack(mac, 1),
+    )
+    return dataclasses.replace(status(1), interfaces=(iface,), subnets={"s-1": "10.0.0.0/24"})
+
+
+def crd_before_devices() -> dict[str, Any]:
+    """The chart's ENIPool CRD as it was before interfaces published their MAC address and card."""
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = crd["spec"]["versions"]
+    status_schema = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    interface = status_schema["properties"]["interfaces"]["items"]["properties"]
+    del interface["macAddress"], interface["networkCard"]
+    return crd
+
+
+async def test_the_server_serves_the_interfaces_devices_and_an_unchanged_status_is_not_rewritten(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    pools = await make_pools(api, ["n1"])
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=Metrics(), batch_window=0.1)
+    task = asyncio.create_task(writer.run())
+    writer.publish("n1", devices_status())
+    await asyncio.sleep(2)
+    (served,) = (await api.get(ENIPOOLS, "n1"))["status"]["interfaces"]
+    assert (served["macAddress"], served["networkCard"]) == ("0a:00:00:00:00:02", 1)
+    writer.publish("n1", devices_status())
+    await asyncio.sleep(2)
+    assert status_writes(kube) == ["n1"]
+    writer.publish("n1", devices_status(mac="0a:00:00:00:00:03"))  # another device: written
+    await asyncio.sleep(2)
+    assert status_writes(kube) == ["n1", "n1"]
+    task.cancel()
+
+
+@pytest.mark.parametrize("kube_crds", [[crd_before_devices()]])
+async def test_a_status_an_older_crd_prunes_is_not_written_again_and_again(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    """The chart never upgrades its CRD: until someone applies the new one, the server prunes what
+    its schema lacks, and the stored status never has the digest of the written one. The writer
+    writes it once, says why, and does not write the same status again; a real change still goes."""
+    pools = await make_pools(api, ["n1"])
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=Metrics(), batch_window=0.1)
+    task = asyncio.create_task(writer.run())
+    with capture_logs() as logs:
+        for _ in range(3):
+            writer.publish("n1", devices_status())
+            await asyncio.sleep(2)
+    (served,) = stored(kube, "n1")["status"]["interfaces"]
+    assert "macAddress" not in served and served["id"] == "eni-1"  # pruned
+    assert status_writes(kube) == ["n1"]
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["status_stored_otherwise"]
+    writer.publish("n1", dataclasses.replace(devices_status(), message="something else"))
+    await asyncio.sleep(2)
+    assert status_writes(kube) == ["n1", "n1"]
+    assert stored(kube, "n1")["status"]["message"] == "something else"
+    task.cancel()

@@ -314,6 +314,48 @@ async def test_parsed_answers_are_what_the_cloud_holds(wired: tuple[SimCloud, An
     }
 
 
+async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them() -> None:
+    """The same view through EC2's wire as the in-memory cloud's own: each interface's MAC address,
+    and one on card 1 detached from its instance with its card, while DescribeInstances nests it
+    with ``networkCardIndex`` 1, as EC2 does."""
+    cloud = make_cloud()
+    cloud.add_instance(
+        "i-efa",
+        type="m5.large",
+        subnet="subnet-big",
+        security_groups=["sg-1"],
+        interfaces=[{"index": 0}, {"index": 1}, {"index": 0, "network_card": 1}],
+    )
+    ec2 = ec2_client()
+    installed = install(ec2, cloud)
+    try:
+        aws = provider(ec2)
+        try:
+            listed = (await aws.resync()).instances["i-efa"]
+        finally:
+            aws.close()
+        answer = await call(ec2, "describe_network_interfaces")
+        reservations = (await call(ec2, "describe_instances", InstanceIds=["i-efa"]))["Reservations"]
+    finally:
+        installed.uninstall()
+    held = cloud.instance_view("i-efa").interfaces
+    assert listed.interfaces == tuple(dataclasses.replace(i, created_at=0.0) for i in held)
+    assert [i.network_card for i in listed.interfaces] == [0, 0]
+    parsed = {d["NetworkInterfaceId"]: parse_interface(d) for d in answer["NetworkInterfaces"]}
+    for view in cloud.interfaces():
+        assert dataclasses.replace(view, created_at=0.0) == parsed[view.id], view.id
+    (other,) = (i for i in parsed.values() if i.network_card)
+    assert (other.network_card, other.instance_id, other.mac_address) == (
+        1,
+        "",
+        cloud.interface_view(other.id).mac_address,
+    )
+    (instance,) = reservations[0]["Instances"]
+    nested = {n["NetworkInterfaceId"]: n for n in instance["NetworkInterfaces"]}
+    assert nested[other.id]["Attachment"]["NetworkCardIndex"] == 1
+    assert {n["MacAddress"] for n in nested.values()} == {parsed[i].mac_address for i in nested}
+
+
 async def test_instance_types_convert_back_to_the_clouds_limits(
     wired: tuple[SimCloud, Any, Ec2Frontend],
 ) -> None:

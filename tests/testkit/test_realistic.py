@@ -41,6 +41,8 @@ def test_a_realistic_pool_and_pod_have_their_shapes() -> None:
     assert set(status["used"]) <= set(status["pool"])
     assert sum(i["addresses"] for i in status["interfaces"]) == 40
     assert {e["subnet"] for e in status["pool"].values()} == set(status["subnets"])
+    macs = [i["macAddress"] for i in status["interfaces"]]
+    assert len(set(macs)) == len(macs) == len(status["interfaces"]) and all(m.startswith("02:") for m in macs)
     pod = realistic_pending_pod("web-5f7d8-abcde", "shop", NAME)
     assert pod["spec"]["nodeName"] == NAME and pod["status"]["phase"] == "Pending"
 

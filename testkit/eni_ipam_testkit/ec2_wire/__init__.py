@@ -24,7 +24,8 @@ DescribeNetworkInterfaces, DescribeInstanceTypes, AssignPrivateIpAddresses,
 UnassignPrivateIpAddresses, CreateNetworkInterface, AttachNetworkInterface,
 ModifyNetworkInterfaceAttribute, DetachNetworkInterface, DeleteNetworkInterface: every call the AWS
 provider makes (:mod:`providers.aws.api`, :mod:`providers.aws.limits`, its VPC check). Not
-emulated: signatures (any credentials pass), IPv6, explicit addresses, network cards other than 0,
+emulated: signatures (any credentials pass), IPv6, explicit addresses, attaching on network cards
+other than 0 (only a cloud declaration puts interfaces there),
 DryRun, eventual consistency, and every other EC2 action (``InvalidAction``).
 """
 

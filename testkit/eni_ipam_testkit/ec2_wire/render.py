@@ -6,7 +6,7 @@ Element names, nesting and order follow EC2's 2016-11-15 API as botocore's model
 networkCardIndex,status,attachTime,deleteOnTermination}``, ``reservationSet/item/instancesSet/item``…).
 Answers are as heavy as EC2's, because parsers are compared on them: every field EC2 returns for a
 VPC interface or a running instance is there, with plausible, deterministic values where the cloud
-keeps none (MAC addresses and volume ids derived from ids, an account id, DNS names from addresses,
+keeps none (volume ids derived from ids, an account id, DNS names from addresses,
 an EKS node's metadata options). Times are an epoch (2026-01-01T00:00:00Z) plus the cloud clock's
 reading at creation.
 
@@ -69,12 +69,6 @@ def timestamp(seconds: float) -> str:
 def digest(seed: str, chars: int) -> str:
     """``chars`` hex digits derived from ``seed``: stable names for what the cloud does not keep."""
     return hashlib.blake2b(seed.encode(), digest_size=(chars + 1) // 2).hexdigest()[:chars]
-
-
-def mac_address(interface_id: str) -> str:
-    """A locally administered unicast MAC address (EC2's start with ``02:`` or ``06:``)."""
-    h = digest(interface_id, 10)
-    return "02:" + ":".join(h[i : i + 2] for i in range(0, 10, 2))
 
 
 @functools.lru_cache(maxsize=256)
@@ -188,7 +182,7 @@ class Renderer:
             attachment = (
                 f"<attachment><attachmentId>{iface.attachment_id}</attachmentId>"
                 f"<instanceId>{iface.instance_id}</instanceId><instanceOwnerId>{OWNER_ID}</instanceOwnerId>"
-                f"<deviceIndex>{iface.device_index}</deviceIndex><networkCardIndex>0</networkCardIndex>"
+                f"<deviceIndex>{iface.device_index}</deviceIndex><networkCardIndex>{iface.network_card}</networkCardIndex>"
                 f"<status>attached</status><attachTime>{timestamp(iface.created_at)}</attachTime>"
                 f"<deleteOnTermination>{_bool(iface.delete_on_termination)}</deleteOnTermination>"
                 "</attachment>"
@@ -198,7 +192,7 @@ class Renderer:
             f"<vpcId>{iface.vpc_id}</vpcId><availabilityZone>{iface.zone}</availabilityZone>"
             f"<description>{escape(iface.description)}</description><ownerId>{OWNER_ID}</ownerId>"
             f"<requesterId>{REQUESTER_ID}</requesterId><requesterManaged>false</requesterManaged>"
-            f"<status>{iface.status}</status><macAddress>{mac_address(iface.id)}</macAddress>"
+            f"<status>{iface.status}</status><macAddress>{iface.mac_address}</macAddress>"
             f"<privateIpAddress>{iface.primary_ip}</privateIpAddress>"
             f"<privateDnsName>{self.dns_name(iface.primary_ip)}</privateDnsName>"
             f"<sourceDestCheck>true</sourceDestCheck>{self.group_set(iface.security_groups)}{attachment}"
@@ -212,7 +206,7 @@ class Renderer:
             f"<item><networkInterfaceId>{iface.id}</networkInterfaceId><subnetId>{iface.subnet_id}</subnetId>"
             f"<vpcId>{iface.vpc_id}</vpcId><description>{escape(iface.description)}</description>"
             f"<ownerId>{OWNER_ID}</ownerId><status>{iface.status}</status>"
-            f"<macAddress>{mac_address(iface.id)}</macAddress>"
+            f"<macAddress>{iface.mac_address}</macAddress>"
             f"<privateIpAddress>{iface.primary_ip}</privateIpAddress>"
             f"<privateDnsName>{self.dns_name(iface.primary_ip)}</privateDnsName>"
             f"<sourceDestCheck>true</sourceDestCheck>{self.group_set(iface.security_groups)}"
@@ -220,7 +214,7 @@ class Renderer:
             f"<deviceIndex>{iface.device_index}</deviceIndex><status>attached</status>"
             f"<attachTime>{timestamp(iface.created_at)}</attachTime>"
             f"<deleteOnTermination>{_bool(iface.delete_on_termination)}</deleteOnTermination>"
-            "<networkCardIndex>0</networkCardIndex></attachment>"
+            f"<networkCardIndex>{iface.network_card}</networkCardIndex></attachment>"
             f"{self.addresses(iface)}{self.prefixes(iface)}<ipv6AddressesSet/>"
             "<interfaceType>interface</interfaceType></item>"
         )
@@ -229,8 +223,8 @@ class Renderer:
         self, instance: InstanceRecord, interfaces: Sequence[InterfaceRecord], tags: Mapping[str, str]
     ) -> bytes:
         """One DescribeInstances ``reservationSet`` item: a reservation of one instance with its
-        attached interfaces (in device-index order) nested."""
-        primary = next((i for i in interfaces if i.device_index == 0), None)
+        attached interfaces (card 0 first, each card in device-index order) nested."""
+        primary = next((i for i in interfaces if i.device_index == 0 and i.network_card == 0), None)
         address = primary.primary_ip if primary is not None else ""
         launched = timestamp(primary.created_at if primary is not None else 0.0)
         arch = "arm64" if re.match(r"^[a-z]+\d+[a-z]*g[a-z]*\.", instance.type) else "x86_64"

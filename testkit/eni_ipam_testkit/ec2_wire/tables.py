@@ -250,7 +250,7 @@ class Tables:
         """Ids of the interfaces attached to these instances (unknown instances have none), sorted:
         the candidates of a listing filtered by exact ``attachment.instance-id`` values."""
         instances = self.instances.rows
-        return sorted({i for o in instance_ids if o in instances for i in instances[o].attached.values()})
+        return sorted({i for o in instance_ids if o in instances for i in instances[o].interface_ids()})
 
     def exact_values(self, filters: Mapping[str, Sequence[str]], name: str) -> Sequence[str] | None:
         """The values of filter ``name`` when all are exact (no wildcard), else ``None``."""
@@ -271,6 +271,7 @@ def interface_marker(iface: InterfaceRecord) -> Marker:
         iface.prefixes,
         iface.instance_id,
         iface.device_index,
+        iface.network_card,
         iface.attachment_id,
         iface.delete_on_termination,
         iface.tags,
@@ -317,9 +318,9 @@ class Fragments:
         return body
 
     def attached(self, instance: InstanceRecord) -> list[InterfaceRecord]:
-        """The instance's attached interfaces in device-index order."""
+        """The instance's attached interfaces, card 0 first, each card in device-index order."""
         rows = self.tables.interfaces.rows
-        return [rows[i] for _, i in sorted(instance.attached.items()) if i in rows]
+        return [rows[i] for i in instance.interface_ids() if i in rows]
 
     def reservation(self, instance: InstanceRecord) -> bytes:
         interfaces = self.attached(instance)

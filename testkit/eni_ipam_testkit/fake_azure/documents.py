@@ -49,7 +49,6 @@ def nic(nic: Nic, *, state: str = "", hide_addresses: bool = False) -> Json:
             "resourceGuid": "00000000-0000-0000-0000-000000000000",
             "ipConfigurations": configs,
             "dnsSettings": {"dnsServers": [], "appliedDnsServers": []},
-            "macAddress": "00-0D-3A-00-00-00",
             "enableAcceleratedNetworking": True,
             "enableIPForwarding": False,
             "nicType": "Standard",
@@ -60,6 +59,9 @@ def nic(nic: Nic, *, state: str = "", hide_addresses: bool = False) -> Json:
     if nic.vm_id:
         document["properties"]["virtualMachine"] = {"id": nic.vm_id}
         document["properties"]["primary"] = nic.primary
+        # ARM reports a MAC address once the NIC is in a VM (none for a NIC never attached).
+        if nic.mac:
+            document["properties"]["macAddress"] = nic.mac
     return document
 
 

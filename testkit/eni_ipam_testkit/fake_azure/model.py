@@ -73,6 +73,8 @@ class Nic:
     """``provisioningState``."""
     hidden_reads: int = 0
     """Reads still to answer without the secondary configurations' addresses."""
+    mac: str = ""
+    """The MAC address as ARM writes it (``00-0D-3A-00-00-01``); answered while the NIC is a VM's."""
 
 
 @dataclasses.dataclass

@@ -61,6 +61,7 @@ class Store:
         self._vms: dict[str, Vm] = {}
         self._scale_sets: dict[str, ScaleSet] = {}
         self._counter = itertools.count(1)
+        self._macs = itertools.count(1)  # apart from the ETags' counter, so those stay as they were
 
     # -- building the world ------------------------------------------------------------------------
 
@@ -68,6 +69,11 @@ class Store:
         if rg.lower() not in self._groups:
             raise KeyError(f"no resource group {rg!r}: add_resource_group first")
         return f"/subscriptions/{self.subscription_id}/resourceGroups/{self._groups[rg.lower()]}"
+
+    def _mac(self) -> str:
+        """A MAC address of Azure's own block (``00-0D-3A``), as ARM writes one, unique in the store."""
+        n = next(self._macs)
+        return f"00-0D-3A-{n >> 16 & 0xFF:02X}-{n >> 8 & 0xFF:02X}-{n & 0xFF:02X}"
 
     def _etag(self, weak: bool = True) -> str:
         n = next(self._counter)
@@ -106,7 +112,7 @@ class Store:
     ) -> str:
         """A detached NIC with its primary configuration ``ipconfig1`` (a dynamic address)."""
         nid = f"{self._rg_prefix(rg)}/providers/Microsoft.Network/networkInterfaces/{name}"
-        nic = Nic(nid, name, self.location, [], self._etag(), dict(tags or {}))
+        nic = Nic(nid, name, self.location, [], self._etag(), dict(tags or {}), mac=self._mac())
         nic.configs.append(self._new_config(nic, "ipconfig1", subnet_id, primary=True, groups=tuple(asgs)))
         self._nics[key(nid)] = nic
         return nid
@@ -159,7 +165,9 @@ class Store:
         vm = ScaleSetVm(vid, index, ss, running, self._etag(weak=False), [])
         for i, nic_name in enumerate(nic_names):
             nid = f"{vid}/networkInterfaces/{nic_name}"
-            nic = Nic(nid, nic_name, self.location, [], self._etag(), vm_id=vid, primary=i == 0)
+            nic = Nic(
+                nid, nic_name, self.location, [], self._etag(), vm_id=vid, primary=i == 0, mac=self._mac()
+            )
             nic.configs.append(
                 self._new_config(nic, "ipconfig1", subnet_id, primary=True, groups=tuple(asgs))
             )

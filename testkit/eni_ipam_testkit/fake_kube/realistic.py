@@ -24,6 +24,8 @@ import hashlib
 import random
 from typing import Any
 
+from eni_ipam.core.devices import mac_text
+
 JSON = dict[str, Any]
 
 _STAMP = "2026-11-02T09:14:07Z"
@@ -397,6 +399,7 @@ def realistic_enipool(
                 "deviceIndex": n,
                 "subnet": subnet,
                 "primaryIP": f"10.{n}.{base}.4",
+                "macAddress": mac_text(0x02 << 40 | rng.getrandbits(40)),  # EC2's: locally administered
                 "securityGroups": [f"sg-{rng.getrandbits(64):017x}"],
                 "addresses": count,
                 "prefixes": [],

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.model import Interface
+from eni_ipam.core.model import DETACHED_INDEX, Interface
 from eni_ipam.core.ratelimit import RateLimiter
 from providers.aws import listings
 from providers.aws.api import Boto3Api, parse_instance, parse_interface
@@ -227,6 +227,12 @@ def edit_interfaces(body: bytes, rnd: random.Random) -> bytes:
                 node = attachment.find(f"{NS}deviceIndex")
                 if node is not None:
                     attachment.remove(node)
+        mac = item.find(f"{NS}macAddress")
+        if mac is not None and mac.text and rnd.random() < 0.3:
+            # The forms a cloud may write a MAC in, and values no device has.
+            mac.text = rnd.choice(
+                [mac.text.upper(), mac.text.replace(":", "-"), "", "zz", "01:00:5e:00:00:01"]
+            )
         managed = item.find(f"{NS}requesterManaged")
         if managed is not None and rnd.random() < 0.3:
             managed.text = "true"
@@ -294,6 +300,7 @@ def eni(
     extra: str = "",
     groups: str = "<item><groupId>sg-1</groupId><groupName>g</groupName></item>",
     tags: str = "<tagSet/>",
+    mac: str | None = None,
 ) -> str:
     attachment = attachment or (
         f"<attachment><attachmentId>eni-attach-{n}</attachmentId><instanceId>i-{n // 4}</instanceId>"
@@ -305,8 +312,9 @@ def eni(
         f"<item><privateIpAddress>10.0.{n}.12</privateIpAddress><primary>false</primary></item>"
         f"<item><privateIpAddress>10.0.{n}.9</privateIpAddress><primary>false</primary></item>"
     )
+    mac = f"<macAddress>0a:00:00:00:00:{n:02x}</macAddress>" if mac is None else mac
     return (
-        f"<item><networkInterfaceId>eni-{n}</networkInterfaceId><subnetId>subnet-1</subnetId>"
+        f"<item><networkInterfaceId>eni-{n}</networkInterfaceId><subnetId>subnet-1</subnetId>{mac}"
         f"<privateIpAddress>10.0.{n}.10</privateIpAddress><groupSet>{groups}</groupSet>{attachment}"
         f"<privateIpAddressesSet>{addresses}</privateIpAddressesSet>{tags}{extra}</item>"
     )
@@ -373,6 +381,28 @@ HAND_PICKED = {
             "<networkCardIndex>1</networkCardIndex><status>attached</status></attachment>",
         )
     ),
+    "mac-addresses": page(
+        eni(1, mac="<macAddress>0A:1B:2C:3D:4E:5F</macAddress>"),
+        eni(2, mac="<macAddress>0a-1b-2c-3d-4e-60</macAddress>"),
+        eni(3, mac="<macAddress>0a:1b:2c:3d:4e:&#54;1</macAddress>"),
+        eni(4, mac="<macAddress/>"),
+        eni(5, mac=""),
+        eni(6, mac="<macAddress>not a mac</macAddress>"),
+        eni(7, mac="<macAddress>01:00:5e:00:00:01</macAddress>"),
+        eni(8, mac="<macAddress>00:00:00:00:00:00</macAddress>"),
+    ),
+    "other-card-with-its-own-mac": page(
+        eni(
+            1,
+            attachment="<attachment><instanceId>i-1</instanceId><deviceIndex>0</deviceIndex>"
+            "<networkCardIndex>3</networkCardIndex><status>attached</status></attachment>",
+        ),
+        eni(
+            2,
+            attachment="<attachment><instanceId>i-1</instanceId><deviceIndex>1</deviceIndex>"
+            "<networkCardIndex>999</networkCardIndex><status>attached</status></attachment>",
+        ),
+    ),
     "attaching-without-index": page(
         eni(1, attachment="<attachment><instanceId>i-1</instanceId><status>attaching</status></attachment>")
     ),
@@ -391,6 +421,21 @@ HAND_PICKED = {
 @pytest.mark.parametrize("name", HAND_PICKED)
 def test_hand_picked_interface_pages_read_as_botocore_reads_them(name: str) -> None:
     assert_same_reading(HAND_PICKED[name], DNI)
+
+
+def test_mac_addresses_are_normalised_and_what_no_device_has_is_dropped() -> None:
+    macs = [i.mac_address for i in assert_same_reading(HAND_PICKED["mac-addresses"], DNI)]
+    assert macs == ["0a:1b:2c:3d:4e:5f", "0a:1b:2c:3d:4e:60", "0a:1b:2c:3d:4e:61", "", "", "", "", ""]
+
+
+def test_an_interface_on_another_card_is_detached_and_keeps_its_card() -> None:
+    other, beyond = assert_same_reading(HAND_PICKED["other-card-with-its-own-mac"], DNI)
+    assert (other.device_index, other.instance_id, other.network_card) == (DETACHED_INDEX, "", 3)
+    assert other.mac_address == "0a:00:00:00:00:01"
+    # A card no instance has (above the bound) is refused, read as 0; the interface stays detached.
+    assert (beyond.device_index, beyond.instance_id, beyond.network_card) == (DETACHED_INDEX, "", 0)
+    attached = assert_same_reading(HAND_PICKED["attached"], DNI)[0]
+    assert (attached.device_index, attached.network_card) == (1, 0)
 
 
 def instance(
@@ -731,7 +776,7 @@ def _outside_lists(shape: Any, path: str = "") -> Iterator[tuple[str, str]]:
     [
         (
             "NetworkInterface",
-            {"networkInterfaceId", "subnetId", "privateIpAddress", "attachment"}
+            {"networkInterfaceId", "subnetId", "privateIpAddress", "macAddress", "attachment"}
             | {"groupSet", "tagSet", "privateIpAddressesSet", "ipv4PrefixSet"},
             {
                 "/attachment": {

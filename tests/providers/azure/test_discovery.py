@@ -3,13 +3,17 @@ paging to the end, and never a partial view."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
+from eni_ipam.core.devices import MAC_PATTERN
 from eni_ipam.errors import ConfigError
+from providers.azure import resources
 from providers.azure.limits import limits_for
 from tests.providers.azure.conftest import GROUP, SIZE, SUBSCRIPTION, World, sample
 
@@ -65,6 +69,40 @@ async def test_the_primary_nic_is_at_index_0_and_the_others_follow_in_the_vms_or
             (nics[2].lower(), 2),
         ]
         assert not any(i.delete_on_termination for i in found.interfaces)
+
+
+async def test_every_nic_reports_its_mac_address_in_the_written_form_on_card_0(world: World) -> None:
+    nics = [world.fake.add_nic("rg-Nodes", f"multi-{i}", world.subnet_id) for i in range(2)]
+    world.fake.add_vm("rg-Nodes", "multi", SIZE, nics)
+    world.scale_set_vm("pool")
+    snapshot = await world.provider().resync()
+    found = [i for instance in snapshot.instances.values() for i in instance.interfaces]
+    macs = [i.mac_address for i in found]
+    assert len(found) == 3 and len(set(macs)) == 3
+    # ARM writes 00-0D-3A-00-00-01; the model holds the one written form.
+    assert all(re.fullmatch(MAC_PATTERN, m) and m.startswith("00:0d:3a:") for m in macs), macs
+    assert {i.network_card for i in found} == {0}
+
+
+@pytest.mark.parametrize(
+    ("written", "read", "warned"),
+    [
+        ("00-0D-3A-1B-2C-3D", "00:0d:3a:1b:2c:3d", False),
+        (None, "", False),  # a NIC of a VM never started has none yet
+        ("00-0D-3A-1B-2C", "", True),
+        ("01-00-5E-00-00-01", "", True),
+        (12, "", True),
+    ],
+)
+def test_a_nics_mac_address_is_normalised_and_never_trusted(written: object, read: str, warned: bool) -> None:
+    nic = {
+        "id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/n",
+        "properties": {"macAddress": written} if written is not None else {},
+    }
+    with capture_logs() as logs:
+        iface = resources.interface(nic)
+    assert (iface.mac_address, iface.network_card) == (read, 0)
+    assert [e["event"] for e in logs] == (["interface_mac_refused"] if warned else [])
 
 
 async def test_resync_pages_through_every_listing(worlds: Callable[..., World]) -> None:
