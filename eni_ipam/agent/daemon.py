@@ -18,6 +18,10 @@ It keeps the node's allocator in step with the node's pool and tells the control
 * **Serve** on the unix socket: the CNI plugin's API and the libnetwork remote IPAM driver; on TCP:
   ``/metrics``, ``/healthz``, ``/readyz`` (ready once restored and, with Kubernetes, synced).
 * **Claims**: Cluster API IPAddressClaims naming this node's ENIPool are served from its pool.
+* **Datapath** (``datapath.enabled``): the host's routing for pods on every interface of the pool
+  (:mod:`~eni_ipam.agent.datapath`), reconciled after the restore and before the socket serves, when
+  the pool's interfaces change, and every ``datapath_interval``; an ADD installs its pod's rules
+  before it answers. The addresses of an interface without a datapath yet are withheld.
 """
 
 from __future__ import annotations
@@ -97,8 +101,10 @@ class Agent:
         clock: Clock | None = None,
         metrics: AgentMetrics | None = None,
         kube: Any = None,
+        nft: Any = None,
     ) -> None:
-        """``kube``: a KubeApi to use instead of one made from the configuration (tests)."""
+        """``kube``: a KubeApi to use instead of one made from the configuration (tests); ``nft``: how
+        the datapath runs ``nft`` (:data:`~eni_ipam.agent.datapath.nft.Runner`; tests)."""
         self.config = config
         self.node = node
         self.clock = clock or LoopClock()
@@ -144,12 +150,21 @@ class Agent:
             pods=config.node_source == "kubernetes",
         )
         self.kube = kube
+        self._nft = nft
         self.endpoint: web.AppRunner | None = None
         """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
         self.restored = False
         self.sweeper: Sweeper | None = None
         """Releases what runtimes forgot to release, while running (``sweep_interval`` > 0)."""
         self.pool_seen = asyncio.Event()
+        self.datapath: Any = None
+        """The node datapath while running with ``datapath.enabled`` (a
+        :class:`~eni_ipam.agent.datapath.datapath.Datapath`; imported only then: it needs pyroute2)."""
+        self._datapath_due = asyncio.Event()
+        self._datapath_done = False
+        """A reconcile succeeded since the pool was seen: its interfaces have their tables."""
+        self._withheld_interfaces: set[str] = set()
+        self._interfaces: list[Any] = []
         self._pool: dict[str, Any] | None = None
         self._marks: dict[str, ReleaseState] = {}
         self._answers: dict[str, ReleaseState] = {}
@@ -174,7 +189,8 @@ class Agent:
                 blocked.append(f"pool {pool}: no address can be handed out: {said}")
         if blocked:
             return False, "; ".join(blocked)
-        unsettled = [n for n in (*notes, self.startup.status()) if n]
+        datapath = self.datapath.problem() if self.datapath is not None else ""
+        unsettled = [n for n in (*notes, self.startup.status(), datapath) if n]
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use" + "".join(
             f"; {n}" for n in unsettled
         )
@@ -187,11 +203,19 @@ class Agent:
             return f"the state file cannot be written ({self.allocator.state_error}): changes are refused"
         if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
             return "waiting for the node's pool (ENIPool); release and check are served meanwhile"
+        if self.datapath is not None and not self._datapath_done:
+            problem = self.datapath.problem()
+            return "the node's datapath is not set up yet" + (f": {problem}" if problem else "")
         return ""
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
-        api.add_routes(app, self.allocator, ready=self._serving)
+        routes: api.PodRoutes | None = None
+        if self.datapath is not None:
+            from eni_ipam.agent.datapath.pods import PodRoutes
+
+            routes = PodRoutes(self.datapath)
+        api.add_routes(app, self.allocator, ready=self._serving, routes=routes)
         libnetwork.add_routes(app, self.driver)
         return app
 
@@ -211,6 +235,8 @@ class Agent:
         if self.config.ipv6:
             members += ipv6_members(obj, self.config.ipv6_pool_size)
         self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members))
+        if self.config.datapath.enabled:
+            self._follow_interfaces(obj)
         self._marks = {
             address: ReleaseState(state)
             for address, state in ((obj.get("status") or {}).get("release") or {}).items()
@@ -219,6 +245,90 @@ class Agent:
         if self.restored:  # before the restore the allocator cannot know what is in use
             self._answer()
         self.pool_seen.set()
+
+    # -- the datapath -----------------------------------------------------------------------------
+
+    def _follow_interfaces(self, obj: dict[str, Any]) -> None:
+        """The pool's interfaces changed: withhold the addresses of those without a datapath yet, and
+        have the datapath reconciled at once."""
+        from eni_ipam.agent.datapath.plan import Interface
+        from eni_ipam.kube.resources import pool_interfaces
+
+        self._interfaces = [
+            Interface(
+                id=p.id,
+                mac=p.mac_address,
+                device_index=p.device_index,
+                network_card=p.network_card,
+                subnet=p.cidr,
+                primary_ip=p.primary_ip,
+            )
+            for p in pool_interfaces(obj)
+        ]
+        known = set(self.datapath.interfaces) if self.datapath is not None else set()
+        fresh = {i.id for i in self._interfaces} - known
+        self._withhold_interfaces(self._withheld_interfaces | fresh | self._unlisted())
+        self._datapath_due.set()
+
+    def _unlisted(self) -> set[str]:
+        """Interfaces the pool's addresses name that the status's interface list does not (a status
+        written before the list, or an interface leaving): no device, no table, so no hand-out."""
+        listed = {i.id for i in self._interfaces}
+        return {m.interface_id for m in self.allocator.pool_addresses(DEFAULT_POOL)} - listed
+
+    def _withhold_interfaces(self, interfaces: set[str]) -> None:
+        """Hand out no address of ``interfaces`` (their datapath is not set up), and every other's."""
+        for iid in self._withheld_interfaces - interfaces:
+            self.allocator.lift(f"datapath:{iid}")
+        for iid in interfaces:
+            owner = f"datapath:{iid}"
+            self.allocator.lift(owner)  # again: the interface's addresses may have changed
+            for member in self.allocator.pool_addresses(DEFAULT_POOL):
+                if member.interface_id == iid:
+                    self.allocator.withhold(member.address, owner)
+        self._withheld_interfaces = interfaces
+        self.metrics.agent_datapath_unready_interfaces.set(len(interfaces))
+
+    async def reconcile_datapath(self) -> None:
+        """Make the host's routing the plan of the pool's interfaces and the held addresses.
+
+        Raises:
+            DatapathError: the host refused a change (counted; the next reconcile goes on from there).
+        """
+        from eni_ipam.agent.datapath.errors import DatapathError
+
+        assert self.datapath is not None
+        # Whether the pool had been seen when this reconcile read its interfaces: one that arrives
+        # while the reconcile awaits the kernel is the next reconcile's.
+        seen = self.pool_seen.is_set() or self.config.node_source != "kubernetes"
+        self.datapath.set_interfaces(self._interfaces)
+        pods = {
+            a.address: a.interface_id
+            for a in self.allocator.allocations(pool=DEFAULT_POOL)
+            if ":" not in a.address
+        }
+        try:
+            changes = await self.datapath.reconcile(pods)
+        except DatapathError:
+            self.metrics.agent_datapath_reconciles.labels(outcome="failed").inc()
+            raise
+        self.metrics.agent_datapath_reconciles.labels(outcome="changed" if changes.any else "ok").inc()
+        self._withhold_interfaces(self.datapath.unready() | self._unlisted())
+        if seen:
+            self._datapath_done = True
+
+    async def _keep_datapath(self) -> None:
+        """Reconcile when the pool's interfaces change, and every ``datapath.interval``."""
+        from eni_ipam.agent.datapath.errors import DatapathError
+
+        while True:
+            self._datapath_due.clear()
+            try:
+                await self.reconcile_datapath()
+            except DatapathError as exc:
+                log.warning("datapath_reconcile_failed", node=self.node, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._datapath_due.wait(), timeout=self.config.datapath.interval)
 
     async def _restore(self) -> None:
         leftovers = remove_leftovers(self.state_dir)
@@ -325,11 +435,15 @@ class Agent:
             # CHECK must work even while the API server is out of reach. Outside the task group, so
             # that a refused state file stops the start with its own error (exit 2), not a group.
             await self._restore()
-            async with asyncio.TaskGroup() as tg:
+            async with contextlib.AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
+                if self.config.datapath.enabled:
+                    await self._open_datapath(stack)
                 tasks: list[asyncio.Task[None]] = []
                 judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
                     tasks += self._start_kubernetes(tg, judges)  # hands the pods to the start first
+                if self.datapath is not None:
+                    tasks.append(tg.create_task(self._keep_datapath(), name="eni-ipam-agent-datapath"))
                 tasks.append(tg.create_task(self.startup.run(), name="eni-ipam-agent-start"))
                 if self.config.node_source != "kubernetes":
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
@@ -379,6 +493,16 @@ class Agent:
                 await self.kube.close()
             lock.close()
         log.info("agent_stopped", node=self.node)
+
+    async def _open_datapath(self, stack: contextlib.AsyncExitStack) -> None:
+        from eni_ipam.agent.datapath.datapath import Datapath
+        from eni_ipam.agent.datapath.netlink import Netlink
+        from eni_ipam.agent.datapath.nft import SnatTable
+
+        netlink = await stack.enter_async_context(Netlink())
+        snat = SnatTable(run=self._nft) if self._nft is not None else SnatTable()
+        self.datapath = Datapath(self.config.datapath, netlink=netlink, snat=snat)
+        stack.callback(setattr, self, "datapath", None)
 
     def _start_kubernetes(self, tg: asyncio.TaskGroup, judges: list[Judge]) -> list[asyncio.Task[None]]:
         from eni_ipam.kube.api import ENIPOOLS, PODS, KubeApi, client_from_kubeconfig

@@ -21,7 +21,7 @@ programs the host so that:
 The veth and the host route of each pod are the standard ``ptp`` plugin's; the per-pod rules are
 installed by the agent when the plugin's IPAM call allocates the address (before ``ptp`` creates
 the veth: a rule needs only the address) and removed when it is released: no second interpreter
-per container (decision 0034).
+per container (decision 0036).
 
 Modules: :mod:`~.settings` (the ``datapath:`` section of the agent's configuration), :mod:`~.plan`
 (pure: what the host must hold for a pool and its pods), :mod:`~.netlink` (rules, routes, links and

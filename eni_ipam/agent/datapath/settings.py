@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from eni_ipam.config.schema import Cidr, ConfigModel, FieldError
+from eni_ipam.config.schema import Cidr, ConfigModel, FieldError, PositiveDuration
 
 MAX_TABLE_BASE = 2**31 - 10_000
 """Highest base: every table id (base + 100 × card + device index) stays a valid 32-bit table id."""
@@ -19,7 +19,7 @@ MAX_TABLE_BASE = 2**31 - 10_000
 
 class DatapathSettings(ConfigModel):
     enabled: bool = False
-    """Program the node's routing for pods on every interface of its pool (decision 0034). Off: the
+    """Program the node's routing for pods on every interface of its pool (decision 0036). Off: the
     plugin only hands out addresses, as for a host whose CNI routes them itself."""
     vpc_cidrs: Annotated[tuple[Cidr, ...], Field(strict=False)] = ()
     """The VPC's CIDR blocks (all of them, secondary blocks included): traffic to them keeps the pod's
@@ -41,6 +41,9 @@ class DatapathSettings(ConfigModel):
     """The pods' next hop, an address no network uses: ``ptp`` puts it on the host side of every pod's
     veth, and a pod's default route points at it. It must not be the subnet's router: the host would
     then hold the router's address itself."""
+    interval: Annotated[PositiveDuration, Field(le=3600)] = 30.0
+    """Seconds between two reconciles of the host with the plan (besides those a change of the pool's
+    interfaces triggers at once): what someone changed by hand is put back within this."""
     snat_mark: Annotated[int, Field(ge=1, le=2**31)] = 0x80
     """The firewall mark (one bit) of traffic to be SNATed and routed by the main table. 0x80 is the
     VPC CNI's; kube-proxy uses 0x4000 and 0x8000, Calico and Cilium the high bits."""

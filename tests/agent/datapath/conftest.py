@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +26,20 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
+def loopback_up() -> None:
+    """Bring ``lo`` (index 1 in a new namespace) up, as every namespace a process runs in has it."""
+    iff_up = 0x1
+    body = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 1, iff_up, iff_up)
+    message = struct.pack("IHHII", 16 + len(body), 19, 0x1 | 0x4, 1, 0) + body  # RTM_SETLINK, ACK
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.bind((0, 0))
+        sock.send(message)
+        answer = sock.recv(4096)
+    (error,) = struct.unpack_from("i", answer, 16)
+    if error:
+        raise OSError(-error, os.strerror(-error))
+
+
 @pytest.fixture
 def private_netns() -> Iterator[None]:
     if os.geteuid() != 0:
@@ -35,6 +51,7 @@ def private_netns() -> Iterator[None]:
         except OSError as exc:
             pytest.skip(f"cannot make a network namespace: {exc}")
         try:
+            loopback_up()
             yield
         finally:
             _check(_libc.setns(original, CLONE_NEWNET), "setns back to the original namespace")

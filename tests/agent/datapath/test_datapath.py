@@ -8,7 +8,6 @@ The SNAT table's ``nft`` is recorded here (tests/agent/datapath/test_nft.py runs
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from pyroute2 import AsyncIPRoute
@@ -28,6 +27,7 @@ from eni_ipam.agent.datapath.plan import (
 )
 from eni_ipam.agent.datapath.settings import DatapathSettings
 from eni_ipam.config.schema import validate
+from tests.agent.datapath import RecordedNft, node, rp_filter
 
 pytestmark = pytest.mark.usefixtures("private_netns")
 
@@ -42,48 +42,6 @@ ETH2 = Interface(
 )
 SETTINGS = validate(DatapathSettings, {"enabled": True, "vpc_cidrs": ["10.0.0.0/16"]})
 PODS = {"10.0.0.50": "eni-0", "10.0.1.50": "eni-1", "10.0.1.51": "eni-1", "10.0.2.50": "eni-2"}
-
-
-class RecordedNft:
-    """``nft`` as the datapath runs it, recorded; ``list`` answers what the last script defined."""
-
-    def __init__(self) -> None:
-        self.scripts: list[str] = []
-        self.table = ""
-
-    async def __call__(self, arguments: list[str], stdin: str) -> tuple[int, str, str]:
-        if arguments[:1] == ["-f"]:
-            self.scripts.append(stdin)
-            self.table = stdin.split("\n", 2)[2]
-            return 0, "", ""
-        if arguments[:1] == ["list"]:
-            return (0, self.table, "") if self.table else (1, "", "No such file or directory")
-        if arguments[:1] == ["delete"]:
-            self.table = ""
-            return 0, "", ""
-        raise AssertionError(arguments)
-
-
-async def node(*interfaces: Interface) -> None:
-    """The interfaces as a node has them: veths with the pool's MACs, down and unaddressed but the
-    primary, which has its address and the default route through its router."""
-    async with AsyncIPRoute() as ipr:
-        for n, interface in enumerate(interfaces):
-            await ipr.link(
-                "add", ifname=f"ens{5 + n}", kind="veth", peer={"ifname": f"peer{n}"}, address=interface.mac
-            )
-            (peer,) = await ipr.link_lookup(ifname=f"peer{n}")
-            await ipr.link("set", index=peer, state="up")
-            if interface.device_index == 0:
-                (index,) = await ipr.link_lookup(address=interface.mac)
-                await ipr.link("set", index=index, state="up")
-                await ipr.addr("add", index=index, address=interface.primary_ip, prefixlen=24)
-                await ipr.route("add", dst="0.0.0.0/0", gateway=interface.router)
-
-
-def rp_filter(device: str) -> str:
-    """The device's ``net.ipv4.conf.<device>.rp_filter``, in this thread's namespace."""
-    return Path(f"/proc/sys/net/ipv4/conf/{device}/rp_filter").read_text().strip()
 
 
 @pytest.fixture

@@ -1,0 +1,62 @@
+"""The datapath as the plugin's API sees it: what an ADD, a DEL, a GC and a CHECK ask of it.
+
+Only the default pool's addresses (the node's ENIPool: addresses of the node's interfaces) have a
+datapath; a static pool's (a libnetwork network, a claim) are routed by whoever uses them.
+
+What the plugin answers changes too: the address with a host prefix (``/32``) and the pod gateway
+(a link-local address ``ptp`` puts on the host side of the veth), so that the pod sends everything
+to the host, which routes it by the rules. The subnet's own router would be taken by the host as one
+of its addresses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from eni_ipam.agent.datapath.datapath import Datapath
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+
+
+class PodRoutes:
+    def __init__(self, datapath: Datapath) -> None:
+        self.datapath = datapath
+
+    @staticmethod
+    def _routed(allocations: Sequence[Allocation]) -> list[Allocation]:
+        return [a for a in allocations if a.pool == DEFAULT_POOL and a.family == Family.IPV4]
+
+    def present(self, allocation: Allocation) -> Allocation:
+        """The allocation as the plugin answers it (unchanged outside the default pool)."""
+        if not self._routed([allocation]):
+            return allocation
+        return dataclasses.replace(allocation, prefix_length=32, gateway=self.datapath.settings.pod_gateway)
+
+    async def added(self, allocations: Sequence[Allocation]) -> None:
+        """Install the rules of an ADD's addresses (first removing any a crash left for the address).
+
+        Raises:
+            DatapathError: a rule could not be installed.
+        """
+        routed = self._routed(allocations)
+        if not routed:
+            return
+        await self.datapath.remove(a.address for a in routed)
+        await self.datapath.add([(a.address, a.interface_id) for a in routed])
+
+    async def released(self, allocations: Sequence[Allocation]) -> None:
+        """Delete the rules of released addresses.
+
+        Raises:
+            DatapathError: a rule could not be deleted (the next reconcile does it).
+        """
+        await self.datapath.remove(a.address for a in self._routed(allocations))
+
+    async def missing(self, allocations: Sequence[Allocation]) -> str:
+        """What the held addresses lack of their rules (empty: nothing), for CHECK."""
+        lacking = []
+        for allocation in self._routed(allocations):
+            absent = await self.datapath.check(allocation.address, allocation.interface_id)
+            if absent:
+                lacking.append(f"{allocation.address} (rules {absent})")
+        return ", ".join(lacking)
