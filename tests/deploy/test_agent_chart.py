@@ -434,7 +434,7 @@ def test_the_datapath_adds_exactly_net_admin_to_the_agent_container_and_nothing_
 
 @pytest.mark.system
 def test_the_datapath_without_the_host_network_is_refused_at_render() -> None:
-    with pytest.raises(HelmError, match="needs agent.hostNetwork: true"):
+    with pytest.raises(HelmError, match=r"needs agent\.hostNetwork: true"):
         agent({"hostNetwork": False, "config": {"datapath": {"enabled": True, "vpc_cidrs": ["10.0.0.0/16"]}}})
 
 
