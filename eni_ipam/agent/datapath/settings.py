@@ -30,10 +30,11 @@ class DatapathSettings(ConfigModel):
     external_snat: bool = False
     """Something outside the node translates pod addresses (a NAT gateway): no SNAT here, and traffic
     to any destination leaves through the pod's own interface."""
-    route_table_base: Annotated[int, Field(ge=256, le=MAX_TABLE_BASE)] = 10_000
-    """Route table of a secondary interface: base + 100 × network card + device index. 10000 keeps
-    clear of the tables other software commonly uses (1–252, and the VPC CNI's device-number + 1);
-    change it where something else on the node uses 10000–13300."""
+    route_table_base: Annotated[int, Field(ge=256, le=MAX_TABLE_BASE)] = 30_000
+    """Route table of a secondary interface: base + 100 × network card + device index. 30000 keeps
+    clear of the tables other software uses: 1–252, the VPC CNI's device number + 1,
+    amazon-ec2-net-utils' 10000 + device number; change it where something else on the node uses
+    30000–33300."""
     mtu: Annotated[int, Field(ge=576, le=65_535)] = 9001
     """MTU the pool's interfaces are brought up with: EC2's jumbo frames inside a VPC (use 1500 where
     traffic crosses a VPN or an internet gateway without path MTU discovery)."""

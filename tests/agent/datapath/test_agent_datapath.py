@@ -141,7 +141,7 @@ async def test_an_add_answers_a_host_route_and_the_pod_gateway_and_its_rules_exi
     controller: KubeApi, kube_here: FakeKube, tmp_path: Path
 ) -> None:
     async with running_agent(kube_here, tmp_path) as agent:
-        assert await host_tables() == {10_001, 10_002}
+        assert await host_tables() == {30_001, 30_002}
         added = []
         for n in range(6):  # every address of the pool, on every interface
             code, answer = await call(agent, "add", containerID=f"c{n}", ifname="eth0")
@@ -152,7 +152,7 @@ async def test_an_add_answers_a_host_route_and_the_pod_gateway_and_its_rules_exi
         rules = await host_rules()
         for address, interface in added:
             assert Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=address) in rules
-            table = {"eni-1": 10_001, "eni-2": 10_002}.get(interface)
+            table = {"eni-1": 30_001, "eni-2": 30_002}.get(interface)
             has_from = any(r.source == address for r in rules)
             assert has_from == (table is not None), (address, interface)
             if table is not None:
@@ -179,7 +179,7 @@ async def test_check_fails_when_a_pods_rule_was_removed_by_hand_and_a_reconcile_
         code, answer = await call(agent, "check", containerID=container, ifname="eth0")
         assert code == 409 and answer["error"]["code"] == "routes_missing", answer
         await agent.reconcile_datapath()
-        assert Rule(FROM_POD_PRIORITY, 10_002, source=ip["address"]) in await host_rules()
+        assert Rule(FROM_POD_PRIORITY, 30_002, source=ip["address"]) in await host_rules()
 
 
 async def test_a_detached_interface_loses_its_table_and_a_late_device_is_withheld_until_it_appears(
@@ -192,7 +192,7 @@ async def test_a_detached_interface_loses_its_table_and_a_late_device_is_withhel
         await controller.patch(ENIPOOLS, "n1", {"status": status(ETH0, ETH1, LATE)}, status=True)
         await until(lambda: agent.datapath is not None and "eni-3" in agent.datapath.interfaces)
         await until(lambda: "eni-3" in agent.datapath.unready())
-        assert await host_tables() == {10_001}  # eni-2 detached: its table is gone
+        assert await host_tables() == {30_001}  # eni-2 detached: its table is gone
         handed = set()
         for n in range(4):  # what is free: eni-0's and eni-1's; none of eni-3's, whose device is missing
             code, answer = await call(agent, "add", containerID=f"c{n}", ifname="eth0")
@@ -204,7 +204,7 @@ async def test_a_detached_interface_loses_its_table_and_a_late_device_is_withhel
         await node(LATE, first=9)  # the device appears
         await agent.reconcile_datapath()
         assert agent.datapath.unready() == set()
-        assert await host_tables() == {10_001, 10_003}
+        assert await host_tables() == {30_001, 30_003}
         code, answer = await call(agent, "add", containerID="c9", ifname="eth0")
         assert code == 200 and answer["ips"][0]["interfaceID"] == "eni-3", answer
 
@@ -218,7 +218,7 @@ async def test_a_restart_puts_back_exactly_what_the_held_addresses_need(
         held = {a.address for a in agent.allocator.allocations(pool="default")}
     # While the agent is down: a stale rule of an address nobody holds, and a held one's rule lost.
     async with Netlink() as netlink:
-        await netlink.add_rule(Rule(FROM_POD_PRIORITY, 10_001, source="10.0.1.99"))
+        await netlink.add_rule(Rule(FROM_POD_PRIORITY, 30_001, source="10.0.1.99"))
         lost = next(iter(sorted(held)))
         await netlink.delete_rule(Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=lost))
     async with running_agent(kube_here, tmp_path):

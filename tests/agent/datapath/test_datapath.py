@@ -108,7 +108,7 @@ async def test_what_the_datapath_did_not_make_is_never_touched_and_what_it_made_
             "add",
             src="10.0.1.99",
             src_len=32,
-            table=10_001,
+            table=30_001,
             priority=FROM_POD_PRIORITY,
             FRA_PROTOCOL=PROTOCOL,
         )
@@ -139,12 +139,12 @@ async def test_a_detached_interface_loses_its_table_and_an_attached_one_gets_one
     pods = {a: i for a, i in PODS.items() if i != "eni-2"}
     changes = await dp.reconcile(pods)
     _, routes = await held(dp.netlink)
-    assert {r.table for r in routes} == {10_001}
+    assert {r.table for r in routes} == {30_001}
     assert changes.routes_deleted == 2
     dp.set_interfaces([ETH0, ETH1, ETH2])
     await dp.reconcile(PODS)
     _, routes = await held(dp.netlink)
-    assert {r.table for r in routes} == {10_001, 10_002}
+    assert {r.table for r in routes} == {30_001, 30_002}
 
 
 async def test_an_interface_whose_device_is_not_there_yet_is_unready_until_it_appears(
@@ -163,7 +163,7 @@ async def test_an_interface_whose_device_is_not_there_yet_is_unready_until_it_ap
     await dp.reconcile(PODS)
     assert dp.unready() == set() and dp.problem() == ""
     _, routes = await held(dp.netlink)
-    assert 10_003 in {r.table for r in routes}
+    assert 30_003 in {r.table for r in routes}
 
 
 async def test_an_add_installs_a_pods_rules_and_a_remove_deletes_them_whatever_their_table(
@@ -173,7 +173,7 @@ async def test_an_add_installs_a_pods_rules_and_a_remove_deletes_them_whatever_t
     await dp.reconcile({})
     await dp.add([("10.0.2.77", "eni-2"), ("10.0.0.77", "eni-0")])
     rules, _ = await held(dp.netlink)
-    assert Rule(FROM_POD_PRIORITY, 10_002, source="10.0.2.77") in rules
+    assert Rule(FROM_POD_PRIORITY, 30_002, source="10.0.2.77") in rules
     assert Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.0.77") in rules
     assert await dp.check("10.0.2.77", "eni-2") == ""
     await dp.add([("10.0.2.77", "eni-2")])  # again: an ADD the runtime retried

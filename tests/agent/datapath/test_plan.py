@@ -72,10 +72,10 @@ def test_a_device_index_beyond_the_room_of_a_card_is_refused_rather_than_sharing
 def test_each_secondary_interface_gets_a_table_with_its_subnet_and_a_default_through_its_router() -> None:
     wanted = plan([ETH0, ETH1, ETH2], {}, SETTINGS)
     assert wanted.routes == (
-        Route(10_001, "0.0.0.0/0", "10.0.1.1", ETH1.mac),
-        Route(10_001, "10.0.1.0/24", "", ETH1.mac, "10.0.1.10"),
-        Route(10_002, "0.0.0.0/0", "10.0.2.1", ETH2.mac),
-        Route(10_002, "10.0.2.0/24", "", ETH2.mac, "10.0.2.10"),
+        Route(30_001, "0.0.0.0/0", "10.0.1.1", ETH1.mac),
+        Route(30_001, "10.0.1.0/24", "", ETH1.mac, "10.0.1.10"),
+        Route(30_002, "0.0.0.0/0", "10.0.2.1", ETH2.mac),
+        Route(30_002, "10.0.2.0/24", "", ETH2.mac, "10.0.2.10"),
     )
     assert wanted.devices == (
         Device(ETH1.mac, 9001, "10.0.1.10/24"),
@@ -91,8 +91,8 @@ def test_every_pod_gets_a_to_rule_and_only_pods_of_secondary_interfaces_a_from_r
         Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.0.50"),
         Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.1.50"),
         Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.2.50"),
-        Rule(FROM_POD_PRIORITY, 10_001, source="10.0.1.50"),
-        Rule(FROM_POD_PRIORITY, 10_002, source="10.0.2.50"),
+        Rule(FROM_POD_PRIORITY, 30_001, source="10.0.1.50"),
+        Rule(FROM_POD_PRIORITY, 30_002, source="10.0.2.50"),
         Rule(SNAT_PRIORITY, MAIN_TABLE, mark=0x80),
     }
     assert wanted.unrouted == ()
@@ -150,9 +150,9 @@ def test_an_ipv6_interface_routes_through_the_routers_link_local_address() -> No
         primary_ip="2600:1f14::10",
     )
     wanted = plan([ETH0, v6], {"2600:1f14::50": "eni-6"}, SETTINGS)
-    assert Route(10_001, "::/0", "fe80::1", v6.mac) in wanted.routes
-    assert Rule(FROM_POD_PRIORITY, 10_001, source="2600:1f14::50") in wanted.rules
-    assert Rule(FROM_POD_PRIORITY, 10_001, source="2600:1f14::50").family == 6
+    assert Route(30_001, "::/0", "fe80::1", v6.mac) in wanted.routes
+    assert Rule(FROM_POD_PRIORITY, 30_001, source="2600:1f14::50") in wanted.rules
+    assert Rule(FROM_POD_PRIORITY, 30_001, source="2600:1f14::50").family == 6
 
 
 def test_the_plan_does_not_depend_on_the_order_interfaces_and_pods_come_in() -> None:
