@@ -16,7 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from bench import api_efficiency, cni_plugin, convergence, cpu_memory, figures, latency
+from bench import api_efficiency, cni_plugin, convergence, cpu_memory, datapath_cni, figures, latency
 from bench.report import Results, machine, publish, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
@@ -55,6 +55,8 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
     lat = latency.measure(nodes, events)
     step("CNI plugin against a bare interpreter and host-local")
     plugin = cni_plugin.measure(sizes["plugin"][0])
+    step("CNI ADD and DEL with the node datapath, against ptp and host-local")
+    datapath = datapath_cni.measure(sizes["plugin"][0])
     return Results(
         machine=machine(),
         phases=phases,
@@ -64,6 +66,7 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
         memory=memories,
         latency=lat,
         plugin=plugin,
+        datapath=datapath,
         seconds=time.perf_counter() - started,
     )
 

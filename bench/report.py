@@ -14,6 +14,7 @@ from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import MIN_ROUNDS, TARGET_RATIO, PluginBench
 from bench.convergence import Convergence
 from bench.cpu_memory import Cpu, Memory
+from bench.datapath_cni import DATAPATH_ADD, EXTRA_MS, STANDARD_ADD, DatapathBench
 from bench.latency import Latency
 
 API_RATIO = 1.05
@@ -37,6 +38,8 @@ class Results:
     latency: Latency
     plugin: PluginBench
     seconds: float
+    datapath: DatapathBench | None = None
+    """Section 5b, the whole chain with the node datapath (None: not run)."""
 
     def checks(self) -> list[tuple[str, bool]]:
         out = [
@@ -72,6 +75,10 @@ class Results:
             for command in ("ADD", "DEL"):
                 ratio = self.plugin.ratio(f"eni-ipam-cni {command}")
                 out.append((f"CNI plugin {command} median vs bare interpreter", ratio <= TARGET_RATIO))
+        if self.datapath is not None and self.datapath.judged:
+            out.append(
+                ("CNI ADD with the datapath vs ptp + host-local + a bare start + 3 ms", self.datapath.met())
+            )
         return out
 
     def all_met(self) -> bool:
@@ -126,6 +133,43 @@ def _plugin_section(p: PluginBench) -> list[str]:
     for key, timing in p.timings.items():
         lines.append(f"| {key} | {timing.median_ms:.2f} | {timing.p99_ms:.2f} | {p.ratio(key):.2f}× |")
     return [*lines, ""]
+
+
+def _datapath_section(d: DatapathBench | None) -> list[str]:
+    lines = [
+        "## 5b. CNI ADD and DEL with the node datapath",
+        "",
+        "The node datapath adds the agent's netlink calls for a pod's rules to every ADD and DEL",
+        "(decision 0036). In one run, interleaved, in a network namespace standing for the node: the bare",
+        "interpreter start, the standard chain (`ptp` with `host-local`), and `ptp` with `eni-ipam-cni`",
+        "against a real agent with `datapath.enabled` following its ENIPool on the fake API server, each",
+        "pod's address on a secondary interface (a `to` and a `from` rule per ADD): bench/datapath_cni.py.",
+        "Target: the datapath chain's median ADD at most the standard chain's plus one bare start plus "
+        f"{EXTRA_MS:g} ms.",
+        "",
+    ]
+    if d is None:
+        return [*lines, "Not run.", ""]
+    if d.skipped:
+        return [*lines, f"Not measured on this machine: {d.skipped}.", ""]
+    judged = "" if d.judged else f" (fewer than {MIN_ROUNDS}: the target is not judged)"
+    lines += [
+        f"{d.rounds} rounds{judged}; interpreter `{d.interpreter}`.",
+        "",
+        "| what | median (ms) | p99 (ms) |",
+        "|---|---:|---:|",
+    ]
+    for key, timing in d.timings.items():
+        lines.append(f"| {key} | {timing.median_ms:.2f} | {timing.p99_ms:.2f} |")
+    standard, datapath = d.timings[STANDARD_ADD].median_ms, d.timings[DATAPATH_ADD].median_ms
+    lines += [
+        "",
+        f"The datapath chain's ADD: {datapath:.2f} ms against a budget of {d.budget_ms():.2f} ms "
+        f"({standard:.2f} + {d.timings['python3 -I -S -c pass'].median_ms:.2f} + {EXTRA_MS:g}): "
+        f"{_mark(d.met())}.",
+        "",
+    ]
+    return lines
 
 
 def _mark(ok: bool) -> str:
@@ -243,6 +287,7 @@ def render(r: Results) -> str:
         f"| {lat.events} | {lat.p50_ms:.2f} | {lat.p99_ms:.2f} | {lat.max_ms:.2f} |",
         "",
         *_plugin_section(r.plugin),
+        *_datapath_section(r.datapath),
         "The distributions of sections 4 and 5: the share of events, or of a plugin's runs, within a time.",
         "",
         *figures.link("latency", "Event to IPs and the CNI plugin's ADD and DEL, as distributions"),

@@ -254,7 +254,7 @@ class Agent:
         from eni_ipam.agent.datapath.plan import Interface
         from eni_ipam.kube.resources import pool_interfaces
 
-        self._interfaces = [
+        interfaces = [
             Interface(
                 id=p.id,
                 mac=p.mac_address,
@@ -265,10 +265,13 @@ class Agent:
             )
             for p in pool_interfaces(obj)
         ]
+        changed = interfaces != self._interfaces
+        self._interfaces = interfaces
         known = set(self.datapath.interfaces) if self.datapath is not None else set()
         fresh = {i.id for i in self._interfaces} - known
         self._withhold_interfaces(self._withheld_interfaces | fresh | self._unlisted())
-        self._datapath_due.set()
+        if changed:  # not at every echo of the agent's own status writes
+            self._datapath_due.set()
 
     def _unlisted(self) -> set[str]:
         """Interfaces the pool's addresses name that the status's interface list does not (a status

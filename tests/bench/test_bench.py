@@ -40,7 +40,14 @@ def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     # The plugin's figures are measured (where this machine can), but too few rounds to judge.
     plugin = results.plugin
     assert plugin.skipped or {"eni-ipam-cni ADD", "eni-ipam-cni DEL", "host-local ADD"} <= set(plugin.timings)
+    # The chain with the node datapath too: a real agent, its rules made and removed at every round.
+    datapath = results.datapath
+    assert datapath is not None
+    assert datapath.skipped or {"ptp + host-local ADD", "ptp + eni-ipam-cni (datapath) ADD"} <= set(
+        datapath.timings
+    )
     text = render(results)
+    assert "## 5b. CNI ADD and DEL with the node datapath" in text
     assert "| check | result |" in text and "**missed**" not in text
 
 

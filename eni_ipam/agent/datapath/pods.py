@@ -3,10 +3,12 @@
 Only the default pool's addresses (the node's ENIPool: addresses of the node's interfaces) have a
 datapath; a static pool's (a libnetwork network, a claim) are routed by whoever uses them.
 
-What the plugin answers changes too: the address with a host prefix (``/32``) and the pod gateway
-(a link-local address ``ptp`` puts on the host side of the veth), so that the pod sends everything
-to the host, which routes it by the rules. The subnet's own router would be taken by the host as one
-of its addresses.
+What the plugin answers changes too: the gateway is the primary address of the interface that owns
+the pod's address, not the subnet's router. ``ptp`` puts the gateway on the host side of the pod's
+veth and routes the pod's whole subnet through it, so the pod sends everything to the host, which
+routes it by the rules; that address is the node's own (on the interface the datapath set up), never
+another host's, and inside the pod's subnet as ``ptp`` requires. The router's own address would be
+taken by the host as one of its own.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ class PodRoutes:
         return [a for a in allocations if a.pool == DEFAULT_POOL and a.family == Family.IPV4]
 
     def present(self, allocation: Allocation) -> Allocation:
-        """The allocation as the plugin answers it (unchanged outside the default pool)."""
-        if not self._routed([allocation]):
+        """The allocation as the plugin answers it (unchanged outside the default pool, and for an
+        interface the pool no longer lists: its addresses are not handed out)."""
+        owner = self.datapath.interfaces.get(allocation.interface_id)
+        if not self._routed([allocation]) or owner is None or not owner.primary_ip:
             return allocation
-        return dataclasses.replace(allocation, prefix_length=32, gateway=self.datapath.settings.pod_gateway)
+        return dataclasses.replace(allocation, gateway=owner.primary_ip)
 
     async def added(self, allocations: Sequence[Allocation]) -> None:
         """Install the rules of an ADD's addresses (first removing any a crash left for the address).

@@ -137,7 +137,7 @@ async def host_tables() -> set[int]:
         return {r.table for r in await netlink.routes({})}
 
 
-async def test_an_add_answers_a_host_route_and_the_pod_gateway_and_its_rules_exist_before_the_answer(
+async def test_an_add_answers_its_interfaces_address_as_gateway_and_its_rules_exist_before_the_answer(
     controller: KubeApi, kube_here: FakeKube, tmp_path: Path
 ) -> None:
     async with running_agent(kube_here, tmp_path) as agent:
@@ -147,7 +147,8 @@ async def test_an_add_answers_a_host_route_and_the_pod_gateway_and_its_rules_exi
             code, answer = await call(agent, "add", containerID=f"c{n}", ifname="eth0")
             assert code == 200, answer
             (ip,) = answer["ips"]
-            assert (ip["prefixLength"], ip["gateway"]) == (32, "169.254.1.1")
+            owner = {i.id: i for i in (ETH0, ETH1, ETH2)}[ip["interfaceID"]]
+            assert (ip["prefixLength"], ip["gateway"]) == (24, owner.primary_ip)
             added.append((ip["address"], ip["interfaceID"]))
         rules = await host_rules()
         for address, interface in added:

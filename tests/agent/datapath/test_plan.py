@@ -167,8 +167,6 @@ def test_the_plan_does_not_depend_on_the_order_interfaces_and_pods_come_in() -> 
     [
         ({"vpc_cidrs": []}, "datapath.vpc_cidrs", "required with enabled: true"),
         ({"snat_mark": 0x81}, "datapath.snat_mark", "one bit"),
-        ({"pod_gateway": "10.0.0.1"}, "datapath.pod_gateway", "link-local"),
-        ({"pod_gateway": "nope"}, "datapath.pod_gateway", "expected an address"),
         ({"route_table_base": 255}, "datapath.route_table_base", "at least 256"),
         ({"vpc_cidrs": ["10.0.0.0/33"]}, "datapath.vpc_cidrs[0]", ""),
     ],
