@@ -24,19 +24,15 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cni_plugin import BARE, CNI_DIR, MIN_ROUNDS, ROOT, Timing, _interpreter, _timed
+from bench.cni_plugin import BARE, CNI_DIR, ROOT, PluginBench, Timing, _interpreter, _timed, running_agent
 
 EXTRA_MS = 3.0
 """What the datapath may cost beyond one interpreter start, per ADD (median)."""
@@ -48,15 +44,8 @@ PRIMARY_MAC = "02:e1:00:00:00:10"
 
 
 @dataclasses.dataclass(frozen=True)
-class DatapathBench:
-    rounds: int
-    interpreter: str
-    timings: dict[str, Timing]
-    skipped: str = ""
-
-    @property
-    def judged(self) -> bool:
-        return not self.skipped and self.rounds >= MIN_ROUNDS
+class DatapathBench(PluginBench):
+    """The chain's figures (a :class:`PluginBench`'s), judged against the standard chain."""
 
     def budget_ms(self) -> float:
         """The target: the standard chain's median ADD + a bare interpreter start + 3 ms."""
@@ -166,55 +155,19 @@ async def _publish(server: Any, status: dict[str, Any]) -> None:
         await api.close()
 
 
-@contextlib.contextmanager
-def _agent(directory: Path, kubeconfig: Path) -> Iterator[str]:
-    """A real agent with the datapath on, in the node's namespace; yields its socket."""
-    sock = directory / "agent.sock"
-    config = directory / "agent.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "socket": str(sock),
-                "state_dir": str(directory / "state"),
-                "cni_cache_dir": str(directory / "cache"),
-                "server": {"host": "127.0.0.1", "port": 0},
-                "kubernetes": {"kubeconfig": str(kubeconfig)},
-                "claims": False,
-                "log_level": "info",
-                "sweep_interval": "0s",
-                "datapath": {"enabled": True, "vpc_cidrs": ["10.77.0.0/16"], "external_snat": True},
-            }
-        )
-    )
-    command = [sys.executable, "-m", "eni_ipam.agent", "--node", "bench", "--config", str(config)]
-    log = (directory / "agent.log").open("wb")
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        deadline = time.perf_counter() + 60
-        while True:
-            probe = socket.socket(socket.AF_UNIX)
-            try:
-                probe.connect(str(sock))
-                probe.sendall(b"POST /v1/cni/status HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
-                if b" 200 " in probe.recv(4096):
-                    break
-            except OSError:
-                pass
-            finally:
-                probe.close()
-            if proc.poll() is not None or time.perf_counter() > deadline:
-                err = (directory / "agent.log").read_text(errors="replace")
-                raise RuntimeError(f"the agent did not become ready: {err[-2000:]}")
-            time.sleep(0.05)
-        yield str(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+def _agent(directory: Path, kubeconfig: Path) -> contextlib.AbstractContextManager[str]:
+    """A real agent with the datapath on, in the node's namespace, ready to serve ADDs."""
+    config = {
+        "state_dir": str(directory / "state"),
+        "cni_cache_dir": str(directory / "cache"),
+        "server": {"host": "127.0.0.1", "port": 0},
+        "kubernetes": {"kubeconfig": str(kubeconfig)},
+        "claims": False,
+        "log_level": "warning",
+        "sweep_interval": "0s",
+        "datapath": {"enabled": True, "vpc_cidrs": ["10.77.0.0/16"], "external_snat": True},
+    }
+    return running_agent(directory, config, ready=True)
 
 
 def measure(rounds: int) -> DatapathBench:

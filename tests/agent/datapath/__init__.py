@@ -9,6 +9,17 @@ from pyroute2 import AsyncIPRoute
 
 from eni_ipam.agent.datapath.plan import Interface
 
+ETH0 = Interface(
+    id="eni-0", mac="02:00:00:00:00:10", device_index=0, subnet="10.0.0.0/24", primary_ip="10.0.0.10"
+)
+ETH1 = Interface(
+    id="eni-1", mac="02:00:00:00:00:11", device_index=1, subnet="10.0.1.0/24", primary_ip="10.0.1.10"
+)
+ETH2 = Interface(
+    id="eni-2", mac="02:00:00:00:00:12", device_index=2, subnet="10.0.2.0/24", primary_ip="10.0.2.10"
+)
+"""A node's three interfaces: the primary one and two secondary ones, each in a subnet of its own."""
+
 
 async def node(*interfaces: Interface, first: int = 5) -> None:
     """The interfaces as a node has them: veths with the pool's MACs, down and unaddressed but the

@@ -29,21 +29,12 @@ from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.agent import agent_paths
-from tests.agent.datapath import RecordedNft, node
+from tests.agent.datapath import ETH0, ETH1, ETH2, RecordedNft, node
 from tests.kube.conftest import make_api
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(30)
 
-ETH0 = Interface(
-    id="eni-0", mac="02:00:00:00:00:10", device_index=0, subnet="10.0.0.0/24", primary_ip="10.0.0.10"
-)
-ETH1 = Interface(
-    id="eni-1", mac="02:00:00:00:00:11", device_index=1, subnet="10.0.1.0/24", primary_ip="10.0.1.10"
-)
-ETH2 = Interface(
-    id="eni-2", mac="02:00:00:00:00:12", device_index=2, subnet="10.0.2.0/24", primary_ip="10.0.2.10"
-)
 LATE = Interface(
     id="eni-3", mac="02:00:00:00:00:13", device_index=3, subnet="10.0.3.0/24", primary_ip="10.0.3.10"
 )

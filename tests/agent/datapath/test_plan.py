@@ -20,16 +20,8 @@ from eni_ipam.agent.datapath.plan import (
 from eni_ipam.agent.datapath.settings import DatapathSettings
 from eni_ipam.config.schema import validate
 from eni_ipam.errors import ConfigError
+from tests.agent.datapath import ETH0, ETH1, ETH2
 
-ETH0 = Interface(
-    id="eni-0", mac="02:00:00:00:00:10", device_index=0, subnet="10.0.0.0/24", primary_ip="10.0.0.10"
-)
-ETH1 = Interface(
-    id="eni-1", mac="02:00:00:00:00:11", device_index=1, subnet="10.0.1.0/24", primary_ip="10.0.1.10"
-)
-ETH2 = Interface(
-    id="eni-2", mac="02:00:00:00:00:12", device_index=2, subnet="10.0.2.0/24", primary_ip="10.0.2.10"
-)
 SETTINGS = DatapathSettings(enabled=True, vpc_cidrs=("10.0.0.0/16",))  # type: ignore[arg-type]
 
 
