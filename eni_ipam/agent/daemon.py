@@ -63,17 +63,18 @@ from eni_ipam.kube import errors
 log = structlog.get_logger("eni_ipam.agent.daemon")
 
 
-def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress]:
+def pool_addresses(members: list[tuple[str, str, str, str]], *, reserved: int = 1) -> list[PoolAddress]:
     """PoolAddress entries from ``(address, cidr, interface, subnet)``: the gateway of a cloud subnet
     is its base address + 1 (VPC and VNet routers alike).
 
-    A subnet's base address and its gateway are never handed out, even when a pool lists them: a
-    cloud never does, but a /28 carved from the start of a generic cluster CIDR holds both, and the
-    gateway is what every pod routes through."""
+    A subnet's base address and the ``reserved`` addresses after it (its gateway; with the node
+    datapath also the pods' gateway, base + 3: :func:`eni_ipam.agent.datapath.plan.pod_gateway`) are
+    never handed out, even when a pool lists them: a cloud never does, but a /28 carved from the
+    start of a generic cluster CIDR holds them, and the gateways are what every pod routes through."""
     out = []
     for address, cidr, interface, subnet in members:
         network = ipaddress.ip_network(cidr, strict=False)
-        if ipaddress.ip_address(address) in (network.network_address, network.network_address + 1):
+        if 0 <= int(ipaddress.ip_address(address)) - int(network.network_address) <= reserved:
             continue
         out.append(
             PoolAddress(
@@ -234,7 +235,9 @@ class Agent:
         members = pool_members(obj)
         if self.config.ipv6:
             members += ipv6_members(obj, self.config.ipv6_pool_size)
-        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members))
+        # With the datapath, base + 3 is the pods' gateway, on the host's end of every veth.
+        reserved = 3 if self.config.datapath.enabled else 1
+        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members, reserved=reserved))
         if self.config.datapath.enabled:
             self._follow_interfaces(obj)
         self._marks = {

@@ -3,18 +3,21 @@
 Only the default pool's addresses (the node's ENIPool: addresses of the node's interfaces) have a
 datapath; a static pool's (a libnetwork network, a claim) are routed by whoever uses them.
 
-What the plugin answers changes too: the address with a host prefix (``/32``) and the pod gateway
-(a link-local address ``ptp`` puts on the host side of the veth), so that the pod sends everything
-to the host, which routes it by the rules. The subnet's own router would be taken by the host as one
-of its addresses.
+What the plugin answers changes too: the address with its subnet's prefix, and as gateway the
+subnet's reserved fourth address (:func:`~eni_ipam.agent.datapath.plan.pod_gateway`) instead of its
+router. ``ptp`` puts the gateway on the host's end of the veth and routes the pod's whole subnet and
+its default route through it, so the pod sends everything to the host, which routes it by the
+rules; with the router as gateway the host would take its own router's address.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Sequence
 
 from eni_ipam.agent.datapath.datapath import Datapath
+from eni_ipam.agent.datapath.plan import pod_gateway
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
 
 
@@ -30,7 +33,9 @@ class PodRoutes:
         """The allocation as the plugin answers it (unchanged outside the default pool)."""
         if not self._routed([allocation]):
             return allocation
-        return dataclasses.replace(allocation, prefix_length=32, gateway=self.datapath.settings.pod_gateway)
+        network = ipaddress.ip_network(f"{allocation.address}/{allocation.prefix_length}", strict=False)
+        gateway = pod_gateway(network)
+        return allocation if gateway is None else dataclasses.replace(allocation, gateway=str(gateway))
 
     async def added(self, allocations: Sequence[Allocation]) -> None:
         """Install the rules of an ADD's addresses (first removing any a crash left for the address).

@@ -6,7 +6,6 @@ Docker host's ipvlan or macvlan) needs none of it, and turning it on changes the
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -37,10 +36,6 @@ class DatapathSettings(ConfigModel):
     mtu: Annotated[int, Field(ge=576, le=65_535)] = 9001
     """MTU the pool's interfaces are brought up with: EC2's jumbo frames inside a VPC (use 1500 where
     traffic crosses a VPN or an internet gateway without path MTU discovery)."""
-    pod_gateway: str = "169.254.1.1"
-    """The pods' next hop, an address no network uses: ``ptp`` puts it on the host side of every pod's
-    veth, and a pod's default route points at it. It must not be the subnet's router: the host would
-    then hold the router's address itself."""
     interval: Annotated[PositiveDuration, Field(le=3600)] = 30.0
     """Seconds between two reconciles of the host with the plan (besides those a change of the pool's
     interfaces triggers at once): what someone changed by hand is put back within this."""
@@ -56,10 +51,4 @@ class DatapathSettings(ConfigModel):
             )
         if self.snat_mark & (self.snat_mark - 1):
             raise FieldError("snat_mark", f"one bit, such as 0x80 (got {self.snat_mark:#x})")
-        try:
-            gateway = ipaddress.ip_address(self.pod_gateway)
-        except ValueError:
-            raise FieldError("pod_gateway", f"expected an address, got {self.pod_gateway!r}") from None
-        if gateway.version != 4 or not gateway.is_link_local:
-            raise FieldError("pod_gateway", f"a link-local IPv4 address (169.254.0.0/16), got {gateway}")
         return self
