@@ -321,9 +321,16 @@ class Agent:
             self._datapath_done = True
 
     async def _keep_datapath(self) -> None:
-        """Reconcile when the pool's interfaces change, and every ``datapath.interval``."""
+        """Reconcile when the pool's interfaces change, and every ``datapath.interval``; the first
+        time once the node's pool has been read. The interfaces come with it: a reconcile before would
+        plan none, and take every table, ``from`` rule and the SNAT away from the pods a restart found
+        running (their packets then leave through the primary interface, and are dropped) until the
+        pool arrives. Meanwhile the host keeps what the previous run left, and a DEL still removes
+        its pod's rules."""
         from eni_ipam.agent.datapath.errors import DatapathError
 
+        if self.config.node_source == "kubernetes":
+            await self.pool_seen.wait()
         while True:
             self._datapath_due.clear()
             try:

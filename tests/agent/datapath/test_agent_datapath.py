@@ -27,7 +27,7 @@ from eni_ipam.agent.datapath.plan import (
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam_testkit.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.agent import agent_paths
 from tests.agent.datapath import RecordedNft, node
 from tests.kube.conftest import make_api
@@ -228,6 +228,36 @@ async def test_a_restart_puts_back_exactly_what_the_held_addresses_need(
         assert {r.destination for r in rules if r.priority == TO_POD_PRIORITY} == held
         assert not any(r.source == "10.0.1.99" for r in rules)
         assert all(r.table != 0 for r in rules)
+
+
+async def test_a_restart_keeps_the_tables_and_rules_until_it_has_read_the_pool(
+    controller: KubeApi, kube_here: FakeKube, tmp_path: Path
+) -> None:
+    """The interfaces come with the node's ENIPool: a reconcile before it is read would plan none,
+    and take every table and ``from`` rule away (pods of secondary interfaces then leave through the
+    primary one, and are dropped) until the pool arrives."""
+    async with running_agent(kube_here, tmp_path) as agent:
+        for n in range(6):
+            await call(agent, "add", containerID=f"c{n}", ifname="eth0")
+        before = (await host_rules(), await host_tables())
+    assert before[1] == {10_001, 10_002} and any(r.priority == FROM_POD_PRIORITY for r in before[0])
+    # The API server is slow to list the pool at the next start.
+    kube_here.faults.append(Fault(verb="list", plural="enipools", status=None, delay=1.5))
+    seen: list[tuple[set[Rule], set[int]]] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append((await host_rules(), await host_tables()))
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async with running_agent(kube_here, tmp_path):
+            assert len(seen) > 10, "the pool was read at once: nothing was watched"
+    finally:
+        watcher.cancel()
+    changed = [n for n, held in enumerate(seen) if held != before]
+    assert not changed, f"{len(changed)} of {len(seen)} looks during the start differ: {seen[changed[0]]}"
 
 
 async def test_addresses_of_an_interface_the_status_does_not_list_are_never_handed_out(
