@@ -305,11 +305,15 @@ class Agent:
         # while the reconcile awaits the kernel is the next reconcile's.
         seen = self.pool_seen.is_set() or self.config.node_source != "kubernetes"
         self.datapath.set_interfaces(self._interfaces)
-        pods = {
-            a.address: a.interface_id
-            for a in self.allocator.allocations(pool=DEFAULT_POOL)
-            if ":" not in a.address
-        }
+
+        def pods() -> dict[str, str]:
+            """The held addresses when the reconcile has its turn (an ADD or DEL may be under way)."""
+            return {
+                a.address: a.interface_id
+                for a in self.allocator.allocations(pool=DEFAULT_POOL)
+                if ":" not in a.address
+            }
+
         try:
             changes = await self.datapath.reconcile(pods)
         except DatapathError:

@@ -12,15 +12,19 @@ Three entry points, all on the agent's event loop:
 * :meth:`Datapath.remove`: the rules of released addresses.
 
 Invariants: the host never holds a rule or route of the datapath's protocol that the plan does not
-(after a reconcile); a pod's rules exist before its ADD is answered, or the ADD fails; an interface
+(after a reconcile); a pod's rules exist before its ADD is answered, or the ADD fails; the three
+entry points run one at a time, and a reconcile takes the held addresses once it runs (an ADD or a
+DEL during a reconcile would otherwise meet a plan made before it: the reconcile would delete the
+new pod's rules, or put back a released one's); an interface
 whose Linux device is not found (not attached yet, or no MAC in the status) is named by
 :meth:`Datapath.unready`, so that the agent hands out none of its addresses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
@@ -78,6 +82,8 @@ class Datapath:
         self.interfaces: dict[str, Interface] = {}
         self._missing: set[str] = set()
         self._problem = ""
+        self._lock = asyncio.Lock()
+        """Held by each reconcile, add, remove, check and clear: one change of the host at a time."""
 
     def set_interfaces(self, interfaces: Iterable[Interface]) -> bool:
         """Take the pool's interfaces (from the ENIPool status); whether they changed."""
@@ -97,19 +103,23 @@ class Datapath:
         """Why the datapath is not as planned (for ``/readyz``); empty when it is."""
         return self._problem
 
-    async def reconcile(self, pods: Mapping[str, str]) -> Changes:
-        """Make the host hold exactly the plan of the interfaces and ``pods`` (address → interface id).
+    async def reconcile(self, pods: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> Changes:
+        """Make the host hold exactly the plan of the interfaces and ``pods`` (address → interface id;
+        or a callable returning them, called once this reconcile has its turn: the addresses held
+        then, not those of when it was asked for).
 
         Raises:
             DatapathError: the host refused a change (what was changed before stays; the next reconcile
                 goes on from there).
         """
-        wanted = plan(self.interfaces.values(), pods, self.settings)
-        try:
-            changes = await self._apply(wanted)
-        except Exception as exc:
-            self._problem = f"datapath not reconciled: {exc}"
-            raise
+        async with self._lock:
+            held = pods() if callable(pods) else pods
+            wanted = plan(self.interfaces.values(), held, self.settings)
+            try:
+                changes = await self._apply(wanted)
+            except Exception as exc:
+                self._problem = f"datapath not reconciled: {exc}"
+                raise
         self._missing = set(changes.missing_devices)
         self._problem = (
             f"no device found for interface {', '.join(sorted(self._missing))} (by MAC)"
@@ -127,15 +137,16 @@ class Datapath:
             DatapathError: a rule could not be added (those added are removed again).
         """
         added: list[Rule] = []
-        try:
-            for address, interface_id in pods:
-                for rule in pod_rules(address, self.interfaces.get(interface_id), self.settings):
-                    await self.netlink.add_rule(rule)
-                    added.append(rule)
-        except Exception:
-            for rule in added:
-                await self.netlink.delete_rule(rule)
-            raise
+        async with self._lock:
+            try:
+                for address, interface_id in pods:
+                    for rule in pod_rules(address, self.interfaces.get(interface_id), self.settings):
+                        await self.netlink.add_rule(rule)
+                        added.append(rule)
+            except Exception:
+                for rule in added:
+                    await self.netlink.delete_rule(rule)
+                raise
 
     async def remove(self, addresses: Iterable[str]) -> None:
         """Delete the rules of released ``addresses`` (whatever table their ``from`` rule names).
@@ -143,13 +154,16 @@ class Datapath:
         Raises:
             DatapathError: a rule could not be deleted (the next reconcile tries again).
         """
-        for address in addresses:
-            await self.netlink.delete_rule(Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=address))
-            await self.netlink.delete_rule(Rule(FROM_POD_PRIORITY, 0, source=address))
+        gone = list(addresses)
+        async with self._lock:
+            for address in gone:
+                await self.netlink.delete_rule(Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=address))
+                await self.netlink.delete_rule(Rule(FROM_POD_PRIORITY, 0, source=address))
 
     async def check(self, address: str, interface_id: str) -> str:
         """What a held address lacks of its rules (empty: nothing), for the plugin's CHECK."""
-        present = await self.netlink.rules()
+        async with self._lock:
+            present = await self.netlink.rules()
         missing = [
             r
             for r in pod_rules(address, self.interfaces.get(interface_id), self.settings)
@@ -159,8 +173,9 @@ class Datapath:
 
     async def clear(self) -> Changes:
         """Remove everything the datapath made (rules, routes, the SNAT table): the datapath turned off."""
-        self.interfaces = {}
-        return await self._apply(plan((), {}, self.settings), snat_off=True)
+        async with self._lock:
+            self.interfaces = {}
+            return await self._apply(plan((), {}, self.settings), snat_off=True)
 
     # -- internals ---------------------------------------------------------------------------------
 
