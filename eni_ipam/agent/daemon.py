@@ -88,6 +88,8 @@ def pool_addresses(members: list[tuple[str, str, str, str]], *, reserved: int = 
     return out
 
 
+MISSING_DEVICE_RETRY = 1.0
+"""Seconds between two reconciles of the datapath while a device of the pool's interfaces is missing."""
 MAX_BODY = 64 * 1024
 """Largest request body on the socket (413 beyond): every request of the plugin or of Docker fits in a
 few hundred bytes, and what a body holds may end up in the state file."""
@@ -252,11 +254,13 @@ class Agent:
     # -- the datapath -----------------------------------------------------------------------------
 
     def _follow_interfaces(self, obj: dict[str, Any]) -> None:
-        """The pool's interfaces changed: withhold the addresses of those without a datapath yet, and
-        have the datapath reconciled at once."""
+        """The pool changed: withhold the addresses of interfaces without a datapath yet, and have the
+        datapath reconciled at once when its interfaces changed. Not for other changes: the agent's
+        own status reports change the pool after ADDs and DELs, which the datapath follows itself."""
         from eni_ipam.agent.datapath.plan import Interface
         from eni_ipam.kube.resources import pool_interfaces
 
+        previous = self._interfaces
         self._interfaces = [
             Interface(
                 id=p.id,
@@ -271,7 +275,8 @@ class Agent:
         known = set(self.datapath.interfaces) if self.datapath is not None else set()
         fresh = {i.id for i in self._interfaces} - known
         self._withhold_interfaces(self._withheld_interfaces | fresh | self._unlisted())
-        self._datapath_due.set()
+        if self._interfaces != previous:
+            self._datapath_due.set()
 
     def _unlisted(self) -> set[str]:
         """Interfaces the pool's addresses name that the status's interface list does not (a status
@@ -341,8 +346,13 @@ class Agent:
                 await self.reconcile_datapath()
             except DatapathError as exc:
                 log.warning("datapath_reconcile_failed", node=self.node, error=str(exc))
+            # An interface the status lists whose device is not there yet (attached after the status
+            # was written) is looked for again every second, not at the next interval.
+            interval = self.config.datapath.interval
+            if self.datapath is not None and self.datapath.unready():
+                interval = min(interval, MISSING_DEVICE_RETRY)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._datapath_due.wait(), timeout=self.config.datapath.interval)
+                await asyncio.wait_for(self._datapath_due.wait(), timeout=interval)
 
     async def _restore(self) -> None:
         leftovers = remove_leftovers(self.state_dir)

@@ -260,6 +260,36 @@ async def test_a_restart_keeps_the_tables_and_rules_until_it_has_read_the_pool(
     assert not changed, f"{len(changed)} of {len(seen)} looks during the start differ: {seen[changed[0]]}"
 
 
+def reconciles(agent: Agent) -> float:
+    """Reconciles of the datapath so far, whatever their outcome."""
+    return sum(agent.metrics.samples("eni_ipam_agent_datapath_reconciles_total").values())
+
+
+async def test_only_a_change_of_the_pools_interfaces_has_the_datapath_reconciled_at_once(
+    controller: KubeApi, kube_here: FakeKube, tmp_path: Path
+) -> None:
+    """The agent's own status reports (``used``) and new pool addresses change the ENIPool, not its
+    interfaces: a reconcile for each would dump the host's rules, routes and SNAT table after every
+    ADD and DEL for nothing. An interface attached is reconciled at once."""
+    async with running_agent(kube_here, tmp_path) as agent:
+        before = reconciles(agent)
+        for n in range(4):
+            await call(agent, "add", containerID=f"c{n}", ifname="eth0")
+        await until(lambda: len(agent._used()) == 4 and (agent._pool or {}).get("status", {}).get("used"))
+        grown = status(ETH0, ETH1, ETH2)
+        grown["pool"]["10.0.1.52"] = {"interface": "eni-1", "subnet": "s-1"}
+        await controller.patch(ENIPOOLS, "n1", {"status": grown}, status=True)
+        await until(lambda: "10.0.1.52" in {m.address for m in agent.allocator.pool_addresses("default")})
+        await asyncio.sleep(0.3)
+        assert reconciles(agent) == before, "reconciled for a change that is not the interfaces'"
+        # An interface attached: the status says so before its device appears on the node.
+        await controller.patch(ENIPOOLS, "n1", {"status": status(ETH0, ETH1, ETH2, LATE)}, status=True)
+        await until(lambda: agent.datapath is not None and "eni-3" in agent.datapath.unready())
+        await node(LATE, first=9)
+        await until(lambda: not agent.datapath.unready(), limit=5)  # looked for again within seconds
+        assert await host_tables() == {10_001, 10_002, 10_003}
+
+
 async def test_addresses_of_an_interface_the_status_does_not_list_are_never_handed_out(
     controller: KubeApi, kube_here: FakeKube, tmp_path: Path
 ) -> None:
