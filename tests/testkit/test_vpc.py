@@ -12,10 +12,12 @@ tests (``VpcSpec``) need none of them.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -481,6 +483,18 @@ def test_nothing_remains_after_the_harness_even_after_an_error(netns_ok: None) -
     assert not (links_after - links_before) & {"b0", "out", "p1", "ens5"}
     assert tables_after == tables_before
     vpc.close()  # idempotent
+
+
+def test_closing_the_harness_leaves_no_pipe_of_its_processes_open(netns_ok: None) -> None:
+    """The outside host's echo service and every process spawned with pipes: their pipes are closed
+    with the harness, not left to the garbage collector (a ResourceWarning per pipe)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with EmulatedVpc(SPEC) as vpc:
+            vpc.spawn(vpc.node_ns("n1"), "/bin/busybox", "sleep", "600", stdout=subprocess.PIPE)
+        del vpc
+        gc.collect()
+    assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 def test_a_sweep_removes_only_the_namespaces_of_dead_runs(netns_ok: None) -> None:
