@@ -44,6 +44,9 @@ from eni_ipam.agent.datapath.settings import DatapathSettings
 
 log = structlog.get_logger("eni_ipam.agent.datapath")
 
+VACATED_POLL = 0.02
+"""Seconds between two looks for a previous pod's host route (:meth:`Datapath.vacated`)."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Changes:
@@ -147,6 +150,23 @@ class Datapath:
                 for rule in added:
                     await self.netlink.delete_rule(rule)
                 raise
+
+    async def vacated(self, addresses: Iterable[str], *, limit: float) -> list[str]:
+        """Wait until no host route to ``addresses`` is left from their previous pods; the addresses
+        whose route is still there after ``limit`` seconds.
+
+        ``ptp`` releases a pod's address (the IPAM DEL) before it deletes the pod's veth, whose host
+        route goes with it. An address handed out again in between finds that route still there:
+        the new pod's ``ptp`` takes the existing route for its own (it ignores "file exists"), and the
+        route then goes with the old veth, leaving the new pod unreachable.
+        """
+        waiting = list(addresses)
+        deadline = asyncio.get_running_loop().time() + limit
+        while True:
+            waiting = [a for a in waiting if await self.netlink.host_route(a) is not None]
+            if not waiting or asyncio.get_running_loop().time() >= deadline:
+                return waiting
+            await asyncio.sleep(VACATED_POLL)
 
     async def remove(self, addresses: Iterable[str]) -> None:
         """Delete the rules of released ``addresses`` (whatever table their ``from`` rule names).

@@ -17,8 +17,13 @@ import ipaddress
 from collections.abc import Sequence
 
 from eni_ipam.agent.datapath.datapath import Datapath
+from eni_ipam.agent.datapath.errors import DatapathError
 from eni_ipam.agent.datapath.plan import pod_gateway
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+
+PREVIOUS_POD_GRACE = 2.0
+"""Seconds an ADD waits for the veth of the pod that held its address before (``ptp`` deletes it
+just after its IPAM DEL: milliseconds, unless that DEL is stuck)."""
 
 
 class PodRoutes:
@@ -37,15 +42,25 @@ class PodRoutes:
         gateway = pod_gateway(network)
         return allocation if gateway is None else dataclasses.replace(allocation, gateway=str(gateway))
 
-    async def added(self, allocations: Sequence[Allocation]) -> None:
+    async def added(self, allocations: Sequence[Allocation], *, existing: bool = False) -> None:
         """Install the rules of an ADD's addresses (first removing any a crash left for the address).
+        Addresses just allocated (not ``existing``: the owner's again) are first waited for until
+        their previous pod's veth has left the host (:meth:`Datapath.vacated`), at most
+        :data:`PREVIOUS_POD_GRACE` seconds.
 
         Raises:
-            DatapathError: a rule could not be installed.
+            DatapathError: a rule could not be installed, or a previous pod's veth is still there.
         """
         routed = self._routed(allocations)
         if not routed:
             return
+        if not existing:
+            lingering = await self.datapath.vacated((a.address for a in routed), limit=PREVIOUS_POD_GRACE)
+            if lingering:
+                raise DatapathError(
+                    f"the host still routes {', '.join(lingering)} to the veth of the pod that held it "
+                    f"before (its DEL is not finished after {PREVIOUS_POD_GRACE:g} s); try again later"
+                )
         await self.datapath.remove(a.address for a in routed)
         await self.datapath.add([(a.address, a.interface_id) for a in routed])
 
