@@ -86,7 +86,9 @@ class Datapath:
         self._missing: set[str] = set()
         self._problem = ""
         self._lock = asyncio.Lock()
-        """Held by each reconcile, add, remove, check and clear: one change of the host at a time."""
+        """Held by each reconcile, add, remove, check and clear, and each look of :meth:`vacated`: one
+        change of the host at a time, and one use of the netlink socket (which serves one dump at a
+        time: a second is refused with EBUSY)."""
 
     def set_interfaces(self, interfaces: Iterable[Interface]) -> bool:
         """Take the pool's interfaces (from the ENIPool status); whether they changed."""
@@ -163,7 +165,8 @@ class Datapath:
         waiting = list(addresses)
         deadline = asyncio.get_running_loop().time() + limit
         while True:
-            waiting = [a for a in waiting if await self.netlink.host_route(a) is not None]
+            async with self._lock:  # each look is a dump of the one netlink socket: one at a time
+                waiting = [a for a in waiting if await self.netlink.host_route(a) is not None]
             if not waiting or asyncio.get_running_loop().time() >= deadline:
                 return waiting
             await asyncio.sleep(VACATED_POLL)

@@ -264,3 +264,19 @@ async def test_a_reconcile_plans_the_pods_held_when_its_turn_comes(
     await adding
     rules, _ = await held(dp.netlink)
     assert Rule(FROM_POD_PRIORITY, 10_001, source="10.0.1.61") in rules
+
+
+async def test_looks_for_previous_pods_routes_share_the_netlink_socket_with_everything_else(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    """The datapath's one netlink socket serves one dump at a time (a second is refused, EBUSY): ADDs
+    waiting for their addresses' previous pods look at the routes while reconciles and other ADDs
+    dump the host too."""
+    dp, _ = datapath
+    await dp.reconcile(PODS)
+    async with AsyncIPRoute() as ipr:  # a previous pod's host route, still there
+        (index,) = await ipr.link_lookup(address=ETH1.mac)
+        await ipr.route("add", dst="10.0.1.70/32", oif=index, scope=253)
+    looks = [dp.vacated(["10.0.1.70"], limit=0.3) for _ in range(10)]
+    results = await asyncio.gather(*looks, dp.reconcile(PODS), dp.add([("10.0.1.71", "eni-1")]))
+    assert results[:10] == [["10.0.1.70"]] * 10
