@@ -1069,6 +1069,21 @@ def _stop_pods(host: NodeHost, world: World) -> None:
 def _stop_agent(host: NodeHost) -> None:
     host.stop_agent()
     print(f"{host.name}: agent log (last lines):\n{tail(host.log, 12)}")
+    errors = troubles(host.log)
+    if errors:
+        print(f"{host.name}: the agent's errors and tracebacks ({len(errors)} lines, the last 60):")
+        print("\n".join(errors[-60:]))
+
+
+def troubles(log: Path) -> list[str]:
+    """The lines of an agent's log that are errors: JSON events of level error, and anything not JSON
+    (a traceback)."""
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in log.read_text(errors="replace").splitlines():
+            if not line.startswith("{") or '"level": "error"' in line:
+                found.append(line)
+    return found
 
 
 def start_containerd(host: NodeHost, stack: contextlib.ExitStack) -> None:
