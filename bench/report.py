@@ -316,40 +316,56 @@ def soak_arguments(
 RUNTIMES_HEADING = "## podman, Docker and containerd on one agent"
 """The section ``bench/runtimes_soak.py`` writes at the end of docs/RELIABILITY-node.md, which the
 agent soak's report (the rest of that page) keeps when it replaces the page."""
+DATAPATH_HEADING = "## The node datapath under churn"
+"""The section ``bench/datapath_soak.py`` writes at the end of docs/RELIABILITY-node.md, kept the same
+way."""
+TAIL_HEADINGS = (RUNTIMES_HEADING, DATAPATH_HEADING)
+"""The sections soaks of their own write at the end of docs/RELIABILITY-node.md, in this order."""
 
 
 def section_from(text: str, heading: str) -> str:
-    """``text`` from the line ``heading`` to its end, or nothing."""
+    """``text`` from the line ``heading`` to the next of :data:`TAIL_HEADINGS` or its end, or nothing."""
     at = text.find(f"\n{heading}\n")
-    return "" if at < 0 else text[at + 1 :]
+    if at < 0:
+        return ""
+    start = at + 1
+    ends = [e for h in TAIL_HEADINGS if h != heading and (e := text.find(f"\n{h}\n", start)) >= 0]
+    return text[start : min(ends) + 1 if ends else len(text)]
 
 
 def publish(text: str, out: Path, *, quick: bool, name: str) -> None:
     """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr),
     keeping the whole-controller section ``make bench-scale`` wrote there (bench/scale_report.py) and
-    the runtimes soak's section (:data:`RUNTIMES_HEADING`)."""
+    the other soaks' sections (:data:`TAIL_HEADINGS`)."""
     if quick:
         print(text)
     else:
         old = out.read_text() if out.exists() else ""
         kept = scale_report.kept_section(old)
         new = scale_report.splice(text, kept) if kept else text
-        runtimes = section_from(old, RUNTIMES_HEADING)
-        if runtimes and not section_from(new, RUNTIMES_HEADING):
-            new = new.rstrip("\n") + "\n\n" + runtimes
+        for heading in TAIL_HEADINGS:
+            section = section_from(old, heading)
+            if section and not section_from(new, heading):
+                new = new.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
         out.write_text(new)
         print(f"{name}: wrote {out}", file=sys.stderr)
 
 
 def publish_section(section: str, out: Path, heading: str, *, quick: bool, name: str) -> None:
-    """As :func:`publish`, for a report that is the last section of ``out`` (from the line ``heading``
-    on, which it starts with): that section is replaced, or added at the end; the rest is kept."""
+    """As :func:`publish`, for a report that is one section of ``out`` (from the line ``heading``, which
+    it starts with, to the next of :data:`TAIL_HEADINGS` or the end): that section is replaced where it
+    is, or added at the end; the rest is kept."""
     assert section.startswith(f"{heading}\n"), f"the section must start with {heading!r}"
     if quick:
         print(section)
     else:
         old = out.read_text() if out.exists() else ""
-        tail = section_from(old, heading)
-        head = old[: len(old) - len(tail)] if tail else old
-        out.write_text((head.rstrip("\n") + "\n\n" if head.strip() else "") + section)
+        current = section_from(old, heading)
+        if current:
+            start = old.find(f"\n{heading}\n") + 1
+            rest = old[start + len(current) :]
+            new = old[:start] + section + ("\n" + rest if rest.strip() else "")
+        else:
+            new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + section
+        out.write_text(new)
         print(f"{name}: wrote {out}", file=sys.stderr)

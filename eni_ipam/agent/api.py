@@ -351,7 +351,7 @@ class PodRoutes(Protocol):
 
     def present(self, allocation: Allocation) -> Allocation: ...
 
-    async def added(self, allocations: Sequence[Allocation]) -> None: ...
+    async def added(self, allocations: Sequence[Allocation], *, existing: bool = False) -> None: ...
 
     async def released(self, allocations: Sequence[Allocation]) -> None: ...
 
@@ -400,7 +400,7 @@ def add_routes(
             return exc.response()
         if routes is not None:
             try:
-                await routes.added(allocations)
+                await routes.added(allocations, existing=existing)
             except DatapathError as exc:
                 if not existing:  # undone: an address whose packets would be dropped is not handed out
                     for allocation in allocations:

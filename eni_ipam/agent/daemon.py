@@ -63,17 +63,18 @@ from eni_ipam.kube import errors
 log = structlog.get_logger("eni_ipam.agent.daemon")
 
 
-def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress]:
+def pool_addresses(members: list[tuple[str, str, str, str]], *, reserved: int = 1) -> list[PoolAddress]:
     """PoolAddress entries from ``(address, cidr, interface, subnet)``: the gateway of a cloud subnet
     is its base address + 1 (VPC and VNet routers alike).
 
-    A subnet's base address and its gateway are never handed out, even when a pool lists them: a
-    cloud never does, but a /28 carved from the start of a generic cluster CIDR holds both, and the
-    gateway is what every pod routes through."""
+    A subnet's base address and the ``reserved`` addresses after it (its gateway; with the node
+    datapath also the pods' gateway, base + 3: :func:`eni_ipam.agent.datapath.plan.pod_gateway`) are
+    never handed out, even when a pool lists them: a cloud never does, but a /28 carved from the
+    start of a generic cluster CIDR holds them, and the gateways are what every pod routes through."""
     out = []
     for address, cidr, interface, subnet in members:
         network = ipaddress.ip_network(cidr, strict=False)
-        if ipaddress.ip_address(address) in (network.network_address, network.network_address + 1):
+        if 0 <= int(ipaddress.ip_address(address)) - int(network.network_address) <= reserved:
             continue
         out.append(
             PoolAddress(
@@ -87,6 +88,8 @@ def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress
     return out
 
 
+MISSING_DEVICE_RETRY = 1.0
+"""Seconds between two reconciles of the datapath while a device of the pool's interfaces is missing."""
 MAX_BODY = 64 * 1024
 """Largest request body on the socket (413 beyond): every request of the plugin or of Docker fits in a
 few hundred bytes, and what a body holds may end up in the state file."""
@@ -234,7 +237,9 @@ class Agent:
         members = pool_members(obj)
         if self.config.ipv6:
             members += ipv6_members(obj, self.config.ipv6_pool_size)
-        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members))
+        # With the datapath, base + 3 is the pods' gateway, on the host's end of every veth.
+        reserved = 3 if self.config.datapath.enabled else 1
+        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members, reserved=reserved))
         if self.config.datapath.enabled:
             self._follow_interfaces(obj)
         self._marks = {
@@ -249,12 +254,14 @@ class Agent:
     # -- the datapath -----------------------------------------------------------------------------
 
     def _follow_interfaces(self, obj: dict[str, Any]) -> None:
-        """The pool's interfaces changed: withhold the addresses of those without a datapath yet, and
-        have the datapath reconciled at once."""
+        """The pool changed: withhold the addresses of interfaces without a datapath yet, and have the
+        datapath reconciled at once when its interfaces changed. Not for other changes: the agent's
+        own status reports change the pool after ADDs and DELs, which the datapath follows itself."""
         from eni_ipam.agent.datapath.plan import Interface
         from eni_ipam.kube.resources import pool_interfaces
 
-        interfaces = [
+        previous = self._interfaces
+        self._interfaces = [
             Interface(
                 id=p.id,
                 mac=p.mac_address,
@@ -265,12 +272,10 @@ class Agent:
             )
             for p in pool_interfaces(obj)
         ]
-        changed = interfaces != self._interfaces
-        self._interfaces = interfaces
         known = set(self.datapath.interfaces) if self.datapath is not None else set()
         fresh = {i.id for i in self._interfaces} - known
         self._withhold_interfaces(self._withheld_interfaces | fresh | self._unlisted())
-        if changed:  # not at every echo of the agent's own status writes
+        if self._interfaces != previous:
             self._datapath_due.set()
 
     def _unlisted(self) -> set[str]:
@@ -305,11 +310,15 @@ class Agent:
         # while the reconcile awaits the kernel is the next reconcile's.
         seen = self.pool_seen.is_set() or self.config.node_source != "kubernetes"
         self.datapath.set_interfaces(self._interfaces)
-        pods = {
-            a.address: a.interface_id
-            for a in self.allocator.allocations(pool=DEFAULT_POOL)
-            if ":" not in a.address
-        }
+
+        def pods() -> dict[str, str]:
+            """The held addresses when the reconcile has its turn (an ADD or DEL may be under way)."""
+            return {
+                a.address: a.interface_id
+                for a in self.allocator.allocations(pool=DEFAULT_POOL)
+                if ":" not in a.address
+            }
+
         try:
             changes = await self.datapath.reconcile(pods)
         except DatapathError:
@@ -321,17 +330,29 @@ class Agent:
             self._datapath_done = True
 
     async def _keep_datapath(self) -> None:
-        """Reconcile when the pool's interfaces change, and every ``datapath.interval``."""
+        """Reconcile when the pool's interfaces change, and every ``datapath.interval``; the first
+        time once the node's pool has been read. The interfaces come with it: a reconcile before would
+        plan none, and take every table, ``from`` rule and the SNAT away from the pods a restart found
+        running (their packets then leave through the primary interface, and are dropped) until the
+        pool arrives. Meanwhile the host keeps what the previous run left, and a DEL still removes
+        its pod's rules."""
         from eni_ipam.agent.datapath.errors import DatapathError
 
+        if self.config.node_source == "kubernetes":
+            await self.pool_seen.wait()
         while True:
             self._datapath_due.clear()
             try:
                 await self.reconcile_datapath()
             except DatapathError as exc:
                 log.warning("datapath_reconcile_failed", node=self.node, error=str(exc))
+            # An interface the status lists whose device is not there yet (attached after the status
+            # was written) is looked for again every second, not at the next interval.
+            interval = self.config.datapath.interval
+            if self.datapath is not None and self.datapath.unready():
+                interval = min(interval, MISSING_DEVICE_RETRY)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._datapath_due.wait(), timeout=self.config.datapath.interval)
+                await asyncio.wait_for(self._datapath_due.wait(), timeout=interval)
 
     async def _restore(self) -> None:
         leftovers = remove_leftovers(self.state_dir)

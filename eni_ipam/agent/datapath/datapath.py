@@ -12,15 +12,19 @@ Three entry points, all on the agent's event loop:
 * :meth:`Datapath.remove`: the rules of released addresses.
 
 Invariants: the host never holds a rule or route of the datapath's protocol that the plan does not
-(after a reconcile); a pod's rules exist before its ADD is answered, or the ADD fails; an interface
+(after a reconcile); a pod's rules exist before its ADD is answered, or the ADD fails; the three
+entry points run one at a time, and a reconcile takes the held addresses once it runs (an ADD or a
+DEL during a reconcile would otherwise meet a plan made before it: the reconcile would delete the
+new pod's rules, or put back a released one's); an interface
 whose Linux device is not found (not attached yet, or no MAC in the status) is named by
 :meth:`Datapath.unready`, so that the agent hands out none of its addresses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
@@ -39,6 +43,9 @@ from eni_ipam.agent.datapath.plan import (
 from eni_ipam.agent.datapath.settings import DatapathSettings
 
 log = structlog.get_logger("eni_ipam.agent.datapath")
+
+VACATED_POLL = 0.02
+"""Seconds between two looks for a previous pod's host route (:meth:`Datapath.vacated`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +85,10 @@ class Datapath:
         self.interfaces: dict[str, Interface] = {}
         self._missing: set[str] = set()
         self._problem = ""
+        self._lock = asyncio.Lock()
+        """Held by each reconcile, add, remove, check and clear, and each look of :meth:`vacated`: one
+        change of the host at a time, and one use of the netlink socket (which serves one dump at a
+        time: a second is refused with EBUSY)."""
 
     def set_interfaces(self, interfaces: Iterable[Interface]) -> bool:
         """Take the pool's interfaces (from the ENIPool status); whether they changed."""
@@ -97,19 +108,23 @@ class Datapath:
         """Why the datapath is not as planned (for ``/readyz``); empty when it is."""
         return self._problem
 
-    async def reconcile(self, pods: Mapping[str, str]) -> Changes:
-        """Make the host hold exactly the plan of the interfaces and ``pods`` (address → interface id).
+    async def reconcile(self, pods: Mapping[str, str] | Callable[[], Mapping[str, str]]) -> Changes:
+        """Make the host hold exactly the plan of the interfaces and ``pods`` (address → interface id;
+        or a callable returning them, called once this reconcile has its turn: the addresses held
+        then, not those of when it was asked for).
 
         Raises:
             DatapathError: the host refused a change (what was changed before stays; the next reconcile
                 goes on from there).
         """
-        wanted = plan(self.interfaces.values(), pods, self.settings)
-        try:
-            changes = await self._apply(wanted)
-        except Exception as exc:
-            self._problem = f"datapath not reconciled: {exc}"
-            raise
+        async with self._lock:
+            held = pods() if callable(pods) else pods
+            wanted = plan(self.interfaces.values(), held, self.settings)
+            try:
+                changes = await self._apply(wanted)
+            except Exception as exc:
+                self._problem = f"datapath not reconciled: {exc}"
+                raise
         self._missing = set(changes.missing_devices)
         self._problem = (
             f"no device found for interface {', '.join(sorted(self._missing))} (by MAC)"
@@ -127,15 +142,34 @@ class Datapath:
             DatapathError: a rule could not be added (those added are removed again).
         """
         added: list[Rule] = []
-        try:
-            for address, interface_id in pods:
-                for rule in pod_rules(address, self.interfaces.get(interface_id), self.settings):
-                    await self.netlink.add_rule(rule)
-                    added.append(rule)
-        except Exception:
-            for rule in added:
-                await self.netlink.delete_rule(rule)
-            raise
+        async with self._lock:
+            try:
+                for address, interface_id in pods:
+                    for rule in pod_rules(address, self.interfaces.get(interface_id), self.settings):
+                        await self.netlink.add_rule(rule)
+                        added.append(rule)
+            except Exception:
+                for rule in added:
+                    await self.netlink.delete_rule(rule)
+                raise
+
+    async def vacated(self, addresses: Iterable[str], *, limit: float) -> list[str]:
+        """Wait until no host route to ``addresses`` is left from their previous pods; the addresses
+        whose route is still there after ``limit`` seconds.
+
+        ``ptp`` releases a pod's address (the IPAM DEL) before it deletes the pod's veth, whose host
+        route goes with it. An address handed out again in between finds that route still there:
+        the new pod's ``ptp`` takes the existing route for its own (it ignores "file exists"), and the
+        route then goes with the old veth, leaving the new pod unreachable.
+        """
+        waiting = list(addresses)
+        deadline = asyncio.get_running_loop().time() + limit
+        while True:
+            async with self._lock:  # each look is a dump of the one netlink socket: one at a time
+                waiting = [a for a in waiting if await self.netlink.host_route(a) is not None]
+            if not waiting or asyncio.get_running_loop().time() >= deadline:
+                return waiting
+            await asyncio.sleep(VACATED_POLL)
 
     async def remove(self, addresses: Iterable[str]) -> None:
         """Delete the rules of released ``addresses`` (whatever table their ``from`` rule names).
@@ -143,13 +177,16 @@ class Datapath:
         Raises:
             DatapathError: a rule could not be deleted (the next reconcile tries again).
         """
-        for address in addresses:
-            await self.netlink.delete_rule(Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=address))
-            await self.netlink.delete_rule(Rule(FROM_POD_PRIORITY, 0, source=address))
+        gone = list(addresses)
+        async with self._lock:
+            for address in gone:
+                await self.netlink.delete_rule(Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=address))
+                await self.netlink.delete_rule(Rule(FROM_POD_PRIORITY, 0, source=address))
 
     async def check(self, address: str, interface_id: str) -> str:
         """What a held address lacks of its rules (empty: nothing), for the plugin's CHECK."""
-        present = await self.netlink.rules()
+        async with self._lock:
+            present = await self.netlink.rules()
         missing = [
             r
             for r in pod_rules(address, self.interfaces.get(interface_id), self.settings)
@@ -159,8 +196,9 @@ class Datapath:
 
     async def clear(self) -> Changes:
         """Remove everything the datapath made (rules, routes, the SNAT table): the datapath turned off."""
-        self.interfaces = {}
-        return await self._apply(plan((), {}, self.settings), snat_off=True)
+        async with self._lock:
+            self.interfaces = {}
+            return await self._apply(plan((), {}, self.settings), snat_off=True)
 
     # -- internals ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from pyroute2 import AsyncIPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from eni_ipam.agent.datapath.errors import DatapathError
-from eni_ipam.agent.datapath.plan import PRIORITIES, PROTOCOL, Route, Rule
+from eni_ipam.agent.datapath.plan import MAIN_TABLE, PRIORITIES, PROTOCOL, Route, Rule
 
 SCOPE_LINK = 253
 IFA_F_NOPREFIXROUTE = 0x200
@@ -170,6 +170,18 @@ class Netlink:
                     )
                 )
         return found
+
+    async def host_route(self, address: str) -> int | None:
+        """The link index of the main table's host route to ``address`` (``address/32``, or ``/128``)
+        made by another program than the datapath (``ptp``'s route to a pod's veth), or None."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        length = ipaddress.ip_address(address).max_prefixlen
+        async for message in await self.ipr.get_routes(family=family, table=MAIN_TABLE):
+            if message["proto"] == PROTOCOL or message["dst_len"] != length:
+                continue
+            if message.get("dst") == address and message.get("oif"):
+                return int(message.get("oif"))
+        return None
 
     async def replace_route(self, route: Route, index: int) -> None:
         fields: dict[str, Any] = {

@@ -35,6 +35,28 @@ IPV6_ROUTER = "fe80::1"
 """The router of every IPv6 subnet on AWS (link-local)."""
 MAX_DEVICE_INDEX = 99
 """Device indexes per card a table id leaves room for (EC2 allows at most 50 interfaces per card)."""
+POD_GATEWAY_OFFSET = 3
+"""The pods' next hop is their subnet's fourth address (:func:`pod_gateway`)."""
+
+
+def pod_gateway(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The next hop of the pods of ``network`` (an IPv4 subnet): its fourth address (network + 3).
+
+    ``ptp`` takes the plugin's answer as ``address/prefix`` and ``gateway``, and needs the gateway
+    inside the prefix: it adds the pod's default route through the gateway while the prefix's own
+    route is the only one on the pod's interface (a /32 has none, and ``ptp`` then fails to delete
+    it), and puts the gateway, as a /32, on the host's end of the veth. So the gateway is an address
+    of the pod's subnet that no interface can ever hold: AWS reserves the first four addresses of
+    every subnet (network, router, DNS, "future use"), Azure the same four. Not the router (.1): the
+    host would hold its own router's address, and its route table's default route would point at
+    itself; not .2, the Amazon DNS resolver in the subnet that starts the VPC. None for a network too
+    small to have it, or an IPv6 one (whose pods route through the router's link-local address).
+    """
+    if network.version != 4 or network.num_addresses < 8:
+        return None
+    return network.network_address + POD_GATEWAY_OFFSET
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

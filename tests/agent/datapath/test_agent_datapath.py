@@ -27,7 +27,7 @@ from eni_ipam.agent.datapath.plan import (
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
-from eni_ipam_testkit.fake_kube import FakeKube
+from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.agent import agent_paths
 from tests.agent.datapath import ETH0, ETH1, ETH2, RecordedNft, node
 from tests.kube.conftest import make_api
@@ -128,7 +128,7 @@ async def host_tables() -> set[int]:
         return {r.table for r in await netlink.routes({})}
 
 
-async def test_an_add_answers_its_interfaces_address_as_gateway_and_its_rules_exist_before_the_answer(
+async def test_an_add_answers_the_pod_gateway_and_its_rules_exist_before_the_answer(
     controller: KubeApi, kube_here: FakeKube, tmp_path: Path
 ) -> None:
     async with running_agent(kube_here, tmp_path) as agent:
@@ -138,8 +138,9 @@ async def test_an_add_answers_its_interfaces_address_as_gateway_and_its_rules_ex
             code, answer = await call(agent, "add", containerID=f"c{n}", ifname="eth0")
             assert code == 200, answer
             (ip,) = answer["ips"]
-            owner = {i.id: i for i in (ETH0, ETH1, ETH2)}[ip["interfaceID"]]
-            assert (ip["prefixLength"], ip["gateway"]) == (24, owner.primary_ip)
+            # The subnet's prefix and its reserved fourth address: ptp needs the gateway inside.
+            subnet = ip["address"].rsplit(".", 1)[0]
+            assert (ip["prefixLength"], ip["gateway"]) == (24, f"{subnet}.3")
             added.append((ip["address"], ip["interfaceID"]))
         rules = await host_rules()
         for address, interface in added:
@@ -218,6 +219,66 @@ async def test_a_restart_puts_back_exactly_what_the_held_addresses_need(
         assert {r.destination for r in rules if r.priority == TO_POD_PRIORITY} == held
         assert not any(r.source == "10.0.1.99" for r in rules)
         assert all(r.table != 0 for r in rules)
+
+
+async def test_a_restart_keeps_the_tables_and_rules_until_it_has_read_the_pool(
+    controller: KubeApi, kube_here: FakeKube, tmp_path: Path
+) -> None:
+    """The interfaces come with the node's ENIPool: a reconcile before it is read would plan none,
+    and take every table and ``from`` rule away (pods of secondary interfaces then leave through the
+    primary one, and are dropped) until the pool arrives."""
+    async with running_agent(kube_here, tmp_path) as agent:
+        for n in range(6):
+            await call(agent, "add", containerID=f"c{n}", ifname="eth0")
+        before = (await host_rules(), await host_tables())
+    assert before[1] == {30_001, 30_002} and any(r.priority == FROM_POD_PRIORITY for r in before[0])
+    # The API server is slow to list the pool at the next start.
+    kube_here.faults.append(Fault(verb="list", plural="enipools", status=None, delay=1.5))
+    seen: list[tuple[set[Rule], set[int]]] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append((await host_rules(), await host_tables()))
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async with running_agent(kube_here, tmp_path):
+            assert len(seen) > 10, "the pool was read at once: nothing was watched"
+    finally:
+        watcher.cancel()
+    changed = [n for n, held in enumerate(seen) if held != before]
+    assert not changed, f"{len(changed)} of {len(seen)} looks during the start differ: {seen[changed[0]]}"
+
+
+def reconciles(agent: Agent) -> float:
+    """Reconciles of the datapath so far, whatever their outcome."""
+    return sum(agent.metrics.samples("eni_ipam_agent_datapath_reconciles_total").values())
+
+
+async def test_only_a_change_of_the_pools_interfaces_has_the_datapath_reconciled_at_once(
+    controller: KubeApi, kube_here: FakeKube, tmp_path: Path
+) -> None:
+    """The agent's own status reports (``used``) and new pool addresses change the ENIPool, not its
+    interfaces: a reconcile for each would dump the host's rules, routes and SNAT table after every
+    ADD and DEL for nothing. An interface attached is reconciled at once."""
+    async with running_agent(kube_here, tmp_path) as agent:
+        before = reconciles(agent)
+        for n in range(4):
+            await call(agent, "add", containerID=f"c{n}", ifname="eth0")
+        await until(lambda: len(agent._used()) == 4 and (agent._pool or {}).get("status", {}).get("used"))
+        grown = status(ETH0, ETH1, ETH2)
+        grown["pool"]["10.0.1.52"] = {"interface": "eni-1", "subnet": "s-1"}
+        await controller.patch(ENIPOOLS, "n1", {"status": grown}, status=True)
+        await until(lambda: "10.0.1.52" in {m.address for m in agent.allocator.pool_addresses("default")})
+        await asyncio.sleep(0.3)
+        assert reconciles(agent) == before, "reconciled for a change that is not the interfaces'"
+        # An interface attached: the status says so before its device appears on the node.
+        await controller.patch(ENIPOOLS, "n1", {"status": status(ETH0, ETH1, ETH2, LATE)}, status=True)
+        await until(lambda: agent.datapath is not None and "eni-3" in agent.datapath.unready())
+        await node(LATE, first=9)
+        await until(lambda: not agent.datapath.unready(), limit=5)  # looked for again within seconds
+        assert await host_tables() == {30_001, 30_002, 30_003}
 
 
 async def test_addresses_of_an_interface_the_status_does_not_list_are_never_handed_out(

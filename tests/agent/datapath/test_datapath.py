@@ -7,6 +7,7 @@ The SNAT table's ``nft`` is recorded here (tests/agent/datapath/test_nft.py runs
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -182,3 +183,91 @@ async def test_clearing_removes_everything_the_datapath_made(datapath: tuple[Dat
     rules, routes = await held(dp.netlink)
     assert rules == set() and routes == set()
     assert nft.table == ""
+
+
+class Paused:
+    """The datapath's netlink, its reading of the rules held at a gate: a reconcile stops there,
+    between its plan and its changes, for as long as the test wants."""
+
+    def __init__(self, netlink: Netlink) -> None:
+        self.netlink = netlink
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.netlink, name)
+
+    async def rules(self) -> set[Rule]:
+        self.entered.set()
+        await self.gate.wait()
+        return await self.netlink.rules()
+
+
+async def test_an_add_during_a_reconcile_keeps_its_pods_rules(datapath: tuple[Datapath, RecordedNft]) -> None:
+    """The reconcile planned before the pod was allocated: had the ADD's rules gone in meanwhile, the
+    reconcile would find them unplanned and delete them."""
+    dp, _ = datapath
+    await dp.reconcile(PODS)
+    netlink, paused = dp.netlink, Paused(dp.netlink)
+    dp.netlink = paused  # type: ignore[assignment]
+    reconcile = asyncio.create_task(dp.reconcile(PODS))
+    await asyncio.wait_for(paused.entered.wait(), 5)
+    adding = asyncio.create_task(dp.add([("10.0.1.60", "eni-1")]))
+    await asyncio.sleep(0.05)
+    paused.gate.set()
+    await asyncio.gather(reconcile, adding)
+    dp.netlink = netlink
+    rules, _ = await held(netlink)
+    assert Rule(FROM_POD_PRIORITY, 30_001, source="10.0.1.60") in rules
+    assert Rule(TO_POD_PRIORITY, MAIN_TABLE, destination="10.0.1.60") in rules
+
+
+async def test_a_del_during_a_reconcile_leaves_no_rule_of_its_pod(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    """The pod was held when the reconcile planned: had the DEL's removal gone in meanwhile, the
+    reconcile would find the pod's rules missing and put them back, for an address no one holds."""
+    dp, _ = datapath
+    pods = dict(PODS)
+    await dp.reconcile(pods)
+    netlink, paused = dp.netlink, Paused(dp.netlink)
+    dp.netlink = paused  # type: ignore[assignment]
+    reconcile = asyncio.create_task(dp.reconcile(pods))
+    await asyncio.wait_for(paused.entered.wait(), 5)
+    del pods["10.0.2.50"]  # released by the allocator...
+    removing = asyncio.create_task(dp.remove(["10.0.2.50"]))  # ...and its rules asked away
+    await asyncio.sleep(0.05)
+    paused.gate.set()
+    await asyncio.gather(reconcile, removing)
+    dp.netlink = netlink
+    rules, _ = await held(netlink)
+    assert not [r for r in rules if "10.0.2.50" in (r.source, r.destination)]
+
+
+async def test_a_reconcile_plans_the_pods_held_when_its_turn_comes(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    dp, _ = datapath
+    pods = dict(PODS)
+    adding = asyncio.create_task(dp.add([("10.0.1.61", "eni-1")]))
+    pods["10.0.1.61"] = "eni-1"  # allocated before the reconcile was asked for; its rules under way
+    await dp.reconcile(lambda: pods)
+    await adding
+    rules, _ = await held(dp.netlink)
+    assert Rule(FROM_POD_PRIORITY, 30_001, source="10.0.1.61") in rules
+
+
+async def test_looks_for_previous_pods_routes_share_the_netlink_socket_with_everything_else(
+    datapath: tuple[Datapath, RecordedNft],
+) -> None:
+    """The datapath's one netlink socket serves one dump at a time (a second is refused, EBUSY): ADDs
+    waiting for their addresses' previous pods look at the routes while reconciles and other ADDs
+    dump the host too."""
+    dp, _ = datapath
+    await dp.reconcile(PODS)
+    async with AsyncIPRoute() as ipr:  # a previous pod's host route, still there
+        (index,) = await ipr.link_lookup(address=ETH1.mac)
+        await ipr.route("add", dst="10.0.1.70/32", oif=index, scope=253)
+    looks = [dp.vacated(["10.0.1.70"], limit=0.3) for _ in range(10)]
+    results = await asyncio.gather(*looks, dp.reconcile(PODS), dp.add([("10.0.1.71", "eni-1")]))
+    assert results[:10] == [["10.0.1.70"]] * 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from eni_ipam.agent.datapath.plan import (
@@ -14,6 +16,7 @@ from eni_ipam.agent.datapath.plan import (
     Route,
     Rule,
     plan,
+    pod_gateway,
     pod_rules,
     table_id,
 )
@@ -175,3 +178,18 @@ def test_bad_datapath_settings_name_the_field_and_the_fix(
 def test_the_datapath_is_off_by_default_and_needs_nothing_then() -> None:
     off = validate(DatapathSettings, {})
     assert not off.enabled and off.vpc_cidrs == ()
+
+
+@pytest.mark.parametrize(
+    ("subnet", "gateway"),
+    [("10.0.2.0/24", "10.0.2.3"), ("10.0.16.0/20", "10.0.16.3"), ("10.0.0.16/28", "10.0.0.19")],
+)
+def test_the_pods_gateway_is_the_subnets_reserved_fourth_address(subnet: str, gateway: str) -> None:
+    network = ipaddress.ip_network(subnet)
+    assert str(pod_gateway(network)) == gateway
+    assert pod_gateway(network) not in (network.network_address + 1, network.network_address + 2)
+
+
+def test_a_network_without_a_fourth_address_or_of_ipv6_has_no_pods_gateway() -> None:
+    assert pod_gateway(ipaddress.ip_network("10.0.0.4/30")) is None
+    assert pod_gateway(ipaddress.ip_network("2600:1f14::/64")) is None
