@@ -45,6 +45,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # them), and so does ensurepip, which carries a pip wheel of its own (`python -m venv` would install
 # it): nothing in a running container can fetch and install code. Both bases: python's image keeps
 # its stdlib in /usr/local/lib/python3.X, Debian's python3 in /usr/lib/python3.X.
+# The node datapath's SNAT table is written by nftables' own tool, nft (docs/decisions/0036): Debian's
+# package at the version bookworm ships, pinned so that a rebuild installs it or fails, never another;
+# apt's lists are removed with the install. Nothing else comes from apt.
+ARG NFTABLES_VERSION=1.0.6-2+deb12u2
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "nftables=${NFTABLES_VERSION}" \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+    && nft --version
 RUN groupadd --system --gid 65532 eni-ipam \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin eni-ipam \

@@ -137,12 +137,14 @@ bench-scale: $(STAMP)
 
 # Fault-injection soaks: the reconciler (bench/soak.py, docs/RELIABILITY.md) and the node agent under hostile
 # input (bench/agent_soak.py, docs/RELIABILITY-node.md), then podman, Docker and containerd on one agent
-# through a node's faults (bench/runtimes_soak.py, its section of docs/RELIABILITY-node.md; as root with
-# `make node-runtimes`, otherwise it says why and skips); exits 1 on an invariant violation.
+# through a node's faults (bench/runtimes_soak.py) and the node datapath under churn in an emulated VPC
+# (bench/datapath_soak.py), each in its section of docs/RELIABILITY-node.md (as root with
+# `make node-runtimes`, otherwise they say why and skip); exits 1 on an invariant violation.
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.agent_soak
 	$(BIN)/python -m bench.runtimes_soak
+	$(BIN)/python -m bench.datapath_soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import structlog
 
-from bench import agent_restart, api_efficiency, cni_plugin, convergence, cpu_memory, figures, latency
+from bench import (
+    agent_restart,
+    api_efficiency,
+    cni_plugin,
+    convergence,
+    cpu_memory,
+    datapath_cni,
+    figures,
+    latency,
+)
 from bench.report import Results, machine, publish, render
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
@@ -59,6 +68,8 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
     plugin = cni_plugin.measure(sizes["plugin"][0])
     step("an agent restart as the runtimes see it, idle and loaded")
     restart = agent_restart.measure(sizes["restart"][0])
+    step("CNI ADD and DEL with the node datapath, against ptp and host-local")
+    datapath = datapath_cni.measure(sizes["plugin"][0])
     return Results(
         machine=machine(),
         phases=phases,
@@ -69,6 +80,7 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
         latency=lat,
         plugin=plugin,
         restart=restart,
+        datapath=datapath,
         seconds=time.perf_counter() - started,
     )
 

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bench import load
 
@@ -99,49 +100,61 @@ def missing() -> str:
 
 
 @contextlib.contextmanager
-def _agent(directory: Path) -> Iterator[str]:
-    """A real ``eni-ipam agent`` (static pool, state on disk) serving ``directory/agent.sock``."""
+def running_agent(directory: Path, config: dict[str, Any], *, ready: bool = False) -> Iterator[str]:
+    """A real ``eni-ipam-agent`` process with ``config`` (its ``socket`` in ``directory``), until the
+    block ends; yields its socket once it accepts connections (``ready``: once it answers that an ADD
+    can be served). Its log is ``directory/agent.log``, quoted when it fails to start."""
     sock = directory / "agent.sock"
-    config = directory / "agent.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "node_source": "memory",
-                "socket": str(sock),
-                "state_dir": str(directory / "state"),
-                "cni_cache_dir": str(directory / "cache"),
-                "server": {"host": "127.0.0.1", "port": 0},
-                "claims": False,
-                "log_level": "warning",
-                "sweep_interval": "0s",
-                "pools": {"default": {"cidr": "10.231.0.0/16", "ranges": ["10.231.0.10-10.231.3.250"]}},
-            }
-        )
-    )
-    command = [sys.executable, "-m", "eni_ipam.cli", "agent", "--node", "bench", "--config", str(config)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.perf_counter() + 30
-        while True:
-            probe = socket.socket(socket.AF_UNIX)
-            try:
-                probe.connect(str(sock))
-                break
-            except OSError:
-                if proc.poll() is not None or time.perf_counter() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"the agent did not start: {err[-2000:]}") from None
-                time.sleep(0.05)
-            finally:
-                probe.close()
-        yield str(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    path = directory / "agent.yaml"
+    path.write_text(json.dumps({**config, "socket": str(sock)}))
+    command = [sys.executable, "-m", "eni_ipam.agent", "--node", "bench", "--config", str(path)]
+    with (directory / "agent.log").open("wb") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            deadline = time.perf_counter() + 60
+            while not _answers(sock, ready):
+                if proc.poll() is not None or time.perf_counter() > deadline:
+                    err = (directory / "agent.log").read_text(errors="replace")
+                    raise RuntimeError(f"the agent did not start: {err[-2000:]}")
+                time.sleep(0.05)
+            yield str(sock)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answers(sock: Path, ready: bool) -> bool:
+    """Whether the agent accepts connections on ``sock`` (``ready``: and answers STATUS ready)."""
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(str(sock))
+        if not ready:
+            return True
+        probe.sendall(b"POST /v1/cni/status HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+        return b" 200 " in probe.recv(4096)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def _agent(directory: Path) -> contextlib.AbstractContextManager[str]:
+    """The agent this benchmark measures against: a static pool, its state on disk."""
+    config = {
+        "node_source": "memory",
+        "state_dir": str(directory / "state"),
+        "cni_cache_dir": str(directory / "cache"),
+        "server": {"host": "127.0.0.1", "port": 0},
+        "claims": False,
+        "log_level": "warning",
+        "sweep_interval": "0s",
+        "pools": {"default": {"cidr": "10.231.0.0/16", "ranges": ["10.231.0.10-10.231.3.250"]}},
+    }
+    return running_agent(directory, config)
 
 
 def _timed(command: list[str], env: dict[str, str], stdin: bytes) -> float:

@@ -15,6 +15,7 @@ from bench.api_efficiency import Phase, Steady
 from bench.cni_plugin import LOADED, MIN_ROUNDS, TARGET_RATIO, PluginBench
 from bench.convergence import Convergence
 from bench.cpu_memory import Cpu, Memory
+from bench.datapath_cni import DATAPATH_ADD, EXTRA_MS, STANDARD_ADD, DatapathBench
 from bench.latency import Latency
 
 API_RATIO = 1.05
@@ -39,6 +40,8 @@ class Results:
     plugin: PluginBench
     restart: RestartBench
     seconds: float
+    datapath: DatapathBench | None = None
+    """Section 5b, the whole chain with the node datapath (None: not run)."""
 
     def checks(self) -> list[tuple[str, bool]]:
         out = [
@@ -79,6 +82,10 @@ class Results:
                     )
         if self.restart.judged:
             out.append(("plugin retry window vs the slowest agent restart, loaded", self.restart.met()))
+        if self.datapath is not None and self.datapath.judged:
+            out.append(
+                ("CNI ADD with the datapath vs ptp + host-local + a bare start + 3 ms", self.datapath.met())
+            )
         return out
 
     def all_met(self) -> bool:
@@ -186,6 +193,43 @@ def _restart_section(r: RestartBench) -> list[str]:
     if slowest:
         window += f", {r.window / slowest:.1f}× the slowest restart it is sized from ({slowest:.2f} s)"
     lines += ["", window + ".", ""]
+    return lines
+
+
+def _datapath_section(d: DatapathBench | None) -> list[str]:
+    lines = [
+        "## 5b. CNI ADD and DEL with the node datapath",
+        "",
+        "The node datapath adds the agent's netlink calls for a pod's rules to every ADD and DEL",
+        "(decision 0036). In one run, interleaved, in a network namespace standing for the node: the bare",
+        "interpreter start, the standard chain (`ptp` with `host-local`), and `ptp` with `eni-ipam-cni`",
+        "against a real agent with `datapath.enabled` following its ENIPool on the fake API server, each",
+        "pod's address on a secondary interface (a `to` and a `from` rule per ADD): bench/datapath_cni.py.",
+        "Target: the datapath chain's median ADD at most the standard chain's plus one bare start plus "
+        f"{EXTRA_MS:g} ms.",
+        "",
+    ]
+    if d is None:
+        return [*lines, "Not run.", ""]
+    if d.skipped:
+        return [*lines, f"Not measured on this machine: {d.skipped}.", ""]
+    judged = "" if d.judged else f" (fewer than {MIN_ROUNDS}: the target is not judged)"
+    lines += [
+        f"{d.rounds} rounds{judged}; interpreter `{d.interpreter}`.",
+        "",
+        "| what | median (ms) | p99 (ms) |",
+        "|---|---:|---:|",
+    ]
+    for key, timing in d.timings.items():
+        lines.append(f"| {key} | {timing.median_ms:.2f} | {timing.p99_ms:.2f} |")
+    standard, datapath = d.timings[STANDARD_ADD].median_ms, d.timings[DATAPATH_ADD].median_ms
+    lines += [
+        "",
+        f"The datapath chain's ADD: {datapath:.2f} ms against a budget of {d.budget_ms():.2f} ms "
+        f"({standard:.2f} + {d.timings['python3 -I -S -c pass'].median_ms:.2f} + {EXTRA_MS:g}): "
+        f"{_mark(d.met())}.",
+        "",
+    ]
     return lines
 
 
@@ -305,6 +349,7 @@ def render(r: Results) -> str:
         "",
         *_plugin_section(r.plugin),
         *_restart_section(r.restart),
+        *_datapath_section(r.datapath),
         "The distributions of sections 4 and 5: the share of events, or of a plugin's runs, within a time.",
         "",
         *figures.link("latency", "Event to IPs and the CNI plugin's ADD and DEL, as distributions"),
@@ -333,40 +378,56 @@ def soak_arguments(
 RUNTIMES_HEADING = "## podman, Docker and containerd on one agent"
 """The section ``bench/runtimes_soak.py`` writes at the end of docs/RELIABILITY-node.md, which the
 agent soak's report (the rest of that page) keeps when it replaces the page."""
+DATAPATH_HEADING = "## The node datapath under churn"
+"""The section ``bench/datapath_soak.py`` writes at the end of docs/RELIABILITY-node.md, kept the same
+way."""
+TAIL_HEADINGS = (RUNTIMES_HEADING, DATAPATH_HEADING)
+"""The sections soaks of their own write at the end of docs/RELIABILITY-node.md, in this order."""
 
 
 def section_from(text: str, heading: str) -> str:
-    """``text`` from the line ``heading`` to its end, or nothing."""
+    """``text`` from the line ``heading`` to the next of :data:`TAIL_HEADINGS` or its end, or nothing."""
     at = text.find(f"\n{heading}\n")
-    return "" if at < 0 else text[at + 1 :]
+    if at < 0:
+        return ""
+    start = at + 1
+    ends = [e for h in TAIL_HEADINGS if h != heading and (e := text.find(f"\n{h}\n", start)) >= 0]
+    return text[start : min(ends) + 1 if ends else len(text)]
 
 
 def publish(text: str, out: Path, *, quick: bool, name: str) -> None:
     """A quick run's report goes to standard output; a full run's replaces ``out`` (said on stderr),
     keeping the whole-controller section ``make bench-scale`` wrote there (bench/scale_report.py) and
-    the runtimes soak's section (:data:`RUNTIMES_HEADING`)."""
+    the other soaks' sections (:data:`TAIL_HEADINGS`)."""
     if quick:
         print(text)
     else:
         old = out.read_text() if out.exists() else ""
         kept = scale_report.kept_section(old)
         new = scale_report.splice(text, kept) if kept else text
-        runtimes = section_from(old, RUNTIMES_HEADING)
-        if runtimes and not section_from(new, RUNTIMES_HEADING):
-            new = new.rstrip("\n") + "\n\n" + runtimes
+        for heading in TAIL_HEADINGS:
+            section = section_from(old, heading)
+            if section and not section_from(new, heading):
+                new = new.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
         out.write_text(new)
         print(f"{name}: wrote {out}", file=sys.stderr)
 
 
 def publish_section(section: str, out: Path, heading: str, *, quick: bool, name: str) -> None:
-    """As :func:`publish`, for a report that is the last section of ``out`` (from the line ``heading``
-    on, which it starts with): that section is replaced, or added at the end; the rest is kept."""
+    """As :func:`publish`, for a report that is one section of ``out`` (from the line ``heading``, which
+    it starts with, to the next of :data:`TAIL_HEADINGS` or the end): that section is replaced where it
+    is, or added at the end; the rest is kept."""
     assert section.startswith(f"{heading}\n"), f"the section must start with {heading!r}"
     if quick:
         print(section)
     else:
         old = out.read_text() if out.exists() else ""
-        tail = section_from(old, heading)
-        head = old[: len(old) - len(tail)] if tail else old
-        out.write_text((head.rstrip("\n") + "\n\n" if head.strip() else "") + section)
+        current = section_from(old, heading)
+        if current:
+            start = old.find(f"\n{heading}\n") + 1
+            rest = old[start + len(current) :]
+            new = old[:start] + section + ("\n" + rest if rest.strip() else "")
+        else:
+            new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + section
+        out.write_text(new)
         print(f"{name}: wrote {out}", file=sys.stderr)

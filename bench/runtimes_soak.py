@@ -29,17 +29,11 @@ namespaces, ``make node-runtimes``. Where they are missing it says why and write
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from bench import e2e_soak
 from bench.report import RUNTIMES_HEADING, publish_section, soak_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,50 +43,9 @@ SECONDS = 240.0
 QUICK_SECONDS = 60.0
 SEED = 7
 TOOLS = ("podman", "dockerd", "docker", "containerd", "ctr", "ip", "nsenter")
-# The test's environment variables (tests/e2e/test_runtimes_together.py): not imported, the tests are
-# not a package of the product's.
-SOAK_SECONDS = "ENI_IPAM_RUNTIMES_SOAK_SECONDS"
-SOAK_REPORT = "ENI_IPAM_RUNTIMES_SOAK_REPORT"
-SOAK_SEED = "ENI_IPAM_RUNTIMES_SOAK_SEED"
+PREFIX = "ENI_IPAM_RUNTIMES_SOAK"
+"""Of the test's environment variables (tests/e2e/test_runtimes_together.py; bench/e2e_soak.py)."""
 KINDS = ("duplicates", "leaks", "lost", "failed")
-
-
-def missing() -> str:
-    """Why the soak cannot run on this host ("" when it can, as far as can be told before trying)."""
-    if os.geteuid() != 0:
-        return "not root: podman, dockerd, containerd and network namespaces need root"
-    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if absent:
-        return f"{', '.join(absent)} not installed (make node-runtimes)"
-    return ""
-
-
-class _Watch:
-    """What pytest said of the soak's test: the reason of a skip, whether it failed."""
-
-    def __init__(self) -> None:
-        self.skipped = ""
-        self.failed = False
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped and isinstance(report.longrepr, tuple):
-            self.skipped = str(report.longrepr[2])
-        if report.failed:
-            self.failed = True
-
-
-def run_soak(seconds: float, seed: int) -> tuple[dict[str, Any] | None, str, bool]:
-    """The figures of a run (None when it did not run), the reason of a skip, whether pytest failed."""
-    with tempfile.TemporaryDirectory(prefix="eni-rt-soak-") as tmp:
-        figures = Path(tmp) / "figures.json"
-        os.environ.update({SOAK_SECONDS: f"{seconds:g}", SOAK_REPORT: str(figures), SOAK_SEED: str(seed)})
-        # The agent the test starts runs this checkout's code.
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        watch = _Watch()
-        args = [f"{TEST}::test_soak", "-m", "e2e", "-rA", "-s", "-p", "no:cacheprovider", "-o", "addopts="]
-        pytest.main(args, plugins=[watch])
-        found = json.loads(figures.read_text()) if figures.exists() else None
-        return found, watch.skipped, watch.failed
 
 
 def render(figures: dict[str, Any], seconds: float, seed: int) -> str:
@@ -146,20 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     args = soak_arguments(
         "python -m bench.runtimes_soak", (__doc__ or "").splitlines()[0], OUT, argv, seconds=SECONDS
     )
-    why = missing()
+    why = e2e_soak.missing(TOOLS, "podman, dockerd, containerd and network namespaces")
     if why:
         print(f"runtimes soak: skipped: {why}")
         return 0
     seconds = QUICK_SECONDS if args.quick and args.seconds == SECONDS else args.seconds
-    began = time.perf_counter()
-    figures, skipped, failed = run_soak(seconds, SEED)
-    if figures is None:
-        took = time.perf_counter() - began
-        if skipped and not failed:
-            print(f"runtimes soak: skipped after {took:.0f}s: {skipped}")
-            return 0
-        print(f"runtimes soak: failed after {took:.0f}s before any figure (see pytest's report above)")
-        return 1
+    figures = e2e_soak.run(TEST, PREFIX, seconds, SEED, name="runtimes soak")
+    if isinstance(figures, int):
+        return figures
     section = render(figures, seconds, SEED)
     publish_section(section, args.out, RUNTIMES_HEADING, quick=args.quick, name="runtimes soak")
     broken = sum(sum(figures[kind].values()) for kind in KINDS)

@@ -42,15 +42,17 @@ allocator, so requests are atomic with respect to each other.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.cni import FAMILIES, HugeInteger, container_id_problem, ifname_problem, load_json
+from eni_ipam.agent.datapath.errors import DatapathError
 from eni_ipam.agent.errors import (
     AllocatorError,
     AlreadyAllocated,
@@ -369,17 +371,46 @@ def cni_check(allocator: Allocator, owner: str, addresses: list[str] | None) -> 
     return held
 
 
+class PodRoutes(Protocol):
+    """What the API asks of the node datapath for the pods it serves
+    (:class:`eni_ipam.agent.datapath.pods.PodRoutes`): every method but ``present`` may raise
+    :class:`~eni_ipam.agent.datapath.errors.DatapathError`."""
+
+    def present(self, allocation: Allocation) -> Allocation: ...
+
+    async def added(self, allocations: Sequence[Allocation], *, existing: bool = False) -> None: ...
+
+    async def released(self, allocations: Sequence[Allocation]) -> None: ...
+
+    async def missing(self, allocations: Sequence[Allocation]) -> str: ...
+
+
 def add_routes(
     app: web.Application,
     allocator: Allocator,
     ready: Callable[[], str] | None = None,
     pending: Callable[[str], str] | None = None,
+    *,
+    routes: PodRoutes | None = None,
 ) -> None:
     """Serve the CNI plugin's API from ``allocator`` on ``app``. ``ready()`` says why an ADD cannot be
     served now (empty: it can), for ``/v1/cni/status``. ``pending(pool)`` says why an ADD to ``pool``
     must wait (empty: it need not): its members are not known yet since the agent started, so an
     empty pool would be a wrong "exhausted". Such an ADD is answered 503 ``not_ready``, which the
-    plugin sends again for a while (a restart's last step, reading the node's pool)."""
+    plugin sends again for a while (a restart's last step, reading the node's pool). ``routes``: the
+    node datapath, told of every address an ADD hands out (before the answer) and every one released."""
+
+    def shown(allocation: Allocation) -> dict[str, Any]:
+        return allocation_json(routes.present(allocation) if routes is not None else allocation)
+
+    async def forget(allocations: Sequence[Allocation], event: str) -> None:
+        """The datapath told of released addresses; a failure is left to its next reconcile."""
+        if routes is None or not allocations:
+            return
+        try:
+            await routes.released(allocations)
+        except DatapathError as exc:
+            log.warning(event, addresses=[a.address for a in allocations], error=str(exc))
 
     async def add(request: web.Request) -> web.Response:
         try:
@@ -400,6 +431,18 @@ def add_routes(
         except ApiError as exc:
             log.warning("cni_add_refused", code=exc.code, field=exc.field, error=exc.msg)
             return exc.response()
+        if routes is not None:
+            try:
+                await routes.added(allocations, existing=existing)
+            except DatapathError as exc:
+                if not existing:  # undone: an address whose packets would be dropped is not handed out
+                    for allocation in allocations:
+                        with contextlib.suppress(AllocatorError):
+                            allocator.release(allocation.address, allocation.pool)
+                log.error("cni_add_failed", owner=owner, error=str(exc))
+                return ApiError(
+                    503, "datapath_failed", f"the node's routing for the pod failed: {exc}"
+                ).response()
         addresses = [a.address for a in allocations]
         log.info(
             "cni_add",
@@ -415,7 +458,7 @@ def add_routes(
                 "owner": owner,
                 "pool": pool,
                 "existing": existing,
-                "ips": [allocation_json(a) for a in allocations],
+                "ips": [shown(a) for a in allocations],
             }
         )
 
@@ -432,18 +475,24 @@ def add_routes(
             error = _from_allocator(exc)
             log.error("cni_del_failed", owner=owner, code=error.code, error=error.msg)
             return error.response()
+        await forget(released, "cni_del_rules_left")
         log.info("cni_del", owner=owner, released=[a.address for a in released])
-        return web.json_response({"owner": owner, "released": [allocation_json(a) for a in released]})
+        return web.json_response({"owner": owner, "released": [shown(a) for a in released]})
 
     async def check(request: web.Request) -> web.Response:
         try:
             body = await _body(request)
             owner = _owner(body)
             held = cni_check(allocator, owner, _addresses(body))
+            lacking = await routes.missing(held) if routes is not None else ""
+            if lacking:
+                raise ApiError(409, "routes_missing", f"the node's routing lacks {lacking}", "ips")
         except ApiError as exc:
             log.warning("cni_check_failed", code=exc.code, field=exc.field, error=exc.msg)
             return exc.response()
-        return web.json_response({"owner": owner, "ips": [allocation_json(a) for a in held]})
+        except DatapathError as exc:
+            return ApiError(503, "datapath_failed", f"the node's routing cannot be read: {exc}").response()
+        return web.json_response({"owner": owner, "ips": [shown(a) for a in held]})
 
     async def gc(request: web.Request) -> web.Response:
         try:

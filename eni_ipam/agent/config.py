@@ -22,6 +22,7 @@ from eni_ipam.adapters.limits import (
     MAX_SERVER_CONNECTIONS,
     MAX_SERVER_READ_TIMEOUT,
 )
+from eni_ipam.agent.datapath.settings import DatapathSettings
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
 from eni_ipam.config.files import read_config_file
 from eni_ipam.config.schema import (
@@ -220,6 +221,9 @@ class AgentConfig(ConfigModel):
     pools: Annotated[tuple[StaticPool, ...], BeforeValidator(_pools)] = ()
     exclude: Annotated[tuple[Address, ...], Field(strict=False)] = ()
     """Addresses of the default pool never handed out (reserved for something that does not ask)."""
+    datapath: DatapathSettings = DatapathSettings()
+    """The node datapath for pods on every interface of the pool (docs/node.md, "The node datapath");
+    off by default."""
     ipv6_pool_size: Annotated[int, Field(ge=0, le=MAX_IPV6_POOL)] = 256
     """With ``ipv6``: addresses offered from each IPv6 block the node's ENIPool publishes (the
     generic provider's per-node block), from ``::2`` on. A /64 is far too large to list whole, and

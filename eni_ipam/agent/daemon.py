@@ -18,6 +18,10 @@ It keeps the node's allocator in step with the node's pool and tells the control
 * **Serve** on the unix socket: the CNI plugin's API and the libnetwork remote IPAM driver; on TCP:
   ``/metrics``, ``/healthz``, ``/readyz`` (ready once restored and, with Kubernetes, synced).
 * **Claims**: Cluster API IPAddressClaims naming this node's ENIPool are served from its pool.
+* **Datapath** (``datapath.enabled``): the host's routing for pods on every interface of the pool
+  (:mod:`~eni_ipam.agent.datapath`), reconciled after the restore and before the socket serves, when
+  the pool's interfaces change, and every ``datapath_interval``; an ADD installs its pod's rules
+  before it answers. The addresses of an interface without a datapath yet are withheld.
 """
 
 from __future__ import annotations
@@ -59,17 +63,18 @@ from eni_ipam.kube import errors
 log = structlog.get_logger("eni_ipam.agent.daemon")
 
 
-def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress]:
+def pool_addresses(members: list[tuple[str, str, str, str]], *, reserved: int = 1) -> list[PoolAddress]:
     """PoolAddress entries from ``(address, cidr, interface, subnet)``: the gateway of a cloud subnet
     is its base address + 1 (VPC and VNet routers alike).
 
-    A subnet's base address and its gateway are never handed out, even when a pool lists them: a
-    cloud never does, but a /28 carved from the start of a generic cluster CIDR holds both, and the
-    gateway is what every pod routes through."""
+    A subnet's base address and the ``reserved`` addresses after it (its gateway; with the node
+    datapath also the pods' gateway, base + 3: :func:`eni_ipam.agent.datapath.plan.pod_gateway`) are
+    never handed out, even when a pool lists them: a cloud never does, but a /28 carved from the
+    start of a generic cluster CIDR holds them, and the gateways are what every pod routes through."""
     out = []
     for address, cidr, interface, subnet in members:
         network = ipaddress.ip_network(cidr, strict=False)
-        if ipaddress.ip_address(address) in (network.network_address, network.network_address + 1):
+        if 0 <= int(ipaddress.ip_address(address)) - int(network.network_address) <= reserved:
             continue
         out.append(
             PoolAddress(
@@ -83,6 +88,8 @@ def pool_addresses(members: list[tuple[str, str, str, str]]) -> list[PoolAddress
     return out
 
 
+MISSING_DEVICE_RETRY = 1.0
+"""Seconds between two reconciles of the datapath while a device of the pool's interfaces is missing."""
 MAX_BODY = 64 * 1024
 """Largest request body on the socket (413 beyond): every request of the plugin or of Docker fits in a
 few hundred bytes, and what a body holds may end up in the state file."""
@@ -97,8 +104,10 @@ class Agent:
         clock: Clock | None = None,
         metrics: AgentMetrics | None = None,
         kube: Any = None,
+        nft: Any = None,
     ) -> None:
-        """``kube``: a KubeApi to use instead of one made from the configuration (tests)."""
+        """``kube``: a KubeApi to use instead of one made from the configuration (tests); ``nft``: how
+        the datapath runs ``nft`` (:data:`~eni_ipam.agent.datapath.nft.Runner`; tests)."""
         self.config = config
         self.node = node
         self.clock = clock or LoopClock()
@@ -144,12 +153,21 @@ class Agent:
             pods=config.node_source == "kubernetes",
         )
         self.kube = kube
+        self._nft = nft
         self.endpoint: web.AppRunner | None = None
         """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
         self.restored = False
         self.sweeper: Sweeper | None = None
         """Releases what runtimes forgot to release, while running (``sweep_interval`` > 0)."""
         self.pool_seen = asyncio.Event()
+        self.datapath: Any = None
+        """The node datapath while running with ``datapath.enabled`` (a
+        :class:`~eni_ipam.agent.datapath.datapath.Datapath`; imported only then: it needs pyroute2)."""
+        self._datapath_due = asyncio.Event()
+        self._datapath_done = False
+        """A reconcile succeeded since the pool was seen: its interfaces have their tables."""
+        self._withheld_interfaces: set[str] = set()
+        self._interfaces: list[Any] = []
         self._pool: dict[str, Any] | None = None
         self._marks: dict[str, ReleaseState] = {}
         self._answers: dict[str, ReleaseState] = {}
@@ -174,7 +192,8 @@ class Agent:
                 blocked.append(f"pool {pool}: no address can be handed out: {said}")
         if blocked:
             return False, "; ".join(blocked)
-        unsettled = [n for n in (*notes, self.startup.status()) if n]
+        datapath = self.datapath.problem() if self.datapath is not None else ""
+        unsettled = [n for n in (*notes, self.startup.status(), datapath) if n]
         return True, f"node {self.node}, {len(self.allocator.used())} addresses in use" + "".join(
             f"; {n}" for n in unsettled
         )
@@ -187,11 +206,19 @@ class Agent:
             return f"the state file cannot be written ({self.allocator.state_error}): changes are refused"
         if self.config.node_source == "kubernetes" and not self.pool_seen.is_set():
             return "waiting for the node's pool (ENIPool); release and check are served meanwhile"
+        if self.datapath is not None and not self._datapath_done:
+            problem = self.datapath.problem()
+            return "the node's datapath is not set up yet" + (f": {problem}" if problem else "")
         return ""
 
     def socket_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self.metrics.count_requests()])
-        api.add_routes(app, self.allocator, ready=self._serving, pending=self._pool_pending)
+        routes: api.PodRoutes | None = None
+        if self.datapath is not None:
+            from eni_ipam.agent.datapath.pods import PodRoutes
+
+            routes = PodRoutes(self.datapath)
+        api.add_routes(app, self.allocator, ready=self._serving, pending=self._pool_pending, routes=routes)
         libnetwork.add_routes(app, self.driver)
         return app
 
@@ -217,7 +244,11 @@ class Agent:
         members = pool_members(obj)
         if self.config.ipv6:
             members += ipv6_members(obj, self.config.ipv6_pool_size)
-        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members))
+        # With the datapath, base + 3 is the pods' gateway, on the host's end of every veth.
+        reserved = 3 if self.config.datapath.enabled else 1
+        self.allocator.set_pool(DEFAULT_POOL, pool_addresses(members, reserved=reserved))
+        if self.config.datapath.enabled:
+            self._follow_interfaces(obj)
         self._marks = {
             address: ReleaseState(state)
             for address, state in ((obj.get("status") or {}).get("release") or {}).items()
@@ -226,6 +257,109 @@ class Agent:
         if self.restored:  # before the restore the allocator cannot know what is in use
             self._answer()
         self.pool_seen.set()
+
+    # -- the datapath -----------------------------------------------------------------------------
+
+    def _follow_interfaces(self, obj: dict[str, Any]) -> None:
+        """The pool changed: withhold the addresses of interfaces without a datapath yet, and have the
+        datapath reconciled at once when its interfaces changed. Not for other changes: the agent's
+        own status reports change the pool after ADDs and DELs, which the datapath follows itself."""
+        from eni_ipam.agent.datapath.plan import Interface
+        from eni_ipam.kube.resources import pool_interfaces
+
+        previous = self._interfaces
+        self._interfaces = [
+            Interface(
+                id=p.id,
+                mac=p.mac_address,
+                device_index=p.device_index,
+                network_card=p.network_card,
+                subnet=p.cidr,
+                primary_ip=p.primary_ip,
+            )
+            for p in pool_interfaces(obj)
+        ]
+        known = set(self.datapath.interfaces) if self.datapath is not None else set()
+        fresh = {i.id for i in self._interfaces} - known
+        self._withhold_interfaces(self._withheld_interfaces | fresh | self._unlisted())
+        if self._interfaces != previous:
+            self._datapath_due.set()
+
+    def _unlisted(self) -> set[str]:
+        """Interfaces the pool's addresses name that the status's interface list does not (a status
+        written before the list, or an interface leaving): no device, no table, so no hand-out."""
+        listed = {i.id for i in self._interfaces}
+        return {m.interface_id for m in self.allocator.pool_addresses(DEFAULT_POOL)} - listed
+
+    def _withhold_interfaces(self, interfaces: set[str]) -> None:
+        """Hand out no address of ``interfaces`` (their datapath is not set up), and every other's."""
+        for iid in self._withheld_interfaces - interfaces:
+            self.allocator.lift(f"datapath:{iid}")
+        for iid in interfaces:
+            owner = f"datapath:{iid}"
+            self.allocator.lift(owner)  # again: the interface's addresses may have changed
+            for member in self.allocator.pool_addresses(DEFAULT_POOL):
+                if member.interface_id == iid:
+                    self.allocator.withhold(member.address, owner)
+        self._withheld_interfaces = interfaces
+        self.metrics.agent_datapath_unready_interfaces.set(len(interfaces))
+
+    async def reconcile_datapath(self) -> None:
+        """Make the host's routing the plan of the pool's interfaces and the held addresses.
+
+        Raises:
+            DatapathError: the host refused a change (counted; the next reconcile goes on from there).
+        """
+        from eni_ipam.agent.datapath.errors import DatapathError
+
+        assert self.datapath is not None
+        # Whether the pool had been seen when this reconcile read its interfaces: one that arrives
+        # while the reconcile awaits the kernel is the next reconcile's.
+        seen = self.pool_seen.is_set() or self.config.node_source != "kubernetes"
+        self.datapath.set_interfaces(self._interfaces)
+
+        def pods() -> dict[str, str]:
+            """The held addresses when the reconcile has its turn (an ADD or DEL may be under way)."""
+            return {
+                a.address: a.interface_id
+                for a in self.allocator.allocations(pool=DEFAULT_POOL)
+                if ":" not in a.address
+            }
+
+        try:
+            changes = await self.datapath.reconcile(pods)
+        except DatapathError:
+            self.metrics.agent_datapath_reconciles.labels(outcome="failed").inc()
+            raise
+        self.metrics.agent_datapath_reconciles.labels(outcome="changed" if changes.any else "ok").inc()
+        self._withhold_interfaces(self.datapath.unready() | self._unlisted())
+        if seen:
+            self._datapath_done = True
+
+    async def _keep_datapath(self) -> None:
+        """Reconcile when the pool's interfaces change, and every ``datapath.interval``; the first
+        time once the node's pool has been read. The interfaces come with it: a reconcile before would
+        plan none, and take every table, ``from`` rule and the SNAT away from the pods a restart found
+        running (their packets then leave through the primary interface, and are dropped) until the
+        pool arrives. Meanwhile the host keeps what the previous run left, and a DEL still removes
+        its pod's rules."""
+        from eni_ipam.agent.datapath.errors import DatapathError
+
+        if self.config.node_source == "kubernetes":
+            await self.pool_seen.wait()
+        while True:
+            self._datapath_due.clear()
+            try:
+                await self.reconcile_datapath()
+            except DatapathError as exc:
+                log.warning("datapath_reconcile_failed", node=self.node, error=str(exc))
+            # An interface the status lists whose device is not there yet (attached after the status
+            # was written) is looked for again every second, not at the next interval.
+            interval = self.config.datapath.interval
+            if self.datapath is not None and self.datapath.unready():
+                interval = min(interval, MISSING_DEVICE_RETRY)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._datapath_due.wait(), timeout=interval)
 
     async def _restore(self) -> None:
         leftovers = remove_leftovers(self.state_dir)
@@ -336,11 +470,15 @@ class Agent:
             # CHECK must work even while the API server is out of reach. Outside the task group, so
             # that a refused state file stops the start with its own error (exit 2), not a group.
             await self._restore()
-            async with asyncio.TaskGroup() as tg:
+            async with contextlib.AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
+                if self.config.datapath.enabled:
+                    await self._open_datapath(stack)
                 tasks: list[asyncio.Task[None]] = []
                 judges: list[Judge] = []
                 if self.config.node_source == "kubernetes":
                     tasks += self._start_kubernetes(tg, judges)  # hands the pods to the start first
+                if self.datapath is not None:
+                    tasks.append(tg.create_task(self._keep_datapath(), name="eni-ipam-agent-datapath"))
                 tasks.append(tg.create_task(self.startup.run(), name="eni-ipam-agent-start"))
                 if self.config.node_source != "kubernetes":
                     tasks.append(tg.create_task(self._report(), name="eni-ipam-agent-gauges"))
@@ -391,6 +529,16 @@ class Agent:
                 await self.kube.close()
             lock.close()
         log.info("agent_stopped", node=self.node)
+
+    async def _open_datapath(self, stack: contextlib.AsyncExitStack) -> None:
+        from eni_ipam.agent.datapath.datapath import Datapath
+        from eni_ipam.agent.datapath.netlink import Netlink
+        from eni_ipam.agent.datapath.nft import SnatTable
+
+        netlink = await stack.enter_async_context(Netlink())
+        snat = SnatTable(run=self._nft) if self._nft is not None else SnatTable()
+        self.datapath = Datapath(self.config.datapath, netlink=netlink, snat=snat)
+        stack.callback(setattr, self, "datapath", None)
 
     def _start_kubernetes(self, tg: asyncio.TaskGroup, judges: list[Judge]) -> list[asyncio.Task[None]]:
         from eni_ipam.kube.api import ENIPOOLS, PODS, KubeApi, client_from_kubeconfig

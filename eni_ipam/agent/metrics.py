@@ -63,6 +63,18 @@ class AgentMetrics(MetricSet):
             ["reason"],
         )
 
+        self.agent_datapath_reconciles = self.counter(
+            "agent_datapath_reconciles",
+            "Reconciles of the node datapath (tables, rules, SNAT) with the pool and its pods, by outcome "
+            "(ok, changed: something on the host was set right, failed)",
+            ["outcome"],
+        )
+        self.agent_datapath_unready_interfaces = self.gauge(
+            "agent_datapath_unready_interfaces",
+            "Interfaces of the node's pool without a datapath (no device found by MAC yet): their "
+            "addresses are not handed out",
+        )
+
     def report_ready(self, ready: Callable[[], bool]) -> None:
         """Export ``ready`` as it is at each scrape."""
         self.agent_ready.set_function(lambda: float(ready()))

@@ -302,6 +302,8 @@ def test_a_subnets_base_and_gateway_are_never_pool_addresses() -> None:
     listed = pool_addresses(members)
     assert [m.address for m in listed] == ["10.244.0.2", "10.244.0.3"]
     assert {(m.prefix_length, m.gateway) for m in listed} == {(16, "10.244.0.1")}
+    # With the node datapath, base + 3 is the pods' gateway on the host: never a pod's address.
+    assert pool_addresses([*members, ("10.244.0.4", *members[0][1:])], reserved=3)[0].address == "10.244.0.4"
 
 
 async def test_a_dual_stack_agent_hands_out_addresses_from_its_pools_ipv6_block(

@@ -9,7 +9,7 @@ import pytest
 from bench.__main__ import QUICK, run
 from bench.cluster import lower_bound, lower_bound_by_operation
 from bench.convergence import bucket_bound
-from bench.report import RUNTIMES_HEADING, publish, publish_section, render
+from bench.report import DATAPATH_HEADING, RUNTIMES_HEADING, publish, publish_section, render
 from eni_ipam.core.ratelimit import EC2_BUCKETS
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,7 +51,14 @@ def test_a_quick_run_meets_every_target_and_beats_the_reference_model() -> None:
     ]
     assert all(0 < row.listening[0] <= row.answered[0] for row in restart.rows), restart.rows
     assert all(row.answered[0] >= row.delay for row in restart.rows)
+    # The chain with the node datapath too: a real agent, its rules made and removed at every round.
+    datapath = results.datapath
+    assert datapath is not None
+    assert datapath.skipped or {"ptp + host-local ADD", "ptp + eni-ipam-cni (datapath) ADD"} <= set(
+        datapath.timings
+    )
     text = render(results)
+    assert "## 5b. CNI ADD and DEL with the node datapath" in text
     assert "| check | result |" in text and "**missed**" not in text
     assert "An agent restart, as the runtimes see it" in text
 
@@ -67,3 +74,34 @@ def test_the_agent_soak_and_the_runtimes_soak_share_their_page(tmp_path: Path) -
     again = f"{RUNTIMES_HEADING}\n\nrun two\n"
     publish_section(again, page, RUNTIMES_HEADING, quick=False, name="runtimes soak")
     assert page.read_text() == f"# Reliability of the node agent\n\nsecond run\n\n{again}"
+
+
+def test_the_datapath_soak_keeps_its_section_beside_the_runtimes_soak(tmp_path: Path) -> None:
+    page = tmp_path / "RELIABILITY-node.md"
+    head = "# Reliability of the node agent\n\nfirst run\n"
+    runtimes, datapath = f"{RUNTIMES_HEADING}\n\nrun one\n", f"{DATAPATH_HEADING}\n\nchurn one\n"
+    publish(head, page, quick=False, name="agent soak")
+    publish_section(datapath, page, DATAPATH_HEADING, quick=False, name="datapath soak")
+    publish_section(runtimes, page, RUNTIMES_HEADING, quick=False, name="runtimes soak")
+    assert page.read_text() == f"{head}\n{datapath}\n{runtimes}"
+    again = f"{DATAPATH_HEADING}\n\nchurn two\n"
+    publish_section(again, page, DATAPATH_HEADING, quick=False, name="datapath soak")  # in its place
+    assert page.read_text() == f"{head}\n{again}\n{runtimes}"
+    publish("# Reliability of the node agent\n\nsecond run\n", page, quick=False, name="agent soak")
+    assert page.read_text() == f"# Reliability of the node agent\n\nsecond run\n\n{runtimes}\n{again}"
+
+
+def test_the_datapath_soaks_section_shows_its_figures_and_lists_its_violations() -> None:
+    from bench.datapath_soak import render as render_datapath
+
+    figures = {
+        "starts": {"containerd": 3, "podman": 2}, "stops": 5, "refused": {"podman": 1}, "probes": 15,
+        "unreachable": 1, "kills": {"n1": 1}, "attached": ["eni-a"], "detached": ["eni-a"], "leaked": 0,
+        "stale_or_missing": 0, "dropped": 0, "errors": 0, "seconds": 61.0,
+        "details": ["n1/podman 10.0.1.5 -> 203.0.113.10: saw None, expected 10.0.1.4"],
+    }  # fmt: skip
+    section = render_datapath(figures, 60.0, 44)
+    assert section.startswith(f"{DATAPATH_HEADING}\n")
+    assert "| pods started (containerd over CRI) | 3 |" in section
+    assert "| **probes that failed or saw another source** | 1 |" in section
+    assert "- n1/podman 10.0.1.5 -> 203.0.113.10: saw None" in section

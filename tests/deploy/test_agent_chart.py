@@ -419,6 +419,25 @@ def test_security_root_without_capabilities(agent_docs):
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
+@pytest.mark.system
+def test_the_datapath_adds_exactly_net_admin_to_the_agent_container_and_nothing_else() -> None:
+    datapath = {"enabled": True, "vpc_cidrs": ["10.0.0.0/16"]}
+    docs = agent({"config": {"datapath": datapath}})
+    sc = container(docs)["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert init_container(docs)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod_spec(docs)["hostNetwork"] is True
+    config = agent_config_from_mapping(yaml.safe_load(config_text(docs)))
+    assert config.datapath.enabled and [str(c) for c in config.datapath.vpc_cidrs] == ["10.0.0.0/16"]
+
+
+@pytest.mark.system
+def test_the_datapath_without_the_host_network_is_refused_at_render() -> None:
+    with pytest.raises(HelmError, match=r"needs agent\.hostNetwork: true"):
+        agent({"hostNetwork": False, "config": {"datapath": {"enabled": True, "vpc_cidrs": ["10.0.0.0/16"]}}})
+
+
 # -- the CNI plugin ------------------------------------------------------------------------------
 
 

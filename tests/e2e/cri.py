@@ -141,6 +141,9 @@ class Sandbox:
     additional_ips: tuple[str, ...]
     netns: str
     """The sandbox's network namespace (the runtime's verbose ``info``), empty when not reported."""
+    pid: int = 0
+    """The sandbox's process (the runtime's verbose ``info``), 0 when not reported: its
+    ``/proc/<pid>/ns/net`` is the pod's network namespace from any mount namespace."""
 
 
 class RuntimeService:
@@ -208,6 +211,7 @@ class RuntimeService:
             ip=status.network.ip,
             additional_ips=tuple(p.ip for p in status.network.additional_ips),
             netns=_netns(answer.info),
+            pid=_pid(answer.info),
         )
 
     def list_pod_sandbox(self, *, ready_only: bool = False, timeout: float | None = None) -> dict[str, bool]:
@@ -217,6 +221,18 @@ class RuntimeService:
             request.filter.state.state = SANDBOX_READY
         answer = self._call("ListPodSandbox", request, "ListPodSandboxResponse", timeout)
         return {item.id: item.state == SANDBOX_READY for item in answer.items}
+
+
+def _pid(info: Mapping[str, str]) -> int:
+    """The sandbox's process id in a verbose ``PodSandboxStatus``'s ``info`` (containerd's
+    ``{"info": {"pid": ...}}``), 0 when absent."""
+    import json
+
+    try:
+        pid = json.loads(info.get("info", "{}")).get("pid", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return pid if isinstance(pid, int) else 0
 
 
 def _netns(info: Mapping[str, str]) -> str:

@@ -12,10 +12,12 @@ tests (``VpcSpec``) need none of them.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,9 +225,12 @@ async def test_a_description_is_read_from_the_in_memory_cloud() -> None:
     ]
     assert node.interfaces[0].addresses == tuple(view.interfaces[0].addresses)
     assert node.interfaces[1].addresses == tuple(view.interfaces[1].prefixes)
-    # No MAC in the cloud's model: derived from the id, locally administered, unicast, stable.
-    mac = node.interfaces[0].mac_address
-    assert mac == derived_mac(view.interfaces[0].id) and mac.startswith("02:")
+    # The cloud's MAC, as its model reports it (the device's, on an instance).
+    assert [i.mac_address for i in node.interfaces] == [i.mac_address for i in view.interfaces]
+    assert all(i.mac_address for i in node.interfaces)
+    # An interface described without one gets one derived from its id: local, unicast, stable.
+    bare = iface("eni-bare", 1, "subnet-b", "10.0.2.10")
+    assert bare.mac_address == derived_mac("eni-bare") and bare.mac_address.startswith("02:")
     given = VpcSpec.from_sim(cloud, ["i-1"], macs={view.interfaces[1].id: "0A:1B:2C:3D:4E:5F"})
     assert given.nodes[0].name == "i-1"
     assert given.nodes[0].interfaces[1].mac_address == "0a:1b:2c:3d:4e:5f"
@@ -366,7 +371,8 @@ async def test_the_fabric_follows_the_cloud(netns_ok: None) -> None:
             interface_id=new.id, instance_id="i-2", device_index=1
         )
         vpc.update(VpcSpec.from_sim(cloud, nodes))
-        device = device_by_mac(vpc, "n2", derived_mac(new.id))
+        (attached,) = [i for i in cloud.instance_view("i-2").interfaces if i.id == new.id]
+        device = device_by_mac(vpc, "n2", attached.mac_address)
         assert device == vpc.device(new.id) and device not in ("ens5",)
         shown = json.loads(vpc.run(vpc.node_ns("n2"), "ip", "-j", "link", "show", device).stdout)
         assert "UP" not in shown[0]["flags"]
@@ -477,6 +483,18 @@ def test_nothing_remains_after_the_harness_even_after_an_error(netns_ok: None) -
     assert not (links_after - links_before) & {"b0", "out", "p1", "ens5"}
     assert tables_after == tables_before
     vpc.close()  # idempotent
+
+
+def test_closing_the_harness_leaves_no_pipe_of_its_processes_open(netns_ok: None) -> None:
+    """The outside host's echo service and every process spawned with pipes: their pipes are closed
+    with the harness, not left to the garbage collector (a ResourceWarning per pipe)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with EmulatedVpc(SPEC) as vpc:
+            vpc.spawn(vpc.node_ns("n1"), "/bin/busybox", "sleep", "600", stdout=subprocess.PIPE)
+        del vpc
+        gc.collect()
+    assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 def test_a_sweep_removes_only_the_namespaces_of_dead_runs(netns_ok: None) -> None:

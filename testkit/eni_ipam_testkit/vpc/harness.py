@@ -175,6 +175,9 @@ class EmulatedVpc:
             for process in self._processes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=5)
+                for pipe in (process.stdin, process.stdout, process.stderr):
+                    if pipe is not None:
+                        pipe.close()
             shell.remove_namespaces(self.namespaces())
 
     def namespaces(self) -> list[str]:
