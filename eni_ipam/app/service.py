@@ -22,6 +22,7 @@ import dataclasses
 import gc
 import os
 import socket
+import uuid
 from collections.abc import Mapping
 from typing import TextIO
 
@@ -36,7 +37,7 @@ from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
-from eni_ipam.core.clock import Clock, LoopClock
+from eni_ipam.core.clock import Clock, LoopClock, suspend_aware_seconds
 from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
 from eni_ipam.core.records import RecordsRef
@@ -79,6 +80,17 @@ def listening_on(runner: web.AppRunner, host: str, port: int) -> str:
     if bound:
         port = int(bound[0][1])
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def identity(configured: str, environ: Mapping[str, str]) -> str:
+    """This replica's name in the Lease: the configured one, else the pod's name, else the host's
+    name made unique (client-go's ``hostname_uuid``): two processes on one host, or a process and
+    its restarted self, must never pass for one holder."""
+    if configured:
+        return configured
+    if environ.get("POD_NAME"):
+        return environ["POD_NAME"]
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
 @dataclasses.dataclass
@@ -135,7 +147,9 @@ class Service:
         self.clock: Clock = LoopClock()
         self.metrics = Metrics(node_series=NodeSeriesPolicy.of(config.settings))
         self.state = ServiceState()
-        self.fence = Fence()
+        # Elected replicas mutate only within a proven leadership term (decision 0037).
+        elected = config.node_source != "memory"
+        self.fence = Fence(term_clock=suspend_aware_seconds if elected else None)
         self.records = RecordsRef()
         """The node store's records, for providers keeping their state there (set once it exists)."""
 
@@ -261,11 +275,13 @@ class Service:
             provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,
         )
         self.records.target = source
+        # Pool statuses are the leader's to write, as cloud calls are: only within a proven term.
+        source.writer.may_write = lambda: fence.term_left > 0
         elector = LeaderElector(
             api,
             name=ks.lease_name,
             namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
-            identity=ks.identity or self.environ.get("POD_NAME") or socket.gethostname(),
+            identity=identity(ks.identity, self.environ),
             clock=self.clock,
             metrics=metrics,
             lease_duration=ks.lease_duration,
@@ -304,7 +320,9 @@ class Service:
                     tg.create_task(source.run(), name="eni-ipam-informers"),
                     tg.create_task(watch_role(), name="eni-ipam-role"),
                 ]
-                election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
+                election = tg.create_task(
+                    elector.run(lead, on_lost=on_lost, on_renewed=fence.renewed), name="eni-ipam-election"
+                )
                 await self.stop.wait()
                 await self._drain()
                 if elector.leading:

@@ -10,7 +10,7 @@ import aiohttp
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.runconfig import load_config
-from eni_ipam.app.service import Service, ServiceState
+from eni_ipam.app.service import Service, ServiceState, identity
 
 
 class FakeManager:
@@ -63,3 +63,16 @@ def test_the_ready_gauge_says_whether_this_replica_reconciles_at_each_scrape() -
     assert ready() == 1
     service.state.role = "standby"  # the lease was lost to another replica
     assert ready() == 0
+
+
+def test_the_lease_identity_is_the_configured_one_then_the_pods_name() -> None:
+    assert identity("chosen", {"POD_NAME": "eni-ipam-abc"}) == "chosen"
+    assert identity("", {"POD_NAME": "eni-ipam-abc"}) == "eni-ipam-abc"
+
+
+def test_without_a_pod_name_two_processes_on_one_host_get_two_identities() -> None:
+    import socket
+
+    first, second = identity("", {}), identity("", {})
+    assert first != second
+    assert first.startswith(f"{socket.gethostname()}_") and second.startswith(f"{socket.gethostname()}_")
