@@ -24,7 +24,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 from aiohttp import web
@@ -42,6 +42,9 @@ from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
 from eni_ipam.core.records import RecordsRef
 from eni_ipam.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from eni_ipam.kube.health import ApiHealth
 
 log = structlog.get_logger("eni_ipam.app.service")
 
@@ -102,8 +105,12 @@ class ServiceState:
     leader: str = ""
     manager: NodeManager | None = None
     caches_synced: bool = True
+    api: ApiHealth | None = None
+    """The Kubernetes API server as this replica sees it (None: no Kubernetes)."""
 
     def readiness(self) -> tuple[bool, str]:
+        if self.api is not None and not self.api.healthy:
+            return False, f"{self.role}, {self.api.describe()}"
         if not self.caches_synced:
             return False, f"{self.role}, Kubernetes caches are not synced yet"
         if self.role in ("leader", "single"):
@@ -224,8 +231,13 @@ class Service:
 
     def _reconciling(self) -> bool:
         """What ``eni_ipam_ready`` says: this replica leads (or runs alone) and has resynced."""
-        manager = self.state.manager
-        return manager is not None and manager.ready and self.state.role in ("leader", "single")
+        manager, api = self.state.manager, self.state.api
+        return (
+            manager is not None
+            and manager.ready
+            and self.state.role in ("leader", "single")
+            and (api is None or api.healthy)
+        )
 
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
@@ -259,12 +271,16 @@ class Service:
 
     async def _run_elected(self, provider: FencedProvider) -> None:
         from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
+        from eni_ipam.kube.health import PROBLEMS, ApiHealth
         from eni_ipam.kube.lease import LeaderElector
         from eni_ipam.kube.settings import instance_id_source
         from eni_ipam.kube.source import KubeNodeSource
 
         ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
-        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+        health = ApiHealth(clock=self.clock, unhealthy_after=ks.api_unhealthy_after)
+        state.api = health
+        metrics.report_kube_api(PROBLEMS, health.unhealthy_problem)
+        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics, health=health)
         ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
         source = KubeNodeSource(
             api,

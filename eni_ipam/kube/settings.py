@@ -54,6 +54,12 @@ class KubeSettings(ConfigModel):
     retry_period: PositiveDuration = 2.0
     """Seconds between renewals, and between a standby's attempts to acquire."""
 
+    api_unhealthy_after: PositiveDuration = 60.0
+    """Seconds the API server may reject this process's credentials (401) or not answer, with no
+    request getting through, before ``/readyz`` fails and ``eni_ipam_kube_api_unhealthy`` says so:
+    longer than an API server's rolling restart, short enough that an expired token is seen within
+    minutes (``EniIpamNotReady`` then fires after its own 5 minutes)."""
+
     node_selector: TagMap = EMPTY_TAGS
     """Labels a Node must carry to get a pool (empty: every Node)."""
 
