@@ -12,7 +12,9 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     ├── LimitsUnknown             eni_ipam.core.errors: the instance type's limits are unknown; the
     │                             node is left alone
     ├── Fenced                    eni_ipam.core.errors: mutations are stopped (shutting down, or the
-    │                             lease was lost)
+    │   │                         lease was lost)
+    │   └── Lapsed                the last lease renewal is older than the renew deadline (a paused
+    │                             process): refused until a renewal succeeds
     ├── ProviderError             eni_ipam.core.errors: the cloud said no (``code``, ``operation``)
     │   ├── Throttled             rate limited (RequestLimitExceeded, Throttling, 429); back off
     │   ├── TransientError        5xx, timeouts, InternalError; retry later

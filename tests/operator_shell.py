@@ -63,6 +63,9 @@ class Operator:
             "HELM_DATA_HOME": str(home / "helm-data"),
         }
         self.controller: asyncio.subprocess.Process | None = None
+        """The controller started last."""
+        self.replicas: list[asyncio.subprocess.Process] = []
+        """Every controller started (replicas of one Deployment)."""
         self.agents: list[asyncio.subprocess.Process] = []
 
     async def run(self, *command: str | Path, stdin: str | None = None, check: bool = True) -> str:
@@ -104,10 +107,11 @@ class Operator:
 
     async def start_controller(
         self, extra_env: dict[str, str] | None = None, log: Path | None = None
-    ) -> None:
+    ) -> asyncio.subprocess.Process:
         """``eni-ipam run`` as the chart runs it: the ConfigMap's configuration, the chart's
-        ServiceAccount token (so only the chart's RBAC applies), the pod's namespace and name.
-        Its output goes to ``log`` when given (otherwise to the test's own)."""
+        ServiceAccount token (so only the chart's RBAC applies), the pod's namespace and name
+        (``POD_NAME`` in ``extra_env`` names another replica). Its output goes to ``log`` when
+        given (otherwise to the test's own)."""
         config = await self.kubectl(
             "get", "configmap", RELEASE, "--namespace", NAMESPACE, "-o", "jsonpath={.data.config\\.yaml}"
         )
@@ -135,9 +139,11 @@ class Operator:
                 stdout=output,
                 stderr=output,
             )
+            self.replicas.append(self.controller)
         finally:
             if output is not None:
                 output.close()  # the child holds its own descriptor
+        return self.controller
 
     async def write_agent_kubeconfig(self, path: Path, node: str) -> None:
         """A kubeconfig with the token the DaemonSet's pod on ``node`` gets: a TokenRequest bound to
@@ -225,8 +231,8 @@ class Operator:
 
     async def kill_all(self) -> None:
         """Kill the controller and the agents that still run (a test's way out, whatever happened)."""
-        for process in [self.controller, *self.agents]:
-            if process is not None and process.returncode is None:
+        for process in [*self.replicas, *self.agents]:
+            if process.returncode is None:
                 process.kill()
                 await process.wait()
 

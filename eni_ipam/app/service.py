@@ -22,8 +22,9 @@ import dataclasses
 import gc
 import os
 import socket
+import uuid
 from collections.abc import Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 from aiohttp import web
@@ -36,11 +37,14 @@ from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
-from eni_ipam.core.clock import Clock, LoopClock
+from eni_ipam.core.clock import Clock, LoopClock, suspend_aware_seconds
 from eni_ipam.core.fence import Fence, FencedProvider
 from eni_ipam.core.manager import NodeManager, StatusSink
 from eni_ipam.core.records import RecordsRef
 from eni_ipam.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from eni_ipam.kube.health import ApiHealth
 
 log = structlog.get_logger("eni_ipam.app.service")
 
@@ -81,6 +85,17 @@ def listening_on(runner: web.AppRunner, host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def identity(configured: str, environ: Mapping[str, str]) -> str:
+    """This replica's name in the Lease: the configured one, else the pod's name, else the host's
+    name made unique (client-go's ``hostname_uuid``): two processes on one host, or a process and
+    its restarted self, must never pass for one holder."""
+    if configured:
+        return configured
+    if environ.get("POD_NAME"):
+        return environ["POD_NAME"]
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
 @dataclasses.dataclass
 class ServiceState:
     """What ``/readyz`` reports."""
@@ -90,8 +105,12 @@ class ServiceState:
     leader: str = ""
     manager: NodeManager | None = None
     caches_synced: bool = True
+    api: ApiHealth | None = None
+    """The Kubernetes API server as this replica sees it (None: no Kubernetes)."""
 
     def readiness(self) -> tuple[bool, str]:
+        if self.api is not None and not self.api.healthy:
+            return False, f"{self.role}, {self.api.describe()}"
         if not self.caches_synced:
             return False, f"{self.role}, Kubernetes caches are not synced yet"
         if self.role in ("leader", "single"):
@@ -135,7 +154,9 @@ class Service:
         self.clock: Clock = LoopClock()
         self.metrics = Metrics(node_series=NodeSeriesPolicy.of(config.settings))
         self.state = ServiceState()
-        self.fence = Fence()
+        # Elected replicas mutate only within a proven leadership term (decision 0037).
+        elected = config.node_source != "memory"
+        self.fence = Fence(term_clock=suspend_aware_seconds if elected else None)
         self.records = RecordsRef()
         """The node store's records, for providers keeping their state there (set once it exists)."""
 
@@ -210,8 +231,13 @@ class Service:
 
     def _reconciling(self) -> bool:
         """What ``eni_ipam_ready`` says: this replica leads (or runs alone) and has resynced."""
-        manager = self.state.manager
-        return manager is not None and manager.ready and self.state.role in ("leader", "single")
+        manager, api = self.state.manager, self.state.api
+        return (
+            manager is not None
+            and manager.ready
+            and self.state.role in ("leader", "single")
+            and (api is None or api.healthy)
+        )
 
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
@@ -245,12 +271,16 @@ class Service:
 
     async def _run_elected(self, provider: FencedProvider) -> None:
         from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
+        from eni_ipam.kube.health import PROBLEMS, ApiHealth
         from eni_ipam.kube.lease import LeaderElector
         from eni_ipam.kube.settings import instance_id_source
         from eni_ipam.kube.source import KubeNodeSource
 
         ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
-        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
+        health = ApiHealth(clock=self.clock, unhealthy_after=ks.api_unhealthy_after)
+        state.api = health
+        metrics.report_kube_api(PROBLEMS, health.unhealthy_problem)
+        api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics, health=health)
         ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
         source = KubeNodeSource(
             api,
@@ -261,11 +291,13 @@ class Service:
             provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,
         )
         self.records.target = source
+        # Pool statuses are the leader's to write, as cloud calls are: only within a proven term.
+        source.writer.may_write = lambda: fence.term_left > 0
         elector = LeaderElector(
             api,
             name=ks.lease_name,
             namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
-            identity=ks.identity or self.environ.get("POD_NAME") or socket.gethostname(),
+            identity=identity(ks.identity, self.environ),
             clock=self.clock,
             metrics=metrics,
             lease_duration=ks.lease_duration,
@@ -304,7 +336,9 @@ class Service:
                     tg.create_task(source.run(), name="eni-ipam-informers"),
                     tg.create_task(watch_role(), name="eni-ipam-role"),
                 ]
-                election = tg.create_task(elector.run(lead, on_lost=on_lost), name="eni-ipam-election")
+                election = tg.create_task(
+                    elector.run(lead, on_lost=on_lost, on_renewed=fence.renewed), name="eni-ipam-election"
+                )
                 await self.stop.wait()
                 await self._drain()
                 if elector.leading:

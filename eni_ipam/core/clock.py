@@ -68,3 +68,16 @@ class LoopClock:
 
     def cpu_seconds(self) -> float:
         return time.process_time() if self._measure_cpu else 0.0
+
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def suspend_aware_seconds() -> float:
+    """Seconds on a monotonic timeline that also counts time the machine was suspended
+    (``CLOCK_BOOTTIME`` on Linux; ``time.monotonic()`` elsewhere). ``CLOCK_MONOTONIC`` — the event
+    loop's clock — already counts a stopped process and a stalled loop, but not a suspended VM: a
+    leadership term (:class:`~eni_ipam.core.fence.Fence`) must count all three."""
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()  # noqa: TID251 -- this module is where the OS clock is read

@@ -29,6 +29,14 @@ class Fenced(EniIpamError):
     this replica lost (or never held) the leader lease."""
 
 
+class Lapsed(Fenced):
+    """A mutation was refused because this replica cannot prove it still leads: its last lease
+    renewal is older than the renew deadline (the process was paused, or renewals are failing).
+
+    Unlike its parent it is temporary: once a renewal succeeds, mutations pass again; if another
+    replica took the lease meanwhile, the fence closes for good for this term."""
+
+
 class ProviderError(EniIpamError):
     """The cloud refused or failed a call.
 

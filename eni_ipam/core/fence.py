@@ -1,28 +1,53 @@
-"""The mutation fence: one switch that stops every mutating cloud call, and a drain for those in flight.
+"""The mutation fence: one switch and one clock that stop every mutating cloud call, and a drain
+for those in flight.
 
-A replica may mutate the cloud only while it leads and is not shutting down. Losing the lease
-closes the fence at once (before the leader's tasks are even cancelled); SIGTERM closes it, then
-waits (bounded) for the calls already in flight so no interface is left half-created. Read
-calls (resync, describe) pass regardless: they change nothing.
+A replica may mutate the cloud only while it leads and is not shutting down. Two things close the
+fence, and each is checked at every mutating call:
 
-Invariant: once :meth:`Fence.close` returns, no mutating call starts until :meth:`Fence.open`.
+* the **switch**: losing the lease closes it at once (before the leader's tasks are even
+  cancelled); SIGTERM seals it, then waits (bounded) for the calls already in flight so no
+  interface is left half-created;
+* the **term**: with leader election, leadership is proven only for ``renew_deadline`` seconds
+  after the start of the last successful renewal, on a clock that counts time the process did not
+  run (a SIGSTOP, a frozen VM, a long stall). A process that resumes after a pause finds its term
+  lapsed and is refused (:class:`~eni_ipam.core.errors.Lapsed`) before its renew loop has even
+  run: the switch alone would let the first task to run mutate. Because ``renew_deadline <
+  lease_duration`` and a standby times the lease from when it saw the renewal land (after its
+  start), a term always ends before any standby may take the lease.
+
+Read calls (resync, describe) pass regardless: they change nothing.
+
+Invariant: once :meth:`Fence.close` returns, no mutating call starts until :meth:`Fence.open`;
+with a term, none starts at or after the term's end.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 
+log = structlog.get_logger("eni_ipam.core.fence")
+
 
 class Fence:
-    def __init__(self, *, is_open: bool = False) -> None:
+    """``term_clock``: where the leadership term is timed (seconds, only differences count); given,
+    mutations pass only within a term granted by :meth:`renewed`, and none before the first. None
+    (a replica that runs alone) has no term: the switch decides."""
+
+    def __init__(self, *, is_open: bool = False, term_clock: Callable[[], float] | None = None) -> None:
         self._open = is_open
         self._sealed = False
         self._reason = "mutations have not been allowed yet"
+        self._term_clock = term_clock
+        self._term_end = -math.inf if term_clock is not None else math.inf
+        self._lapse_told = False
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -30,6 +55,22 @@ class Fence:
     @property
     def is_open(self) -> bool:
         return self._open
+
+    @property
+    def term_left(self) -> float:
+        """Seconds left in the current term (infinite without a term; negative once it lapsed)."""
+        if self._term_clock is None:
+            return math.inf
+        return self._term_end - self._term_clock()
+
+    def renewed(self, valid_for: float) -> None:
+        """Leadership is proven for ``valid_for`` more seconds from now: the renew deadline less
+        the time since the successful renewal started."""
+        if self._term_clock is not None:
+            self._term_end = self._term_clock() + valid_for
+            if self._lapse_told:
+                log.info("mutations_resumed", reason="the lease was renewed")
+            self._lapse_told = False
 
     def open(self) -> None:
         """Allow mutations again, unless the fence was sealed (the process is stopping)."""
@@ -48,6 +89,19 @@ class Fence:
     def enter(self) -> None:
         if not self._open:
             raise errors.Fenced(self._reason)
+        left = self.term_left
+        if left <= 0:
+            if not self._lapse_told and left > -math.inf:  # before the first term: nothing to tell
+                # Once per lapse: a process that was paused, or renewals that keep failing.
+                log.warning(
+                    "mutations_refused", reason="leadership term lapsed", seconds_past=round(-left, 3)
+                )
+                self._lapse_told = True
+            since = f"the last lease renewal is {-left:.1f}s past the renew deadline"
+            raise errors.Lapsed(
+                f"leadership is not proven: {since if left > -math.inf else 'no lease renewal yet'}; "
+                "waiting for a renewal"
+            )
         self.in_flight += 1
         self._idle.clear()
 

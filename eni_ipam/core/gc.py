@@ -79,6 +79,8 @@ class GarbageCollector:
             await self.clock.sleep(self.interval)
             try:
                 await self.run_once()
+            except errors.Lapsed:
+                log.info("gc_run_skipped", reason="leadership is not proven until the lease is renewed")
             except errors.Fenced:
                 log.info("gc_stopped", reason="mutations are stopped")
                 return

@@ -614,6 +614,13 @@ class NodeManager:
                 self._in_backoff -= 1
             slot.backoff = None
             slot.not_before = now + self.settings.trigger_min_interval
+        elif isinstance(error, errors.Lapsed):
+            # Leadership is not proven right now (the process was paused): not the node's failure,
+            # so no backoff grows. Retried a first-retry delay later: if the lease is gone by then,
+            # this manager is cancelled with its term; if it was renewed, the pass goes ahead.
+            log.debug("maintenance_lapsed", node=node.name)
+            slot.not_before = now + self.settings.backoff_initial
+            slot.dirty = True
         elif isinstance(error, errors.Fenced):
             # Mutations stopped (shutdown, or the lease was lost): not the node's failure, and no
             # retry; whoever reconciles next starts from a fresh resync.

@@ -32,6 +32,7 @@ from lightkube.types import PatchType
 from eni_ipam.adapters.metrics.registry import MetricSet
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors, permissions
+from eni_ipam.kube.health import ApiHealth
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -156,12 +157,16 @@ class KubeApi:
         *,
         metrics: MetricSet,
         allowed: frozenset[tuple[str, str, str]] = permissions.PERMISSIONS,
+        health: ApiHealth | None = None,
     ) -> None:
-        """``allowed``: the permissions of this process (the controller's, or the agent's)."""
+        """``allowed``: the permissions of this process (the controller's, or the agent's).
+        ``health``: told the outcome of every request but watches (a watch's stream ending is
+        routine; the requests that follow it tell whether the server is there)."""
         # Typed as Any: lightkube's overloads are keyed on its resource classes, built at run time here.
         self.client: Any = client
         self.metrics = metrics
         self.allowed = allowed
+        self.health = health
 
     async def close(self) -> None:
         await self.client.close()
@@ -367,6 +372,10 @@ class KubeApi:
             if translated is None:
                 raise
             self._count(verb, kind, str(translated.code or "error"))
+            if self.health is not None:
+                self.health.failed(translated)
             raise translated from exc
         self._count(verb, kind, "200")
+        if self.health is not None:
+            self.health.succeeded()
         return result

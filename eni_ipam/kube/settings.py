@@ -37,18 +37,28 @@ class KubeSettings(ConfigModel):
     """Namespace of the Lease; empty means ``$POD_NAMESPACE`` (set by the chart), else ``kube-system``."""
 
     identity: _Stripped = ""
-    """This replica's name in the Lease; empty means ``$POD_NAME``, else the host name."""
+    """This replica's name in the Lease; empty means ``$POD_NAME``, else the host name with a
+    random suffix (two processes on one host must never pass for one holder)."""
 
     lease_duration: PositiveDuration = 15.0
     """Seconds a standby waits after the last renewal it saw before taking over (client-go's
-    default): the worst-case failover time when a leader dies without releasing the lease."""
+    default). When a leader dies without releasing the lease, failover takes at most this plus
+    ``retry_period × 2.2`` (a standby's longest wait to see the last renewal) and one request."""
 
     renew_deadline: PositiveDuration = 10.0
-    """Seconds a leader keeps trying to renew before it stops all mutations. Shorter than
-    ``lease_duration``, so a leader that lost contact stops before anyone else can lead."""
+    """Seconds a leader keeps trying to renew before it stops all mutations, and how long after
+    a successful renewal started its mutations are allowed, checked at each call (a paused process
+    refuses until it has renewed). Shorter than ``lease_duration``, so a leader that lost contact,
+    or was paused, stops before anyone else can lead."""
 
     retry_period: PositiveDuration = 2.0
     """Seconds between renewals, and between a standby's attempts to acquire."""
+
+    api_unhealthy_after: PositiveDuration = 60.0
+    """Seconds the API server may reject this process's credentials (401) or not answer, with no
+    request getting through, before ``/readyz`` fails and ``eni_ipam_kube_api_unhealthy`` says so:
+    longer than an API server's rolling restart, short enough that an expired token is seen within
+    minutes (``EniIpamNotReady`` then fires after its own 5 minutes)."""
 
     node_selector: TagMap = EMPTY_TAGS
     """Labels a Node must carry to get a pool (empty: every Node)."""

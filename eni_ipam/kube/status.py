@@ -29,6 +29,12 @@ only until the informer has caught up with it (its resourceVersion reaches that 
 is compared with the latest the controller knows of, not with a cache that lags: at the start of a
 term, the previous leader's last writes may not have reached this replica's watch yet.
 
+Writes are a leader's, as its cloud calls are: ``may_write`` (the leadership term, from the
+service) is asked before each one. While it says no — a leader resumed after a pause, before its
+renew loop has run — what is queued stays queued, unwritten, and the next round is tried
+``HOLD_RETRY`` seconds later; a stale view written over the new leader's would stay until the
+pool's next change.
+
 Failures: a 409 (only a pool without any status is written conditionally; or an injected fault) is
 re-read and recomputed, up to ``MAX_ATTEMPTS`` times, then queued for the next round. A pool that
 is gone (404) is dropped; a write the server refuses (422, 403) is logged and dropped, unless it is a
@@ -61,6 +67,9 @@ log = structlog.get_logger("eni_ipam.kube.status")
 MAX_ATTEMPTS = 3
 """Conflicts retried at once per write; after that the status waits for the next round."""
 OPERATION = "status"
+HOLD_RETRY = 1.0
+"""Seconds between rounds while writes are held (``may_write`` says no): a renewal comes every
+``retry_period`` (2 s by default), or the term ends and the writer is reset."""
 YIELD_EVERY = 256
 """Statuses checked between two yields to the event loop when none needs a write (a hand-over
 compares every pool's status; the lease must still be renewed meanwhile)."""
@@ -118,6 +127,9 @@ class StatusWriter:
         self._altered: dict[str, tuple[bytes, bytes]] = {}
         """``(digest written, digest stored)`` of the last write of a pool that the server stored
         otherwise (the module doc)."""
+        self.may_write: Callable[[], bool] = lambda: True
+        """Whether this process may write now (its leadership term is proven); the module doc."""
+        self._held = False
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one round at a time (the shutdown flush races the loop's)
         self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
@@ -203,6 +215,9 @@ class StatusWriter:
                 self.backoff.reset()
             else:
                 await self.clock.sleep(self.backoff.next_delay())
+            if self._held:  # leadership unproven: what waits is tried again shortly
+                await self.clock.sleep(HOLD_RETRY)
+                self._wake.set()
 
     async def flush(self) -> bool:
         """Write everything pending, most urgent first, including what is published meanwhile;
@@ -210,6 +225,7 @@ class StatusWriter:
         async with self._lock:
             failed: dict[str, NodeStatus] = {}
             checked = 0
+            self._held = False
             while (top := self._top()) is not None:
                 checked += 1
                 if checked % YIELD_EVERY == 0:
@@ -220,6 +236,10 @@ class StatusWriter:
                 await self.limiter.acquire(OPERATION)
                 # Taken once the token is there: a status more urgent than the one that was on top
                 # may have come while it was awaited, and it goes first.
+                if not self.may_write():
+                    self._held = True  # left queued: written once the term is proven again
+                    log.info("status_writes_held", reason="leadership term lapsed", pending=len(self.pending))
+                    break
                 item = self._pop()
                 if item is not None and not await self._write(*item):
                     failed[item[0]] = item[1]

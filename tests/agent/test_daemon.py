@@ -188,8 +188,18 @@ async def test_health_and_readiness_endpoints(kube: FakeKube, tmp_path: Path) ->
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
                 assert r.status == 200
-            async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
-                assert r.status == 503 and "waiting for the node's pool" in await r.text()  # served meanwhile
+
+            async def readyz() -> tuple[int, str]:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as r:
+                    return r.status, await r.text()
+
+            # Served meanwhile: first while the allocations are restored (the agent listens at
+            # once), then while it waits for its pool.
+            async with asyncio.timeout(10):
+                while "waiting for the node's pool" not in (answer := await readyz())[1]:
+                    assert answer == (503, "not ready: allocations not restored yet\n")
+                    await asyncio.sleep(0.01)
+            assert answer[0] == 503
             await controller.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
             await until(lambda: agent.pool_seen.is_set())
             async with session.get(f"http://127.0.0.1:{port}/readyz") as r:

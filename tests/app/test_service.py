@@ -10,7 +10,7 @@ import aiohttp
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.app.runconfig import load_config
-from eni_ipam.app.service import Service, ServiceState
+from eni_ipam.app.service import Service, ServiceState, identity
 
 
 class FakeManager:
@@ -63,3 +63,47 @@ def test_the_ready_gauge_says_whether_this_replica_reconciles_at_each_scrape() -
     assert ready() == 1
     service.state.role = "standby"  # the lease was lost to another replica
     assert ready() == 0
+
+
+def test_the_lease_identity_is_the_configured_one_then_the_pods_name() -> None:
+    assert identity("chosen", {"POD_NAME": "eni-ipam-abc"}) == "chosen"
+    assert identity("", {"POD_NAME": "eni-ipam-abc"}) == "eni-ipam-abc"
+
+
+def test_without_a_pod_name_two_processes_on_one_host_get_two_identities() -> None:
+    import socket
+
+    first, second = identity("", {}), identity("", {})
+    assert first != second
+    assert first.startswith(f"{socket.gethostname()}_") and second.startswith(f"{socket.gethostname()}_")
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_replica_the_api_server_rejects_for_longer_than_the_bound_is_neither_ready_nor_reconciling() -> (
+    None
+):
+    from eni_ipam.kube import errors
+    from eni_ipam.kube.health import ApiHealth
+
+    clock = StepClock()
+    service = Service(load_config(None), stop=asyncio.Event(), environ={})
+    service.metrics.report_role(ready=service._reconciling)
+    service.state.role, service.state.manager = "leader", FakeManager(True)  # type: ignore[assignment]
+    service.state.api = ApiHealth(clock=clock, unhealthy_after=60.0)  # type: ignore[arg-type]
+    service.state.api.failed(errors.KubeForbidden("Unauthorized", code=401))
+    assert service.state.readiness() == (True, "leader")  # a blip is not worth a page
+    clock.now += 60
+    ready, why = service.state.readiness()
+    assert not ready and why.startswith(
+        "leader, the Kubernetes API server rejects this process's credentials"
+    )
+    assert service.metrics.sample("eni_ipam_ready") == 0
+    service.state.api.succeeded()
+    assert service.state.readiness() == (True, "leader") and service.metrics.sample("eni_ipam_ready") == 1

@@ -79,3 +79,54 @@ def test_a_sealed_fence_stays_closed_when_a_new_term_opens_it() -> None:
     assert not fence.is_open
     with pytest.raises(errors.Fenced, match="shutting down"):
         fence.enter()
+
+
+class Seconds:
+    """A term clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_fence_with_a_term_refuses_everything_before_the_first_renewal() -> None:
+    fence = Fence(is_open=True, term_clock=Seconds())
+    with pytest.raises(errors.Lapsed, match="not proven"):
+        fence.enter()
+
+
+def test_a_fence_with_a_term_refuses_at_the_end_of_the_term_until_the_next_renewal() -> None:
+    seconds = Seconds()
+    fence = Fence(is_open=True, term_clock=seconds)
+    fence.renewed(10.0)
+    fence.enter()
+    fence.exit()
+    seconds.now += 9.99
+    fence.enter()  # still within the term
+    fence.exit()
+    seconds.now += 0.01  # the process was stopped: the switch is still open, the term is over
+    assert fence.is_open
+    with pytest.raises(errors.Lapsed, match="past the renew deadline"):
+        fence.enter()
+    assert fence.in_flight == 0
+    fence.renewed(10.0)
+    fence.enter()
+    fence.exit()
+
+
+def test_a_closed_switch_wins_over_a_term_still_running() -> None:
+    fence = Fence(is_open=True, term_clock=Seconds())
+    fence.renewed(10.0)
+    fence.close("the leader lease was lost")
+    with pytest.raises(errors.Fenced, match="lease was lost") as refused:
+        fence.enter()
+    assert not isinstance(refused.value, errors.Lapsed)
+
+
+def test_a_fence_without_a_term_is_decided_by_its_switch_alone() -> None:
+    fence = Fence(is_open=True)
+    assert fence.term_left == float("inf")
+    fence.enter()
+    fence.exit()

@@ -721,3 +721,22 @@ async def test_a_node_blocked_by_a_full_subnet_says_so_once_not_at_every_resync(
             await asyncio.sleep(10 * world.manager.settings.resync_interval)  # ten resyncs plan it again
         blocked = [e for e in logs if e["event"] == "allocation_blocked"]
         assert [(e["node"], e["reason"]) for e in blocked] == [("n1", "no-subnet")]
+
+
+async def test_a_pass_refused_for_a_lapsed_term_is_retried_once_renewed_and_is_no_failure(make_world):
+    from eni_ipam.core.fence import Fence, FencedProvider
+
+    fence = Fence(is_open=True, term_clock=lambda: asyncio.get_running_loop().time())  # no term yet
+    async with make_world(provider_wrapper=lambda provider: FencedProvider(provider, fence)) as world:
+        attempts = assign_attempts(world)
+        world.add_node("n1")
+        await asyncio.sleep(10)
+        assert world.manager.ready  # reads pass a lapsed term
+        assert attempts == [] and world.manager.nodes["n1"].stats.available == 0
+        schedule = world.manager.schedule("n1")
+        assert schedule is not None and schedule.failures == 0
+        assert world.metrics.sample("eni_ipam_nodes_in_backoff") == 0
+        assert world.metrics.samples("eni_ipam_node_maintenance_failures_total") == {}
+        fence.renewed(60.0)  # the next renewal succeeded: the retry goes ahead within a first-retry delay
+        await asyncio.sleep(Settings().backoff_initial + 0.1)
+        assert attempts == ["i-n1"] and world.manager.nodes["n1"].stats.available == 8

@@ -13,17 +13,18 @@ from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.spec import PoolSpec
 from eni_ipam.kube import resources
 from eni_ipam.kube.api import KubeApi
+from eni_ipam.kube.health import ApiHealth
 from eni_ipam_testkit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def make_api(kube: FakeKube, metrics: Metrics | None = None) -> KubeApi:
+def make_api(kube: FakeKube, metrics: Metrics | None = None, health: ApiHealth | None = None) -> KubeApi:
     # The production client's 30 s per read (client_from_kubeconfig) is longer than any lease
     # deadline: the elector, not the HTTP client, must bound a hanging renewal.
     config = lightkube.KubeConfig.from_dict(kube.kubeconfig())
     client = lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
-    return KubeApi(client, metrics=metrics or Metrics())
+    return KubeApi(client, metrics=metrics or Metrics(), health=health)
 
 
 @pytest.fixture

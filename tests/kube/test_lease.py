@@ -11,7 +11,7 @@ from lightkube.types import PatchType
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.kube.api import LEASES, KubeApi
-from eni_ipam.kube.lease import LeaderElector
+from eni_ipam.kube.lease import EXPIRY_MARGIN, LeaderElector
 from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api
 
@@ -42,6 +42,8 @@ class Replica:
         )
         self.started: list[float] = []
         self.lost: list[float] = []
+        self.terms: list[tuple[float, float]] = []
+        """(when, valid_for) of every term the elector reported."""
         self.working = False
         self.task: asyncio.Task[None] | None = None
 
@@ -56,8 +58,13 @@ class Replica:
     def on_lost(self) -> None:
         self.lost.append(asyncio.get_running_loop().time())
 
+    def on_renewed(self, valid_for: float) -> None:
+        self.terms.append((asyncio.get_running_loop().time(), valid_for))
+
     def start(self) -> None:
-        self.task = asyncio.create_task(self.elector.run(self.lead, on_lost=self.on_lost))
+        self.task = asyncio.create_task(
+            self.elector.run(self.lead, on_lost=self.on_lost, on_renewed=self.on_renewed)
+        )
 
     async def stop(self) -> None:
         assert self.task is not None
@@ -223,3 +230,36 @@ async def test_release_succeeds_after_an_unseen_write_moved_the_leases_version(k
     await label_lease(kube)
     await a.stop()
     assert holder(kube) == ""
+
+
+async def test_every_renewal_reports_a_term_of_the_renew_deadline_less_the_renewals_own_time(
+    kube: FakeKube,
+) -> None:
+    a = Replica(kube, "a")
+    a.start()
+    await asyncio.sleep(1)
+    assert a.terms and a.terms[0][0] <= a.started[0]  # the first term is known before the work starts
+    kube.faults.append(Fault(verb="get", plural="leases", status=None, delay=1.5, times=1))
+    await asyncio.sleep(2 * RETRY + 2)
+    # A term counts from the attempt's start, before the write can be seen: a slow renewal (1.5 s
+    # here) shortens its own term by what it took, so the term never outlives the renew deadline.
+    valid = [valid_for for _, valid_for in a.terms]
+    assert max(valid) == pytest.approx(DEADLINE, abs=0.01)
+    assert min(valid) == pytest.approx(DEADLINE - 1.5, abs=0.01)
+    assert len(a.terms) >= 3
+    await a.stop()
+
+
+async def test_a_standby_takes_over_when_the_lease_runs_out_not_at_its_next_retry(kube: FakeKube) -> None:
+    a = Replica(kube, "a", release=False)
+    a.start()
+    await asyncio.sleep(1)
+    b = Replica(kube, "b")
+    b.start()
+    await asyncio.sleep(7)
+    await a.stop()  # dies without releasing
+    await asyncio.sleep(RETRY * (1 + 1.2) + 0.1)  # b has seen a's last renewal by now
+    last_seen = b.elector.observed_at
+    await asyncio.sleep(DURATION)
+    assert b.started and b.started[0] - last_seen == pytest.approx(DURATION + EXPIRY_MARGIN, abs=0.01)
+    await b.stop()

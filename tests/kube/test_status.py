@@ -342,3 +342,22 @@ async def test_a_status_an_older_crd_prunes_is_not_written_again_and_again(
     assert status_writes(kube) == ["n1", "n1"]
     assert stored(kube, "n1")["status"]["message"] == "something else"
     task.cancel()
+
+
+async def test_writes_wait_while_the_leadership_term_is_unproven_and_go_out_once_it_is(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    pools = await make_pools(api, ["n1", "n2"])
+    writer = StatusWriter(api, lookup=pools.get, clock=LoopClock(), metrics=Metrics(), batch_window=0.1)
+    proven = False
+    writer.may_write = lambda: proven
+    task = asyncio.create_task(writer.run())
+    writer.publish("n1", status(3))
+    writer.publish("n2", status(2))
+    await asyncio.sleep(10)
+    assert status_writes(kube) == [] and set(writer.pending) == {"n1", "n2"}  # held, not dropped
+    proven = True  # the lease was renewed
+    await asyncio.sleep(1.5)
+    assert sorted(status_writes(kube)) == ["n1", "n2"]
+    assert len(kube.get_object("enipools", "n1")["status"]["pool"]) == 3
+    task.cancel()

@@ -15,7 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from prometheus_client import (
@@ -39,6 +39,11 @@ from eni_ipam.adapters.metrics.exposition import NAMESPACE, Frozen, _Families, r
 disable_created_metrics()  # type: ignore[no-untyped-call]
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 _M = TypeVar("_M", Gauge, Counter, Histogram)
+
+
+def _is(read: Callable[[], str], value: str) -> Callable[[], float]:
+    """1.0 while ``read()`` says ``value``, else 0.0 (a gauge's function)."""
+    return lambda: float(read() == value)
 
 
 class MetricSet:
@@ -66,6 +71,14 @@ class MetricSet:
             "kube_requests", "Requests to the Kubernetes API by verb, resource and HTTP status code",
             ["verb", "resource", "code"],
         )  # fmt: skip
+        self.kube_api_unhealthy = self.gauge(
+            "kube_api_unhealthy",
+            "1 while the Kubernetes API server has rejected this process's credentials "
+            "(credentials_rejected) or not answered (unreachable) for longer than "
+            "kubernetes.api_unhealthy_after, with no request getting through; by problem",
+            ["problem"],
+            functions=True,
+        )
         self.informer_relists = self.counter(
             "informer_relists",
             "Full lists of a resource (start, and after the watch's version expired)",
@@ -91,10 +104,21 @@ class MetricSet:
             ["error"],
         )
 
+    def report_kube_api(self, problems: Sequence[str], unhealthy: Callable[[], str]) -> None:
+        """Export ``kube_api_unhealthy`` for each of ``problems`` as ``unhealthy()`` (the problem
+        that makes the process unhealthy, or "") says at each scrape."""
+        for problem in problems:
+            self.kube_api_unhealthy.labels(problem).set_function(_is(unhealthy, problem))
+
     # -- declaring families (namespace and registry filled in) ----------------------------------
 
-    def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
-        return self._add(Gauge(name, documentation, labels, namespace=NAMESPACE, registry=None), labels)
+    def gauge(
+        self, name: str, documentation: str, labels: Sequence[str] = (), *, functions: bool = False
+    ) -> Gauge:
+        """``functions``: its children read the caller's state (``set_function``), so a scrape
+        collects it on the event loop even when it has labels."""
+        gauge = Gauge(name, documentation, labels, namespace=NAMESPACE, registry=None)
+        return self._add(gauge, labels, on_loop=functions)
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         return self._add(Counter(name, documentation, labels, namespace=NAMESPACE, registry=None), labels)
@@ -117,11 +141,12 @@ class MetricSet:
         self.registry.register(collector)
         self._parts.append((collector, False))
 
-    def _add(self, metric: _M, labels: Sequence[str]) -> _M:
+    def _add(self, metric: _M, labels: Sequence[str], *, on_loop: bool = False) -> _M:
         # prometheus_client's labelled metrics are thread-safe and hold no function of the caller's
-        # (only an unlabelled gauge may, set_function), so a scrape collects them off the loop.
+        # (only an unlabelled gauge, or one declared with functions, may), so a scrape collects them
+        # off the loop.
         self.registry.register(metric)
-        self._parts.append((metric, bool(labels)))
+        self._parts.append((metric, bool(labels) and not on_loop))
         return metric
 
     # -- reading back (simulator expectations, demo, tests) -------------------------------------
