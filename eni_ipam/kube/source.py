@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import structlog
@@ -53,7 +54,7 @@ from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.pools import PoolWriter
 from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.records import PoolRecords
-from eni_ipam.kube.resources import owned_by, provider_id_scheme
+from eni_ipam.kube.resources import differs_from_node, node_fields, owned_by, provider_id_scheme
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.status import StatusWriter
 from eni_ipam.kube.views import NodeView
@@ -127,6 +128,7 @@ class KubeNodeSource:
             maintained=self._maintained,
             pending_pods=self.pending_pods,
             writer=self.writer,
+            as_node_says=self._as_node_says,
         )
         self.pool_writer = PoolWriter(
             api,
@@ -240,6 +242,11 @@ class KubeNodeSource:
             self.delivery.index(name, None)
             self.pool_writer.queue(name, "finalize")
         else:
+            node = self.nodes.store.get(name)
+            if node is not None and owned_by(obj, node) and differs_from_node(obj, self._node_fields(node)):
+                # Someone edited a field that is the Node's: it is put back at once (meanwhile the
+                # manager is given the Node's value, never the edited one).
+                self.pool_writer.queue(name, "ensure")
             self.delivery.index(name, obj)
             self.delivery.deliver(name, obj)
 
@@ -269,6 +276,21 @@ class KubeNodeSource:
         if node is None or pool.deleting or not owned_by(pool, node):
             return False
         return not self._foreign_node(node)
+
+    def _node_fields(self, node: NodeInfo) -> dict[str, str]:
+        return node_fields(node, self.instance_ids)
+
+    def _as_node_says(self, name: str, pool: PoolInfo) -> PoolInfo:
+        """``pool`` with the fields that follow its Node as the Node gives them (the pool itself
+        when they agree, when it is not that Node's, or when the Node gives no instance)."""
+        node = self.nodes.store.get(name)
+        if node is None or not owned_by(pool, node):
+            return pool
+        wanted = self._node_fields(node)
+        if not differs_from_node(pool, wanted):
+            return pool
+        assert isinstance(pool.spec, Mapping)  # differs_from_node says no difference otherwise
+        return dataclasses.replace(pool, spec={**pool.spec, **wanted})
 
     def _foreign_node(self, node: NodeInfo) -> bool:
         """Whether ``node`` belongs to another cloud than the configured provider's (said once)."""
