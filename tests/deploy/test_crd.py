@@ -129,6 +129,17 @@ def test_printer_columns_point_at_existing_fields():
         assert node["type"] == column["type"], path
 
 
+def test_wide_output_adds_where_the_pool_can_grow_and_why_it_is_not_ready():
+    (version,) = CRD["spec"]["versions"]
+    columns = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]}
+    default = [name for name, (_, priority) in columns.items() if priority == 0]
+    assert default == ["Instance", "Type", "Available", "Used", "Needed", "Ready", "Age"]
+    wide = {name: path for name, (path, priority) in columns.items() if priority == 1}
+    assert wide["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert wide["Message"] == ".status.message"
+    assert {"Zone", "Capacity"} <= set(wide)
+
+
 BOUNDS = {
     "pool": ("maxProperties", MAX_NODE_ADDRESSES),
     "used": ("maxItems", MAX_NODE_ADDRESSES),
