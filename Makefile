@@ -109,8 +109,9 @@ node-runtimes:
 kube-tools: $(STAMP)
 	@$(BIN)/python scripts/install_kube_tools.py
 
-# The ENIPool CRD's spec schema, generated from the node spec model (eni_ipam/core/spec.py); run after
-# changing a spec key, bound or description. tests/deploy/test_crd.py fails while the CRD differs.
+# The ENIPool CRD's spec and status schemas, generated from the node spec model (eni_ipam/core/spec.py)
+# and the status model (eni_ipam/core/pool_status.py); run after changing a key, bound or description.
+# tests/deploy/test_crd.py fails while the CRD differs.
 crd: $(STAMP)
 	$(BIN)/python scripts/gen_crd.py
 

@@ -423,7 +423,10 @@ class NodeStatus:
     """CIDR of every subnet a pool address lives in, by subnet id (the node side derives each
     address's prefix length and gateway from it)."""
     message: str = ""
-    """Why the node is not progressing, when it is not (unknown limits, at capacity, …)."""
+    """Why the node is not progressing, when it is not (unknown limits, no subnet room, at capacity
+    with addresses needed, …), as a sentence an operator acts on; empty when it is."""
+    limit: str = ""
+    """Why the pool cannot grow, if it cannot (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`)."""
     problem: str = ""
     """A reason the node's pool cannot be maintained at all, for its Ready condition
     (``DuplicateInstance``: another node's pool holds the instance); empty when there is none."""

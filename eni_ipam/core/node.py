@@ -312,8 +312,44 @@ class Node:
             release=dict(self.release_status),
             interfaces=interfaces,
             subnets={sid: cidr for sid, cidr in cidrs.items() if cidr is not None},
-            message=self.message or self.blocked,
+            message=self.message or self._blocked_message(),
+            limit=self.capacity_limit(),
         )
+
+    def _blocked_message(self) -> str:
+        """Why the node is not progressing, as a sentence (empty when nothing stands in its way)."""
+        instance_id = self.resource.instance_id
+        if self.terminated:
+            return f"instance {instance_id} no longer exists: nothing is allocated"
+        if self.instance is not None and not self.instance.running:
+            return f"instance {instance_id} is not running: nothing is allocated until it runs"
+        needed = self.demand()
+        if self.stats.at_capacity and needed > 0 and not self.blocked:
+            # Full, with pods waiting beyond what the pool holds: no plan is made for them.
+            kind = self.instance.type if self.instance is not None else "of the node"
+            return (
+                f"{needed} pods wait for an address, but instance type {kind} holds no more: every "
+                "interface is full and no adapter slot is free (a larger type, or /28 prefixes, hold more)"
+            )
+        if not self.blocked or needed <= 0:
+            return ""
+        if self.blocked == "at-capacity":
+            kind = self.instance.type if self.instance is not None else "of the node"
+            return (
+                f"{needed} more addresses needed, but instance type {kind} holds no more: every "
+                "interface is full and no adapter slot is free (a larger type, or /28 prefixes, hold more)"
+            )
+        if self.blocked == "no-subnet":
+            return (
+                f"{needed} more addresses needed, but no subnet this pool may use has room: free "
+                "addresses there, or give the pool more subnets (spec.subnetIDs or spec.subnetTags)"
+            )
+        if self.blocked == "no-security-groups":
+            return (
+                f"{needed} more addresses needed, but no security group was found for a new interface "
+                "(spec.securityGroups or spec.securityGroupTags)"
+            )
+        return f"{needed} more addresses needed, but they cannot be placed ({self.blocked})"
 
     # -- the pass ---------------------------------------------------------------------------------
 
@@ -343,7 +379,10 @@ class Node:
             return
         limits = await env.view.limits(self.instance.type)
         if limits is None:
-            self.message = f"limits of instance type {self.instance.type} are unknown; node left alone"
+            self.message = (
+                f"the limits of instance type {self.instance.type} are unknown (the cloud does not "
+                "describe it): nothing is allocated on this node until they are known"
+            )
             self.recalculate()
             self._publish = True
             return

@@ -167,11 +167,13 @@ class PoolSpec(NodeSpec):
     model_config = ConfigDict(extra="ignore")
 
     instance_id: CloudId
-    """The cloud instance behind the node (EC2 instance id, Azure VM resource id)."""
+    """The cloud instance behind the node (EC2 instance id, Azure VM resource id), from the Node's
+    providerID. Set by the controller from the Node; an edit is undone."""
     instance_type: Annotated[str, Field(max_length=64)] = ""
-    """Informational; limits are read from the cloud."""
+    """The Node's instance-type label, set by the controller (an edit is undone). Informational;
+    limits are read from the cloud."""
     zone: Annotated[str, Field(max_length=64)] = ""
-    """Informational: the Node's zone label."""
+    """The Node's zone label, set by the controller (an edit is undone). Informational."""
     # Tag values are strings, as the CRD's schema says (files may write numbers; a pool may not).
     subnet_tags: PoolTags = Field(EMPTY_TAGS, description=NodeSpec.model_fields["subnet_tags"].description)
     security_group_tags: PoolTags = Field(

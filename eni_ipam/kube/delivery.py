@@ -19,6 +19,10 @@ Invariants:
 * Of the pools naming one instance only the holder (:mod:`~eni_ipam.kube.instances`) is handed over;
   the others leave the manager and publish a ``DuplicateInstance`` status. A pool that stops naming
   an instance, or leaves, hands the instance's other pools over again.
+* The instance the manager is given, and that the pools are indexed by, is the Node's
+  (``as_node_says``), never a value edited into the pool's spec: a typo there names another node's
+  instance, and would take that node's addresses or leave this one without any. The pool writer puts
+  the spec back (:mod:`~eni_ipam.kube.pools`).
 * A node taken out of the manager leaves its :class:`~eni_ipam.core.manager.Departure` behind until
   the term ends, so that its pool's finalizer can wait for a pass still running.
 """
@@ -110,6 +114,10 @@ class ParsedSpecs:
         self._kept.clear()
 
 
+def _as_it_is(name: str, pool: PoolInfo) -> PoolInfo:
+    return pool
+
+
 class Delivery:
     def __init__(
         self,
@@ -118,11 +126,15 @@ class Delivery:
         maintained: Callable[[str, PoolInfo], bool],
         pending_pods: Mapping[str, int],
         writer: StatusWriter,
+        as_node_says: Callable[[str, PoolInfo], PoolInfo] = _as_it_is,
     ) -> None:
         """``pools``: the ENIPool informer; ``maintained``: whether the source maintains a pool
         of that name (its Node is here and selected, the pool is that Node's, not being deleted);
-        ``pending_pods``: the pods waiting on each node; ``writer``: where statuses go."""
+        ``pending_pods``: the pods waiting on each node; ``writer``: where statuses go;
+        ``as_node_says``: the pool with the fields that follow its Node (instance, type, zone) as the
+        Node gives them."""
         self.manager: NodeManager | None = None
+        self._as_node_says = as_node_says
         """The manager while leading (:meth:`begin`); None otherwise."""
         self.instances = InstanceIndex(pools, maintained=maintained)
         self._pools = pools
@@ -151,6 +163,8 @@ class Delivery:
         """Pool ``name`` names ``obj``'s instance now (``obj`` None: none, the pool is going)."""
         if obj is None:
             self.specs.forget(name)
+        else:
+            obj = self._as_node_says(name, obj)
         freed = self.instances.index(name, obj)
         if freed and self.manager is not None:
             self._redeliver(freed, but=name)  # the instance may be free for another pool now
@@ -161,6 +175,7 @@ class Delivery:
         assert self.manager is not None
         if not self._maintained(name, obj):
             return  # only the pools of selected Nodes are maintained (a stale pool waits for the GC)
+        obj = self._as_node_says(name, obj)
         holder = self.instances.holder(name, obj)
         if holder != name:
             self._duplicate(name, obj, holder)

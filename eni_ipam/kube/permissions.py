@@ -30,9 +30,10 @@ CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         (GROUP, PLURAL, "patch"),
         (GROUP, f"{PLURAL}/status", "get"),
         (GROUP, f"{PLURAL}/status", "patch"),
-        # Events on Nodes (in the default namespace, as for every cluster-scoped object): a pool
-        # deleted by hand and made again.
+        # Events on Nodes (in the default namespace, as for every cluster-scoped object), for what an
+        # operator must act on: made, then their count raised when the same is said again.
         ("", "events", "create"),
+        ("", "events", "patch"),
     }
 )
 """(API group, resource, verb) granted cluster-wide by the ClusterRole."""

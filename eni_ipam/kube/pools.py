@@ -8,7 +8,9 @@ that failed after a backoff.
   the Node, carrying the :data:`~eni_ipam.kube.resources.FINALIZER`). Of an existing pool only the
   Node-derived fields (instance, type, zone) and the fields that still follow ``node_defaults`` are
   brought up to date: people's edits to the rest of the spec stay. A pool deleted by hand while its
-  Node exists is made again, and an event on the Node says so.
+  Node exists is made again, and an event on the Node says so. A Node without an instance id (no
+  ``spec.providerID`` yet) gets no pool: it is logged at warning and said in an Event once it
+  becomes so, and counted in ``eni_ipam_nodes_ignored{reason="no-provider-id"}`` while it is.
 * ``finalize``: a pool being deleted (its Node went, and the garbage collector deletes what the Node
   owned) leaves the manager first; its finalizer is removed only once no pass of that node is
   running (waiting at most :data:`PASS_WAIT`), so no address is handed out after the pool's record
@@ -27,12 +29,14 @@ from collections.abc import Callable
 
 import structlog
 
+from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube import errors
-from eni_ipam.kube.api import ENIPOOLS, EVENTS, KubeApi
+from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.delivery import Delivery
+from eni_ipam.kube.events import EventRecorder
 from eni_ipam.kube.informer import EMIT_SLICE, Informer
 from eni_ipam.kube.projection import NodeInfo, PoolInfo, project_pool
 from eni_ipam.kube.resources import FINALIZER, defaults_patch, node_fields_patch, owned_by, pool_for_node
@@ -58,6 +62,8 @@ class PoolWriter:
         rng: random.Random,
         instance_ids: str,
         node_defaults: NodeSpec | None,
+        events: EventRecorder,
+        metrics: Metrics,
     ) -> None:
         """``nodes``, ``pools``: the informers of both kinds; ``foreign``: whether a Node is of another cloud
         (it gets no pool); ``delivery``: takes a node out of the manager before its finalizer goes."""
@@ -75,6 +81,10 @@ class PoolWriter:
         self._wake = asyncio.Event()
         self._deleted_by_hand: set[str] = set()
         """Pools deleted while their Node exists: recreated, with an event saying so."""
+        self._events = events
+        self._metrics = metrics
+        self._without_id: set[str] = set()
+        """Nodes seen without an instance id (no provider id yet): they get no pool."""
 
     def queue(self, name: str, action: str) -> None:
         """Ask for ``action`` (``ensure`` or ``finalize``) on pool ``name``."""
@@ -92,6 +102,7 @@ class PoolWriter:
     def node_gone(self, name: str) -> None:
         """Node ``name`` is gone or no longer selected: its pool is not made again."""
         self._deleted_by_hand.discard(name)
+        self._has_id(name, True)
 
     def clear(self) -> None:
         """The term ended: what is queued is the next leader's to find again."""
@@ -133,8 +144,8 @@ class PoolWriter:
         pool = self._pools.store.get(name)
         if pool is None:
             body = pool_for_node(node, self.node_defaults, instance_ids=self.instance_ids)
+            self._has_id(name, body is not None, node)
             if body is None:
-                log.debug("node_without_provider_id", node=name)
                 return
             try:
                 created = await self.api.create(ENIPOOLS, body)
@@ -160,33 +171,36 @@ class PoolWriter:
     async def _recreated(self, node: NodeInfo) -> None:
         """Say on the Node, as an event, that its pool was deleted by hand and made again."""
         name = node.name
-        now = self.clock.now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            # "<node>-" and a server-made suffix: a generateName must itself be a DNS subdomain but
-            # for a trailing "-" (a trailing "." is refused with 422 by the API server).
-            "metadata": {"generateName": f"{name}-", "namespace": "default"},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": name,
-                "uid": node.uid,
-            },
-            "reason": "PoolRecreated",
-            "message": (
-                f"ENIPool {name} was deleted while its Node exists; eni-ipam created it again from "
-                "node_defaults (edits made to the deleted pool are not restored)"
-            ),
-            "type": "Warning",
-            "source": {"component": "eni-ipam"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
         log.warning("pool_recreated", pool=name)
-        try:
-            await self.api.create(EVENTS, event)
-        except errors.KubeError as exc:
-            log.warning("event_failed", pool=name, error=str(exc))
+        self._events.warn(
+            name,
+            node.uid,
+            "PoolRecreated",
+            f"ENIPool {name} was deleted while its Node exists; eni-ipam created it again from "
+            "node_defaults (edits made to the deleted pool are not restored)",
+        )
+
+    def _has_id(self, name: str, has: bool, node: NodeInfo | None = None) -> None:
+        """Whether Node ``name`` has an instance id now: a change is logged (and, to none, said in an
+        Event), and the Nodes without one are counted."""
+        if has == (name not in self._without_id):
+            return
+        if has:
+            self._without_id.discard(name)
+            if node is not None:
+                log.info("node_provider_id_set", node=name)
+        else:
+            self._without_id.add(name)
+            log.warning("node_without_provider_id", node=name)
+            self._events.warn(
+                name,
+                node.uid if node is not None else "",
+                "NoProviderID",
+                f"Node {name} has no spec.providerID, so eni-ipam gives it no ENIPool and no addresses: "
+                "the cloud's controller manager sets it when it initialises the Node (check that it "
+                "runs, and that kubelet was started with --cloud-provider=external)",
+            )
+        self._metrics.nodes_ignored.labels(reason="no-provider-id").set(len(self._without_id))
 
     async def _finalize(self, name: str) -> None:
         departure = self._delivery.depart(name)

@@ -62,6 +62,10 @@ and so forgotten, after the pool's record is gone)."""
 _AGENT_ANSWERS = (ReleaseState.READY, ReleaseState.DO_NOT_RELEASE)
 
 
+NODE_FIELDS = ("instanceID", "instanceType", "zone")
+"""The ENIPool spec keys that follow the Node (its provider id, its instance-type and zone labels):
+the controller's, put back from the Node whenever they differ (:func:`node_fields_patch`)."""
+
 SPEC_KEYS = {name: (field.alias or name) for name, field in PoolSpec.model_fields.items()}
 """Node spec field → ENIPool spec key, for every field the spec carries (``name`` is metadata.name)."""
 
@@ -189,6 +193,29 @@ def owned_by(pool: PoolInfo, node: NodeInfo) -> bool:
     return not pool.node_owners or not uid or uid in pool.node_owners
 
 
+def node_fields(node: NodeInfo | Mapping[str, Any], instance_ids: str = "provider-id") -> dict[str, str]:
+    """The spec fields of a Node's pool that are the Node's (:data:`NODE_FIELDS`): its instance and,
+    where the Node's labels give them, its type and zone. Empty while the Node has no instance id."""
+    info = as_node(node)
+    instance_id = instance_id_of(info, instance_ids)
+    if not instance_id:
+        return {}
+    fields = {"instanceID": instance_id}
+    if info.instance_type:
+        fields["instanceType"] = info.instance_type
+    if info.zone:
+        fields["zone"] = info.zone
+    return fields
+
+
+def differs_from_node(pool: PoolInfo, wanted: Mapping[str, str]) -> bool:
+    """Whether ``pool``'s spec differs from ``wanted`` (:func:`node_fields`) in a Node's field."""
+    spec = pool.spec
+    if not isinstance(spec, Mapping):
+        return False  # not a spec at all: refused where it is read, naming the field
+    return any(spec.get(key) != value for key, value in wanted.items())
+
+
 def pool_for_node(
     node: NodeInfo | Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
 ) -> Obj | None:
@@ -196,14 +223,9 @@ def pool_for_node(
     :data:`DEFAULTS_ANNOTATION`), or None while the Node has no instance id. Owned by the Node, so it
     goes when the Node goes."""
     info = as_node(node)
-    instance_id = instance_id_of(info, instance_ids)
-    if not instance_id:
+    spec: dict[str, Any] = node_fields(info, instance_ids)
+    if not spec:
         return None
-    spec: dict[str, Any] = {"instanceID": instance_id}
-    if info.instance_type:
-        spec["instanceType"] = info.instance_type
-    if info.zone:
-        spec["zone"] = info.zone
     written = defaults.as_pool_spec() if defaults is not None else {}
     spec.update(written)
     return {
@@ -272,13 +294,12 @@ def node_fields_patch(
     instance_ids: str = "provider-id",
 ) -> Obj | None:
     """A merge patch bringing the pool's Node-derived fields (instance, type, zone) up to date, or
-    None. People's edits to the rest of the spec are never overwritten."""
-    wanted = pool_for_node(node, None, instance_ids=instance_ids)
-    if wanted is None:
-        return None
+    None. These are the controller's: an edit of them is undone. People's edits to the rest of the
+    spec are never overwritten."""
+    wanted = node_fields(node, instance_ids)
     spec = as_pool(pool).spec
     current: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {}
-    changes = {k: v for k, v in wanted["spec"].items() if current.get(k) != v}
+    changes = {k: v for k, v in wanted.items() if current.get(k) != v}
     return {"spec": changes} if changes else None
 
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import structlog
@@ -44,16 +45,18 @@ import structlog
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.model import NodeStatus
 from eni_ipam.core.provider import reads_node_store
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
 from eni_ipam.kube.delivery import Delivery
+from eni_ipam.kube.events import EventRecorder, status_event
 from eni_ipam.kube.informer import Informer
 from eni_ipam.kube.pools import PoolWriter
 from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.records import PoolRecords
-from eni_ipam.kube.resources import owned_by, provider_id_scheme
+from eni_ipam.kube.resources import differs_from_node, node_fields, owned_by, provider_id_scheme
 from eni_ipam.kube.settings import KubeSettings
 from eni_ipam.kube.status import StatusWriter
 from eni_ipam.kube.views import NodeView
@@ -112,6 +115,9 @@ class KubeNodeSource:
         self.pods.add_handler(self._on_pod)
         self.pending_pods: collections.Counter[str] = collections.Counter()
         self._pod_nodes: dict[str, str] = {}
+        self.events = EventRecorder(api, clock=clock)
+        self._problems: dict[str, str] = {}
+        """The Event reason each node's last status called for (only nodes with one)."""
         self.writer = StatusWriter(
             api,
             lookup=lambda name: self.pools.store.get(name),
@@ -120,6 +126,7 @@ class KubeNodeSource:
             qps=settings.status_qps,
             burst=settings.status_burst,
             pending_pods=lambda name: self.pending_pods.get(name, 0),
+            on_publish=self._on_status,
         )
         self.records = PoolRecords(api, pools=self.pools, writer=self.writer, clock=clock, rng=self.rng)
         self.delivery = Delivery(
@@ -127,6 +134,7 @@ class KubeNodeSource:
             maintained=self._maintained,
             pending_pods=self.pending_pods,
             writer=self.writer,
+            as_node_says=self._as_node_says,
         )
         self.pool_writer = PoolWriter(
             api,
@@ -139,6 +147,8 @@ class KubeNodeSource:
             rng=self.rng,
             instance_ids=self.instance_ids,
             node_defaults=node_defaults,
+            events=self.events,
+            metrics=metrics,
         )
 
     @property
@@ -201,9 +211,12 @@ class KubeNodeSource:
                 tg.create_task(manager.run(first=listing), name="eni-ipam-manager")
                 tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
                 tg.create_task(self.pool_writer.run(), name="eni-ipam-pool-writer")
+                tg.create_task(self.events.run(), name="eni-ipam-events")
         finally:
             self.delivery.end()
             self.pool_writer.clear()
+            self.events.clear()
+            self._problems.clear()
 
     # -- informer handlers (synchronous; they only record, queue and hand over) ---------------------
 
@@ -215,6 +228,7 @@ class KubeNodeSource:
             # Gone, or no longer selected: stop maintaining it now (its pool, if the Node is really
             # gone, follows through the garbage collector and the finalizer).
             self.pool_writer.node_gone(name)
+            self._problems.pop(name, None)
             if name in self._foreign:
                 self._foreign.discard(name)
                 self.metrics.nodes_ignored.labels(reason="provider-id-scheme").set(len(self._foreign))
@@ -240,6 +254,11 @@ class KubeNodeSource:
             self.delivery.index(name, None)
             self.pool_writer.queue(name, "finalize")
         else:
+            node = self.nodes.store.get(name)
+            if node is not None and owned_by(obj, node) and differs_from_node(obj, self._node_fields(node)):
+                # Someone edited a field that is the Node's: it is put back at once (meanwhile the
+                # manager is given the Node's value, never the edited one).
+                self.pool_writer.queue(name, "ensure")
             self.delivery.index(name, obj)
             self.delivery.deliver(name, obj)
 
@@ -260,6 +279,19 @@ class KubeNodeSource:
                 if pool is not None and self.manager is not None and not pool.deleting:
                     self.delivery.deliver(node, pool)
 
+    def _on_status(self, name: str, status: NodeStatus) -> None:
+        """A pool's status is published: an Event when it enters a state someone must act on."""
+        event = status_event(status)
+        reason = event[0] if event is not None else ""
+        if self._problems.get(name, "") == reason:
+            return
+        if event is None:
+            self._problems.pop(name, None)
+            return
+        self._problems[name] = reason
+        node = self.nodes.store.get(name)
+        self.events.warn(name, node.uid if node is not None else "", reason, event[1])
+
     # -- which pools are maintained ---------------------------------------------------------------
 
     def _maintained(self, name: str, pool: PoolInfo) -> bool:
@@ -269,6 +301,21 @@ class KubeNodeSource:
         if node is None or pool.deleting or not owned_by(pool, node):
             return False
         return not self._foreign_node(node)
+
+    def _node_fields(self, node: NodeInfo) -> dict[str, str]:
+        return node_fields(node, self.instance_ids)
+
+    def _as_node_says(self, name: str, pool: PoolInfo) -> PoolInfo:
+        """``pool`` with the fields that follow its Node as the Node gives them (the pool itself
+        when they agree, when it is not that Node's, or when the Node gives no instance)."""
+        node = self.nodes.store.get(name)
+        if node is None or not owned_by(pool, node):
+            return pool
+        wanted = self._node_fields(node)
+        if not differs_from_node(pool, wanted):
+            return pool
+        assert isinstance(pool.spec, Mapping)  # differs_from_node says no difference otherwise
+        return dataclasses.replace(pool, spec={**pool.spec, **wanted})
 
     def _foreign_node(self, node: NodeInfo) -> bool:
         """Whether ``node`` belongs to another cloud than the configured provider's (said once)."""

@@ -100,12 +100,15 @@ class StatusWriter:
         burst: int = 50,
         batch_window: float = 0.2,
         pending_pods: Callable[[str], int] = _no_pods,
+        on_publish: Callable[[str, NodeStatus], None] | None = None,
     ) -> None:
         """Args:
         lookup: the ENIPool's projection as last seen by the informer (None when there is none).
         batch_window: seconds changes gather before they are written.
         pending_pods: how many pods wait for an address on a node (its status goes first).
+        on_publish: told of every status published, before it is queued (it must not block).
         """
+        self.on_publish = on_publish
         self.api = api
         self.lookup = lookup
         self.pending_pods = pending_pods
@@ -136,6 +139,8 @@ class StatusWriter:
 
     # StatusSink
     def publish(self, name: str, status: NodeStatus) -> None:
+        if self.on_publish is not None:
+            self.on_publish(name, status)
         self.pending[name] = status
         arrival = self._place[name][0] if name in self._place else next(self._seq)
         token = next(self._seq)

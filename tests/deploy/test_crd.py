@@ -1,7 +1,7 @@
-"""The ENIPool CRD against the model: the spec schema is generated from the node spec model
-(scripts/gen_crd.py), stats are NodeStats', the release handshake's states are ReleaseState's,
-split between the two writers of the status, and every list and map of the status is bounded by what
-one node can hold."""
+"""The ENIPool CRD against the model: the spec and status schemas are generated from their models
+(scripts/gen_crd.py), with a description for every field, stats are NodeStats', the release
+handshake's states are ReleaseState's, split between the two writers of the status, and every list
+and map of the status is bounded by what one node can hold."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from eni_ipam.core.model import (
     NodeStatus,
     ReleaseState,
 )
+from eni_ipam.core.pool_status import PoolStatus
 from eni_ipam.core.spec import CRD_DEFAULTS, POOL_ONLY_FIELDS, SPEC_FIELDS, PoolSpec
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
-from eni_ipam.kube.projection import CONDITION_TYPES
+from eni_ipam.kube.projection import CONDITION_TYPES, CONTROLLER_FIELDS
 from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch, desired_status
 from scripts import gen_crd
 from tests.deploy.conftest import CHART
@@ -74,6 +75,41 @@ def test_the_spec_schema_is_generated_from_the_node_spec_model():
     assert gen_crd.render(text) == text, "the CRD differs from the node spec model: run make crd"
     assert gen_crd.main(["--check"]) == 0
     assert schema()["properties"]["spec"]["required"] == ["instanceID"]
+
+
+def properties_of(node: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    """Every named property under ``node``, by its path (``interfaces.macAddress``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, child in (node.get("properties") or {}).items():
+        found[f"{path}.{name}".lstrip(".")] = child
+        found.update(properties_of(child, f"{path}.{name}".lstrip(".")))
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            found.update(properties_of(node[key], path))
+    return found
+
+
+def test_every_status_field_is_described_for_kubectl_explain():
+    status = properties_of(schema()["properties"]["status"], "")
+    assert {"message", "stats.needed", "interfaces.macAddress", "conditions.reason", "pool.subnet"} <= set(
+        status
+    )
+    assert [path for path, node in status.items() if not node.get("description")] == []
+
+
+def test_the_status_schema_is_generated_from_the_status_model():
+    class Reworded(PoolStatus):
+        message: str = ""
+        """Another sentence."""
+
+    text = (CHART / "crds" / "enipools.eni-ipam.io.yaml").read_text()
+    changed = yaml.safe_load(gen_crd.render(text, status=Reworded))
+    (version,) = changed["spec"]["versions"]
+    described = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["message"]
+    assert described["description"] == "Another sentence."
+    assert set(PoolStatus.model_fields) >= {"pool", "used", "release_answers"}
+    wanted = {"pool", "subnets", "used", "release", "releaseAnswers", "interfaces", "stats"}
+    assert wanted | set(CONTROLLER_FIELDS) == set(schema()["properties"]["status"]["properties"])
 
 
 def test_changing_a_bound_in_the_model_changes_the_crd():
@@ -127,6 +163,17 @@ def test_printer_columns_point_at_existing_fields():
                 node = node["items"]
             node = node["properties"][part]
         assert node["type"] == column["type"], path
+
+
+def test_wide_output_adds_where_the_pool_can_grow_and_why_it_is_not_ready():
+    (version,) = CRD["spec"]["versions"]
+    columns = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]}
+    default = [name for name, (_, priority) in columns.items() if priority == 0]
+    assert default == ["Instance", "Type", "Available", "Used", "Needed", "Ready", "Age"]
+    wide = {name: path for name, (path, priority) in columns.items() if priority == 1}
+    assert wide["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert wide["Message"] == ".status.message"
+    assert {"Zone", "Capacity"} <= set(wide)
 
 
 BOUNDS = {

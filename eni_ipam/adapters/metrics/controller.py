@@ -127,7 +127,8 @@ class Metrics(MetricSet):
         )
         self.nodes_ignored = self.gauge(
             "nodes_ignored",
-            "Nodes given no pool, by reason (provider-id-scheme: the Node belongs to another cloud)",
+            "Nodes given no pool, by reason (provider-id-scheme: the Node belongs to another cloud; "
+            "no-provider-id: the Node has no spec.providerID yet)",
             ["reason"],
         )
         self.status_writes = self.counter(

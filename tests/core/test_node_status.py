@@ -1,0 +1,51 @@
+"""What a node's published status says of it beyond its numbers: ``message``, a sentence an operator
+acts on (empty while nothing stands in the pool's way), and ``limit``, why the pool cannot grow."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytestmark = pytest.mark.looptime
+
+
+async def test_a_healthy_node_says_nothing(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.stats.available == 8 and (status.message, status.limit) == ("", "")
+
+
+async def test_a_node_whose_subnets_are_full_says_what_to_do(make_world):
+    async with make_world() as world:
+        world.cloud.add_subnet("s-tiny", vpc="vpc-1", zone="z1", cidr="10.0.8.0/28")
+        world.add_node("n1", first_interface_index=1, subnet_ids=("s-tiny",), min_allocate=30)
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.limit == "subnet"
+        assert status.message.startswith(f"{status.stats.needed} more addresses needed, but no subnet")
+        assert "spec.subnetIDs" in status.message
+
+
+async def test_unknown_limits_are_said_with_the_type(make_world):
+    async with make_world() as world:
+        world.add_node("n1", type="x99.hypothetical")
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.limit == "limits-unknown"
+        assert "instance type x99.hypothetical are unknown" in status.message
+
+
+async def test_a_full_node_says_nothing_until_pods_wait_beyond_it(make_world):
+    async with make_world() as world:
+        world.add_node("n1", min_allocate=60)  # more than an m5.large holds
+        await world.settle()
+        assert world.store.statuses["n1"].limit == "instance-limit"
+        assert world.store.statuses["n1"].message == ""  # full, and nothing waits: not a problem
+        resource = world.store.resources["n1"]
+        world.side.add(dataclasses.replace(resource, pending_pods=30))
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.message.startswith("3 pods wait for an address, but instance type m5.large")
