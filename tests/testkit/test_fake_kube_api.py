@@ -284,7 +284,13 @@ async def test_a_table_of_pools_evaluates_the_printer_columns(
         "Needed",
         "Ready",
         "Age",
+        "Zone",  # the -o wide columns (priority 1): in the Table, kubectl hides them
+        "Capacity",
+        "Interfaces Left",
+        "Reason",
+        "Message",
     ]
+    assert [c["priority"] for c in answer["columnDefinitions"]] == [0] * 8 + [1] * 5
     row = answer["rows"][0]
     assert row["cells"][:7] == ["p1", "i-1", "m5.large", 4, None, None, "False"]
     assert row["object"]["kind"] == "PartialObjectMetadata" and row["object"]["metadata"]["name"] == "p1"

@@ -125,7 +125,7 @@ async def test_kubectl_explain_describes_a_field_of_the_crd(tools: Tools, chart_
     out = await tools.ok("explain", "enipools.spec")
     assert "KIND:       ENIPool" in out and "VERSION:    v1alpha1" in out
     assert "instanceID\t<string> -required-" in out
-    assert "The cloud instance behind the node (EC2 instance id, Azure VM resource id)." in out
+    assert "The cloud instance behind the node (EC2 instance id, Azure VM resource" in out
     assert "minAllocate\t<integer>" in out
 
 
