@@ -83,6 +83,7 @@ def test_the_wheel_holds_the_product_packages_and_nothing_else(wheel: zipfile.Zi
         "eni_ipam/core/planner.py",
         "providers/aws/provider.py",
         "providers/ec2/instance_types.json",
+        "eni_ipam/kube/enipools.eni-ipam.io.yaml",  # the CRD the controller checks the cluster's against
         "eni_ipam/testing/provider_contract.py",
     ):
         assert required in wheel.namelist(), required

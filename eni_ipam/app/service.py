@@ -22,7 +22,7 @@ import dataclasses
 import gc
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
 import structlog
@@ -90,10 +90,15 @@ class ServiceState:
     leader: str = ""
     manager: NodeManager | None = None
     caches_synced: bool = True
+    crd_problem: Callable[[], str] | None = None
+    """Why the cluster's ENIPool CRD would lose what this replica writes (empty: it would not)."""
 
     def readiness(self) -> tuple[bool, str]:
         if not self.caches_synced:
             return False, f"{self.role}, Kubernetes caches are not synced yet"
+        problem = self.crd_problem() if self.crd_problem is not None else ""
+        if problem:  # a standby too: a rollout must not go on to replicas that cannot write
+            return False, f"{self.role}, {problem}"
         if self.role in ("leader", "single"):
             if self.manager is None or not self.manager.ready:
                 return False, f"{self.role}, initial resync has not succeeded yet"
@@ -210,8 +215,13 @@ class Service:
 
     def _reconciling(self) -> bool:
         """What ``eni_ipam_ready`` says: this replica leads (or runs alone) and has resynced."""
-        manager = self.state.manager
-        return manager is not None and manager.ready and self.state.role in ("leader", "single")
+        manager, crd = self.state.manager, self.state.crd_problem
+        return (
+            manager is not None
+            and manager.ready
+            and self.state.role in ("leader", "single")
+            and not (crd is not None and crd())
+        )
 
     async def _run_alone(self, provider: FencedProvider) -> None:
         store = MemoryStore()
@@ -252,6 +262,7 @@ class Service:
         ks, state, metrics, fence = self.config.kubernetes, self.state, self.metrics, self.fence
         api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics)
         ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
+        identity = ks.identity or self.environ.get("POD_NAME") or socket.gethostname()
         source = KubeNodeSource(
             api,
             settings=ks,
@@ -259,13 +270,15 @@ class Service:
             clock=self.clock,
             metrics=metrics,
             provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,
+            identity=identity,
         )
         self.records.target = source
+        state.crd_problem = lambda: source.crd.state.problem()
         elector = LeaderElector(
             api,
             name=ks.lease_name,
             namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
-            identity=ks.identity or self.environ.get("POD_NAME") or socket.gethostname(),
+            identity=identity,
             clock=self.clock,
             metrics=metrics,
             lease_duration=ks.lease_duration,
