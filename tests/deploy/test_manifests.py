@@ -13,6 +13,7 @@ import yaml
 from eni_ipam.config.schema import parse_duration
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.permissions import BY_NAME, CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
+from scripts import gen_chart_defaults
 from tests.deploy.conftest import (
     AGENT,
     ALL_FEATURES,
@@ -346,6 +347,17 @@ def test_cluster_role_grants_exactly_the_cluster_permissions(default_docs):
                 )
         if "resourceNames" in rule:
             assert "create" not in rule["verbs"]
+
+
+def test_the_defaults_the_templates_fill_in_are_values_yaml():
+    """templates/_defaults.tpl: what a `helm upgrade --reuse-values` from an older chart lacks."""
+    assert gen_chart_defaults.main(["--check"]) == 0
+    text = gen_chart_defaults.render((CHART / "values.yaml").read_text())
+    defaults = yaml.safe_load(text.split("\n", 3)[3].rsplit("{{", 1)[0])
+    assert "config" not in defaults and "valuesVersion" not in defaults
+    assert defaults["networkPolicy"]["enabled"] is False and defaults["agent"]["enabled"] is False
+    changed = (CHART / "values.yaml").read_text().replace("replicaCount: 2", "replicaCount: 3")
+    assert "replicaCount: 3" in gen_chart_defaults.render(changed)
 
 
 @pytest.mark.system
