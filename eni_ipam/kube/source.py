@@ -133,7 +133,8 @@ class KubeNodeSource:
             on_change=self._crd_changed,
             watch_timeout=settings.watch_timeout,
         )
-        self.writer.hold(self.crd.state.problem())  # until the CRD is known to keep the status
+        # Until the CRD is known to keep the status (nothing is said on the pools meanwhile).
+        self.writer.hold(self.crd.state.problem(), say=False)
         self.records = PoolRecords(api, pools=self.pools, writer=self.writer, clock=clock, rng=self.rng)
         self.delivery = Delivery(
             pools=self.pools,
@@ -223,7 +224,7 @@ class KubeNodeSource:
         """The ENIPool CRD changed state: statuses are held while it would prune them; once it keeps
         them, every maintained pool gets a pass, so what was held or pruned is written again."""
         if not state.current:
-            self.writer.hold(state.problem())
+            self.writer.hold(state.problem(), say=state.state != "unknown")
             return
         self.writer.release()
         manager = self.manager

@@ -118,6 +118,8 @@ class StatusWriter:
         self._altered: dict[str, tuple[bytes, bytes]] = {}
         """``(digest written, digest stored)`` of the last write of a pool that the server stored
         otherwise (the module doc)."""
+        self._say = True
+        """Whether held statuses are replaced by a Ready condition saying why."""
         self._held = ""
         """Why statuses are held (empty: they are written): the pools' CRD would prune them."""
         self._marked: set[str] = set()
@@ -172,12 +174,13 @@ class StatusWriter:
         """Why statuses are not written (empty: they are)."""
         return self._held
 
-    def hold(self, reason: str) -> None:
+    def hold(self, reason: str, *, say: bool = True) -> None:
         """Write no status until :meth:`release`, only a ``Ready`` condition saying ``reason`` on each
         pool a status is published for (once a pool): the ENIPool CRD in the cluster would prune
-        what is written (:mod:`~eni_ipam.kube.crd`). Statuses published meanwhile wait, coalesced."""
-        if reason != self._held:
-            self._held = reason
+        what is written (:mod:`~eni_ipam.kube.crd`). Statuses published meanwhile wait, coalesced.
+        ``say=False``: not even the condition (the CRD has not been read yet: nothing to say)."""
+        if reason != self._held or say != self._say:
+            self._held, self._say = reason, say
             self._marked.clear()
             self._wake.set()
 
@@ -238,7 +241,7 @@ class StatusWriter:
         False when some write failed (it is queued again, for the next round)."""
         async with self._lock:
             if self._held:
-                return await self._mark_held()
+                return await self._mark_held() if self._say else True
             failed: dict[str, NodeStatus] = {}
             checked = 0
             while (top := self._top()) is not None:

@@ -212,3 +212,18 @@ async def test_statuses_are_held_while_the_crd_would_prune_them_then_written(
         assert status["subnets"] == {"s-1": {"cidr": "10.0.0.0/22"}}
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("True", "PoolReady")
+
+
+async def test_nothing_is_said_on_the_pools_before_the_crd_is_read(kube: FakeKube, api: KubeApi) -> None:
+    """A term that begins before the CRD's first read holds its statuses without a word on the pools:
+    a current CRD then lets them through, and no pool ever said CRDOutdated."""
+    cluster = Cluster(kube, api)
+    cluster.source.crd.run = asyncio.Event().wait  # type: ignore[method-assign]  # never read
+    cluster.add_node("n1")
+    async with leading(cluster):
+        await until(lambda: len(cluster.source.writer.pending) == 1, limit=30)
+        await asyncio.sleep(5)
+        assert "status" not in (cluster.pool("n1") or {})  # nothing written, not even a condition
+        cluster.source.crd._judged(current_crd())
+        await until(lambda: cluster.available("n1") == 4, limit=30)
+    assert not cluster.metrics.sample("eni_ipam_status_writes_total", {"outcome": "held"})
