@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from eni_ipam import __version__
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DOUBLE_MARKS = re.compile(
     r"^\s*(?:import|from)\s+(moto|unittest\.mock|unittest|eni_ipam_testkit|pytest|hypothesis)\b", re.M
@@ -77,12 +79,13 @@ def test_the_image_builds_from_the_product_sources_only() -> None:
 
 def test_the_wheel_holds_the_product_packages_and_nothing_else(wheel: zipfile.ZipFile) -> None:
     tops = {name.split("/", 1)[0] for name in wheel.namelist()}
-    assert tops == {"eni_ipam", "providers", "eni_ipam-0.1.0.dist-info"}, sorted(tops)
+    assert tops == {"eni_ipam", "providers", f"eni_ipam-{__version__}.dist-info"}, sorted(tops)
     for required in (
         "eni_ipam/cli.py",
         "eni_ipam/core/planner.py",
         "providers/aws/provider.py",
         "providers/ec2/instance_types.json",
+        "eni_ipam/kube/enipools.eni-ipam.io.yaml",  # the CRD the controller checks the cluster's against
         "eni_ipam/testing/provider_contract.py",
     ):
         assert required in wheel.namelist(), required
@@ -100,10 +103,10 @@ def test_the_wheel_holds_no_test_double(wheel: zipfile.ZipFile) -> None:
 
 
 def test_the_wheel_requires_what_pyproject_declares_and_no_test_tool(wheel: zipfile.ZipFile) -> None:
-    metadata = email.message_from_bytes(wheel.read("eni_ipam-0.1.0.dist-info/METADATA"))
+    metadata = email.message_from_bytes(wheel.read(f"eni_ipam-{__version__}.dist-info/METADATA"))
     runtime = sorted(r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r)
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert runtime == sorted(declared)
     assert not [r for r in runtime if re.match(r"(moto|pytest|hypothesis|eni-ipam-testkit)\b", r)]
-    entry_points = wheel.read("eni_ipam-0.1.0.dist-info/entry_points.txt").decode()
+    entry_points = wheel.read(f"eni_ipam-{__version__}.dist-info/entry_points.txt").decode()
     assert "dev-cluster" not in entry_points and "eni_ipam.demos" not in entry_points

@@ -23,7 +23,7 @@ import gc
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 import structlog
@@ -107,12 +107,17 @@ class ServiceState:
     caches_synced: bool = True
     api: ApiHealth | None = None
     """The Kubernetes API server as this replica sees it (None: no Kubernetes)."""
+    crd_problem: Callable[[], str] | None = None
+    """Why the cluster's ENIPool CRD would lose what this replica writes (empty: it would not)."""
 
     def readiness(self) -> tuple[bool, str]:
         if self.api is not None and not self.api.healthy:
             return False, f"{self.role}, {self.api.describe()}"
         if not self.caches_synced:
             return False, f"{self.role}, Kubernetes caches are not synced yet"
+        problem = self.crd_problem() if self.crd_problem is not None else ""
+        if problem:  # a standby too: a rollout must not go on to replicas that cannot write
+            return False, f"{self.role}, {problem}"
         if self.role in ("leader", "single"):
             if self.manager is None or not self.manager.ready:
                 return False, f"{self.role}, initial resync has not succeeded yet"
@@ -231,12 +236,13 @@ class Service:
 
     def _reconciling(self) -> bool:
         """What ``eni_ipam_ready`` says: this replica leads (or runs alone) and has resynced."""
-        manager, api = self.state.manager, self.state.api
+        manager, api, crd = self.state.manager, self.state.api, self.state.crd_problem
         return (
             manager is not None
             and manager.ready
             and self.state.role in ("leader", "single")
             and (api is None or api.healthy)
+            and not (crd is not None and crd())
         )
 
     async def _run_alone(self, provider: FencedProvider) -> None:
@@ -282,6 +288,7 @@ class Service:
         metrics.report_kube_api(PROBLEMS, health.unhealthy_problem)
         api = KubeApi(client_from_kubeconfig(ks.kubeconfig), metrics=metrics, health=health)
         ks = ks.replace(instance_ids=instance_id_source(ks, self.config.provider))
+        replica = identity(ks.identity, self.environ)
         source = KubeNodeSource(
             api,
             settings=ks,
@@ -289,15 +296,17 @@ class Service:
             clock=self.clock,
             metrics=metrics,
             provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,
+            identity=replica,
         )
         self.records.target = source
         # Pool statuses are the leader's to write, as cloud calls are: only within a proven term.
         source.writer.may_write = lambda: fence.term_left > 0
+        state.crd_problem = lambda: source.crd.state.problem()
         elector = LeaderElector(
             api,
             name=ks.lease_name,
             namespace=ks.lease_namespace or self.environ.get("POD_NAMESPACE") or "kube-system",
-            identity=identity(ks.identity, self.environ),
+            identity=replica,
             clock=self.clock,
             metrics=metrics,
             lease_duration=ks.lease_duration,

@@ -73,6 +73,9 @@ NODES = Kind("", "v1", "Node", "nodes", namespaced=False)
 PODS = Kind("", "v1", "Pod", "pods", namespaced=True)
 LEASES = Kind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
 EVENTS = Kind("", "v1", "Event", "events", namespaced=True)
+CRDS = Kind(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
+)
 ENIPOOLS = Kind(
     permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
 )

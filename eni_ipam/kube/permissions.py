@@ -12,6 +12,7 @@ GROUP = "eni-ipam.io"
 VERSION = "v1alpha1"
 KIND = "ENIPool"
 PLURAL = "enipools"
+CRD_GROUP = "apiextensions.k8s.io"
 
 CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     {
@@ -34,9 +35,22 @@ CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         # operator must act on: made, then their count raised when the same is said again.
         ("", "events", "create"),
         ("", "events", "patch"),
+        # The ENIPool CRD, by name only (CRD_RESOURCE_NAMES): read and watched by every replica,
+        # updated when it is older than the controller's own (eni_ipam/kube/crd.py). Create is not
+        # granted: it cannot be limited to a name.
+        (CRD_GROUP, "customresourcedefinitions", "get"),
+        (CRD_GROUP, "customresourcedefinitions", "list"),
+        (CRD_GROUP, "customresourcedefinitions", "watch"),
+        (CRD_GROUP, "customresourcedefinitions", "update"),
     }
 )
 """(API group, resource, verb) granted cluster-wide by the ClusterRole."""
+
+BY_NAME: dict[tuple[str, str], tuple[str, ...]] = {
+    (CRD_GROUP, "customresourcedefinitions"): (f"{PLURAL}.{GROUP}",),
+}
+"""Resources the ClusterRole grants only on these names (a list or watch names one with the field
+selector ``metadata.name``)."""
 
 NAMESPACED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     {

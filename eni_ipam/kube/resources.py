@@ -444,6 +444,41 @@ def status_ops(
     ]
 
 
+HELD_REASON = "CRDOutdated"
+"""The ``Ready`` condition's reason while the pool's status is held (:mod:`~eni_ipam.kube.crd`)."""
+
+
+def held_ops(status: NodeStatus, current: PoolInfo, *, now: datetime.datetime, message: str) -> list[Obj]:
+    """The JSON patch that writes only the conditions of ``status``, its ``Ready`` condition false
+    with reason :data:`HELD_REASON` and ``message``: what a pool says while its status is held
+    because the ENIPool CRD in the cluster would prune it (the conditions are in every revision)."""
+    generation = current.generation
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    previous = {kind: (text, since) for kind, text, since in current.transitions}
+    conditions: list[dict[str, Any]] = []
+    for kind, ok, reason, text in _conditions(status):
+        if kind == "Ready":
+            ok, reason, text = False, HELD_REASON, message
+        flag = "True" if ok else "False"
+        was, since = previous.get(kind, ("", ""))
+        conditions.append(
+            {
+                "type": kind,
+                "status": flag,
+                "reason": reason,
+                "message": text,
+                "lastTransitionTime": since if was == flag and since else stamp,
+                "observedGeneration": generation,
+            }
+        )
+    if current.has_status:
+        return [{"op": "add", "path": "/status/conditions", "value": conditions}]
+    return [
+        {"op": "add", "path": "/metadata/resourceVersion", "value": current.resource_version},
+        {"op": "add", "path": "/status", "value": {"conditions": conditions}},
+    ]
+
+
 def written_digest(ops: Sequence[Obj]) -> bytes:
     """The :func:`~eni_ipam.kube.projection.status_digest` of the controller's fields a patch of
     :func:`status_ops` writes: what the pool's digest is once it is stored as written."""

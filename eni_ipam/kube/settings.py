@@ -80,6 +80,12 @@ class KubeSettings(ConfigModel):
     """Seconds a watch request stays open before the server ends it and it is renewed; a watch
     silent for this long plus a minute is treated as dropped and restarted."""
 
+    update_crd: bool = True
+    """Whether the controller replaces the cluster's ENIPool CRD when it is an older revision than its
+    own (helm never upgrades a chart's CRDs); the chart's ClusterRole then grants ``update`` on that
+    one CRD. False: an older CRD that would prune the status stops the status writes and makes
+    ``/readyz`` fail, naming the command that applies the CRD (docs/deploy.md, section 8)."""
+
     @model_validator(mode="after")
     def _timings(self) -> KubeSettings:
         if not self.renew_deadline > self.retry_period:

@@ -50,6 +50,7 @@ from eni_ipam.core.provider import reads_node_store
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube.api import ENIPOOLS, NODES, PODS, KubeApi
+from eni_ipam.kube.crd import CrdState, CrdWatch
 from eni_ipam.kube.delivery import Delivery
 from eni_ipam.kube.events import EventRecorder, status_event
 from eni_ipam.kube.informer import Informer
@@ -84,9 +85,11 @@ class KubeNodeSource:
         metrics: Metrics,
         rng: random.Random | None = None,
         provider_id_schemes: Collection[str] = (),
+        identity: str = "",
     ) -> None:
         """``provider_id_schemes``: the ``spec.providerID`` schemes of the configured provider's Nodes
-        (``aws``); a Node of another cloud gets no pool. Empty: any scheme (and ``node-name`` ids)."""
+        (``aws``); a Node of another cloud gets no pool. Empty: any scheme (and ``node-name`` ids).
+        ``identity``: this replica's name, in the Events it sends."""
         self.api = api
         self.settings = settings
         self.schemes = frozenset(provider_id_schemes)
@@ -128,6 +131,17 @@ class KubeNodeSource:
             pending_pods=lambda name: self.pending_pods.get(name, 0),
             on_publish=self._on_status,
         )
+        self.crd = CrdWatch(
+            api,
+            clock=clock,
+            metrics=metrics,
+            update=settings.update_crd,
+            identity=identity,
+            on_change=self._crd_changed,
+            watch_timeout=settings.watch_timeout,
+        )
+        # Until the CRD is known to keep the status (nothing is said on the pools meanwhile).
+        self.writer.hold(self.crd.state.problem(), say=False)
         self.records = PoolRecords(api, pools=self.pools, writer=self.writer, clock=clock, rng=self.rng)
         self.delivery = Delivery(
             pools=self.pools,
@@ -184,6 +198,7 @@ class KubeNodeSource:
         async with asyncio.TaskGroup() as tg:
             for informer in (self.nodes, self.pools, self.pods):
                 tg.create_task(informer.run(), name=f"eni-ipam-informer-{informer.kind.plural}")
+            tg.create_task(self.crd.run(), name="eni-ipam-crd")
 
     async def lead(self, manager: NodeManager) -> None:
         """Feed ``manager`` and keep ENIPools in step with Nodes until cancelled (leader only).
@@ -217,6 +232,18 @@ class KubeNodeSource:
             self.pool_writer.clear()
             self.events.clear()
             self._problems.clear()
+
+    def _crd_changed(self, state: CrdState) -> None:
+        """The ENIPool CRD changed state: statuses are held while it would prune them; once it keeps
+        them, every maintained pool gets a pass, so what was held or pruned is written again."""
+        if not state.current:
+            self.writer.hold(state.problem(), say=state.state != "unknown")
+            return
+        self.writer.release()
+        manager = self.manager
+        if manager is not None:
+            for name in list(self.pools.store):
+                manager.trigger(name)
 
     # -- informer handlers (synchronous; they only record, queue and hand over) ---------------------
 

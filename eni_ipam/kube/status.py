@@ -60,7 +60,7 @@ from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
 from eni_ipam.kube.projection import PoolInfo, project_pool
-from eni_ipam.kube.resources import status_ops, written_digest
+from eni_ipam.kube.resources import held_ops, status_ops, written_digest
 
 log = structlog.get_logger("eni_ipam.kube.status")
 
@@ -132,7 +132,14 @@ class StatusWriter:
         otherwise (the module doc)."""
         self.may_write: Callable[[], bool] = lambda: True
         """Whether this process may write now (its leadership term is proven); the module doc."""
-        self._held = False
+        self._lapsed = False
+        """Whether the last round stopped because ``may_write`` said no."""
+        self._say = True
+        """Whether held statuses are replaced by a Ready condition saying why."""
+        self._held = ""
+        """Why statuses are held (empty: they are written): the pools' CRD would prune them."""
+        self._marked: set[str] = set()
+        """Pools whose Ready condition says why their statuses are held (while they are)."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one round at a time (the shutdown flush races the loop's)
         self.backoff = Backoff(initial=1.0, maximum=60.0, rng=random.Random())
@@ -180,8 +187,33 @@ class StatusWriter:
             del self._place[top[0]], self.pending[top[0]]
         return top
 
+    @property
+    def held(self) -> str:
+        """Why statuses are not written (empty: they are)."""
+        return self._held
+
+    def hold(self, reason: str, *, say: bool = True) -> None:
+        """Write no status until :meth:`release`, only a ``Ready`` condition saying ``reason`` on each
+        pool a status is published for (once a pool): the ENIPool CRD in the cluster would prune
+        what is written (:mod:`~eni_ipam.kube.crd`). Statuses published meanwhile wait, coalesced.
+        ``say=False``: not even the condition (the CRD has not been read yet: nothing to say)."""
+        if reason != self._held or say != self._say:
+            self._held, self._say = reason, say
+            self._marked.clear()
+            self._wake.set()
+
+    def release(self) -> None:
+        """Write statuses again, what was written while the CRD pruned it included (the pairs of
+        :attr:`_altered` were made under another schema)."""
+        if self._held:
+            self._held = ""
+            self._marked.clear()
+            self._altered.clear()
+            self._wake.set()
+
     def reset(self) -> None:
         """Drop everything queued and remembered (leadership ended: the next term starts clean)."""
+        self._marked.clear()
         self.pending.clear()
         self._heap.clear()
         self._place.clear()
@@ -209,6 +241,7 @@ class StatusWriter:
         self._place.pop(name, None)
         self._ahead.pop(name, None)
         self._altered.pop(name, None)
+        self._marked.discard(name)
 
     async def run(self) -> None:
         """Write until cancelled; after a round with failures, back off before the next."""
@@ -220,7 +253,7 @@ class StatusWriter:
                 self.backoff.reset()
             else:
                 await self.clock.sleep(self.backoff.next_delay())
-            if self._held:  # leadership unproven: what waits is tried again shortly
+            if self._lapsed:  # leadership unproven: what waits is tried again shortly
                 await self.clock.sleep(HOLD_RETRY)
                 self._wake.set()
 
@@ -228,9 +261,11 @@ class StatusWriter:
         """Write everything pending, most urgent first, including what is published meanwhile;
         False when some write failed (it is queued again, for the next round)."""
         async with self._lock:
+            self._lapsed = False
+            if self._held:
+                return await self._mark_held() if self._say else True
             failed: dict[str, NodeStatus] = {}
             checked = 0
-            self._held = False
             while (top := self._top()) is not None:
                 checked += 1
                 if checked % YIELD_EVERY == 0:
@@ -242,7 +277,7 @@ class StatusWriter:
                 # Taken once the token is there: a status more urgent than the one that was on top
                 # may have come while it was awaited, and it goes first.
                 if not self.may_write():
-                    self._held = True  # left queued: written once the term is proven again
+                    self._lapsed = True  # left queued: written once the term is proven again
                     log.info("status_writes_held", reason="leadership term lapsed", pending=len(self.pending))
                     break
                 item = self._pop()
@@ -256,6 +291,36 @@ class StatusWriter:
                 if cached is not None and _caught_up(cached, ahead):
                     del self._ahead[name]
             return not failed
+
+    async def _mark_held(self) -> bool:
+        """While held: each pool with a pending status gets a ``Ready`` condition saying why (once);
+        the statuses stay queued. False when a write failed (it is tried again next round)."""
+        ok = True
+        reason = self._held
+        for name in [name for name in self.pending if name not in self._marked]:
+            current = self._current(name)
+            if current is None:
+                continue
+            await self.limiter.acquire(OPERATION)
+            if self._held != reason or name not in self.pending:
+                return ok  # released, or held for another reason, meanwhile
+            if not self.may_write():
+                self._lapsed = True  # a leader's write too: after the next renewal
+                return ok
+            ops = held_ops(self.pending[name], current, now=self.clock.now_utc(), message=reason)
+            try:
+                answer = await self.api.json_patch(ENIPOOLS, name, ops, status=True)
+            except errors.KubeNotFound:
+                self.forget(name)
+                continue
+            except errors.KubeError as exc:
+                self._failed(name, exc)
+                ok = False
+                continue
+            self._ahead[name] = project_pool(answer)
+            self._marked.add(name)
+            self.metrics.status_writes.labels(outcome="held").inc()
+        return ok
 
     def _current(self, name: str) -> PoolInfo | None:
         """The most recent projection of the pool: the informer's, or one it has not caught up with."""

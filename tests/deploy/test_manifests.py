@@ -12,7 +12,8 @@ import yaml
 
 from eni_ipam.config.schema import parse_duration
 from eni_ipam.errors import ConfigError
-from eni_ipam.kube.permissions import CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
+from eni_ipam.kube.permissions import BY_NAME, CLUSTER_PERMISSIONS, NAMESPACED_PERMISSIONS
+from scripts import gen_chart_defaults
 from tests.deploy.conftest import (
     AGENT,
     ALL_FEATURES,
@@ -337,6 +338,34 @@ def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 def test_cluster_role_grants_exactly_the_cluster_permissions(default_docs):
     assert grants(one(default_docs, "ClusterRole")) == set(CLUSTER_PERMISSIONS)
+    for rule in one(default_docs, "ClusterRole")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                # Limited to its names where the code says so; create cannot be limited by name.
+                assert rule.get("resourceNames") == (
+                    list(BY_NAME[group, resource]) if (group, resource) in BY_NAME else None
+                )
+        if "resourceNames" in rule:
+            assert "create" not in rule["verbs"]
+
+
+def test_the_defaults_the_templates_fill_in_are_values_yaml():
+    """templates/_defaults.tpl: what a `helm upgrade --reuse-values` from an older chart lacks."""
+    assert gen_chart_defaults.main(["--check"]) == 0
+    text = gen_chart_defaults.render((CHART / "values.yaml").read_text())
+    defaults = yaml.safe_load(text.split("\n", 3)[3].rsplit("{{", 1)[0])
+    assert "config" not in defaults and "valuesVersion" not in defaults
+    assert defaults["networkPolicy"]["enabled"] is False and defaults["agent"]["enabled"] is False
+    changed = (CHART / "values.yaml").read_text().replace("replicaCount: 2", "replicaCount: 3")
+    assert "replicaCount: 3" in gen_chart_defaults.render(changed)
+
+
+@pytest.mark.system
+def test_the_crd_update_is_granted_only_while_the_controller_may_update_it():
+    docs = render({"config": {"kubernetes": {"update_crd": False}}})
+    (rule,) = [r for r in one(docs, "ClusterRole")["rules"] if "customresourcedefinitions" in r["resources"]]
+    assert rule["verbs"] == ["get", "list", "watch"]
+    assert config(docs)["kubernetes"]["update_crd"] is False
 
 
 def test_role_grants_exactly_the_namespaced_permissions(default_docs):

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
+from eni_ipam import __version__
 from eni_ipam.cli import main
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.simulator.scenario import Scenario, load_scenario, parse_scenario
@@ -195,7 +196,7 @@ def test_a_recording_of_basics_agrees_with_the_metrics_at_the_end() -> None:
     values = recording.by_selector()
     node = 'eni_ipam_node_ips{namespace="eni-ipam",node="node1",type="available"}'
     assert values[node][1:] == (22, 22, 22)  # converged within the first 20 ms
-    assert values['eni_ipam_build_info{namespace="eni-ipam",version="0.1.0"}'] == (1, 1, 1, 1)
+    assert values[f'eni_ipam_build_info{{namespace="eni-ipam",version="{__version__}"}}'] == (1, 1, 1, 1)
     for selector in (
         'eni_ipam_api_requests_total{namespace="eni-ipam",operation="AssignPrivateIpAddresses"}',
         'eni_ipam_time_to_ip_seconds_bucket{le="+Inf",namespace="eni-ipam"}',
@@ -439,7 +440,10 @@ def test_promtool_reads_the_series_as_recorded(tmp_path: Path) -> None:
             "expr": f"eni_ipam_build_info{{{first}}}",
             "eval_time": "0s",
             "exp_samples": [
-                {"labels": f'eni_ipam_build_info{{{first},namespace="eni-ipam",version="0.1.0"}}', "value": 1}
+                {
+                    "labels": f'eni_ipam_build_info{{{first},namespace="eni-ipam",version="{__version__}"}}',
+                    "value": 1,
+                }
             ],
         },
         {

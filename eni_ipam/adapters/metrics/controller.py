@@ -131,8 +131,17 @@ class Metrics(MetricSet):
             "no-provider-id: the Node has no spec.providerID yet)",
             ["reason"],
         )
+        self.crd_state = self.gauge(
+            "crd_state",
+            "1 for the state of the cluster's ENIPool CRD as this replica judges it (current, outdated:"
+            " it would prune fields this controller writes, missing, unreadable, unknown), 0 for the others",
+            ["state"],
+        )
         self.status_writes = self.counter(
-            "status_writes", "Node pool status writes by outcome (ok, conflict, failed)", ["outcome"]
+            "status_writes",
+            "Node pool status writes by outcome (ok, conflict, failed; held: only the Ready condition,"
+            " while the ENIPool CRD would prune the status)",
+            ["outcome"],
         )
 
     # -- role ------------------------------------------------------------------------------------

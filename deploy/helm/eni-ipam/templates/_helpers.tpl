@@ -132,3 +132,26 @@ labels), gap.
   )
 )
 {{- end }}
+
+{{/* Values of another chart version (`helm upgrade --reuse-values` keeps the release's, made for
+its chart): every key they lack, but under config, is taken from this chart's defaults
+(templates/_defaults.tpl), in place, so no template reads a key that is not there. Values of this
+chart version are left alone: helm already merged the defaults, and a key removed with null stays
+removed. Every template includes this first. */}}
+{{- define "eni-ipam.fillDefaults" -}}
+{{- if ne (toString .Values.valuesVersion) .Chart.Version -}}
+{{- include "eni-ipam.fillMissing" (list .Values (include "eni-ipam.defaultValues" . | fromYaml)) -}}
+{{- $_ := set .Values "valuesVersion" .Chart.Version -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "eni-ipam.fillMissing" -}}
+{{- $values := index . 0 -}}
+{{- range $key, $default := index . 1 -}}
+{{- if not (hasKey $values $key) -}}
+{{- $_ := set $values $key (deepCopy $default) -}}
+{{- else if and (kindIs "map" $default) (kindIs "map" (index $values $key)) -}}
+{{- include "eni-ipam.fillMissing" (list (index $values $key) $default) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
