@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -18,12 +19,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+import pytest
 import yaml
 
 from eni_ipam_testkit.fake_kube import FakeKube
 
 BIN = Path(sys.executable).parent
 HELM, KUBECTL = BIN / "helm", BIN / "kubectl"
+NEEDS_KUBE_TOOLS = pytest.mark.skipif(
+    not (HELM.exists() and KUBECTL.exists()),
+    reason=f"{HELM} or {KUBECTL} is missing (make kube-tools installs them)",
+)
+"""The mark of a test that drives the real helm and kubectl."""
 NAMESPACE = "kube-system"
 RELEASE = "eni-ipam"
 
@@ -301,3 +308,44 @@ async def cni_add(socket: Path, container: str) -> str:
                 return str(body["ips"][0]["address"]).split("/")[0]
             await asyncio.sleep(0.2)
     raise AssertionError(f"the agent refused the ADD: {body}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MotoFleet:
+    """EC2 instances in one subnet of moto's EC2 over HTTP, for a controller to fill."""
+
+    ec2: Any
+    """A boto3 EC2 client of the server (the test's own view of the cloud)."""
+    vpc: str
+    names: dict[str, str]
+    """Node name → instance id."""
+
+
+def moto_fleet(
+    endpoint_url: str, instances: int, *, region: str = "us-east-1", zone: str = "us-east-1a"
+) -> MotoFleet:
+    """A VPC, a /20 subnet and ``instances`` m5.large instances in it, named ``ip-0``, ``ip-1``…"""
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        region_name=region,
+        endpoint_url=endpoint_url,
+        aws_access_key_id="e2e",
+        aws_secret_access_key="e2e",
+    )
+    vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.0.0/20", AvailabilityZone=zone)["Subnet"]
+    image = ec2.register_image(Name="e2e", RootDeviceName="/dev/sda1")["ImageId"]
+    launched = ec2.run_instances(
+        ImageId=image,
+        MinCount=instances,
+        MaxCount=instances,
+        InstanceType="m5.large",
+        SubnetId=subnet["SubnetId"],
+    )["Instances"]
+    return MotoFleet(ec2, vpc, {f"ip-{n}": i["InstanceId"] for n, i in enumerate(launched)})
+
+
+MOTO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e"}
+"""What the controller signs moto's requests with (moto checks no signature)."""

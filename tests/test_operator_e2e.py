@@ -18,13 +18,14 @@ import pytest
 
 from tests.deploy.conftest import CHART
 from tests.operator_shell import (
-    HELM,
-    KUBECTL,
+    MOTO_CREDENTIALS,
+    NEEDS_KUBE_TOOLS,
     RELEASE,
     Operator,
     available,
     cni_add,
     exists,
+    moto_fleet,
     nodes_manifest,
     operator,
     sim_values,
@@ -33,10 +34,7 @@ from tests.operator_shell import (
 pytestmark = [
     pytest.mark.system,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not (HELM.exists() and KUBECTL.exists()),
-        reason=f"{HELM} or {KUBECTL} is missing (make kube-tools installs them)",
-    ),
+    NEEDS_KUBE_TOOLS,
 ]
 
 
@@ -116,26 +114,12 @@ async def _gone(op: Operator, name: str) -> bool:
 
 async def test_the_controller_fills_pools_on_moto_ec2_over_http(tmp_path: Path) -> None:
     pytest.importorskip("moto", reason="moto (with the test kit, eni-ipam-testkit) is not installed")
-    import boto3
-
     from eni_ipam_testkit.moto_ec2 import MotoServer
 
     region, zone = "us-east-1", "us-east-1a"
     with MotoServer() as server:
-        ec2 = boto3.client(
-            "ec2",
-            region_name=region,
-            endpoint_url=server.endpoint_url,
-            aws_access_key_id="e2e",
-            aws_secret_access_key="e2e",
-        )
-        vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.0.0/20", AvailabilityZone=zone)["Subnet"]
-        image = ec2.register_image(Name="e2e", RootDeviceName="/dev/sda1")["ImageId"]
-        instances = ec2.run_instances(
-            ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large", SubnetId=subnet["SubnetId"]
-        )["Instances"]
-        names = {f"ip-{n}": i["InstanceId"] for n, i in enumerate(instances)}
+        fleet = moto_fleet(server.endpoint_url, 2, region=region, zone=zone)
+        ec2, vpc, names = fleet.ec2, fleet.vpc, fleet.names
         async with operator(tmp_path) as op:
             values = {
                 "config": {
@@ -145,7 +129,7 @@ async def test_the_controller_fills_pools_on_moto_ec2_over_http(tmp_path: Path) 
                 }
             }
             await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=values)
-            await op.start_controller({"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e"})
+            await op.start_controller(MOTO_CREDENTIALS)
             await op.kubectl("apply", "-f", "-", stdin=nodes_manifest(names, zone))
 
             async def filled() -> bool:

@@ -30,7 +30,7 @@ from eni_ipam.kube.resources import DEFAULTS_ANNOTATION, HELD_REASON
 from tests.deploy.conftest import CHART
 from tests.operator_shell import (
     HELM,
-    KUBECTL,
+    NEEDS_KUBE_TOOLS,
     RELEASE,
     Operator,
     available,
@@ -46,10 +46,7 @@ FIRST = Path(__file__).parent / "deploy" / "charts" / "eni-ipam-0.1.0"
 pytestmark = [
     pytest.mark.system,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not (HELM.exists() and KUBECTL.exists()),
-        reason=f"{HELM} or {KUBECTL} is missing (make kube-tools installs them)",
-    ),
+    NEEDS_KUBE_TOOLS,
 ]
 
 

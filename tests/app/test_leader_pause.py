@@ -26,15 +26,20 @@ from aiohttp import web
 
 from eni_ipam_testkit.fake_kube import Fault
 from tests.deploy.conftest import CHART
-from tests.operator_shell import HELM, KUBECTL, RELEASE, available, nodes_manifest, operator
+from tests.operator_shell import (
+    MOTO_CREDENTIALS,
+    NEEDS_KUBE_TOOLS,
+    RELEASE,
+    available,
+    moto_fleet,
+    nodes_manifest,
+    operator,
+)
 
 pytestmark = [
     pytest.mark.system,
     pytest.mark.timeout(240),
-    pytest.mark.skipif(
-        not (HELM.exists() and KUBECTL.exists()),
-        reason=f"{HELM} or {KUBECTL} is missing (make kube-tools installs them)",
-    ),
+    NEEDS_KUBE_TOOLS,
 ]
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5
@@ -95,25 +100,11 @@ async def logged(path: Path, event: str, limit: float = 30.0) -> None:
 
 async def test_a_leader_paused_past_its_lease_makes_no_cloud_call_after_it_resumes(tmp_path: Path) -> None:
     pytest.importorskip("moto", reason="moto (with the test kit, eni-ipam-testkit) is not installed")
-    import boto3
-
     from eni_ipam_testkit.moto_ec2 import MotoServer
 
     with MotoServer() as server:
-        ec2 = boto3.client(
-            "ec2",
-            region_name=REGION,
-            endpoint_url=server.endpoint_url,
-            aws_access_key_id="e2e",
-            aws_secret_access_key="e2e",
-        )
-        vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.0.0/20", AvailabilityZone=ZONE)["Subnet"]
-        image = ec2.register_image(Name="e2e", RootDeviceName="/dev/sda1")["ImageId"]
-        instances = ec2.run_instances(
-            ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large", SubnetId=subnet["SubnetId"]
-        )["Instances"]
-        names = {f"ip-{n}": i["InstanceId"] for n, i in enumerate(instances)}
+        fleet = moto_fleet(server.endpoint_url, 2, region=REGION, zone=ZONE)
+        vpc, names = fleet.vpc, fleet.names
         async with (
             operator(tmp_path) as op,
             recording(server.endpoint_url) as to_a,
@@ -132,7 +123,7 @@ async def test_a_leader_paused_past_its_lease_makes_no_cloud_call_after_it_resum
                 }
             }
             await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=values)
-            credentials = {"AWS_ACCESS_KEY_ID": "e2e", "AWS_SECRET_ACCESS_KEY": "e2e"}
+            credentials = MOTO_CREDENTIALS
             a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
             a = await op.start_controller(
                 {**credentials, "POD_NAME": "replica-a", "ENI_IPAM_AWS__ENDPOINT_URL": to_a.url}, log=a_log

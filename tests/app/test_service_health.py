@@ -16,15 +16,12 @@ import pytest
 
 from eni_ipam_testkit.fake_kube import Fault
 from tests.deploy.conftest import CHART
-from tests.operator_shell import HELM, KUBECTL, RELEASE, operator, sim_values
+from tests.operator_shell import NEEDS_KUBE_TOOLS, RELEASE, operator, sim_values
 
 pytestmark = [
     pytest.mark.system,
     pytest.mark.timeout(180),
-    pytest.mark.skipif(
-        not (HELM.exists() and KUBECTL.exists()),
-        reason=f"{HELM} or {KUBECTL} is missing (make kube-tools installs them)",
-    ),
+    NEEDS_KUBE_TOOLS,
 ]
 
 
