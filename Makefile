@@ -29,7 +29,9 @@ typecheck: $(STAMP)
 
 # The in-process tier (tests/tiers.py, docs/testing.md "Tiers"): the product's code in this process,
 # on virtual time, no subprocess and no real tool, on every core. pyproject.toml's addopts select it.
-pytest: $(STAMP)
+# The chart's tests read the chart as helm renders it, once a session before any test runs: helm comes
+# first (kube-tools), or those tests would skip on a fresh machine and nothing later would run them.
+pytest: $(STAMP) kube-tools
 	$(BIN)/pytest -n auto
 
 # The system and test-kit tiers: tests that start processes or real tools (helm, kubectl, promtool, the
