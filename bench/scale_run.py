@@ -324,6 +324,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         events.unregister("before-parse.ec2.*", keeper)
         if args.pages:
             keeper.write(Path(args.pages))
+        del keeper  # its pages are the benchmark's, not the controller's: not in the RSS read later
         out["resync"] = {
             "wall_s": full.wall,
             "cpu_s": full.cpu,
