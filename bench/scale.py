@@ -9,7 +9,10 @@ For each size N, three processes, so that only the controller's CPU and memory a
   (:mod:`bench.scale_kube`);
 * the controller (:mod:`bench.scale_run`): the real ``eni-ipam run`` (AWS provider over boto3,
   Kubernetes node source, Lease election, metrics endpoint) with a loop-lag probe, run twice: a fresh
-  start (pools without status), then a hand-over (a new leader on pools already up to date).
+  start (pools without status), then a hand-over (a new leader on pools already up to date);
+* beside that second leader, a second replica as the chart's warm standby (informers synced): once it
+  stands by, the leader is killed (SIGKILL), some pools ask for more at once, and the standby's way to
+  its first mutating cloud call is timed from the kill (:func:`failover`).
 
 Beside every figure stands a reference measured in the same run: botocore's own parser on the very
 pages the resync read, and the growth from the smaller sizes to the largest.
@@ -17,6 +20,7 @@ pages the resync read, and the growth from the smaller sizes to the largest.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.scale_kube import expected_first, node_bytes
+from bench.scale_kube import expected_first, node_bytes, node_name
 
 ROOT = Path(__file__).resolve().parents[1]
 EC2_READY = "listening on "
@@ -46,6 +50,7 @@ class ScaleRun:
     nodes: int
     fresh: dict[str, Any]
     handover: dict[str, Any]
+    failover: dict[str, Any]
     setup_s: float
     reference: dict[str, Any]
     node_json_bytes: int
@@ -91,6 +96,133 @@ def _controller(args: Sequence[str], env: dict[str, str], timeout: float) -> dic
         raise RuntimeError(f"the controller failed ({done.returncode}):\n{done.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+class _Lines:
+    """A process's standard output, line by line, each within a deadline."""
+
+    def __init__(self, process: subprocess.Popen[str], what: str) -> None:
+        assert process.stdout is not None
+        self.process, self.stdout, self.what = process, process.stdout, what
+
+    def until(self, prefix: str, timeout: float) -> str:
+        """The first line starting with ``prefix``, whole."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not select.select([self.stdout], [], [], left)[0]:
+                raise RuntimeError(f"the {self.what} printed no {prefix!r} line within {timeout} s")
+            line = self.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the {self.what} exited with {self.process.wait()} before {prefix!r}")
+            if line.startswith(prefix):
+                return line.strip()
+
+
+def _proc_mb(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of a live process, in MB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields
+
+
+def demand_nodes(nodes: int) -> list[str]:
+    """The pools made to ask for more at the kill: one in a thousand (at least two), none of those
+    that already wait or ask (:func:`bench.scale_kube.expected_first`)."""
+    count, busy = max(nodes // 1000, 2), expected_first(nodes)
+    spread = [node_name(n) for n in range(0, nodes, max(nodes // count, 1))]
+    chosen = [name for name in spread if name not in busy][:count]
+    for n in range(nodes):  # where the spread met busy nodes: their neighbours
+        if len(chosen) >= count:
+            break
+        if (name := node_name(n)) not in busy and name not in chosen:
+            chosen.append(name)
+    return chosen
+
+
+DEMAND = {"spec": {"preAllocate": 56}}
+"""What those pools ask at the kill: 56 free addresses where they hold 40, none in use."""
+
+
+async def _raise_demand(kubeconfig: str, names: Sequence[str]) -> None:
+    from lightkube.types import PatchType
+
+    from eni_ipam.kube.api import ENIPOOLS, client_from_kubeconfig
+
+    client = client_from_kubeconfig(kubeconfig)
+    try:
+        resource = ENIPOOLS.resource()
+        for name in names:
+            await client.patch(resource, name, DEMAND, patch_type=PatchType.MERGE)
+    finally:
+        await client.close()
+
+
+def _popen(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "bench.scale_run", *args]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+
+
+def _end(process: subprocess.Popen[str]) -> str:
+    """Stop ``process`` if it still runs; the tail of what it wrote to its standard error."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    assert process.stdout is not None and process.stderr is not None
+    error = process.stderr.read()[-4000:]
+    process.stdout.close()
+    process.stderr.close()
+    return error
+
+
+def failover(
+    common: Sequence[str], kubeconfig: str, nodes: int, env: dict[str, str], timeout: float, status_qps: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two replicas, as the chart runs them: a leader starting on pools already up to date (the
+    hand-over, its figures as ``handover``), then a warm standby beside it. Once the standby stands
+    by with its informers synced, the leader is killed with SIGKILL and, at once, some pools ask for
+    more (:func:`demand_nodes`): work the new leader must do with a mutating call. Timed from the
+    kill, on the system's monotonic clock both sides read: the standby taking the Lease, and its
+    first mutating cloud call. Each replica's RSS: the leader's read just before its kill."""
+    qps = ["--status-qps", str(status_qps)]
+    leader = _popen([*common, "--mode", "handover", "--stay", "--port", str(_free_port()), *qps], env)
+    standby: subprocess.Popen[str] | None = None
+    try:
+        handover: dict[str, Any] = json.loads(_Lines(leader, "leader").until("{", timeout))
+        standby = _popen([*common, "--mode", "standby", "--port", str(_free_port()), *qps], env)
+        lines = _Lines(standby, "standby")
+        standing = json.loads(lines.until("standby ", timeout).removeprefix("standby "))
+        leader_mb = _proc_mb(leader.pid)
+        killed_at = time.perf_counter()
+        leader.kill()
+        demand = demand_nodes(nodes)
+        asyncio.run(_raise_demand(kubeconfig, demand))
+        raised_at = time.perf_counter()
+        took: dict[str, Any] = json.loads(lines.until("{", timeout))
+        if standby.wait(60) != 0:
+            raise RuntimeError(f"the standby exited with {standby.returncode}")
+    except BaseException as error:
+        tails = [f"leader:\n{_end(leader)}"] + ([f"standby:\n{_end(standby)}"] if standby else [])
+        raise RuntimeError(f"the two-replica run failed: {error}\n" + "\n".join(tails)) from error
+    _end(leader)
+    _end(standby)
+    result = {
+        **took,
+        "standby_synced_s": standing["synced_s"],
+        "leader_rss_mb": leader_mb["VmRSS"],
+        "leader_peak_rss_mb": leader_mb["VmHWM"],
+        "demand_pools": len(demand),
+        "demand_s": raised_at - killed_at,
+        "kill_to_term_s": float(took["term_at"]) - killed_at,
+        "kill_to_first_mutation_s": float(took["first_mutation_at"]) - killed_at,
+        "kill_to_settled_s": float(took["settled_at"]) - killed_at,
+    }
+    return handover, result
 
 
 def botocore_reference(pages: Path) -> dict[str, Any]:
@@ -208,15 +340,12 @@ def measure(nodes: int, *, status_qps: float = 1000.0, timeout: float = 3600.0) 
                 timeout,
             )
             reference = botocore_reference(pages)
-            handover = _controller(
-                [*common, "--mode", "handover", "--port", str(_free_port()), "--status-qps", str(status_qps)],
-                env,
-                timeout,
-            )
+            handover, failed_over = failover(common, kubeconfig, nodes, env, timeout, status_qps)
     return ScaleRun(
         nodes=nodes,
         fresh=fresh,
         handover=handover,
+        failover=failed_over,
         setup_s=setup,
         reference=reference,
         node_json_bytes=node_bytes(nodes),

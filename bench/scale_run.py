@@ -10,7 +10,12 @@ the metrics endpoint) in this process, with a loop-lag probe beside it, and prin
   instances changed behind the controller's back (the apply's time), a planning pass over every
   node, scrapes of ``/metrics`` (time, size, worst stall), peak and steady RSS.
 * ``handover``: a start on pools a previous leader brought up to date: start to ready, and the status
-  writes once every node has had its pass (expected: none).
+  writes once every node has had its pass (expected: none). With ``--stay`` it prints its figures and
+  goes on leading until it is killed: the leader of the two-replica run.
+* ``standby``: a second replica beside that leader, as the chart's warm standby (its informers
+  synced, the Lease another's). It prints one ``standby {...}`` line once it stands by, then, after
+  the leader was killed, its figures: when it took the Lease and made its first mutating cloud call
+  (on the system's monotonic clock, comparable with the killer's), its status writes and peak RSS.
 
 Every figure is read off this process (CPU of all its threads, VmRSS/VmHWM) or off the loop probe.
 """
@@ -57,6 +62,38 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {"cluster_name": "bench", "gc_interval": "0s"},
         "log_level": "warning",
     }
+
+
+class Mutations:
+    """When this replica took the Lease (its first term) and started its first mutating cloud call (the
+    first call the mutation fence let through): a class-level wrap of the fence, so the service's own
+    code runs unchanged. Times are ``time.perf_counter()``: CLOCK_MONOTONIC on Linux, one clock for
+    every process of the machine."""
+
+    def __init__(self) -> None:
+        self.term_at: float | None = None
+        self.first_at: float | None = None
+        self.calls = 0
+
+    def install(self) -> None:
+        from eni_ipam.core.fence import Fence
+
+        enter, renewed = Fence.enter, Fence.renewed
+        mutations = self
+
+        def entered(fence: Fence) -> None:
+            enter(fence)  # raises when the call is refused: not a call
+            mutations.calls += 1
+            if mutations.first_at is None:
+                mutations.first_at = time.perf_counter()
+
+        def term(fence: Fence, valid_for: float) -> None:
+            if mutations.term_at is None:
+                mutations.term_at = time.perf_counter()
+            renewed(fence, valid_for)
+
+        setattr(Fence, "enter", entered)  # noqa: B010 (a method, replaced on the class)
+        setattr(Fence, "renewed", term)  # noqa: B010
 
 
 class Recorder:
@@ -244,6 +281,8 @@ def timed_apply(manager: NodeManager) -> list[tuple[float, float]]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     recorder = Recorder()
     recorder.install()
+    mutations = Mutations()
+    mutations.install()
     stop = asyncio.Event()
     environ = {**os.environ, "POD_NAMESPACE": "kube-system"}
     service = Service(load_config_mapping(config(args)), stop=stop, environ=environ)
@@ -253,6 +292,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     started, cpu_started = time.perf_counter(), cpu_seconds()
     serving = asyncio.create_task(service.serve(), name="bench-service")
     try:
+        if args.mode == "standby":
+            return await stand_by(service, recorder, mutations, args, out)
         await until(lambda: _leading(service), within=args.timeout, what="ready", step=0.02)
         out["start_to_ready_s"] = time.perf_counter() - started
         out["start_cpu_s"] = cpu_seconds() - cpu_started
@@ -268,6 +309,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await manager.resync()  # a resync changes nothing either
             await asyncio.sleep(1.0)
             out["status_writes_after_resync"] = len(recorder.status_writes)
+            out["peak_rss_mb"] = peak_rss_mb()
+            if args.stay:  # the leader of the two-replica run: it leads on until it is killed
+                print(json.dumps(out), flush=True)
+                await asyncio.Event().wait()
             return out
         applies = timed_apply(manager)
         before = requests(service)
@@ -279,6 +324,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         events.unregister("before-parse.ec2.*", keeper)
         if args.pages:
             keeper.write(Path(args.pages))
+        del keeper  # its pages are the benchmark's, not the controller's: not in the RSS read later
         out["resync"] = {
             "wall_s": full.wall,
             "cpu_s": full.cpu,
@@ -335,6 +381,39 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await probe.stop()
 
 
+async def stand_by(
+    service: Service, recorder: Recorder, mutations: Mutations, args: argparse.Namespace, out: dict[str, Any]
+) -> dict[str, Any]:
+    """The warm standby: synced, standing by (one ``standby`` line), then taking over from a killed
+    leader: when it took the Lease and made its first mutating call, until every node had its pass."""
+    started = time.perf_counter()
+    await until(
+        lambda: service.state.role == "standby" and service.state.caches_synced,
+        within=args.timeout,
+        what="standing by with the informers synced",
+        step=0.05,
+    )
+    out["synced_s"] = time.perf_counter() - started
+    out["standby_rss_mb"] = rss_mb()
+    out["standby_peak_rss_mb"] = peak_rss_mb()
+    print("standby " + json.dumps(out), flush=True)
+    await until(
+        lambda: mutations.first_at is not None, within=args.timeout, what="a mutating call", step=0.01
+    )
+    out["term_at"], out["first_mutation_at"] = mutations.term_at, mutations.first_at
+    before = len(recorder.status_writes)
+    await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
+    out["settled_at"] = time.perf_counter()
+    out["mutating_calls"] = mutations.calls
+    out["requests"] = {op: int(n) for op, n in requests(service).items()}
+    out["status_writes"] = len(recorder.status_writes)
+    out["status_writes_before_first_mutation"] = before
+    gc.collect()
+    out["steady_rss_mb"] = rss_mb()
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
 def held_per_node(service: Service, nodes: int) -> dict[str, float]:
     """Bytes held per node, part by part (every object reached, each once, counted with the first
     part reaching it): the core state (the nodes, cloud view and node tables the manager holds,
@@ -370,7 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vpc", default="vpc-0f1ee70000000001")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--mode", choices=("fresh", "handover"), default="fresh")
+    parser.add_argument("--mode", choices=("fresh", "handover", "standby"), default="fresh")
+    parser.add_argument(
+        "--stay", action="store_true", help="handover: print the figures, then lead until killed"
+    )
     parser.add_argument("--port", type=int, required=True, help="the metrics endpoint's port")
     parser.add_argument("--status-qps", type=float, default=10.0)
     parser.add_argument("--first", type=int, default=50, help="how many first status writes to report")

@@ -38,7 +38,7 @@ from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.model import CloudSnapshot, Instance, NodeStatus
-from eni_ipam.core.node import Node, NodeEnv, PassResult
+from eni_ipam.core.node import NEVER, Node, NodeEnv, PassResult
 from eni_ipam.core.observe import Observer
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
@@ -96,7 +96,7 @@ class _Slot:
         self.dirty = False
         """Asked for "now" while a pass ran: one more pass when it ends."""
         self.deleted = False
-        self.not_before = float("-inf")
+        self.not_before = NEVER
         """No pass before this time (the minimum interval, or a failure's backoff)."""
         self.timer: tuple[Handle, float] | None = None
         """The armed timer and when it fires."""

@@ -26,7 +26,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from eni_ipam.core import devices
-from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
+from eni_ipam.core.packed import (
+    EMPTY_ADDRESSES,
+    EMPTY_PREFIXES,
+    Addresses,
+    Detail,
+    Prefixes,
+    detail_attachment,
+    detail_ip,
+    pack_detail,
+)
 
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
@@ -194,13 +203,20 @@ class SecurityGroup:
     tags: Mapping[str, str] = EMPTY_TAGS
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, init=False, repr=False)
 class Interface:
+    """One network interface as the cloud reports it.
+
+    Built with keywords: ``id``, ``device_index``, ``subnet_id``, ``primary_ip`` and the fields
+    below. ``primary_ip`` and ``attachment_id`` are read as attributes but held as one packed
+    :data:`~eni_ipam.core.packed.Detail` (``detail``): they are read rarely and unique to each
+    interface, and as two strings they were a fifth of what a node's state cost. A copy made with
+    :func:`dataclasses.replace` keeps them unless the call names them."""
+
     id: str
     device_index: int
     """Attachment slot on the instance; :data:`DETACHED_INDEX` when the interface is not attached."""
     subnet_id: str
-    primary_ip: str
     addresses: Sequence[str] = EMPTY_ADDRESSES
     """Secondary IPv4 addresses (never the primary), packed (:class:`~eni_ipam.core.packed.Addresses`)."""
     prefixes: Sequence[str] = EMPTY_PREFIXES
@@ -212,7 +228,6 @@ class Interface:
     tags: Mapping[str, str] = EMPTY_TAGS
     instance_id: str = ""
     """Empty when the interface is not attached."""
-    attachment_id: str = ""
     delete_on_termination: bool = False
     created_at: float = 0.0
     """Cloud-side creation time on the provider's clock (used by garbage collection ages)."""
@@ -220,26 +235,92 @@ class Interface:
     """The MAC address and the network card, packed in one int (:func:`eni_ipam.core.devices.pack`;
     read them as :attr:`mac_address` and :attr:`network_card`). One slot and one small int object,
     not a string and a second slot: a cluster holds hundreds of thousands of interfaces."""
+    detail: Detail = 0
+    """The primary address and the attachment id, packed (read them as :attr:`primary_ip` and
+    :attr:`attachment_id`)."""
 
-    slots_used: int = dataclasses.field(init=False, compare=False, repr=False)
+    slots_used: int = dataclasses.field(init=False, compare=False)
     """Secondary slots taken: every secondary address or /28 prefix takes one."""
-    pool_size: int = dataclasses.field(init=False, compare=False, repr=False)
+    pool_size: int = dataclasses.field(init=False, compare=False)
     """Addresses the interface contributes to a pool (a prefix counts 16). Both counts are kept,
     not derived: the planner reads them for every interface of every node it plans."""
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.link <= devices.MAX_LINK:
-            raise ValueError(
-                f"interface {self.id}: {self.link!r} is not a packed MAC address and network card"
+    def __init__(
+        self,
+        *,
+        id: str,
+        device_index: int,
+        subnet_id: str,
+        primary_ip: str | None = None,
+        addresses: Sequence[str] = EMPTY_ADDRESSES,
+        prefixes: Sequence[str] = EMPTY_PREFIXES,
+        ipv6_prefixes: tuple[str, ...] = (),
+        security_groups: tuple[str, ...] = (),
+        tags: Mapping[str, str] = EMPTY_TAGS,
+        instance_id: str = "",
+        attachment_id: str | None = None,
+        delete_on_termination: bool = False,
+        created_at: float = 0.0,
+        link: int = 0,
+        detail: Detail = 0,
+    ) -> None:
+        """``primary_ip``, ``attachment_id``: None keeps what ``detail`` holds (a copy's)."""
+        if not 0 <= link <= devices.MAX_LINK:
+            raise ValueError(f"interface {id}: {link!r} is not a packed MAC address and network card")
+        if primary_ip is not None or attachment_id is not None:
+            detail = pack_detail(
+                detail_ip(detail) if primary_ip is None else primary_ip,
+                detail_attachment(detail) if attachment_id is None else attachment_id,
             )
-        if not isinstance(self.addresses, Addresses):
-            object.__setattr__(self, "addresses", Addresses.of(self.addresses))
-        if not isinstance(self.prefixes, Prefixes):
-            object.__setattr__(self, "prefixes", Prefixes.of(self.prefixes))
-        addresses = len(self.addresses.packed) >> 2  # type: ignore[attr-defined]
-        prefixes = len(self.prefixes.packed) // 5  # type: ignore[attr-defined]
-        object.__setattr__(self, "slots_used", addresses + prefixes)
-        object.__setattr__(self, "pool_size", addresses + PREFIX_SIZE * prefixes)
+        if not isinstance(addresses, Addresses):
+            addresses = Addresses.of(addresses)
+        if not isinstance(prefixes, Prefixes):
+            prefixes = Prefixes.of(prefixes)
+        n_addresses = len(addresses.packed) >> 2
+        n_prefixes = len(prefixes.packed) // 5
+        put = object.__setattr__  # frozen: as the generated __init__ sets its fields
+        put(self, "id", id)
+        put(self, "device_index", device_index)
+        put(self, "subnet_id", subnet_id)
+        put(self, "addresses", addresses)
+        put(self, "prefixes", prefixes)
+        put(self, "ipv6_prefixes", ipv6_prefixes)
+        put(self, "security_groups", security_groups)
+        put(self, "tags", tags)
+        put(self, "instance_id", instance_id)
+        put(self, "delete_on_termination", delete_on_termination)
+        put(self, "created_at", created_at)
+        put(self, "link", link)
+        put(self, "detail", detail)
+        put(self, "slots_used", n_addresses + n_prefixes)
+        put(self, "pool_size", n_addresses + PREFIX_SIZE * n_prefixes)
+
+    @property
+    def primary_ip(self) -> str:
+        return detail_ip(self.detail)
+
+    @property
+    def attachment_id(self) -> str:
+        return detail_attachment(self.detail)
+
+    def __repr__(self) -> str:
+        shown = (
+            ("id", self.id),
+            ("device_index", self.device_index),
+            ("subnet_id", self.subnet_id),
+            ("primary_ip", self.primary_ip),
+            ("addresses", self.addresses),
+            ("prefixes", self.prefixes),
+            ("ipv6_prefixes", self.ipv6_prefixes),
+            ("security_groups", self.security_groups),
+            ("tags", self.tags),
+            ("instance_id", self.instance_id),
+            ("attachment_id", self.attachment_id),
+            ("delete_on_termination", self.delete_on_termination),
+            ("created_at", self.created_at),
+            ("link", self.link),
+        )
+        return f"Interface({', '.join(f'{name}={value!r}' for name, value in shown)})"
 
     @property
     def mac_address(self) -> str:

@@ -13,6 +13,7 @@ equals a tuple or list of the same canonical strings, and another packed value o
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterable, Iterator, Sequence, Set
 from typing import Any, ClassVar, Self, overload
@@ -238,3 +239,53 @@ class AddressSet(Set[str]):
 
 
 EMPTY_ADDRESS_SET = AddressSet()
+
+
+# -- an interface's primary address and attachment -----------------------------------------------
+
+ATTACHMENT_PREFIX = "eni-attach-"
+_HEX = re.compile(r"[0-9a-f]{1,31}")
+_ATTACHMENT_AT = len(ATTACHMENT_PREFIX)
+_IP_FLAG = 1 << 32
+Detail = int | tuple[str, str]
+"""An interface's primary address and attachment id, read rarely (a status, a detach) and unique to
+it: one int where both have their usual form (a dotted IPv4 address or none; ``eni-attach-`` and
+lowercase hexadecimal digits, or none), else the two strings as they came. Bits 0–31 the address,
+bit 32 set when there is one; above it the attachment: a set bit, the number of digits (5 bits),
+then their value. At 400,000 interfaces the two strings cost 135 bytes an interface; the int 40."""
+
+
+def pack_detail(primary_ip: str, attachment_id: str) -> Detail:
+    """``primary_ip`` and ``attachment_id`` as one :data:`Detail` (exact: they read back unchanged)."""
+    address = 0
+    if primary_ip:
+        try:
+            packed = socket.inet_aton(primary_ip)
+        except (OSError, UnicodeError, ValueError):
+            return (primary_ip, attachment_id)
+        if socket.inet_ntoa(packed) != primary_ip:  # "10.1", "010.0.0.1": kept as written
+            return (primary_ip, attachment_id)
+        address = int.from_bytes(packed) | _IP_FLAG
+    if not attachment_id:
+        return address
+    digits = attachment_id[_ATTACHMENT_AT:]
+    if not attachment_id.startswith(ATTACHMENT_PREFIX) or _HEX.fullmatch(digits) is None:
+        return (primary_ip, attachment_id)
+    return ((int(digits, 16) << 5 | len(digits)) << 1 | 1) << 33 | address
+
+
+def detail_ip(detail: Detail) -> str:
+    if isinstance(detail, tuple):
+        return detail[0]
+    if not detail & _IP_FLAG:
+        return ""
+    return f"{detail >> 24 & 255}.{detail >> 16 & 255}.{detail >> 8 & 255}.{detail & 255}"
+
+
+def detail_attachment(detail: Detail) -> str:
+    if isinstance(detail, tuple):
+        return detail[1]
+    attachment = detail >> 33
+    if not attachment:
+        return ""
+    return f"{ATTACHMENT_PREFIX}{attachment >> 6:0{attachment >> 1 & 31}x}"

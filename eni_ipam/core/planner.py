@@ -509,8 +509,9 @@ def plan_release(spec: NodeSpec, instance: Instance, *, in_use: Collection[str],
     candidates: list[tuple[Interface, list[str], list[str]]] = []
     for iface in managed_interfaces(instance, spec):
         prefixes = [p for p in iface.prefixes if not any(a in in_use for a in expand_prefix(p))]
+        primary = iface.primary_ip
         plain = sorted(
-            (a for a in iface.addresses if a not in in_use and a != iface.primary_ip),
+            (a for a in iface.addresses if a not in in_use and a != primary),
             key=address_key,
             reverse=True,  # highest first: the node side hands out the lowest addresses first
         )

@@ -42,7 +42,7 @@ from eni_ipam.core.model import (
 )
 from eni_ipam.core.packed import AddressSet
 from eni_ipam.core.records import NodeRecord
-from eni_ipam.core.spec import NodeResource, NodeSpec, PoolSpec
+from eni_ipam.core.spec import NO_ANSWERS, NodeResource, NodeSpec, PoolSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import ENIPOOLS, Obj
 from eni_ipam.kube.projection import (
@@ -124,11 +124,12 @@ def resource_from_pool(
         raise ConfigError(
             f"{where}.releaseAnswers", f"expected a mapping of addresses, got {type(raw_answers).__name__}"
         )
-    answers = {
+    # No answers (nearly every pool, nearly always): the one empty mapping, not a dict a node.
+    answers: Mapping[str, ReleaseState] = {
         address: ReleaseState(answer)
         for address, answer in raw_answers.items()
         if isinstance(address, str) and answer in _AGENT_ANSWERS
-    }
+    } or NO_ANSWERS
     return NodeResource(
         name=name,
         instance_id=instance_id,

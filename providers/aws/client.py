@@ -54,7 +54,7 @@ from eni_ipam.core.clock import Clock
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.errors import ConfigError, EniIpamError
-from providers.aws import listings
+from providers.aws import lean, listings
 from providers.aws.settings import AwsSettings
 from providers.ec2.errors import EC2_ERRORS, translate_ec2
 
@@ -114,6 +114,7 @@ def make_client(settings: AwsSettings) -> Any:
     )
     try:
         session = make_session()
+        lean.lean_session(session._session)  # the calls the provider makes, not all of EC2's
         return session.client(
             SERVICE,
             region_name=settings.region or None,

@@ -58,6 +58,7 @@ from eni_ipam.core.model import (
     Subnet,
     Tags,
 )
+from eni_ipam.core.packed import pack_detail
 from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.provider")
@@ -585,7 +586,7 @@ class Ec2Provider:
                     iface,
                     instance_id=instance_id,
                     device_index=index,
-                    attachment_id=attached_here,
+                    detail=pack_detail(iface.primary_ip, attached_here),
                     delete_on_termination=False,
                 )
             if delete_on_termination and not iface.delete_on_termination:

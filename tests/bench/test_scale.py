@@ -48,6 +48,20 @@ def test_a_resync_reads_only_what_a_resync_must_and_notices_the_changes(run) -> 
     assert fresh["peak_rss_mb"] >= fresh["steady_rss_mb"] > 0
 
 
+def test_a_warm_standby_takes_over_from_a_killed_leader_and_does_its_work(run) -> None:  # type: ignore[no-untyped-def]
+    failover = run.failover
+    assert failover["demand_pools"] == 2
+    # It took the Lease after the leader's last renewal ran out, not before: a standby never
+    # takes a live Lease; and it made its mutating call as leader, with its first term.
+    assert failover["kill_to_term_s"] >= scale_report.LEASE_S - scale_report.RETRY_S
+    assert failover["kill_to_term_s"] < failover["kill_to_first_mutation_s"] < failover["kill_to_settled_s"]
+    # The work made at the kill, and only it: the two pools' addresses, their two statuses.
+    assert failover["requests"]["AssignPrivateIpAddresses"] == failover["mutating_calls"] == 2
+    assert failover["status_writes"] == 2 and failover["status_writes_before_first_mutation"] == 0
+    assert failover["leader_peak_rss_mb"] >= failover["leader_rss_mb"] > 0
+    assert failover["peak_rss_mb"] >= failover["standby_rss_mb"] > 0
+
+
 def test_botocore_reads_the_resyncs_own_pages_as_a_reference(run) -> None:  # type: ignore[no-untyped-def]
     pages = run.reference["pages"]["DescribeNetworkInterfaces"]
     assert pages["requested"] == 1 and pages["sampled"] == 1 and pages["kb_per_page"] > 100
@@ -61,7 +75,7 @@ def test_the_report_judges_every_target_and_keeps_the_other_sections(run) -> Non
     assert section.startswith(scale_report.HEADING)
     assert "| a hand-over with nothing changed writes no status | 0 + 0 | met |" in section
     rows = [line for line in section.splitlines() if line.endswith(("| met |", "| **not met** |"))]
-    assert len(rows) == len(scale_report.checks([figures])) == 15
+    assert len(rows) == len(scale_report.checks([figures])) == 18
     report = "# Performance\n\n## 5. Before\n\ntext\n"
     spliced = scale_report.splice(report, section)
     assert spliced.startswith(report.rstrip("\n")) and spliced.endswith(section)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import sys
 
@@ -10,7 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eni_ipam.core.model import Interface
-from eni_ipam.core.packed import EMPTY_ADDRESSES, Addresses, AddressSet, Prefixes, address_int, pack
+from eni_ipam.core.packed import (
+    ATTACHMENT_PREFIX,
+    EMPTY_ADDRESSES,
+    Addresses,
+    AddressSet,
+    Prefixes,
+    address_int,
+    detail_attachment,
+    detail_ip,
+    pack,
+    pack_detail,
+)
 from eni_ipam.core.spec import NodeResource
 
 ipv4 = st.integers(min_value=0, max_value=2**32 - 1).map(
@@ -71,3 +83,36 @@ def test_ten_packed_addresses_cost_a_fifth_of_ten_strings() -> None:
     strings = sys.getsizeof(tuple(items)) + sum(sys.getsizeof(a) for a in items)
     packed = Addresses.of(items)
     assert (sys.getsizeof(packed) + sys.getsizeof(packed.packed)) * 5 < strings
+
+
+hex_digits = st.text("0123456789abcdef", min_size=1, max_size=31)
+any_text = st.text(max_size=40)
+
+
+@given(
+    st.one_of(ipv4, st.just(""), any_text),
+    st.one_of(hex_digits.map(lambda d: ATTACHMENT_PREFIX + d), st.just(""), any_text),
+)
+def test_a_primary_address_and_an_attachment_read_back_as_given(ip: str, attachment: str) -> None:
+    detail = pack_detail(ip, attachment)
+    assert (detail_ip(detail), detail_attachment(detail)) == (ip, attachment)
+    iface = Interface(id="eni-1", device_index=1, subnet_id="s", primary_ip=ip, attachment_id=attachment)
+    assert (iface.primary_ip, iface.attachment_id) == (ip, attachment)
+    copy = dataclasses.replace(iface, delete_on_termination=True)  # a copy keeps both
+    assert (copy.primary_ip, copy.attachment_id) == (ip, attachment)
+    assert dataclasses.replace(copy, delete_on_termination=False) == iface
+    assert pickle.loads(pickle.dumps(iface)) == iface
+
+
+def test_their_usual_forms_pack_into_one_int_and_others_stay_strings() -> None:
+    usual = pack_detail("10.0.1.2", "eni-attach-0a1b2c3d4e5f60718")
+    assert isinstance(usual, int)
+    strings = sys.getsizeof("10.0.1.2") + sys.getsizeof("eni-attach-0a1b2c3d4e5f60718")
+    assert sys.getsizeof(usual) * 3 < strings
+    assert pack_detail("", "") == 0
+    for ip, attachment in (("010.0.0.1", ""), ("10.1", ""), ("10.0.0.1", "eni-attach-0A"), ("", "attach-1")):
+        assert pack_detail(ip, attachment) == (ip, attachment)
+    iface = Interface(id="eni-1", device_index=1, subnet_id="s", primary_ip="10.0.0.4", attachment_id="x")
+    moved = dataclasses.replace(iface, detail=pack_detail(iface.primary_ip, "eni-attach-01"))
+    assert (moved.primary_ip, moved.attachment_id) == ("10.0.0.4", "eni-attach-01")
+    assert "primary_ip='10.0.0.4'" in repr(moved) and "attachment_id='eni-attach-01'" in repr(moved)
