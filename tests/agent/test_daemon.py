@@ -28,8 +28,13 @@ POOL = [f"10.0.0.{n}" for n in range(10, 16)]
 
 
 def serving(agent: Agent) -> bool:
-    """Restored and holding the node's pool (what the tests allocate from)."""
-    return agent.restored and bool(agent.allocator.pool_addresses("default"))
+    """Restored, holding the node's pool (what the tests allocate from) and withholding none of it:
+    until the node's pods are listed, a start withholds what they may hold."""
+    return (
+        agent.restored
+        and bool(agent.allocator.pool_addresses("default"))
+        and not agent.allocator.withholding("default")
+    )
 
 
 def status(kube: FakeKube) -> dict[str, Any]:
