@@ -312,6 +312,7 @@ class Service:
             lease_duration=ks.lease_duration,
             renew_deadline=ks.renew_deadline,
             retry_period=ks.retry_period,
+            term_clock=suspend_aware_seconds,
         )
         state.role, state.caches_synced = "candidate", False
         metrics.report_role(ready=self._reconciling)  # the elector sets eni_ipam_leader

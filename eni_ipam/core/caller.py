@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
+from eni_ipam.core.gate import check_current_gate
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.errors import EniIpamError
@@ -49,6 +50,9 @@ class ApiCaller:
     async def call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
         waited = await self.limiter.acquire(operation)
         self.metrics.rate_limit_wait(operation=operation, seconds=waited)
+        # The wait for a token may have outlasted the leadership term (a throttled, then paused
+        # process): a mutating method's request asks its fence again as it goes out.
+        check_current_gate()
         started = self._clock.monotonic()
         outcome = "error"
         throttled = False

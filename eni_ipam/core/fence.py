@@ -24,12 +24,14 @@ with a term, none starts at or after the term's end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import structlog
 
 from eni_ipam.core import errors
+from eni_ipam.core.gate import gated
 from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.provider import Provider
 
@@ -63,11 +65,11 @@ class Fence:
             return math.inf
         return self._term_end - self._term_clock()
 
-    def renewed(self, valid_for: float) -> None:
-        """Leadership is proven for ``valid_for`` more seconds from now: the renew deadline less
-        the time since the successful renewal started."""
+    def renewed(self, until: float) -> None:
+        """Leadership is proven until ``until`` on the term clock: the start of the successful
+        renewal plus the renew deadline, both read on the term clock by the elector."""
         if self._term_clock is not None:
-            self._term_end = self._term_clock() + valid_for
+            self._term_end = until
             if self._lapse_told:
                 log.info("mutations_resumed", reason="the lease was renewed")
             self._lapse_told = False
@@ -87,6 +89,15 @@ class Fence:
         self._reason = reason
 
     def enter(self) -> None:
+        """Admit one mutating method (counted in flight until :meth:`exit`), or raise as :meth:`check`."""
+        self.check()
+        self.in_flight += 1
+        self._idle.clear()
+
+    def check(self) -> None:
+        """Return if a mutating request may go out now; raise :class:`~eni_ipam.core.errors.Fenced`
+        when the switch is closed, :class:`~eni_ipam.core.errors.Lapsed` outside a term. The
+        :class:`~eni_ipam.core.gate.Gate` of every admitted method: asked again at each request."""
         if not self._open:
             raise errors.Fenced(self._reason)
         left = self.term_left
@@ -102,8 +113,6 @@ class Fence:
                 f"leadership is not proven: {since if left > -math.inf else 'no lease renewal yet'}; "
                 "waiting for a renewal"
             )
-        self.in_flight += 1
-        self._idle.clear()
 
     def exit(self) -> None:
         self.in_flight -= 1
@@ -123,13 +132,26 @@ class Fence:
 class FencedProvider:
     """A :class:`~eni_ipam.core.provider.Provider` whose mutating calls pass only while ``fence`` is open.
 
-    Raises :class:`~eni_ipam.core.errors.Fenced` (and calls nothing) when it is closed.
+    Raises :class:`~eni_ipam.core.errors.Fenced` (and calls nothing) when it is closed. An admitted
+    method's requests each ask the fence again as they go out (:mod:`eni_ipam.core.gate`), so one
+    that waited for a rate-limit token past the end of the term is refused then.
     """
 
     def __init__(self, provider: Provider, fence: Fence) -> None:
         self.inner = provider
         self.fence = fence
         self.name = provider.name
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """A mutating method: admitted by the fence, counted in flight, and run with the fence as
+        the current gate so that each of its requests asks it again (:mod:`eni_ipam.core.gate`)."""
+        self.fence.enter()
+        try:
+            with gated(self.fence):
+                yield
+        finally:
+            self.fence.exit()
 
     async def resync(self) -> CloudSnapshot:
         return await self.inner.resync()
@@ -144,24 +166,18 @@ class FencedProvider:
         return await self.inner.list_detached_interfaces(tags=tags)
 
     async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
-        self.fence.enter()
-        try:
+        with self._admitted():
             return await self.inner.assign_addresses(
                 interface_id=interface_id, count=count, prefixes=prefixes
             )
-        finally:
-            self.fence.exit()
 
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:
-        self.fence.enter()
-        try:
+        with self._admitted():
             await self.inner.unassign_addresses(
                 interface_id=interface_id, addresses=addresses, prefixes=prefixes
             )
-        finally:
-            self.fence.exit()
 
     async def create_interface(
         self,
@@ -172,8 +188,7 @@ class FencedProvider:
         token: str,
         delete_on_termination: bool = True,
     ) -> Interface:
-        self.fence.enter()
-        try:
+        with self._admitted():
             return await self.inner.create_interface(
                 instance_id=instance_id,
                 request=request,
@@ -181,12 +196,7 @@ class FencedProvider:
                 token=token,
                 delete_on_termination=delete_on_termination,
             )
-        finally:
-            self.fence.exit()
 
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
-        self.fence.enter()
-        try:
+        with self._admitted():
             await self.inner.delete_interface(interface_id=interface_id, detach=detach)
-        finally:
-            self.fence.exit()

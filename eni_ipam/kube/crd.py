@@ -191,6 +191,11 @@ def updated(cluster: Mapping[str, Any], wanted: Mapping[str, Any] | None = None)
     return body
 
 
+UPDATE_RETRY = 10.0
+"""Seconds before a CRD update that failed for want of an answer (a 5xx, a 429, a dropped
+connection) is tried again."""
+
+
 class CrdWatch:
     """Follows the cluster's ENIPool CRD (every replica runs it, :meth:`run`) and keeps :attr:`state`;
     ``on_change`` is called with the new state at each change of state."""
@@ -286,6 +291,14 @@ class CrdWatch:
                     error=str(exc),
                     fix=APPLY_COMMAND,
                 )
+                if exc.code not in (403, 422):  # refused for good: a person must act (APPLY_COMMAND)
+                    # A blip (a 5xx, a 429, no answer): the same CRD is tried again, or it would
+                    # stay outdated, and every status held, until a restart.
+                    version = str((crd.get("metadata") or {}).get("resourceVersion", ""))
+                    await self.clock.sleep(max(UPDATE_RETRY, exc.retry_after or 0.0))
+                    if self._tried == version:  # nothing newer seen meanwhile (that one is queued)
+                        self._tried = ""
+                        self._judged(crd)
                 continue
             log.info("crd_updated", crd=CRD_NAME, revision=revision(crd), to=self.mine)
             said = f"updated from revision {revision(crd)} to {self.mine}"

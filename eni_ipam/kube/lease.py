@@ -14,8 +14,8 @@ The rules (k8s.io/client-go/tools/leaderelection):
   stopped before any candidate may take over.
 * That switch is thrown by the renew loop, which a paused process (SIGSTOP, a frozen VM) does not
   run until after it resumes, while its other tasks may run first. So every successful attempt
-  also reports a *term* through ``on_renewed``: the renew deadline less the time since the attempt
-  started, which the mutation fence checks at each call (:class:`~eni_ipam.core.fence.Fence`).
+  also reports a *term* through ``on_renewed``: the attempt's start plus the renew deadline, read
+  on the fence's clock, which the fence checks at each request (:class:`~eni_ipam.core.fence.Fence`).
   The attempt's start is before the write lands and before any standby can see it, so the term
   ends at least ``lease_duration - renew_deadline`` before a standby may take over.
 
@@ -108,7 +108,11 @@ class LeaderElector:
         retry_period: float = 2.0,
         release_on_cancel: bool = True,
         rng: random.Random | None = None,
+        term_clock: Callable[[], float] | None = None,
     ) -> None:
+        """``term_clock``: where a renewal's start is read for the term it grants (``on_renewed``);
+        the mutation fence's own clock, so that both ends of a term are read on one timeline.
+        Default: ``clock.monotonic``."""
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ConfigError("kubernetes", "need lease_duration > renew_deadline > retry_period > 0")
         self.api = api
@@ -123,6 +127,7 @@ class LeaderElector:
         self.release_on_cancel = release_on_cancel
         """client-go's ReleaseOnCancel; tests turn it off to act out a crashed leader."""
         self.rng = rng or random.Random()
+        self.term_clock = term_clock or clock.monotonic
         self.leading = False
         self.observed: LeaseRecord | None = None
         self._observed_at = float("-inf")
@@ -150,9 +155,9 @@ class LeaderElector:
 
         ``on_lost`` runs synchronously the moment leadership ends for any reason other than
         ``lead()`` finishing (renewal failed, or cancellation), before ``lead()`` is cancelled.
-        ``on_renewed(valid_for)`` runs after every successful acquisition or renewal (before
-        ``lead()`` starts, for the first): leadership is proven for ``valid_for`` more seconds
-        (:meth:`~eni_ipam.core.fence.Fence.renewed`).
+        ``on_renewed(until)`` runs after every successful acquisition or renewal (before
+        ``lead()`` starts, for the first): leadership is proven until ``until`` on the term clock,
+        the attempt's start plus ``renew_deadline`` (:meth:`~eni_ipam.core.fence.Fence.renewed`).
         On cancellation the lease is released if held. An exception from ``lead()`` propagates
         (after the release).
         """
@@ -228,10 +233,10 @@ class LeaderElector:
         return wait
 
     async def _try_acquire_or_renew(self) -> bool:
-        started = self.clock.monotonic()
+        started = self.term_clock()  # before the write: no standby can have seen it yet
         if await self._attempt():
             if self._on_renewed is not None:
-                self._on_renewed(self.renew_deadline - (self.clock.monotonic() - started))
+                self._on_renewed(started + self.renew_deadline)
             return True
         return False
 

@@ -105,8 +105,12 @@ class PoolWriter:
         self._has_id(name, True)
 
     def clear(self) -> None:
-        """The term ended: what is queued is the next leader's to find again."""
+        """The term ended: what is queued is the next leader's to find again, and the Nodes without
+        an instance id are counted afresh by the next term (a standby counts none; a Node deleted
+        meanwhile is never counted again)."""
         self._todo.clear()
+        self._without_id.clear()
+        self._metrics.nodes_ignored.labels(reason="no-provider-id").set(0)
 
     async def run(self) -> None:
         """Do the queued writes until cancelled (leader only)."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,7 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.caller import ApiCaller
 from eni_ipam.core.clock import Clock
+from eni_ipam.core.gate import check_current_gate
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.ratelimit import RateLimiter
 from eni_ipam.errors import ConfigError, EniIpamError
@@ -186,8 +188,13 @@ class Ec2Client:
             else functools.partial(_in_model, listing, method, params)
         )
         loop = self._loop = asyncio.get_running_loop()
+        # The worker thread runs the request in this task's context: botocore's retry hook asks the
+        # mutation gate of the fenced method it runs for, if any (eni_ipam.core.gate).
+        context = contextvars.copy_context()
         try:
-            return await self._caller.call(operation, lambda: loop.run_in_executor(self._executor, send))
+            return await self._caller.call(
+                operation, lambda: loop.run_in_executor(self._executor, context.run, send)
+            )
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self._closed and task is not None and not task.cancelling():
@@ -239,8 +246,16 @@ class Ec2Client:
 
     def _limit_retry(self, request: Any = None, operation_name: str = "", **_: Any) -> None:
         attempt = ((getattr(request, "context", None) or {}).get("retries") or {}).get("attempt", 1)
+        if attempt <= 1:
+            return  # the first attempt took its token, and asked the gate, in the caller
+        self._retry_token(operation_name, attempt)
+        # A retry of a mutating request goes out only if the fence still admits it: the backoff and
+        # the token may have outlasted the term (raising here ends the call).
+        check_current_gate()
+
+    def _retry_token(self, operation_name: str, attempt: int) -> None:
         loop = self._loop
-        if attempt <= 1 or loop is None or not loop.is_running():
+        if loop is None or not loop.is_running():
             return  # no loop to wait on (closing down): the retry goes without a token
         future: concurrent.futures.Future[float] | None = None
         try:

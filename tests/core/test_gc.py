@@ -130,13 +130,15 @@ async def test_a_run_refused_for_a_lapsed_term_is_skipped_and_collection_goes_on
     leaked = await leak(cloud)
     metrics = Metrics()
     fence = Fence(is_open=True, term_clock=lambda: asyncio.get_running_loop().time())
-    fence.renewed(400.0)  # the first run (marks) is within the term; the second (deletes) is not
+    fence.renewed(
+        asyncio.get_running_loop().time() + 400.0
+    )  # the first run (marks) is within the term; the second (deletes) is not
     provider = FencedProvider(SimProvider(cloud, clock=LoopClock(), metrics=metrics), fence)
     gc = GarbageCollector(provider, cluster_name="c1", clock=LoopClock(), metrics=metrics, interval=300)
     running = asyncio.create_task(gc.run())
     await asyncio.sleep(601)
     assert cloud.interface_view(leaked) is not None and not running.done()
-    fence.renewed(400.0)
+    fence.renewed(asyncio.get_running_loop().time() + 400.0)
     await asyncio.sleep(300)
     assert cloud.interface_view(leaked) is None
     running.cancel()

@@ -737,6 +737,8 @@ async def test_a_pass_refused_for_a_lapsed_term_is_retried_once_renewed_and_is_n
         assert schedule is not None and schedule.failures == 0
         assert world.metrics.sample("eni_ipam_nodes_in_backoff") == 0
         assert world.metrics.samples("eni_ipam_node_maintenance_failures_total") == {}
-        fence.renewed(60.0)  # the next renewal succeeded: the retry goes ahead within a first-retry delay
+        fence.renewed(
+            asyncio.get_running_loop().time() + 60.0
+        )  # the next renewal succeeded: the retry goes ahead within a first-retry delay
         await asyncio.sleep(Settings().backoff_initial + 0.1)
         assert attempts == ["i-n1"] and world.manager.nodes["n1"].stats.available == 8

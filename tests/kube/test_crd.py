@@ -22,7 +22,7 @@ from eni_ipam.core.clock import LoopClock
 from eni_ipam.kube import crd
 from eni_ipam.kube.api import KubeApi
 from eni_ipam.kube.resources import HELD_REASON
-from eni_ipam_testkit.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube
+from eni_ipam_testkit.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube, Fault
 from tests.conftest import CRD, cluster_api_crd
 from tests.kube.test_source import Cluster, leading
 from tests.waiting import until
@@ -138,6 +138,18 @@ async def test_an_older_crd_is_updated_by_the_controller(kube: FakeKube, api: Ku
         assert state_metric(metrics) == "current"
         await until(lambda: ("Normal", "CRDUpdated") in events(kube))
         assert ("Warning", "CRDOutdated") in events(kube)  # what it found first
+
+
+@pytest.mark.parametrize("kube_crds", [OLD])
+async def test_an_update_that_met_no_answer_is_tried_again(kube: FakeKube, api: KubeApi) -> None:
+    # The API server answers the first update with a 503, as during its own rolling restart.
+    kube.faults.append(Fault(verb="update", plural="customresourcedefinitions", status=503, times=1))
+    async with watching(api, update=True) as (watch, _):
+        await asyncio.sleep(crd.UPDATE_RETRY / 2)
+        assert watch.state.state == "outdated"  # the one update failed
+        await until(lambda: watch.state.current, limit=crd.UPDATE_RETRY * 2)
+        stored = kube.get_object("customresourcedefinitions", crd.CRD_NAME)
+        assert stored is not None and crd.revision(stored) == crd.revision(current_crd())
 
 
 @pytest.mark.parametrize("kube_crds", [OLD])

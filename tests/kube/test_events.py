@@ -154,6 +154,18 @@ async def test_a_node_without_provider_id_is_said_once_logged_and_counted(cluste
     assert "spec.providerID" in event["message"]
 
 
+async def test_nodes_without_provider_id_are_counted_by_the_leader_of_the_term_only(cluster: Cluster) -> None:
+    cluster.kube.add_object("nodes", {"metadata": {"name": "late"}, "spec": {}})
+    ignored = {"reason": "no-provider-id"}
+    async with leading(cluster):
+        await until(lambda: cluster.metrics.sample("eni_ipam_nodes_ignored", ignored) == 1)
+    assert cluster.metrics.sample("eni_ipam_nodes_ignored", ignored) == 0  # a standby counts none
+    await cluster.api.client.delete(NODES.resource(), "late")  # gone while no term runs
+    async with leading(cluster):
+        await asyncio.sleep(2)
+        assert cluster.metrics.sample("eni_ipam_nodes_ignored", ignored) == 0
+
+
 async def test_a_second_node_on_one_instance_gets_a_duplicate_instance_event(cluster: Cluster) -> None:
     cluster.add_node("n1")
     async with leading(cluster):

@@ -58,8 +58,9 @@ class Replica:
     def on_lost(self) -> None:
         self.lost.append(asyncio.get_running_loop().time())
 
-    def on_renewed(self, valid_for: float) -> None:
-        self.terms.append((asyncio.get_running_loop().time(), valid_for))
+    def on_renewed(self, until: float) -> None:
+        now = asyncio.get_running_loop().time()  # the elector's default term clock
+        self.terms.append((now, until - now))
 
     def start(self) -> None:
         self.task = asyncio.create_task(

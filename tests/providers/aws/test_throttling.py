@@ -197,3 +197,29 @@ async def test_reconciler_backs_off_the_throttled_node_while_the_others_converge
                     await asyncio.sleep(0.02)
     finally:
         provider.close()
+
+
+@pytest.mark.usefixtures("instant_retries")
+async def test_a_retry_after_the_leadership_term_ended_is_not_sent(network: Network) -> None:
+    from eni_ipam.core.fence import Fence, FencedProvider
+
+    metrics = Metrics()
+    provider, instance, primary = await node_with_throttled_assign(network, metrics, times=1)
+    now = [100.0]
+    fence = Fence(is_open=True, term_clock=lambda: now[0])
+    fence.renewed(110.0)
+
+    def paused_during_the_backoff(request: Any, **_: Any) -> None:
+        now[0] += 20.0  # the process was stopped between the attempt and its retry
+
+    network.ec2.meta.events.register_first(
+        "before-send.ec2.AssignPrivateIpAddresses", paused_during_the_backoff
+    )
+    with pytest.raises(errors.Lapsed):
+        await FencedProvider(provider, fence).assign_addresses(interface_id=primary.id, count=2)
+    op = "AssignPrivateIpAddresses"
+    assert sample(metrics, "eni_ipam_api_requests_total", operation=op) == 1  # the throttled one only
+    after = (await provider.describe_instance(instance_id=instance)).primary()  # type: ignore[union-attr]
+    assert after is not None and after.addresses == primary.addresses
+    assert fence.in_flight == 0
+    provider.close()
