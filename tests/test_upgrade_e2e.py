@@ -207,8 +207,14 @@ async def test_a_plain_helm_upgrade_the_controller_may_not_follow_is_said_and_th
             assert await subnets_of(op, name) == {}
             ready = next(c for c in (await op.pools())[name]["status"]["conditions"] if c["type"] == "Ready")
             assert ready["status"] == "False" and "kubectl apply" in ready["message"]
-        code, body = await get(f"{url}/readyz")
-        assert code == 503 and "status.subnets" in body and "kubectl apply" in body
+
+        async def readyz_names_the_crd() -> bool:
+            # Polled: the replica's view of its caches is refreshed every half second, and until
+            # then /readyz may name them instead.
+            code, body = await get(f"{url}/readyz")
+            return code == 503 and "status.subnets" in body and "kubectl apply" in body
+
+        await op.wait("/readyz says why and how to fix it", readyz_names_the_crd, limit=10)
         _, metrics = await get(f"{url}/metrics")
         assert 'eni_ipam_crd_state{state="outdated"} 1.0' in metrics
         assert 'eni_ipam_status_writes_total{outcome="held"}' in metrics
@@ -219,8 +225,11 @@ async def test_a_plain_helm_upgrade_the_controller_may_not_follow_is_said_and_th
         # The operator runs the command the controller named: followed without a restart.
         await op.run(*APPLY_COMMAND.replace("deploy/helm/eni-ipam/crds/", str(CHART / "crds")).split())
         await filled_with_subnets(op, "n1", "n2")
-        code, body = await get(f"{url}/readyz")
-        assert code == 200, body
+
+        async def ready() -> bool:
+            return (await get(f"{url}/readyz"))[0] == 200
+
+        await op.wait("/readyz is 200 again", ready, limit=10)
         assert op.controller is not None and op.controller.returncode is None  # the same process
         await agent_hands_out(op, "n1")
 
