@@ -87,11 +87,11 @@ def _interpreter() -> str:
     return host if os.access(host, os.X_OK) else os.path.realpath(sys.executable)
 
 
-def missing() -> str:
-    """Why this machine cannot run the benchmark ("" when it can)."""
+def missing(plugins: tuple[str, ...] = ("bridge", "host-local")) -> str:
+    """Why this machine cannot run the benchmark with the reference ``plugins`` ("" when it can)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for plugin in ("bridge", "host-local"):
+    for plugin in plugins:
         if not (CNI_DIR / plugin).is_file():
             return f"{CNI_DIR / plugin} is missing (apt-get install containernetworking-plugins)"
     if shutil.which("ip") is None:

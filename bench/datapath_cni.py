@@ -23,7 +23,6 @@ import ctypes
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench import cni_plugin
 from bench.cni_plugin import BARE, CNI_DIR, ROOT, PluginBench, Timing, _interpreter, _timed, running_agent
 
 EXTRA_MS = 3.0
@@ -57,14 +57,7 @@ class DatapathBench(PluginBench):
 
 def missing() -> str:
     """Why this machine cannot run the benchmark ("" when it can)."""
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    for plugin in ("ptp", "host-local"):
-        if not (CNI_DIR / plugin).is_file():
-            return f"{CNI_DIR / plugin} is missing (apt-get install containernetworking-plugins)"
-    if shutil.which("ip") is None:
-        return "the ip command (iproute2) is missing"
-    return ""
+    return cni_plugin.missing(("ptp", "host-local"))
 
 
 def _run(*command: str) -> None:

@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from eni_ipam.agent.state import StateFile
+from eni_ipam.agent.types import Allocation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,3 +167,19 @@ class FakeClock:
     def kill(self) -> None:
         """Drop every pending callback: what a process that dies takes with it."""
         self._queue.clear()
+
+
+class FullDisk(StateFile):
+    """A state file whose saves fail, as on a full disk, while ``full`` is set."""
+
+    full = False
+
+    def save(
+        self,
+        allocations: Iterable[Allocation],
+        timeouts: Mapping[str, float] | None = None,
+        cursors: Mapping[str, str] | None = None,
+    ) -> None:
+        if self.full:
+            raise OSError(28, "No space left on device")
+        super().save(allocations, timeouts, cursors)

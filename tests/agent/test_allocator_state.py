@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family, RuntimeEntry
 from eni_ipam.core.model import ReleaseState
-from tests.agent import FakeClock
+from tests.agent import FakeClock, FullDisk
 from tests.agent.test_allocator import members
 
 V4 = Allocation(address="10.0.0.5", pool=DEFAULT_POOL, owner="c1", prefix_length=24, gateway="10.0.0.1")
@@ -336,30 +336,14 @@ def test_a_restored_allocation_gets_its_timer_back_with_its_full_timeout(path: P
     assert StateFile(path).load() == second.allocations()
 
 
-class FailingState(StateFile):
-    """Fails to save while ``failing`` is set."""
-
-    failing = False
-
-    def save(
-        self,
-        allocations: Iterable[Allocation],
-        timeouts: Mapping[str, float] | None = None,
-        cursors: Mapping[str, str] | None = None,
-    ) -> None:
-        if self.failing:
-            raise OSError(28, "No space left on device")
-        super().save(allocations, timeouts, cursors)
-
-
 def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
     clock = FakeClock()
-    state = FailingState(path)
+    state = FullDisk(path)
     allocator = Allocator(clock=clock, state=state)
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
     allocator.restore()
     kept = allocator.allocate("10.0.0.7", "c1")
-    state.failing = True
+    state.full = True
     with capture_logs() as logs, pytest.raises(errors.StateNotWritten, match="not written"):
         allocator.allocate_next_with_expiration("c2", DEFAULT_POOL, None, 5)
     assert any(e["event"] == "state_save_failed" and e["log_level"] == "error" for e in logs)
@@ -368,7 +352,7 @@ def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
         allocator.release("10.0.0.7")
     assert allocator.allocations() == [kept]
     assert clock.pending() == 0  # no timer was started for the undone allocation
-    state.failing = False
+    state.full = False
     v4, _ = allocator.allocate_next("c2")
     assert v4 is not None and v4.address == "10.0.0.5"  # the undone allocation did not move the cursor either
     assert allocator.state_error == ""
@@ -376,8 +360,8 @@ def test_a_change_whose_save_fails_is_undone_and_reported(path: Path) -> None:
 
 def test_a_start_that_reads_the_state_back_as_it_is_writes_nothing(path: Path) -> None:
     StateFile(path).save([V4])
-    state = FailingState(path)
-    state.failing = True  # a full disk: the start must not depend on writing
+    state = FullDisk(path)
+    state.full = True  # a full disk: the start must not depend on writing
     allocator = Allocator(clock=FakeClock(), state=state)
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
     report = allocator.restore(runtime={"10.0.0.5": "c1"})  # the runtime agrees with the file
@@ -390,8 +374,8 @@ def test_a_start_that_reads_the_state_back_as_it_is_writes_nothing(path: Path) -
 
 def test_a_start_that_cannot_write_what_it_settled_serves_it_and_refuses_changes(path: Path) -> None:
     StateFile(path).save([V4])
-    state = FailingState(path)
-    state.failing = True
+    state = FullDisk(path)
+    state.full = True
     allocator = Allocator(clock=FakeClock(), state=state)
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
     with capture_logs() as logs:
@@ -401,7 +385,7 @@ def test_a_start_that_cannot_write_what_it_settled_serves_it_and_refuses_changes
     assert [e["log_level"] for e in logs if e["event"] == "state_not_written_at_start"] == ["error"]
     with pytest.raises(errors.StateNotWritten):
         allocator.allocate_next("c2")
-    state.failing = False
+    state.full = False
     v4, _ = allocator.allocate_next("c2")  # the first write that succeeds saves everything
     assert v4 is not None and v4.address == "10.0.0.7" and allocator.state_error == ""
     assert StateFile(path).load() == allocator.allocations()
@@ -409,16 +393,16 @@ def test_a_start_that_cannot_write_what_it_settled_serves_it_and_refuses_changes
 
 def test_an_expiry_whose_save_fails_still_frees_the_address(path: Path) -> None:
     clock = FakeClock()
-    state = FailingState(path)
+    state = FullDisk(path)
     allocator = Allocator(clock=clock, state=state)
     allocator.set_pool(DEFAULT_POOL, members(*POOL))
     allocator.restore()
     allocator.allocate_next_with_expiration("c1", DEFAULT_POOL, None, 5)
-    state.failing = True
+    state.full = True
     clock.advance(5)
     assert allocator.used() == set()
     assert [a.address for a in StateFile(path).load()] == ["10.0.0.5"]  # stale, never missing
-    state.failing = False
+    state.full = False
     allocator.allocate("10.0.0.6", "c2")
     assert [a.address for a in StateFile(path).load()] == ["10.0.0.6"]
 

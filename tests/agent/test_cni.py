@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 
 from eni_ipam.agent import api, cni
 from eni_ipam.agent.allocator import Allocator
-from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.types import PoolAddress
 from eni_ipam.core.clock import LoopClock
-from tests.agent import built_plugin, unix_server
+from tests.agent import FullDisk, built_plugin, unix_server
 
 pytestmark = pytest.mark.system
 
@@ -714,14 +713,6 @@ def test_the_plugins_json_refuses_what_is_not_json(text: str) -> None:
 async def test_a_del_the_agent_cannot_write_down_is_try_again_later_and_releases_nothing(
     tmp_path: Any,
 ) -> None:
-    class FullDisk(StateFile):
-        full = False
-
-        def save(self, *args: Any, **kwargs: Any) -> None:
-            if self.full:
-                raise OSError(28, "No space left on device")
-            super().save(*args, **kwargs)
-
     state = FullDisk(tmp_path / "allocations.json")
     allocator = Allocator(clock=LoopClock(), state=state)
     allocator.set_pool("default", V4)

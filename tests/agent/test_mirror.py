@@ -3,7 +3,6 @@ instant, trusted only when whole, and not written while it is not."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -12,28 +11,12 @@ from eni_ipam.agent import errors
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.mirror import Mirror
 from eni_ipam.agent.state import StateFile
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation
-from tests.agent import FakeClock
+from eni_ipam.agent.types import DEFAULT_POOL
+from tests.agent import FakeClock, FullDisk
 from tests.agent.test_allocator import members
 
 POOL = ("10.0.0.5", "10.0.0.6", "10.0.0.7")
 DOCKER = "libnetwork:p1"
-
-
-class FullDisk(StateFile):
-    """Fails to save while ``full`` is set."""
-
-    full = False
-
-    def save(
-        self,
-        allocations: Iterable[Allocation],
-        timeouts: Mapping[str, float] | None = None,
-        cursors: Mapping[str, str] | None = None,
-    ) -> None:
-        if self.full:
-            raise OSError(28, "No space left on device")
-        super().save(allocations, timeouts, cursors)
 
 
 def start(tmp_path: Path, state: StateFile | None = None) -> tuple[Allocator, Mirror]:
