@@ -41,9 +41,10 @@ Invariants:
 * Loop-friendly: every C call works on one item or less (a few KB), never on a page, and every
   table is split in :data:`SHARDS` dicts (growing one dict of 400,000 entries holds the GIL for
   20 ms), so the worker thread gives the GIL up within the switch interval.
-* Shared values: equal strings (instance ids, subnets, types, zones, tag keys and values), security
-  group tuples and tag maps are one object each, from bounded tables; addresses and prefixes are
-  packed (:mod:`eni_ipam.core.packed`).
+* Shared values: equal strings (subnets, types, zones, tag keys and values), security group
+  tuples and tag maps are one object each, from bounded tables; instance ids are interned
+  (``sys.intern``), so the manager's pools, which name them too, hold the same objects; addresses
+  and prefixes are packed (:mod:`eni_ipam.core.packed`).
 * Reuse is an optimisation only: a :class:`ReuseCache` hands back the previous listing's object for
   an item of the same bytes and the same id. A miss, or no cache, is a parse like any other.
 """
@@ -53,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import sys
 import threading
 import xml.etree.ElementTree as ETree
 from collections.abc import Callable, Iterator
@@ -589,7 +591,7 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
             if card == 0:
                 index = attachment.get(b"deviceIndex")
                 device_index = DETACHED_INDEX if index is None else int(index)
-                instance_id = _one(instance)
+                instance_id = sys.intern(instance)
                 attachment_id = attachment.get(b"attachmentId", "")
                 delete_on_termination = attachment.get(b"deleteOnTermination") == "true"
 
@@ -693,7 +695,7 @@ def _instance(body: bytes, start: int, end: int, lists: Lists) -> InstanceInfo:
     if span is not None:
         zone = _ZONE.read(body, span[0], span[1], [], plain).get(b"availabilityZone", "")
     return InstanceInfo(
-        id=_one(iid),
+        id=sys.intern(iid),
         type=_one(top.get(b"instanceType", "")),
         state=cast(InstanceState, _one(state)),
         vpc_id=_one(top.get(b"vpcId", "")),

@@ -469,3 +469,13 @@ def test_a_problem_becomes_the_ready_conditions_reason() -> None:
         "DuplicateInstance",
         "instance i-1 is node n0's already",
     )
+
+
+def test_a_pools_instance_id_is_the_one_interned_string_the_cloud_listing_names_too() -> None:
+    import sys
+
+    from eni_ipam.kube.resources import resource_from_pool
+
+    named = "".join(["i-0123", "456789abcdef0"])  # a string object of its own, as JSON decodes it
+    pool = {"metadata": {"name": "n1"}, "spec": {"instanceID": named}}
+    assert resource_from_pool(pool).instance_id is sys.intern("i-0123456789abcdef0")

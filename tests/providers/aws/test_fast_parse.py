@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import re
+import sys
 import urllib.parse
 import xml.etree.ElementTree as ETree
 from collections.abc import Callable, Iterator
@@ -499,6 +500,8 @@ def test_equal_values_are_one_object() -> None:
     by_instance: dict[str, str] = {}
     for iface in interfaces:
         assert by_instance.setdefault(iface.instance_id, iface.instance_id) is iface.instance_id
+        # Interned: a pool naming the instance (eni_ipam.kube.resources) holds the very same string.
+        assert iface.instance_id is sys.intern("".join(iface.instance_id))
     assert len(by_instance) == 2
 
 
