@@ -219,6 +219,7 @@ def failover(
         "demand_pools": len(demand),
         "demand_s": raised_at - killed_at,
         "kill_to_term_s": float(took["term_at"]) - killed_at,
+        "kill_to_manager_s": float(took["manager_at"]) - killed_at,
         "kill_to_first_mutation_s": float(took["first_mutation_at"]) - killed_at,
         "kill_to_settled_s": float(took["settled_at"]) - killed_at,
     }

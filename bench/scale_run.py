@@ -72,13 +72,16 @@ class Mutations:
 
     def __init__(self) -> None:
         self.term_at: float | None = None
+        self.run_at: float | None = None
+        """When the term's manager started: every pool handed to it."""
         self.first_at: float | None = None
         self.calls = 0
 
     def install(self) -> None:
         from eni_ipam.core.fence import Fence
+        from eni_ipam.core.manager import NodeManager
 
-        enter, renewed = Fence.enter, Fence.renewed
+        enter, renewed, run = Fence.enter, Fence.renewed, NodeManager.run
         mutations = self
 
         def entered(fence: Fence) -> None:
@@ -92,6 +95,12 @@ class Mutations:
                 mutations.term_at = time.perf_counter()
             renewed(fence, valid_for)
 
+        def running(manager: NodeManager, **kwargs: Any) -> Any:
+            if mutations.run_at is None:
+                mutations.run_at = time.perf_counter()
+            return run(manager, **kwargs)
+
+        setattr(NodeManager, "run", running)  # noqa: B010
         setattr(Fence, "enter", entered)  # noqa: B010 (a method, replaced on the class)
         setattr(Fence, "renewed", term)  # noqa: B010
 
@@ -319,6 +328,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         events = manager.provider.inner.api.client.client.meta.events  # type: ignore[attr-defined]
         keeper = PageKeeper()
         events.register("before-parse.ec2.*", keeper)
+        # One resync alone: the periodic one, if under way, ends first (one started meanwhile waits
+        # for the measured one).
+        await until(lambda: not manager.resyncing, within=args.timeout, what="no resync under way", step=0.05)
         with phase(probe) as full:
             await manager.resync()
         events.unregister("before-parse.ec2.*", keeper)
@@ -335,6 +347,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         out["next_resync_in_s"] = manager.next_resync_in
         changed = await asyncio.to_thread(change_instances, manager, args.ec2, CHANGED_SHARE)
+        await until(lambda: not manager.resyncing, within=args.timeout, what="no resync under way", step=0.05)
         with phase(probe) as again:
             await manager.resync()
         out["resync_changed"] = {
@@ -401,6 +414,7 @@ async def stand_by(
         lambda: mutations.first_at is not None, within=args.timeout, what="a mutating call", step=0.01
     )
     out["term_at"], out["first_mutation_at"] = mutations.term_at, mutations.first_at
+    out["manager_at"] = mutations.run_at
     before = len(recorder.status_writes)
     await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
     out["settled_at"] = time.perf_counter()

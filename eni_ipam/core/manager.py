@@ -5,8 +5,12 @@ served by a bounded pool of workers. Each node's scheduling state (queued, runni
 not-before, backoff) lives in the manager's private slot for it; a :class:`~eni_ipam.core.node.Node`
 never sees it, and a pass reports back only through its :class:`~eni_ipam.core.node.PassResult`.
 
-* **Start**: one full resync must succeed (retried with backoff) before any mutation; until then
-  nodes are accepted but not maintained (``ready`` is false, ``/readyz`` says so).
+* **Start**: one full resync must succeed (retried with backoff) before nodes are maintained
+  (``ready`` is false until then, ``/readyz`` says so). Meanwhile a new leader serves the nodes
+  known to wait for addresses (pods pending, or a pool short by its last published status: at most
+  :data:`TAKEOVER_PASSES` of them), each on a fresh read of its own instance and the provider's
+  shared view (subnets, groups; :class:`~eni_ipam.core.provider.SharedViewReader`): at 100,000
+  nodes the first listing takes a minute, and a pod should not wait for it (decision 0041).
 * **Events**: an upsert triggers that node at once; triggers coalesce (one queued entry per node,
   a pass that is running gets one follow-up) and respect a minimum interval per node.
 * **Ordering**: the queue serves the largest deficit first (pods waiting for an address count with
@@ -40,10 +44,11 @@ from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.model import CloudSnapshot, Instance, NodeStatus
 from eni_ipam.core.node import NEVER, Node, NodeEnv, PassResult
 from eni_ipam.core.observe import Observer
-from eni_ipam.core.provider import Provider
+from eni_ipam.core.provider import Provider, SharedViewReader, shared_view_reader
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
+from eni_ipam.core.watermarks import needed_ips
 from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.manager")
@@ -55,6 +60,12 @@ SLICE_VISITS = 5000
 """Nodes merely looked at (and passed over) between two yields (also about 5 ms)."""
 SLICE_TRIGGERS = 1000
 """Nodes queued between two yields after the first resync (a few ms)."""
+
+TAKEOVER_PASSES = 200
+"""The most nodes served before the first full listing is applied. Each costs two describe calls
+(the instance, its interfaces) from the buckets the listing draws on too (100 tokens, 20 a second):
+200 nodes take those buckets about five seconds, so the listing is hardly slowed, while the nodes
+that wait longest (pods pending) are served at once. The rest are served when the listing lands."""
 
 MAX_RESYNC_INTERVAL = 900.0
 """However costly a resync, the next one comes within 15 minutes: it is the safety net for changes
@@ -221,6 +232,13 @@ class NodeManager:
             in_backoff=lambda: self._in_backoff,
             oldest_deficit=self._oldest_deficit,
         )
+        self._takeover: set[str] | None = set()
+        """Nodes served before the first full listing is applied (:meth:`upsert`'s hint); None
+        once it is."""
+        self._first_admitted = asyncio.Event()
+        self._resync_lock = asyncio.Lock()
+        """One full resync at a time: two at once would list the cloud twice for one view, and
+        their parsing would share the CPU the loop needs."""
         self._applied: Mapping[str, Instance] | None = None
         """The ``instances`` of the last snapshot applied in full (the base of the next one's
         :class:`~eni_ipam.core.model.Changes`)."""
@@ -232,16 +250,28 @@ class NodeManager:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def run(self, *, first: Awaitable[Listed | None] | None = None) -> None:
+    async def run(
+        self, *, first: Awaitable[Listed | None] | None = None, known: Awaitable[object] | None = None
+    ) -> None:
         """Resync until it succeeds, then serve nodes until cancelled.
 
         ``first``: the cloud's listing already under way (:meth:`first_listing`, started while the
         nodes were still being learnt): the first resync applies it rather than list again; if it
-        failed, the resync is retried as usual."""
-        await self._initial_resync(first)
+        failed, the resync is retried as usual.
+
+        ``known``: done once every node is known (upserted). The first resync is applied only then,
+        so that every node takes its instance from the listing rather than from a read of its own;
+        the nodes admitted to a head start (:meth:`upsert`) are served meanwhile."""
         async with asyncio.TaskGroup() as tg:
             for n in range(self.settings.parallel_workers):
                 tg.create_task(self._worker(), name=f"eni-ipam-worker-{n}")
+            reader = shared_view_reader(self.provider) if not self.ready else None
+            shared = None
+            if reader is not None:
+                shared = tg.create_task(self._shared_view(reader), name="eni-ipam-shared-view")
+            await self._initial_resync(first, known)
+            if shared is not None:
+                shared.cancel()  # the full listing landed first: the shared view is not needed
             tg.create_task(self._periodic_resync(), name="eni-ipam-resync")
             if self.settings.gc_interval > 0:
                 collector = GarbageCollector(
@@ -254,7 +284,49 @@ class NodeManager:
                 )
                 tg.create_task(collector.run(), name="eni-ipam-gc")
 
-    async def _initial_resync(self, first: Awaitable[Listed | None] | None) -> None:
+    async def _shared_view(self, reader: SharedViewReader) -> None:
+        """Once a node is admitted (:meth:`_admit`), read the shared view, then serve the nodes
+        admitted (and those admitted until the first full listing lands). A start where no node
+        waits makes no call here. A failure is logged and leaves them to the listing: this is a
+        head start, never a condition of one."""
+        await self._first_admitted.wait()
+        try:
+            snapshot = await reader.shared_view()
+        except EniIpamError as exc:
+            log.warning("shared_view_failed", error=str(exc))
+            return
+        if self.ready:
+            return
+        self.view.apply_shared(snapshot)
+        admitted = self._takeover or ()
+        log.info("takeover_passes", nodes=len(admitted), subnets=len(snapshot.subnets))
+        for name in list(admitted):
+            self.trigger(name)
+
+    def _admit(self, resource: NodeResource, listed: int | None) -> None:
+        """Before the first full listing: admit the node to a pass on a fresh read of its instance
+        when pods wait on it or, by ``listed`` (the addresses its pool held when its status was last
+        written: a hint, never planned on), its spec asks for more than that."""
+        admitted = self._takeover
+        if admitted is None or resource.name in admitted or len(admitted) >= TAKEOVER_PASSES:
+            return
+        spec = resource.spec
+        short = listed is not None and needed_ips(
+            available=listed,
+            used=resource.used,
+            pre_allocate=spec.pre_allocate,
+            min_allocate=spec.min_allocate,
+            max_allocate=spec.max_allocate,
+        )
+        if resource.pending_pods > 0 or short:
+            admitted.add(resource.name)
+            self._first_admitted.set()
+            if self.view.shared:
+                self.trigger(resource.name)
+
+    async def _initial_resync(
+        self, first: Awaitable[Listed | None] | None, known: Awaitable[object] | None
+    ) -> None:
         backoff = Backoff(initial=self.settings.backoff_initial, maximum=60.0, rng=self.rng)
         while True:
             try:
@@ -262,6 +334,9 @@ class NodeManager:
                     listed: Listed | None = await self.list_cloud()
                 else:
                     listed, first = await first, None  # its failure was logged where it ran
+                if known is not None:
+                    await known
+                    known = None
                 if listed is not None:
                     snapshot, started = listed
                     await self.apply_resync(snapshot, started=started)
@@ -271,6 +346,7 @@ class NodeManager:
                 delay = backoff.next_delay()
                 log.warning("initial_resync_failed", error=str(exc), retry_in=round(delay, 3))
             await self.clock.sleep(delay)
+        self._takeover = None
         log.info("instances_api_ready", nodes=len(self._slots), subnets=len(self.view.subnets))
         for n, slot in enumerate(list(self._slots.values())):
             if n and n % SLICE_TRIGGERS == 0:
@@ -310,8 +386,19 @@ class NodeManager:
             log.warning("initial_resync_failed", error=str(exc))
             return None
 
+    @property
+    def resyncing(self) -> bool:
+        """A full resync is under way (another waits for it to end)."""
+        return self._resync_lock.locked()
+
     async def resync(self) -> None:
-        """Full resync: refresh the shared view and every node's instance; trigger nodes with work."""
+        """Full resync: refresh the shared view and every node's instance; trigger nodes with work.
+        A resync asked for while one runs waits for it, then lists anew (its listing begins after
+        the call, as the caller asked)."""
+        async with self._resync_lock:
+            await self._resync()
+
+    async def _resync(self) -> None:
         cpu = self.clock.cpu_seconds()
         snapshot, started = await self.list_cloud()
         await self.apply_resync(snapshot, started=started)
@@ -439,14 +526,19 @@ class NodeManager:
 
     # -- node table -----------------------------------------------------------------------------
 
-    def upsert(self, resource: NodeResource) -> None:
-        """A node was added or changed (spec, used addresses, handshake answers): maintain it soon."""
+    def upsert(self, resource: NodeResource, *, listed: int | None = None) -> None:
+        """A node was added or changed (spec, used addresses, handshake answers): maintain it soon.
+
+        ``listed``: the addresses the node's pool held by its last published status, if known. A
+        hint for the time before the first full listing (:meth:`_admit`); never planned on."""
         name = resource.name
         slot = self._slots.get(name)
         if slot is None:
             slot = self._slots[name] = _Slot(Node(resource, self._env))
             self._index(resource.instance_id, slot)
-            log.info("node_added", node=name, instance=resource.instance_id)
+            # A term's start adds every node (100,000 lines at 100,000 nodes): said once, in sum,
+            # by ``instances_api_ready``; a node joining afterwards is said on its own.
+            (log.info if self.ready else log.debug)("node_added", node=name, instance=resource.instance_id)
         else:
             if slot.node.instance_id != resource.instance_id:
                 self._unindex(slot.node.instance_id, slot)
@@ -455,6 +547,8 @@ class NodeManager:
         self._recalculate(slot.node)
         if self.ready:
             self._trigger(slot)
+        else:
+            self._admit(resource, listed)
 
     def delete(self, name: str) -> Departure | None:
         """Stop maintaining a node. Returns None for an unknown node; otherwise a handle whose
@@ -581,6 +675,12 @@ class NodeManager:
             *_, name = await self._queue.get()
             slot = self._slots.get(name)
             if slot is None or not slot.queued:
+                continue
+            if not self.ready and (not self.view.shared or name not in (self._takeover or ())):
+                # Not admitted before the first full listing: set aside; the listing's apply
+                # triggers every node.
+                slot.queued = False
+                self._waiting -= 1
                 continue
             slot.start()
             self._waiting -= 1

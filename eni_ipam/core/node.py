@@ -185,7 +185,10 @@ class Node:
         seen = self.instance
         if instance is not None:
             self.terminated = False
-            self.set_instance(instance, seen_at=seen_at)
+            # Only a listing begun after the node's view was read replaces it: one begun at the very
+            # same tick may have read the instance before a change the view already holds.
+            if seen_at > self.view_time:
+                self.set_instance(instance, seen_at=seen_at)
         elif not self.terminated:
             self.needs_refresh = True
         # A node blocked on the last view (no subnet room, at capacity) is planned again on the fresh
@@ -373,9 +376,11 @@ class Node:
 
     async def _pass(self) -> None:
         env = self.env
-        if not env.view.ready:
+        if not env.view.shared:
             raise errors.NotReady("the initial resync has not succeeded yet")
-        if self.needs_refresh or self.instance is None:
+        if self.needs_refresh or self.instance is None or not env.view.ready:
+            # Before the first full listing is applied only a fresh read of the instance is
+            # planned on (the manager runs such passes for nodes known to wait for addresses).
             await self.refresh()
         if self.instance is None or self.terminated or not self.instance.running:
             self.recalculate()
@@ -511,8 +516,8 @@ class Node:
             except errors.PrefixesExhausted:
                 no_prefix.add(subnet)  # fall back in this same pass: sibling subnets, then plain addresses
                 log.info("prefixes_exhausted", node=self.name, subnet=subnet)
-            except (errors.DeviceIndexInUse, errors.AttachmentLimitExceeded):
-                await self.refresh()  # our view of the attachments was stale
+            except (errors.DeviceIndexInUse, errors.AttachmentLimitExceeded, errors.InterfaceLimitExceeded):
+                await self.refresh()  # our view of the attachments or the addresses was stale
         return mutated
 
     async def _assign(self, action: AssignAddresses) -> None:

@@ -41,6 +41,36 @@ def reads_node_store(provider: object) -> bool:
     return False
 
 
+class SharedViewReader(Protocol):
+    """An optional capability of a provider: the shared part of the view alone, cheaply.
+
+    A new leader at a large cluster spends tens of seconds on its first full listing; with the
+    shared view it can serve the nodes that wait for addresses before that listing ends, each on a
+    fresh read of its own instance (:meth:`Provider.describe_instance`). A provider that does not
+    offer it (or whose view comes from the node store) makes a new leader wait for the listing."""
+
+    async def shared_view(self) -> CloudSnapshot:
+        """The subnets (free counts as the cloud reports them now) and security groups that
+        :meth:`Provider.resync` would return, in one or two calls; no instances and no limits.
+
+        Raises:
+            errors.ProviderError: any failure (never a partial view).
+        """
+        ...
+
+
+def shared_view_reader(provider: object) -> SharedViewReader | None:
+    """``provider`` (or the provider it wraps, ``inner``) as a :class:`SharedViewReader`; None when
+    it offers no shared view or builds its view from the node store."""
+    if reads_node_store(provider):
+        return None
+    while provider is not None:
+        if callable(getattr(provider, "shared_view", None)):
+            return provider  # type: ignore[return-value]
+        provider = getattr(provider, "inner", None)
+    return None
+
+
 class Provider(Protocol):
     name: str
     """Short name used in logs and metrics (``aws``, ``azure``, ``generic``, ``sim``)."""

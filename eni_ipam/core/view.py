@@ -9,7 +9,8 @@ Invariants:
 
 * The planner sees free counts net of every reservation in flight, never below zero.
 * ``ready`` turns true at the first successful :meth:`apply` and never back: no mutation is
-  planned on a view that was never synced.
+  planned on a view that was never synced. Before it, a :meth:`apply_shared` (subnets and groups
+  alone) makes ``shared`` true: only a pass that reads its own instance fresh may plan on it.
 * An unknown instance type is asked about at most once per :data:`LIMITS_RETRY_INTERVAL`.
 """
 
@@ -51,6 +52,9 @@ class CloudView:
         self._metrics = metrics
         self.ready = False
         """The first full resync has been applied (mutations may be planned)."""
+        self.shared = False
+        """Subnets and security groups are known (a full resync or :meth:`apply_shared` applied):
+        a pass that reads its instance fresh may plan on them before ``ready``."""
         self.subnets: Mapping[str, Subnet] = {}
         """Subnets as the last resync saw them (free counts as reported then)."""
         self.security_groups: Mapping[str, SecurityGroup] = {}
@@ -71,8 +75,20 @@ class CloudView:
         self.security_groups = dict(snapshot.security_groups)
         changed = frozenset(t for t, limits in snapshot.limits.items() if self._limits.get(t) != limits)
         self._limits.update(snapshot.limits)
-        self.ready = True
+        self.ready = self.shared = True
         return changed
+
+    def apply_shared(self, snapshot: CloudSnapshot) -> None:
+        """Take the subnets and security groups of ``snapshot`` (a shared view, listed before the
+        first full resync ends) as the view; ignored once a full resync was applied (it is at least
+        as fresh, and its counts are net of what the passes since took)."""
+        if self.ready:
+            return
+        self.subnets = dict(snapshot.subnets)
+        self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
+        self._planner_view = None
+        self.security_groups = dict(snapshot.security_groups)
+        self.shared = True
 
     # -- subnets ----------------------------------------------------------------------------------
 

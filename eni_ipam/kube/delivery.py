@@ -194,7 +194,7 @@ class Delivery:
         if self._delivered.get(name) == resource:
             return  # only our own status changed
         self._delivered[name] = resource
-        self.manager.upsert(resource)
+        self.manager.upsert(resource, listed=obj.listed)
 
     def forget(self, name: str) -> None:
         """Node ``name`` leaves the manager (its pool, if any, is no longer maintained)."""

@@ -182,6 +182,10 @@ class PoolInfo:
     """``(type, status, lastTransitionTime)`` of the controller's conditions."""
     digest: bytes
     """:func:`status_digest` of the status as stored."""
+    listed: int | None = None
+    """``status.stats.available``: the addresses the pool held when its status was last written
+    (None when absent or not a count). A hint of which pools are short when a term begins, never
+    planned on."""
 
     @property
     def instance_id(self) -> object:
@@ -296,7 +300,13 @@ def project_pool(obj: Mapping[str, Any]) -> PoolInfo:
         ipv6_prefixes=interface_prefixes(status.get("interfaces"), "ipv6Prefixes"),
         transitions=_transitions(status.get("conditions")),
         digest=status_digest(status),
+        listed=_count(_mapping(status.get("stats")).get("available")),
     )
+
+
+def _count(value: object) -> int | None:
+    """A count as the status holds it: a non-negative int (a bool is not one), else None."""
+    return value if type(value) is int and value >= 0 else None
 
 
 def as_pool(pool: PoolInfo | Mapping[str, Any]) -> PoolInfo:

@@ -217,13 +217,18 @@ class KubeNodeSource:
                     await informer.synced.wait()
                 await self.records.begin_term()
                 self.delivery.begin(manager)
+                # The manager runs while the pools are delivered (at 100,000 nodes, tens of seconds):
+                # a pool whose status says it is short, or whose node has pods waiting, is served as
+                # soon as it is delivered; the first listing is applied once every pool is.
+                delivered = asyncio.Event()
+                tg.create_task(manager.run(first=listing, known=delivered.wait()), name="eni-ipam-manager")
                 for n, obj in enumerate(list(self.pools.store.values())):
                     if n and n % DELIVER_SLICE == 0:
                         await asyncio.sleep(0)  # 100,000 pools are not delivered in one go
                     self._on_pool("ADDED", obj, None)
+                delivered.set()
                 for name in list(self.nodes.store):
                     self.pool_writer.queue(name, "ensure")
-                tg.create_task(manager.run(first=listing), name="eni-ipam-manager")
                 tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
                 tg.create_task(self.pool_writer.run(), name="eni-ipam-pool-writer")
                 tg.create_task(self.events.run(), name="eni-ipam-events")

@@ -34,7 +34,7 @@ from typing import TypeVar
 from eni_ipam.core import errors
 from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
 from eni_ipam.core.model import PREFIX_SIZE, CreateInterface, Instance, InstanceLimits, Interface
-from eni_ipam.core.provider import Provider
+from eni_ipam.core.provider import Provider, shared_view_reader
 
 UNKNOWN_INSTANCE = "i-0fffffffffffffff0"
 UNKNOWN_INTERFACE = "eni-0fffffffffffffff0"
@@ -230,6 +230,24 @@ async def check_resync_shape(env: ContractEnv) -> None:
         assert group in snap.security_groups, f"resync does not report security group {group}"
     assert snap.limits.get(instance.type) == env.limits, (
         f"limits of {instance.type}: expected {env.limits}, got {snap.limits.get(instance.type)}"
+    )
+
+
+async def check_shared_view(env: ContractEnv) -> None:
+    """A provider offering the shared view (:class:`~eni_ipam.core.provider.SharedViewReader`)
+    reports the subnets and groups its resync does, with the same free counts, and no instance;
+    one that offers none passes."""
+    reader = shared_view_reader(env.provider)
+    if reader is None:
+        return
+    shared = await reader.shared_view()
+    full = await env.provider.resync()
+    assert not shared.instances, "the shared view reports instances"
+    assert dict(shared.subnets) == dict(full.subnets), (
+        f"the shared view's subnets differ from the resync's: {shared.subnets} != {full.subnets}"
+    )
+    assert set(shared.security_groups) == set(full.security_groups), (
+        f"the shared view's groups differ: {sorted(shared.security_groups)} != {sorted(full.security_groups)}"
     )
 
 
@@ -572,6 +590,7 @@ async def check_delete_without_detach(env: ContractEnv) -> None:
 
 CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
+    check_shared_view,
     check_mac_addresses,
     check_resync_changes,
     check_describe_instance,

@@ -294,6 +294,23 @@ class Ec2Provider:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    async def shared_view(self) -> CloudSnapshot:
+        """Subnets and security groups within the scope (DescribeSubnets, DescribeSecurityGroups):
+        what a new leader plans with before its first full listing ends
+        (:class:`~eni_ipam.core.provider.SharedViewReader`).
+
+        Raises:
+            errors.ProviderError: either call failed.
+        """
+        subnets = await self.api.describe_subnets(filters=self.scope.subnet_filters())
+        groups = await self.api.describe_security_groups(filters=self.scope.vpc())
+        return CloudSnapshot(
+            subnets={s.id: s for s in subnets},
+            security_groups={g.id: g for g in groups},
+            instances={},
+            limits={},
+        )
+
     async def resync(self) -> CloudSnapshot:
         """The full view within the scope: subnets, groups, live instances with their attached
         interfaces, and limits of their types.

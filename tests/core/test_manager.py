@@ -742,3 +742,47 @@ async def test_a_pass_refused_for_a_lapsed_term_is_retried_once_renewed_and_is_n
         )  # the next renewal succeeded: the retry goes ahead within a first-retry delay
         await asyncio.sleep(Settings().backoff_initial + 0.1)
         assert attempts == ["i-n1"] and world.manager.nodes["n1"].stats.available == 8
+
+
+async def test_an_interface_fuller_than_the_view_says_is_read_again_within_the_pass(make_world):
+    async with make_world() as world:
+        world.add_node("n1", pre_allocate=2)
+        await world.settle()
+        node = world.manager.nodes["n1"]
+        assert node.instance is not None
+        primary = node.instance.interfaces[0]
+        # Someone else fills the primary interface: the node's view still says 2 addresses on it.
+        await world.cloud.assign_private_ip_addresses(interface_id=primary.id, secondary_count=7)
+        with structlog.testing.capture_logs() as logs:
+            world.side.update("n1", spec=world.store.resources["n1"].spec.replace(pre_allocate=12))
+            await world.settle()
+        assert [e for e in logs if e["event"] == "maintenance_failed"] == []  # replanned, no backoff
+        assert node.stats.available >= 12
+
+
+async def test_two_resyncs_asked_at_once_list_the_cloud_one_after_the_other(make_world):
+    async with make_world() as world:
+        world.add_node("n1")
+        await world.settle()
+        provider = world.manager.provider
+        real = provider.resync
+        running = 0
+        most = 0
+
+        async def counted():  # type: ignore[no-untyped-def]
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            try:
+                await asyncio.sleep(1)
+                return await real()
+            finally:
+                running -= 1
+
+        provider.resync = counted
+        first = asyncio.create_task(world.manager.resync())
+        await asyncio.sleep(0.1)
+        assert world.manager.resyncing
+        await asyncio.gather(first, world.manager.resync())
+        assert most == 1
+        assert not world.manager.resyncing

@@ -189,3 +189,25 @@ def test_a_malformed_pool_is_projected_and_refused_by_the_conversion_naming_the_
         with pytest.raises(ConfigError) as caught:
             resource_from_pool(kept)
         assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("status", "listed"),
+    [
+        ({"stats": {"available": 12}}, 12),
+        ({"stats": {"available": 0}}, 0),
+        ({"stats": {}}, None),
+        ({"stats": {"available": -3}}, None),
+        ({"stats": {"available": True}}, None),
+        ({"stats": {"available": "12"}}, None),
+        ({"stats": "junk"}, None),
+        (None, None),
+    ],
+)
+def test_a_kept_pool_hints_at_the_addresses_its_status_last_listed_only_from_a_count(
+    status: Any, listed: int | None
+) -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"instanceID": "i-1"}}
+    if status is not None:
+        obj["status"] = status
+    assert project_pool(obj).listed == listed

@@ -124,9 +124,9 @@ async def test_own_status_writes_do_not_trigger_passes(cluster: Cluster) -> None
     upserts: list[str] = []
     upsert = cluster.manager.upsert
 
-    def counting(resource: Any) -> None:
+    def counting(resource: Any, **hints: Any) -> None:
         upserts.append(resource.name)
-        upsert(resource)
+        upsert(resource, **hints)
 
     cluster.manager.upsert = counting  # type: ignore[method-assign]
     cluster.add_node("n1")
@@ -627,3 +627,38 @@ async def test_a_changed_spec_is_validated_again_and_an_invalid_one_refused_nami
         resources.resource_from_pool(invalid or {})
     assert caught.value.field == "enipools/n1.spec.maxAboveWatermark"
     assert refused == [("n1", caught.value.field, caught.value.message)]
+
+
+async def test_a_new_leader_serves_a_pool_its_status_says_is_short_before_its_first_listing(
+    cluster: Cluster,
+) -> None:
+    cluster.add_node("n1")
+    cluster.add_node("n2")
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 4 and cluster.available("n2") == 4)
+    # The next term's manager, whose first listing of the cloud does not land.
+    provider = SimProvider(cluster.cloud, clock=cluster.clock, metrics=cluster.metrics)
+    listing = asyncio.Event()
+    real = provider.resync
+
+    async def held() -> Any:
+        await listing.wait()
+        return await real()
+
+    provider.resync = held  # type: ignore[method-assign]
+    cluster.manager = manager = NodeManager(
+        provider=provider,
+        settings=Settings(resync_interval=3600),
+        metrics=cluster.metrics,
+        clock=cluster.clock,
+        status_sink=cluster.source.writer,
+        rng=random.Random(2),
+    )
+    await cluster.api.patch(ENIPOOLS, "n1", {"spec": {"preAllocate": 8}})  # asked while nobody led
+    async with leading(cluster):
+        await until(lambda: cluster.available("n1") == 8)
+        assert not manager.ready
+        assert manager.nodes["n2"].instance is None  # its status says it has enough: left to the listing
+        listing.set()
+        await until(lambda: manager.ready and manager.nodes["n2"].instance is not None)
+        assert cluster.available("n2") == 4
