@@ -46,6 +46,7 @@ from eni_ipam.core.model import (
     UnassignAddresses,
     expand_prefix,
     interface_tags,
+    shared_stats,
 )
 from eni_ipam.core.observe import Observer
 from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
@@ -225,6 +226,7 @@ class Node:
                 used=self.resource.used,
                 prefix_delegation=self.env.settings.prefix_delegation,
             )
+        self.stats = shared_stats(self.stats)
         now = self.env.clock.monotonic()
         if self.shortfall and self.stats.needed == 0 and now - self.shortfall_at >= CAPACITY_REASON_HOLD:
             self.shortfall = ""  # it needed nothing for a while: whatever blocked it is not its concern

@@ -786,3 +786,12 @@ async def test_two_resyncs_asked_at_once_list_the_cloud_one_after_the_other(make
         await asyncio.gather(first, world.manager.resync())
         assert most == 1
         assert not world.manager.resyncing
+
+
+async def test_nodes_whose_pools_look_alike_hold_one_stats_object(make_world):
+    async with make_world() as world:
+        world.add_node("a", pre_allocate=4)
+        world.add_node("b", pre_allocate=4)
+        await world.settle()
+        a, b = world.manager.nodes["a"].stats, world.manager.nodes["b"].stats
+        assert a == b and a is b

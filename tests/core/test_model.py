@@ -24,3 +24,17 @@ def test_an_assignment_is_the_same_as_made_by_the_constructor() -> None:
     expected = AssignAddresses(interface_id="eni-1", subnet_id="subnet-1", count=3, prefixes=False)
     assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
     assert made.addresses == 3 and dataclasses.replace(made, count=4).count == 4
+
+
+def test_equal_stats_are_shared_as_one_object_and_the_table_stays_bounded(monkeypatch) -> None:
+    from eni_ipam.core import model
+
+    monkeypatch.setattr(model, "_shared_stats", {})
+    monkeypatch.setattr(model, "SHARED_STATS_LIMIT", 3)
+    first = model.shared_stats(model.NodeStats(available=8, used=2))
+    assert model.shared_stats(model.NodeStats(available=8, used=2)) is first
+    other = model.shared_stats(model.NodeStats(available=8, used=3))
+    assert other is not first and other == model.NodeStats(available=8, used=3)
+    for used in range(10):
+        model.shared_stats(model.NodeStats(available=9, used=used))
+    assert len(model._shared_stats) <= 3
