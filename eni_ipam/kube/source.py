@@ -215,7 +215,15 @@ class KubeNodeSource:
                 )
                 for informer in (self.nodes, self.pools, self.pods):
                     await informer.synced.wait()
-                await self.records.begin_term()
+                # The term's fresh list of the pools (tens of seconds at 100,000 pools) is what a
+                # provider reading the node store builds its view from; for the others it only
+                # tells the status writer what the pools already hold, so it runs beside the
+                # delivery and the writer starts once it is done.
+                term_listed = None
+                if listing is None:
+                    await self.records.begin_term()
+                else:
+                    term_listed = tg.create_task(self.records.begin_term(), name="eni-ipam-term-list")
                 self.delivery.begin(manager)
                 # The manager runs while the pools are delivered (at 100,000 nodes, tens of seconds):
                 # a pool whose status says it is short, or whose node has pods waiting, is served as
@@ -227,6 +235,8 @@ class KubeNodeSource:
                         await asyncio.sleep(0)  # 100,000 pools are not delivered in one go
                     self._on_pool("ADDED", obj, None)
                 delivered.set()
+                if term_listed is not None:
+                    await term_listed
                 for name in list(self.nodes.store):
                     self.pool_writer.queue(name, "ensure")
                 tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
