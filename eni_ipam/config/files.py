@@ -51,33 +51,31 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1's base-60 numbers (``1:30`` is 90) are gone from YAML 1.2 and surprise people (a
-# ``ports: [22:22]`` becomes 1342), and a long one costs quadratic time to convert: here they are
-# strings, which a numeric field then refuses by name.
+# Numbers and booleans are YAML 1.2's (its core schema), exactly: YAML 1.1's other forms are gone
+# from it and surprise people. Its base-60 numbers (``1:30`` is 90: a ``ports: [22:22]`` becomes
+# 1342, and a long one costs quadratic time to convert), its octal ``017`` (15, where YAML 1.2
+# reads 17), its binary ``0b11``, its underscores (``1_000``) and its booleans ``yes``, ``no``,
+# ``on``, ``off`` (``country: NO`` is false) are strings here, which a numeric or boolean field then
+# refuses by name; YAML 1.2's own ``0o17`` is 15.
+_YAML_1_2_OWN = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
 _Loader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    ]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML_1_2_OWN]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+_Loader.add_implicit_resolver(
     "tag:yaml.org,2002:int",
-    re.compile(
-        r"""^(?:[-+]?0b[0-1_]+
-        |[-+]?0[0-7_]+
-        |[-+]?(?:0|[1-9][0-9_]*)
-        |[-+]?0x[0-9a-fA-F_]+)$""",
-        re.X,
-    ),
+    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
     list("-+0123456789"),
 )
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        r"""^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
         |[-+]?\.(?:inf|Inf|INF)
         |\.(?:nan|NaN|NAN))$""",
         re.X,
@@ -87,18 +85,45 @@ _Loader.add_implicit_resolver(
 
 
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
-    """YAML's int, or a YAML error naming the line for one Python cannot read (a decimal of over
-    4,300 digits): no setting takes such a number, and the message must name where it is."""
+    """An int of YAML 1.2's core schema (decimal, ``0o`` octal, ``0x`` hexadecimal), or a YAML error
+    naming the line for one Python cannot read (a decimal of over 4,300 digits): no setting takes
+    such a number, and the message must name where it is. An explicitly tagged ``!!int`` that is
+    not one of those forms is refused the same way."""
+    text = str(loader.construct_scalar(node))
     try:
-        value: int = yaml.SafeLoader.construct_yaml_int(loader, node)
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        if text.startswith("0x"):
+            return int(text[2:], 16)
+        if not re.fullmatch(r"[-+]?[0-9]+", text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} is not an integer as YAML 1.2 writes one", node.start_mark
+            )
+        return int(text, 10)
     except ValueError:
         raise yaml.constructor.ConstructorError(
-            None, None, f"an integer of {len(str(node.value))} digits: no setting takes one", node.start_mark
+            None, None, f"an integer of {len(text)} digits: no setting takes one", node.start_mark
         ) from None
-    return value
+
+
+def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> float:
+    """A float of YAML 1.2's core schema (``.inf``, ``.nan`` and decimal forms)."""
+    text = str(loader.construct_scalar(node))
+    lowered = text.lower()
+    if lowered.endswith(".inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    if lowered == ".nan":
+        return float("nan")
+    try:
+        return float(text)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a number as YAML 1.2 writes one", node.start_mark
+        ) from None
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 MAX_FILE_BYTES = 4 << 20
 """Largest configuration or scenario file read (4 MiB): a path to /dev/zero or a log is an error,

@@ -134,11 +134,9 @@ def test_a_key_written_twice_in_a_list_entry_is_refused() -> None:
 
 def test_base_60_numbers_are_strings_a_numeric_field_then_refuses_by_name(tmp_path: Path) -> None:
     # YAML 1.1 read 1:30 as 90 (and a long one in quadratic time); YAML 1.2 has no such numbers.
-    assert load_yaml_text("a: 1:30\nb: 0x1f\nc: 017\nd: 1_000\ne: -1.5\nf: .inf\n", what="x") == {
+    assert load_yaml_text("a: 1:30\nb: 0x1f\ne: -1.5\nf: .inf\n", what="x") == {
         "a": "1:30",
         "b": 31,
-        "c": 15,
-        "d": 1000,
         "e": -1.5,
         "f": float("inf"),
     }
@@ -179,3 +177,37 @@ def test_a_yaml_alias_bomb_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="expands to more than"):
         load_yaml_text("l0: &l0 [1, 2, 3, 4, 5, 6, 7, 8, 9]\n" + levels, what="bomb")
     assert time.perf_counter() - started < 5  # linear in the file, not in what it expands to
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("017", 17),  # decimal in YAML 1.2 (YAML 1.1's octal 15)
+        ("0o17", 15),  # YAML 1.2's octal
+        ("0x1f", 31),
+        ("-12", -12),
+        ("+12", 12),
+        ("0b11", "0b11"),  # YAML 1.1's binary: a string
+        ("1_000", "1_000"),  # YAML 1.1's underscores: a string
+        ("0x_1", "0x_1"),
+        ("-0x1", "-0x1"),  # YAML 1.2 signs only decimals
+        ("1:30", "1:30"),
+        ("1e3", 1000.0),  # YAML 1.2 needs no dot before the exponent
+        ("1.", 1.0),
+        (".5", 0.5),
+        ("-.INF", float("-inf")),
+        ("yes", "yes"),  # YAML 1.1's booleans: strings
+        ("no", "no"),
+        ("on", "on"),
+        ("True", True),
+        ("FALSE", False),
+    ],
+)
+def test_numbers_and_booleans_are_read_exactly_as_yaml_1_2_reads_them(text: str, value: object) -> None:
+    read = load_yaml_text(f"a: {text}\n", what="x")["a"]
+    assert read == value and type(read) is type(value)
+
+
+def test_a_tagged_integer_yaml_1_2_cannot_write_is_refused_with_its_line() -> None:
+    with pytest.raises(ValueError, match=r"'0b1' is not an integer as YAML 1\.2 writes one"):
+        load_yaml_text("a: 1\nb: !!int 0b1\n", what="x")
