@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -65,6 +66,9 @@ def listen(socket_path: str | Path, state_dir: str | Path) -> Listening:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except ConfigError:
+        lock.close()
+        raise
     except OSError as exc:
         lock.close()
         raise ConfigError("socket", f"cannot make {path}: {exc}") from None
@@ -83,7 +87,21 @@ def listen(socket_path: str | Path, state_dir: str | Path) -> Listening:
 
 
 def remove_stale(path: Path) -> None:
-    """A previous run's socket file: nobody listens on it any more, and binding needs the name."""
+    """A previous run's socket file: nobody listens on it any more, and binding needs the name.
+    Anything else there (a directory, a regular file, a link) is not the agent's to delete.
+
+    Raises:
+        ConfigError: something other than a socket is at ``path`` (named ``socket``).
+    """
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(
+            "socket",
+            f"{path} is {kind(mode, path)}, not a socket: refused (move it away, or choose another path)",
+        )
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
 

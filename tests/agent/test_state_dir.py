@@ -160,3 +160,39 @@ def test_a_fifo_at_the_state_file_stops_the_agent_at_start_with_exit_2(tmp_path:
     assert agent.returncode == 2, err
     assert f"{tmp_path}/state/allocations.json is a FIFO, not a regular file" in err
     assert "Traceback" not in err
+
+
+def test_a_directory_at_the_socket_path_is_a_configuration_error_naming_the_socket(tmp_path: Path) -> None:
+    from eni_ipam.agent.listen import listen
+
+    (tmp_path / "agent.sock").mkdir()
+    with pytest.raises(ConfigError) as caught:
+        listen(tmp_path / "agent.sock", tmp_path / "state")
+    assert caught.value.field == "socket" and "is a directory, not a socket" in caught.value.message
+    assert (tmp_path / "agent.sock").is_dir()
+
+
+def test_a_regular_file_at_the_socket_path_is_refused_and_kept(tmp_path: Path) -> None:
+    from eni_ipam.agent.listen import listen
+
+    (tmp_path / "agent.sock").write_text("someone's data")
+    with pytest.raises(ConfigError) as caught:
+        listen(tmp_path / "agent.sock", tmp_path / "state")
+    assert caught.value.field == "socket" and "is a regular file, not a socket" in caught.value.message
+    assert (tmp_path / "agent.sock").read_text() == "someone's data"
+    listen(tmp_path / "other.sock", tmp_path / "state").close()  # the lock was let go
+
+
+def test_a_previous_runs_socket_is_replaced(tmp_path: Path) -> None:
+    import socket
+
+    from eni_ipam.agent.listen import listen
+
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "agent.sock"))
+    stale.close()  # the file stays, nobody listens
+    listening = listen(tmp_path / "agent.sock", tmp_path / "state")
+    try:
+        assert listening.path.is_socket()
+    finally:
+        listening.close()
