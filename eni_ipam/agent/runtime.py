@@ -41,6 +41,7 @@ from typing import Any
 
 import structlog
 
+from eni_ipam.agent.files import open_regular
 from eni_ipam.agent.types import Attachment, RuntimeEntry
 
 log = structlog.get_logger("eni_ipam.agent.runtime")
@@ -92,8 +93,10 @@ def uses_this_plugin(config: Any) -> bool:
 
 def read_cache_entry(path: Path) -> CachedAttachment | None:
     """The entry at ``path`` if it is a result of a configuration using this plugin; None otherwise.
-    Raises ValueError (or OSError) for a file that is not a libcni cache entry."""
-    with path.open("rb") as file:
+    Raises ValueError (or OSError) for a file that is not a libcni cache entry: anything but a
+    regular file is refused as it is opened (:func:`~eni_ipam.agent.files.open_regular`: a link is
+    not followed, a FIFO never waited on), so a name planted in the cache cannot hold the caller."""
+    with os.fdopen(open_regular(path), "rb") as file:
         raw = file.read(MAX_CACHE_ENTRY + 1)
     if len(raw) > MAX_CACHE_ENTRY:
         raise ValueError(f"larger than {MAX_CACHE_ENTRY} bytes")

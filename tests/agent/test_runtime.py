@@ -229,3 +229,27 @@ def test_owners_parse_back_and_plugin_detection_reads_both_config_shapes() -> No
     assert parse_cni_owner("libnetwork:x") is None
     assert uses_this_plugin(OURS) and not uses_this_plugin(HOST_LOCAL)
     assert uses_this_plugin({"type": "eni-ipam-cni"}) and not uses_this_plugin(["eni-ipam-cni"])
+
+
+def test_a_judged_entry_replaced_by_a_fifo_neither_holds_the_sweep_nor_is_removed(tmp_path: Path) -> None:
+    # Between the scan and the removal, the name becomes a FIFO: re-reading it must not wait for a
+    # writer (the sweep runs this on the event loop), and what is there now is not the agent's.
+    path = write_entry(tmp_path, "c1", "10.99.0.10", netns=str(tmp_path / "gone"))
+    [(entry, why)] = read_cache(tmp_path).stale
+    path.unlink()
+    os.mkfifo(path)
+    with capture_logs() as logs:
+        assert not remove_stale(entry, why)
+    assert path.exists()
+    [refused] = [e for e in logs if e["event"] == "cni_cache_entry_not_removed"]
+    assert "a FIFO" in refused["error"]
+
+
+def test_a_link_in_the_cache_is_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = write_entry(elsewhere, "c1", "10.99.0.10")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "planted").symlink_to(target)
+    assert cni_cache_view(cache) == {}
