@@ -40,10 +40,11 @@ import resource
 import traceback
 import weakref
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 
 log = structlog.get_logger("eni_ipam.guard")
 
@@ -155,6 +156,41 @@ class _Counted(asyncio.Protocol):
         self.inner.resume_writing()
 
 
+SERVER = "eni-ipam"
+"""The ``Server`` header of every answer: the product, never its Python or aiohttp versions (what
+would tell an attacker which known flaw to try)."""
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers[hdrs.SERVER] = SERVER
+
+
+class _QuietHandler(web.RequestHandler):
+    """aiohttp's per-connection request handler, answering the requests it could not parse (400,
+    413, 431...) and its own failures with the status line's words only. aiohttp's answer carries
+    the parser's message, which quotes the offending request bytes back: a client's bytes are never
+    echoed, and the answer names :data:`SERVER` like every other. No slots of its own, so the
+    handler the server makes can take this class (aiohttp offers no other way to choose it)."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # its logging; it refuses once an answer began
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        answer = web.Response(status=status, text=f"{status} {phrase}\n", headers={hdrs.SERVER: SERVER})
+        answer.force_close()
+        return answer
+
+
 class _Site(web.BaseSite):
     """The runner's site for a listener opened with our protocol factory rather than aiohttp's."""
 
@@ -228,6 +264,7 @@ async def serve_bounded(
     """
     throttled = Throttled(log_interval)
     app.middlewares.append(body_deadline(read_timeout, refused, timed_out, throttled, where))
+    app.on_response_prepare.append(_server_header)
     # The keep-alive timeout is also the deadline of a request head: aiohttp starts it when the
     # connection opens and closes a connection still waiting for a head when it expires.
     # After an answer given before the body was read (408, 413), aiohttp keeps reading and dropping
@@ -245,7 +282,9 @@ async def serve_bounded(
             refused("connection_limit")
             throttled.warning("connection_limit", "connection_limit", listener=where, limit=max_connections)
             return _Refuse(refusal)
-        return _Counted(server(), live)
+        handler = server()
+        handler.__class__ = _QuietHandler
+        return _Counted(handler, live)
 
     try:
         # A site of the runner's: its cleanup stops accepting before it shuts the open connections

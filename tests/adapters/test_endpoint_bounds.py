@@ -298,3 +298,34 @@ async def test_every_refusal_reason_and_accept_error_is_exported_at_zero_from_th
             assert sample("eni_ipam_http_connections_refused_total", {"reason": reason}) == 0
         for error in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
             assert sample("eni_ipam_accept_errors_total", {"error": error}) == 0
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET /<script>secret HTTP/9.9\r\nHost: e\r\n\r\n",  # a version no parser reads
+        b"\x16\x03\x01secret-tls-hello\r\n\r\n",  # not HTTP at all
+        b"GET / HTTP/1.1\r\nHost: e\r\nContent-Length: secret\r\n\r\n",  # a bad header value
+    ],
+)
+async def test_an_answer_to_a_request_it_cannot_read_echoes_none_of_it_and_names_no_versions(
+    serve: Any, garbage: bytes
+) -> None:
+    async with serve() as listener:
+        reader, writer = await listener.connect()
+        writer.write(garbage)
+        await writer.drain()
+        answer = await closed_by_server(reader, 5)
+        writer.close()
+        assert answer.split(b" ", 2)[1] == b"400", answer
+        assert b"secret" not in answer and b"script" not in answer
+        assert b"Server: eni-ipam\r\n" in answer
+        assert b"aiohttp" not in answer.lower() and b"python" not in answer.lower()
+
+
+async def test_every_answer_names_the_product_and_no_versions(serve: Any) -> None:
+    async with serve() as listener:
+        answer = await listener.request()
+        head = answer.split(b"\r\n\r\n", 1)[0]
+        assert b"\r\nServer: eni-ipam\r\n" in head + b"\r\n", head
+        assert b"aiohttp" not in head.lower() and b"python" not in head.lower()
