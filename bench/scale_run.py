@@ -49,7 +49,12 @@ SCRAPES = 3
 def config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "provider": "aws",
-        "aws": {"region": "us-east-1", "endpoint_url": args.ec2, "vpc_id": args.vpc},
+        "aws": {
+            "region": "us-east-1",
+            "endpoint_url": args.ec2,
+            "allow_plain_http": True,
+            "vpc_id": args.vpc,
+        },
         "node_source": "kubernetes",
         "kubernetes": {
             "kubeconfig": args.kubeconfig,

@@ -123,7 +123,12 @@ async def test_the_controller_fills_pools_on_moto_ec2_over_http(tmp_path: Path) 
         async with operator(tmp_path) as op:
             values = {
                 "config": {
-                    "aws": {"region": region, "vpc_id": vpc, "endpoint_url": server.endpoint_url},
+                    "aws": {
+                        "region": region,
+                        "vpc_id": vpc,
+                        "endpoint_url": server.endpoint_url,
+                        "allow_plain_http": True,
+                    },
                     "node_defaults": {"pre_allocate": 4},
                     "shutdown_timeout": "5s",
                 }

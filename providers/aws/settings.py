@@ -12,9 +12,16 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
-from eni_ipam.config.schema import ConfigModel, Duration, PositiveDuration, PositiveInt, check_names
+from eni_ipam.config.schema import (
+    ConfigModel,
+    Duration,
+    FieldError,
+    PositiveDuration,
+    PositiveInt,
+    check_names,
+)
 from eni_ipam.core.fields import EMPTY_BUCKETS, Buckets, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
@@ -76,7 +83,13 @@ class AwsSettings(ConfigModel):
 
     endpoint_url: _Url = ""
     """EC2 endpoint to use instead of the regional one: an interface VPC endpoint in private
-    clusters, or a local EC2 emulator in tests. Empty: the regional endpoint."""
+    clusters, or a local EC2 emulator in tests. Empty: the regional endpoint. ``http://`` only with
+    ``allow_plain_http``."""
+
+    allow_plain_http: bool = False
+    """Allow an ``http://`` ``endpoint_url``: for a local EC2 emulator only. Over plain HTTP every
+    request's signature (SigV4 ``Authorization``) and the session token travel in clear text, so
+    an ``http://`` endpoint is refused unless this says so."""
 
     vpc_id: _VpcId = ""
     """Only this VPC's subnets, security groups, instances and interfaces are listed. Set it: without
@@ -137,6 +150,16 @@ class AwsSettings(ConfigModel):
     rate_limits: _OperationBuckets = Field(default_factory=lambda: EMPTY_BUCKETS)
     """Per-operation token buckets overriding EC2's published ones (``{AssignPrivateIpAddresses:
     {burst: 50, refill: 2}}``); the operator-wide ``rate_limit_share`` still scales them."""
+
+    @model_validator(mode="after")
+    def _plain_http(self) -> AwsSettings:
+        if self.endpoint_url.startswith("http://") and not self.allow_plain_http:
+            raise FieldError(
+                "endpoint_url",
+                f"{self.endpoint_url} is plain HTTP: requests' signatures and session tokens would travel "
+                "in clear text. Use https://, or set aws.allow_plain_http: true for a local emulator",
+            )
+        return self
 
     def buckets(self) -> dict[str, Bucket]:
         """EC2's published buckets with this configuration's overrides applied."""

@@ -108,7 +108,7 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         settings = Settings(cluster_name="demo", resync_interval=30.0)
         metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
         provider = AwsProvider(
-            AwsSettings(region=REGION, endpoint_url=server.endpoint_url, vpc_id=vpc),
+            AwsSettings(region=REGION, endpoint_url=server.endpoint_url, allow_plain_http=True, vpc_id=vpc),
             clock=clock,
             metrics=metrics,
         )

@@ -112,7 +112,12 @@ async def test_a_leader_paused_past_its_lease_makes_no_cloud_call_after_it_resum
         ):
             values = {
                 "config": {
-                    "aws": {"region": REGION, "vpc_id": vpc, "endpoint_url": server.endpoint_url},
+                    "aws": {
+                        "region": REGION,
+                        "vpc_id": vpc,
+                        "endpoint_url": server.endpoint_url,
+                        "allow_plain_http": True,
+                    },
                     "node_defaults": {"pre_allocate": 2},
                     "shutdown_timeout": "5s",
                     "kubernetes": {

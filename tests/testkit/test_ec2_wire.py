@@ -151,7 +151,7 @@ async def test_aws_provider_passes_contract_check_over_http(check: Check) -> Non
     async with Ec2Server(cloud) as server:
         # The provider makes its own client from its settings, as in production.
         aws = AwsProvider(
-            AwsSettings(region=REGION, vpc_id="vpc-1", endpoint_url=server.url),
+            AwsSettings(region=REGION, vpc_id="vpc-1", endpoint_url=server.url, allow_plain_http=True),
             clock=LoopClock(),
             metrics=Metrics(),
         )
