@@ -45,9 +45,12 @@ _KEY_ORDER = (
     "maximum",
     "minLength",
     "maxLength",
+    "pattern",
     "maxItems",
+    "maxProperties",
     "items",
     "additionalProperties",
+    "x-kubernetes-validations",
     "default",
     "description",
 )
@@ -79,6 +82,8 @@ def _property(schema: dict[str, Any], *, field: str, top: bool = True) -> dict[s
         value = schema[key]
         if key == "description":
             value = " ".join(value.split())
+        elif key == "x-kubernetes-validations":
+            value = [_Flow(rule) for rule in value]
         elif isinstance(value, dict):
             value = _property(value, field=f"{field}.{key}", top=False)
         out[key] = value

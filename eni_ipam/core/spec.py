@@ -42,6 +42,14 @@ MAX_ID_LENGTH = 256
 """Length of a cloud resource id (EC2 ids are 21 characters, Azure's resource ids run to ~200)."""
 MAX_TAG_VALUE = 256
 """Length of a tag value, EC2's and Azure's limit."""
+MAX_TAG_KEY = 512
+"""Length of a tag key: Azure's limit (EC2's is 128)."""
+MAX_TAGS = 50
+"""Tags a filter may name: EC2's limit of tags on one resource (a filter naming more matches nothing)."""
+PRINTABLE = r"^[!-~]*$"
+"""An identifier from the cluster or the cloud (an instance id, type, zone, subnet or group id):
+printable ASCII, no space, no control character, so that what a Node or an edit wrote cannot drive
+the terminal of whoever lists the pools (``kubectl get``: escape sequences, window titles, links)."""
 MAX_SUBNETS = 64
 MAX_SECURITY_GROUPS = 16
 """EC2's limit of security groups per interface."""
@@ -58,21 +66,35 @@ def camel(field: str) -> str:
 
 
 def _tag_values_bounded(tags: Tags) -> Tags:
+    if len(tags) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags (a resource carries no more), got {len(tags)}")
     for key, value in tags.items():
+        if not 0 < len(key) <= MAX_TAG_KEY:
+            raise ValueError(f"a tag key must have 1 to {MAX_TAG_KEY} characters, got {len(key)}")
         if len(value) > MAX_TAG_VALUE:
             raise ValueError(f"the value of tag {key!r} is longer than {MAX_TAG_VALUE} characters")
     return tags
 
 
 _TAGS_SCHEMA = WithJsonSchema(
-    {"type": "object", "additionalProperties": {"type": "string", "maxLength": MAX_TAG_VALUE}}
+    {
+        "type": "object",
+        "maxProperties": MAX_TAGS,
+        "additionalProperties": {"type": "string", "maxLength": MAX_TAG_VALUE},
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.all(k, size(k) >= 1 && size(k) <= {MAX_TAG_KEY})",
+                "message": f"a tag key must have 1 to {MAX_TAG_KEY} characters",
+            }
+        ],
+    }
 )
 SpecTags = Annotated[LooseTagMap, AfterValidator(_tag_values_bounded), _TAGS_SCHEMA]
 """Tags as files write them (number values read as text), values bounded."""
 PoolTags = Annotated[TagMap, AfterValidator(_tag_values_bounded), _TAGS_SCHEMA]
 """Tags as an ENIPool holds them: string values only, as the CRD's schema says."""
 Count = Annotated[int, Field(ge=0, le=MAX_ADDRESSES)]
-CloudId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+CloudId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=PRINTABLE)]
 
 
 class NodeSpec(ConfigModel):
@@ -169,10 +191,10 @@ class PoolSpec(NodeSpec):
     instance_id: CloudId
     """The cloud instance behind the node (EC2 instance id, Azure VM resource id), from the Node's
     providerID. Set by the controller from the Node; an edit is undone."""
-    instance_type: Annotated[str, Field(max_length=64)] = ""
+    instance_type: Annotated[str, Field(max_length=64, pattern=PRINTABLE)] = ""
     """The Node's instance-type label, set by the controller (an edit is undone). Informational;
     limits are read from the cloud."""
-    zone: Annotated[str, Field(max_length=64)] = ""
+    zone: Annotated[str, Field(max_length=64, pattern=PRINTABLE)] = ""
     """The Node's zone label, set by the controller (an edit is undone). Informational."""
     # Tag values are strings, as the CRD's schema says (files may write numbers; a pool may not).
     subnet_tags: PoolTags = Field(EMPTY_TAGS, description=NodeSpec.model_fields["subnet_tags"].description)

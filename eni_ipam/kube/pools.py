@@ -200,9 +200,10 @@ class PoolWriter:
                 name,
                 node.uid if node is not None else "",
                 "NoProviderID",
-                f"Node {name} has no spec.providerID, so eni-ipam gives it no ENIPool and no addresses: "
-                "the cloud's controller manager sets it when it initialises the Node (check that it "
-                "runs, and that kubelet was started with --cloud-provider=external)",
+                f"Node {name} has no usable spec.providerID (none, or one with a space or a control "
+                "character), so eni-ipam gives it no ENIPool and no addresses: the cloud's controller "
+                "manager sets it when it initialises the Node (check that it runs, and that kubelet "
+                "was started with --cloud-provider=external)",
             )
         self._metrics.nodes_ignored.labels(reason="no-provider-id").set(len(self._without_id))
 

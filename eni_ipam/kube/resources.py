@@ -154,7 +154,9 @@ def release_marks(obj: PoolInfo | Mapping[str, Any]) -> dict[str, ReleaseState]:
 
 # -- Nodes → ENIPools ------------------------------------------------------------------------------
 
-_PROVIDER_ID = re.compile(r"^(?P<scheme>[a-z0-9-]+)://(?P<path>.+)$")
+_PROVIDER_ID = re.compile(r"^(?P<scheme>[a-z0-9-]+)://(?P<path>[!-~]+)$")
+"""A provider id: its path printable ASCII, no space or control character (what would be copied into
+the pool's ``spec.instanceID``, and from there to an operator's terminal, is refused here)."""
 
 
 def instance_id_from_provider_id(provider_id: str) -> str:
@@ -163,7 +165,7 @@ def instance_id_from_provider_id(provider_id: str) -> str:
     ``aws:///us-east-1a/i-0abc`` → ``i-0abc``; ``azure:///subscriptions/…/virtualMachines/vm-1``
     → the full resource id, lowercased (Azure names VMs by it); any other scheme → the path without leading
     slashes. Empty when the provider id is missing or malformed (the cloud controller has not
-    initialised the Node yet).
+    initialised the Node yet, or it holds a space or a control character).
     """
     match = _PROVIDER_ID.match(provider_id or "")
     if not match:

@@ -303,3 +303,46 @@ def test_a_status_the_controller_writes_passes_the_schema_and_bad_devices_do_not
         entry = {"id": "eni-1", "deviceIndex": 1, "subnet": "subnet-1", field: bad}
         (refused,) = custom_resource_errors(pool({"interfaces": [entry]}), KUBE_NEWEST)
         assert refused.startswith(f"status.interfaces.0.{field}:"), refused
+
+
+@pytest.mark.parametrize(
+    ("spec", "where"),
+    [
+        ({"instanceID": "i-0123\x1b]8;;https://evil\x07x"}, "spec.instanceID"),  # OSC 8, BEL
+        ({"instanceID": "i-0123 456"}, "spec.instanceID"),
+        ({"instanceID": "i-1", "zone": "us-east-1a\x1b[2J"}, "spec.zone"),
+        ({"instanceID": "i-1", "instanceType": "m5.large\r"}, "spec.instanceType"),
+        ({"instanceID": "i-1", "subnetIDs": ["subnet-1\x1b[31m"]}, "spec.subnetIDs.0"),
+        ({"instanceID": "i-1", "subnetTags": {f"k{n}": "v" for n in range(51)}}, "spec.subnetTags"),
+    ],
+)
+def test_identifiers_that_could_drive_a_terminal_and_unbounded_tag_maps_are_refused(
+    spec: dict[str, Any], where: str
+) -> None:
+    obj = {**pool({}), "spec": spec}
+    refused = custom_resource_errors(obj, KUBE_NEWEST)
+    assert refused and all(error.startswith(where) for error in refused), refused
+    at_bound = {
+        "instanceID": "i-0123456789abcdef0",
+        "zone": "us-east-1a",
+        "subnetTags": {f"k{n}": "v" * 256 for n in range(50)},
+    }
+    assert custom_resource_errors({**pool({}), "spec": at_bound}, KUBE_NEWEST) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"instance_id": "i-1\x1b[0m"},
+        {"instance_id": "i-1", "subnet_tags": {f"k{n}": "v" for n in range(51)}},
+        {"instance_id": "i-1", "subnet_tags": {"k" * 513: "v"}},
+        {"instance_id": "i-1", "subnet_tags": {"": "v"}},
+    ],
+)
+def test_the_model_refuses_what_the_crd_refuses(spec: dict[str, Any]) -> None:
+    from pydantic import ValidationError
+
+    from eni_ipam.core.spec import PoolSpec
+
+    with pytest.raises(ValidationError):
+        PoolSpec.model_validate(spec)

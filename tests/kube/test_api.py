@@ -96,3 +96,22 @@ async def test_requests_are_counted_by_verb_resource_and_code(kube: FakeKube) ->
     sample = metrics.sample
     assert sample("eni_ipam_kube_requests_total", {"verb": "list", "resource": "nodes", "code": "200"}) == 1
     assert sample("eni_ipam_kube_requests_total", {"verb": "get", "resource": "nodes", "code": "404"}) == 1
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [{"k" * 513: "v"}, {"": "v"}],
+    ids=["key-too-long", "empty-key"],
+)
+async def test_the_api_server_refuses_a_pool_whose_tag_keys_the_crd_bounds(api: KubeApi, tags: dict) -> None:
+    body = {
+        "apiVersion": "eni-ipam.io/v1alpha1",
+        "kind": "ENIPool",
+        "metadata": {"name": "tags"},
+        "spec": {"instanceID": "i-1", "subnetTags": tags},
+    }
+    with pytest.raises(errors.KubeInvalid) as refused:
+        await api.create(ENIPOOLS, body)
+    assert refused.value.code == 422 and "a tag key must have 1 to 512 characters" in str(refused.value)
+    body["spec"]["subnetTags"] = {"k" * 512: "v"}
+    await api.create(ENIPOOLS, body)  # at the bound

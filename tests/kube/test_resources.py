@@ -479,3 +479,13 @@ def test_a_pools_instance_id_is_the_one_interned_string_the_cloud_listing_names_
     named = "".join(["i-0123", "456789abcdef0"])  # a string object of its own, as JSON decodes it
     pool = {"metadata": {"name": "n1"}, "spec": {"instanceID": named}}
     assert resource_from_pool(pool).instance_id is sys.intern("i-0123456789abcdef0")
+
+
+@pytest.mark.parametrize(
+    "provider_id",
+    ["aws:///us-east-1a/i-0123\x1b[31m", "aws:///us-east-1a/i-01 23", "aws:///us-east-1a/i-0123\x07"],
+)
+def test_a_provider_id_with_a_control_character_or_a_space_names_no_instance(provider_id: str) -> None:
+    from eni_ipam.kube.resources import instance_id_from_provider_id
+
+    assert instance_id_from_provider_id(provider_id) == ""
