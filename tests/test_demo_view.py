@@ -4,6 +4,7 @@ console of a fixed size (its rows, its reasons, that it fits)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -275,3 +276,30 @@ def test_run_on_its_embedded_default_draws_the_view_and_gives_the_terminal_back(
     last = [Text.from_ansi(line).plain for line in text[text.rindex("\x1b[?1049l") :].splitlines()]
     assert last[0].startswith("eni-ipam run") and "● ready" in last[0] and "● leader" in last[0]
     assert {line.split()[0] for line in last if line.startswith("node-")} == {"node-1", "node-2", "node-3"}
+
+
+def test_a_node_name_that_holds_escape_sequences_is_shown_not_obeyed() -> None:
+    async def main() -> Frame:
+        clock = LoopClock(measure_cpu=False)
+        metrics = Metrics(process=False)
+        cloud, specs = build(2, 3, clock, metrics=metrics)
+        hostile = "node-\x1b]0;owned\x07\x1b[2J"
+        specs = [dataclasses.replace(specs[0], name=hostile), *specs[1:]]
+        manager, _, side = local_cluster(
+            cloud.provider, Settings(), specs, metrics=metrics, clock=clock, seed=3
+        )
+        watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
+        task = asyncio.create_task(manager.run())
+        try:
+            await asyncio.sleep(5)
+            side.update(hostile, used=500)  # cannot grow: the view notes it, by name
+            await asyncio.sleep(5)
+            return watcher.sample()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    frame: Frame = run_virtual(main())
+    drawn = "\n".join(_draw(frame, 100, 30)) + "\n".join(frame.events)
+    assert "\x1b" not in drawn and "\x07" not in drawn
+    assert "node-\\x1b]0;owned\\x07\\x1b[2J" in [row.name for row in frame.nodes]

@@ -14,19 +14,25 @@ from typing import Any, TextIO
 
 import structlog
 
+from eni_ipam.adapters.terminal import inert_event
+
 
 def configure(*, level: str = "info", json: bool | None = None, stream: TextIO | None = None) -> None:
     out = stream or sys.stderr
     use_json = (not out.isatty()) if json is None else json
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+    # JSON escapes control characters itself; the console renderer writes values as they are, so
+    # what a Node or a tag holds is made inert first (a log line must not drive the terminal).
+    renderers: list[structlog.types.Processor] = (
+        [structlog.processors.JSONRenderer()]
+        if use_json
+        else [inert_event, structlog.dev.ConsoleRenderer(colors=False)]
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(out),

@@ -31,6 +31,7 @@ from rich.text import Text
 
 from eni_ipam.adapters.logging import diverted
 from eni_ipam.adapters.metrics.controller import Metrics
+from eni_ipam.adapters.terminal import inert
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState
@@ -133,7 +134,7 @@ class Watcher:
         return self._clock.monotonic() - self._started
 
     def note(self, text: str) -> None:
-        self.events.append(f"{self.elapsed():6.1f}s  {text}")
+        self.events.append(f"{self.elapsed():6.1f}s  {inert(text)}")
 
     @contextlib.contextmanager
     def diverting(self) -> Iterator[None]:
@@ -237,8 +238,8 @@ class Watcher:
             instance = node.instance
             rows.append(
                 NodeRow(
-                    name=node.name,
-                    instance_type=instance.type if instance else "?",
+                    name=inert(node.name),
+                    instance_type=inert(instance.type) if instance else "?",
                     available=s.available,
                     used=s.used,
                     needed=s.needed,
