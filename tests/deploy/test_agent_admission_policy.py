@@ -19,7 +19,7 @@ import celpy.evaluation
 import pytest
 import yaml
 
-from eni_ipam.agent.claims import NODE_LABEL, ip_address
+from eni_ipam.agent.claims import NODE_LABEL, RELEASE_FINALIZER, ip_address
 from eni_ipam.agent.types import Allocation
 from eni_ipam.kube.resources import agent_status_patch
 from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, HelmError, helm, one, render, with_required
@@ -221,8 +221,17 @@ ALLOWED: dict[str, dict[str, Any]] = {
         "UPDATE", "ipaddresses", new=address("c1"), old=address("c1", label=None)
     ),
     "delete its IPAddress": request("DELETE", "ipaddresses", old=address("c1")),
-    "finalizer on a claim of its pool": request(
-        "UPDATE", "ipaddressclaims", new=changed(claim("c1"), metadata__finalizers=["x"]), old=claim("c1")
+    "its finalizer on a claim of its pool": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=changed(claim("c1"), metadata__finalizers=[RELEASE_FINALIZER]),
+        old=claim("c1"),
+    ),
+    "its finalizer lifted from a claim of its pool, another user's kept": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=changed(claim("c1"), metadata__finalizers=["users/keep"]),
+        old=changed(claim("c1"), metadata__finalizers=["users/keep", RELEASE_FINALIZER]),
     ),
     "status of a claim of its pool": request(
         "UPDATE",
@@ -317,6 +326,27 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
         "ipaddressclaims",
         new=changed(claim("c1", pool_node="n2"), metadata__finalizers=[]),
         old=claim("c1", pool_node="n2"),
+    ),
+    "another finalizer on a claim of its pool": request(
+        "UPDATE", "ipaddressclaims", new=changed(claim("c1"), metadata__finalizers=["x"]), old=claim("c1")
+    ),
+    "a user's finalizer lifted from a claim of its pool": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=claim("c1"),
+        old=changed(claim("c1"), metadata__finalizers=["users/keep"]),
+    ),
+    "an owner added to a claim of its pool": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=owned_by(claim("c1"), "ConfigMap", "gone", "v1"),
+        old=claim("c1"),
+    ),
+    "a claim's owner removed": request(
+        "UPDATE",
+        "ipaddressclaims",
+        new=claim("c1"),
+        old=owned_by(claim("c1"), "Machine", "m1", "cluster.x-k8s.io/v1beta1"),
     ),
     "move a claim to its pool": request(
         "UPDATE", "ipaddressclaims", new=claim("c1"), old=claim("c1", pool_node="n2")
