@@ -112,14 +112,17 @@ def test_rows_sort_by_need_then_by_what_cannot_grow() -> None:
     assert order == ["short-9", "short-2", "full", "calm"]
 
 
-def _demo_frame(nodes: int, *, full: str = "") -> Frame:
+def _demo_frame(nodes: int, *, full: str = "", first_name: str = "") -> Frame:
     """A frame of the demo's cluster after 20 virtual seconds; ``full``: that node's pods asked
-    for far more addresses than its instance can hold, after the first frame."""
+    for far more addresses than its instance can hold, after the first frame; ``first_name``: the
+    first node's name instead of ``node-000``."""
 
     async def main() -> Frame:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
         cloud, specs = build(nodes, 3, clock, metrics=metrics)
+        if first_name:
+            specs = [dataclasses.replace(specs[0], name=first_name), *specs[1:]]
         provider = cloud.provider
         manager, _, side = local_cluster(provider, Settings(), specs, metrics=metrics, clock=clock, seed=3)
         watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
@@ -279,27 +282,8 @@ def test_run_on_its_embedded_default_draws_the_view_and_gives_the_terminal_back(
 
 
 def test_a_node_name_that_holds_escape_sequences_is_shown_not_obeyed() -> None:
-    async def main() -> Frame:
-        clock = LoopClock(measure_cpu=False)
-        metrics = Metrics(process=False)
-        cloud, specs = build(2, 3, clock, metrics=metrics)
-        hostile = "node-\x1b]0;owned\x07\x1b[2J"
-        specs = [dataclasses.replace(specs[0], name=hostile), *specs[1:]]
-        manager, _, side = local_cluster(
-            cloud.provider, Settings(), specs, metrics=metrics, clock=clock, seed=3
-        )
-        watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
-        task = asyncio.create_task(manager.run())
-        try:
-            await asyncio.sleep(5)
-            side.update(hostile, used=500)  # cannot grow: the view notes it, by name
-            await asyncio.sleep(5)
-            return watcher.sample()
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    frame: Frame = run_virtual(main())
+    hostile = "node-\x1b]0;owned\x07\x1b[2J"
+    frame = _demo_frame(2, full=hostile, first_name=hostile)  # cannot grow: the view notes it, by name
     drawn = "\n".join(_draw(frame, 100, 30)) + "\n".join(frame.events)
     assert "\x1b" not in drawn and "\x07" not in drawn
     assert "node-\\x1b]0;owned\\x07\\x1b[2J" in [row.name for row in frame.nodes]
