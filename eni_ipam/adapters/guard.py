@@ -17,7 +17,14 @@ Invariants of :func:`serve_bounded`:
   does not move while bytes trickle in).
 * A request whose body has not fully arrived within ``read_timeout`` of its head is answered 408
   and its connection closed at most ``read_timeout`` later; nothing it carried reaches a handler.
-* The bounds never touch a request that arrived whole.
+* An answer the client does not read is a connection closed: once the transport's buffer is full
+  (the kernel's is already), the client has ``read_timeout`` to start draining it, or the
+  connection is aborted (``write_timeout``). So a client pipelining requests it never reads holds a
+  slot for ``read_timeout`` at most, not for as long as it likes.
+* A connection lives at most :data:`CONNECTION_LIFETIME` seconds and :data:`MAX_REQUESTS`
+  requests: the answer that passes either bound closes it. One whole request every few seconds
+  (each within the keep-alive deadline) no longer holds a slot for ever.
+* The bounds never touch a request that arrived whole and an answer read as it is written.
 * Every refusal is reported to ``refused`` (a metric); the log says so at most once per
   :data:`LOG_INTERVAL` per listener and reason, with how many were refused since the last line.
 
@@ -48,7 +55,7 @@ from aiohttp import hdrs, web
 
 log = structlog.get_logger("eni_ipam.guard")
 
-REFUSAL_REASONS = ("connection_limit", "read_timeout")
+REFUSAL_REASONS = ("connection_limit", "read_timeout", "write_timeout")
 """Why a connection or request is refused: over ``max_connections``, or a body not sent in time."""
 
 Refused = Callable[[str], None]
@@ -127,19 +134,45 @@ class _Refuse(asyncio.Protocol):
         pass  # dropped: the answer is written, the transport closing
 
 
-class _Counted(asyncio.Protocol):
-    """Forwards every protocol event to aiohttp's handler and leaves the live set when lost."""
+CONNECTION_LIFETIME = 300.0
+"""Seconds a connection may serve requests; the answer after it closes the connection. Far above
+any client's need (Prometheus reconnects at once, the CNI plugin makes one request a connection)."""
+MAX_REQUESTS = 1000
+"""Requests a connection may carry; the answer to the last closes it."""
 
-    def __init__(self, inner: Any, live: weakref.WeakSet[_Counted]) -> None:
+
+class _Counted(asyncio.Protocol):
+    """Forwards every protocol event to aiohttp's handler and leaves the live set when lost; aborts
+    the connection when an answer waits ``write_timeout`` for the client to read it."""
+
+    def __init__(
+        self,
+        inner: Any,
+        live: weakref.WeakSet[_Counted],
+        born: dict[int, float],
+        *,
+        write_timeout: float,
+        stalled: Callable[[], None],
+    ) -> None:
         self.inner = inner
         self.live = live
+        self.born = born
+        self.write_timeout = write_timeout
+        self.stalled = stalled
+        self.transport: asyncio.BaseTransport | None = None
+        self._stall: asyncio.TimerHandle | None = None
         live.add(self)
+        # By the handler's id (aiohttp's handler takes no weak reference): when it was accepted.
+        born[id(inner)] = asyncio.get_running_loop().time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.live.discard(self)
+        self.born.pop(id(self.inner), None)
+        self._unarm()
         self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -150,10 +183,26 @@ class _Counted(asyncio.Protocol):
         return result
 
     def pause_writing(self) -> None:
+        # Everything the kernel would take is taken: the client is not reading. It has
+        # ``write_timeout`` to start, or the connection goes.
+        if self._stall is None:
+            self._stall = asyncio.get_running_loop().call_later(self.write_timeout, self._abort)
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._unarm()
         self.inner.resume_writing()
+
+    def _unarm(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _abort(self) -> None:
+        self._stall = None
+        self.stalled()
+        if self.transport is not None:
+            self.transport.abort()  # its answer is dropped: the client was not reading it
 
 
 SERVER = "eni-ipam"
@@ -243,6 +292,25 @@ def body_deadline(
     return middleware
 
 
+def _lifetime(born: dict[int, float]) -> Any:
+    """Middleware: the answer that passes :data:`CONNECTION_LIFETIME` or :data:`MAX_REQUESTS` on its
+    connection closes it (after it is written)."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        response = await handler(request)
+        protocol = request.protocol
+        started = born.get(id(protocol))
+        too_old = started is not None and asyncio.get_running_loop().time() - started >= CONNECTION_LIFETIME
+        if too_old or getattr(protocol, "_request_count", 0) >= MAX_REQUESTS:
+            response.force_close()
+        return response
+
+    return middleware
+
+
 async def serve_bounded(
     app: web.Application,
     listen: Listen,
@@ -263,7 +331,10 @@ async def serve_bounded(
     raised after the runner is cleaned up.
     """
     throttled = Throttled(log_interval)
+    live: weakref.WeakSet[_Counted] = weakref.WeakSet()
+    born: dict[int, float] = {}
     app.middlewares.append(body_deadline(read_timeout, refused, timed_out, throttled, where))
+    app.middlewares.append(_lifetime(born))
     app.on_response_prepare.append(_server_header)
     # The keep-alive timeout is also the deadline of a request head: aiohttp starts it when the
     # connection opens and closes a connection still waiting for a head when it expires.
@@ -274,7 +345,10 @@ async def serve_bounded(
     await runner.setup()
     server = runner.server
     assert server is not None
-    live: weakref.WeakSet[_Counted] = weakref.WeakSet()
+
+    def stalled() -> None:
+        refused("write_timeout")
+        throttled.warning("write_timeout", "answer_not_read", listener=where, timeout=read_timeout)
 
     def factory() -> asyncio.Protocol:
         # Counted from the accept on: a burst of accepts cannot slip past the limit.
@@ -284,7 +358,7 @@ async def serve_bounded(
             return _Refuse(refusal)
         handler = server()
         handler.__class__ = _QuietHandler
-        return _Counted(handler, live)
+        return _Counted(handler, live, born, write_timeout=read_timeout, stalled=stalled)
 
     try:
         # A site of the runner's: its cleanup stops accepting before it shuts the open connections

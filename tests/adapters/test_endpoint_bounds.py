@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -79,7 +80,7 @@ class Tcp(Listener):
             reason: int(
                 self.metrics.sample("eni_ipam_http_connections_refused_total", {"reason": reason}) or 0
             )
-            for reason in ("connection_limit", "read_timeout")
+            for reason in ("connection_limit", "read_timeout", "write_timeout")
         }
         return [reason for reason, count in counts.items() for _ in range(count)]
 
@@ -128,7 +129,7 @@ async def unix(max_connections: int, read_timeout: float) -> AsyncIterator[Liste
 
         async def echo(request: web.Request) -> web.Response:
             listener.handled.append(await request.json())
-            return web.json_response({"ok": True})
+            return web.json_response({"ok": True, "padding": "." * 2000})  # an answer of some size
 
         app = web.Application()
         app.router.add_post("/echo", echo)
@@ -329,3 +330,67 @@ async def test_every_answer_names_the_product_and_no_versions(serve: Any) -> Non
         head = answer.split(b"\r\n\r\n", 1)[0]
         assert b"\r\nServer: eni-ipam\r\n" in head + b"\r\n", head
         assert b"aiohttp" not in head.lower() and b"python" not in head.lower()
+
+
+async def test_a_client_that_never_reads_its_answers_is_aborted_at_the_deadline(serve: Any) -> None:
+    # The attack: requests pipelined on a connection whose answers are never read. The handler then
+    # waits for the client to drain; without a write deadline the slot was held for as long as the
+    # client liked (and, with every slot held so, every probe was refused).
+    async with serve(read_timeout=TIMEOUT) as listener:
+        # A receive buffer of 1 KB, as the attacker set it: the answers pile up on the server's side.
+        if isinstance(listener, Tcp):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            sock.connect(("127.0.0.1", listener.port))
+            request = b"GET /metrics HTTP/1.1\r\nHost: e\r\n\r\n"
+        else:
+            assert isinstance(listener, Unix)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            sock.connect(listener.path)
+            request = listener.whole_request()
+        sock.setblocking(False)
+        reader, writer = await (
+            asyncio.open_connection(sock=sock)
+            if isinstance(listener, Tcp)
+            else asyncio.open_unix_connection(sock=sock)
+        )
+        started = asyncio.get_running_loop().time()
+        writer.write(request * 5000)  # pipelined, never read
+        while "write_timeout" not in listener.refused():
+            assert asyncio.get_running_loop().time() - started < 10, listener.refused()
+            await asyncio.sleep(0.05)
+        assert asyncio.get_running_loop().time() - started < 5
+        with contextlib.suppress(ConnectionError):
+            while await asyncio.wait_for(reader.read(1 << 20), 5):
+                pass  # what was written before the abort; then the end
+        writer.close()
+        assert await listener.request()  # the slot is free again
+
+
+async def test_a_connection_is_closed_after_its_lifetime_whatever_it_sends(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eni_ipam.adapters import guard
+
+    monkeypatch.setattr(guard, "CONNECTION_LIFETIME", 0.5)
+    async with serve(read_timeout=TIMEOUT * 2) as listener:
+        reader, writer = await listener.connect()
+        answers = 0
+        with contextlib.suppress(ConnectionError):
+            for _ in range(20):  # one whole request every 0.1 s, each well within the deadline
+                writer.write(listener.whole_request())
+                await writer.drain()
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                length = int(
+                    next(l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")).split(
+                        b":"
+                    )[1]
+                )
+                await reader.readexactly(length)
+                answers += 1
+                if b"Connection: close" in head:
+                    break
+                await asyncio.sleep(0.1)
+        writer.close()
+        assert 4 <= answers < 20  # served while young, closed once past its lifetime

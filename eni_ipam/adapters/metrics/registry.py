@@ -94,7 +94,8 @@ class MetricSet:
             "http_connections_refused",
             "Connections and requests the HTTP endpoint (/metrics, /healthz, /readyz) refused, by reason "
             "(connection_limit: over server.max_connections, answered 503; read_timeout: a body not sent "
-            "within server.read_timeout, answered 408)",
+            "within server.read_timeout, answered 408; write_timeout: an answer not read within "
+            "server.read_timeout, the connection aborted)",
             ["reason"],
         )
         self.accept_errors = self.counter(
