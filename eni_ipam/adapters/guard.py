@@ -201,7 +201,7 @@ class _Counted(asyncio.Protocol):
     def _abort(self) -> None:
         self._stall = None
         self.stalled()
-        if self.transport is not None:
+        if isinstance(self.transport, asyncio.WriteTransport):
             self.transport.abort()  # its answer is dropped: the client was not reading it
 
 

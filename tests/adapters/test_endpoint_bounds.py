@@ -383,9 +383,9 @@ async def test_a_connection_is_closed_after_its_lifetime_whatever_it_sends(
                 await writer.drain()
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
                 length = int(
-                    next(l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")).split(
-                        b":"
-                    )[1]
+                    next(
+                        line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+                    ).split(b":")[1]
                 )
                 await reader.readexactly(length)
                 answers += 1
