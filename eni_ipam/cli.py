@@ -275,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.check:  # what the provider can check without the cloud (``run`` does it before binding)
             plugin(config.provider).check(config.provider_settings)
     except (ConfigError, NotImplementedYet) as exc:
-        print(f"invalid configuration: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     if args.check:
         print(f"configuration OK: provider {config.provider}, node source {config.node_source}")
@@ -297,7 +297,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (ConfigError, NotImplementedYet) as exc:  # found when opening: a bad kubeconfig, an unknown type
-        print(f"invalid configuration: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
@@ -358,7 +358,7 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         scenario = load_scenario(args.scenario)
     except ConfigError as exc:  # a scenario's error names the offending key's path
-        print(f"invalid scenario {args.scenario}: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid scenario {args.scenario}: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
 
     records: list[dict[str, Any]] = []
@@ -377,7 +377,7 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         outcome = simulate(scenario, on_step=on_step, series=series)
     except ConfigError as exc:  # found while building the cloud (e.g. an instance type EC2 lacks)
-        print(f"invalid scenario {args.scenario}: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid scenario {args.scenario}: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     except LabelClash as exc:  # a label a metric has, found when a scrape first saw it
         print(f"eni-ipam simulate: error: argument --series-label: {exc}", file=sys.stderr)

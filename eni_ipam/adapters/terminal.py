@@ -12,12 +12,15 @@ from collections.abc import MutableMapping
 from typing import Any
 
 
-def inert(text: str) -> str:
+def inert(text: str, *, lines: bool = False) -> str:
     """``text`` with every character that is not printable (controls, format characters, lone
-    surrogates, unassigned code points) written as its Python escape (``\\x1b``, ``\\u200e``)."""
+    surrogates, unassigned code points) written as its Python escape (``\\x1b``, ``\\u200e``).
+    ``lines``: keep line breaks and tabs (a message of several lines, where no line can be forged);
+    without, a value stays on its one line (a log line's)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c == " " else _escape(c) for c in text)
+    kept = "\n\t" if lines else ""
+    return "".join(c if c.isprintable() or c in kept else _escape(c) for c in text)
 
 
 def _escape(char: str) -> str:

@@ -60,14 +60,14 @@ def run(args: argparse.Namespace) -> int:
             config = config.replace(server=config.server.replace(host=listen_address(args.server_host)))
         listening = listen(config.socket, config.state_dir)
     except ConfigError as exc:
-        print(f"invalid configuration: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     terminated: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _: terminated.append(signum))
     try:
         return _serve(args, config, node, listening, terminated)
     except ConfigError as exc:
-        print(f"invalid configuration: {inert(str(exc))}", file=sys.stderr)
+        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0

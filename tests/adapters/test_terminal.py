@@ -34,6 +34,10 @@ def test_nothing_a_terminal_obeys_is_left() -> None:
     assert all(c.isprintable() for c in inert(HOSTILE))
 
 
+def test_a_message_of_several_lines_keeps_its_lines_and_loses_its_escapes() -> None:
+    assert inert("line 1:\n\x1b[2J  x\tz", lines=True) == "line 1:\n\\x1b[2J  x\tz"
+
+
 def test_console_logs_write_what_a_node_holds_as_escapes_and_json_escapes_it_itself() -> None:
     saved = structlog.get_config()
     try:
