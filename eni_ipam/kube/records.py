@@ -99,32 +99,42 @@ class PoolRecords:
             records[name] = old if current is None else _union(current, old)
         return list(records.values())
 
-    async def begin_term(self) -> None:
-        """List the pools afresh (retrying until it succeeds), then count a new term."""
-        await self.list_pools()
+    async def begin_term(self, *, records: bool = True) -> None:
+        """List the pools afresh (retrying until it succeeds), then count a new term.
+
+        ``records``: keep each pool's record (what a provider reading the node store builds its view
+        from); without, the list only tells the status writer what the pools hold (100,000 records
+        a term are tens of megabytes nobody else reads)."""
+        await self.list_pools(records=records)
         self.term += 1  # another leader may have changed every pool since our last term
 
-    async def list_pools(self) -> None:
+    async def list_pools(self, *, records: bool = True) -> None:
         """Keep what a fresh list of the pools publishes, until the informer has caught up with it."""
+        keep = self._term_record if records else self._remember
         backoff = Backoff(initial=0.5, maximum=10.0, rng=self.rng)
         while True:
             try:
-                records, version = await self.api.list(ENIPOOLS, project=self._term_record)
+                listed, version = await self.api.list(ENIPOOLS, project=keep)
                 break
             except errors.KubeError as exc:
                 delay = backoff.next_delay()
                 log.warning("pool_list_failed", error=str(exc), retry_in=round(delay, 3))
                 await self.clock.sleep(delay)
-        self._listed = {r.name: r for r in records if r is not None}
+        self._listed = {r.name: r for r in listed if r is not None}
         self._listed_version, self._listed_at = version, self.clock.monotonic()
+
+    def _remember(self, obj: Obj) -> None:
+        """What the list made at the start of a term keeps of a pool for the status writer only:
+        a pool the informer has an older version of (see :meth:`_term_record`)."""
+        cached = self.pools.store.get(str(obj["metadata"]["name"]))
+        listed = str(obj["metadata"].get("resourceVersion") or "")
+        if cached is None or _older(cached.resource_version, listed):
+            self.writer.remember(project_pool(obj))
 
     def _term_record(self, obj: Obj) -> NodeRecord | None:
         """What the list made at the start of a term keeps of a pool: its record. A pool the
         informer has an older version of (the previous leader's last writes may still be on their
         way to its watch) is handed to the status writer too, so a status that pool already holds is
         not written again."""
-        cached = self.pools.store.get(str(obj["metadata"]["name"]))
-        listed = str(obj["metadata"].get("resourceVersion") or "")
-        if cached is None or _older(cached.resource_version, listed):
-            self.writer.remember(project_pool(obj))
+        self._remember(obj)
         return node_record(obj)

@@ -223,7 +223,9 @@ class KubeNodeSource:
                 if listing is None:
                     await self.records.begin_term()
                 else:
-                    term_listed = tg.create_task(self.records.begin_term(), name="eni-ipam-term-list")
+                    term_listed = tg.create_task(
+                        self.records.begin_term(records=False), name="eni-ipam-term-list"
+                    )
                 self.delivery.begin(manager)
                 # The manager runs while the pools are delivered (at 100,000 nodes, tens of seconds):
                 # a pool whose status says it is short, or whose node has pods waiting, is served as

@@ -327,6 +327,13 @@ async def test_records_at_a_new_term_include_what_the_cache_has_not_seen_yet(
         await source.records.list_pools()
         records = {r.name: r for r in source.node_records() or []}
         assert records["x"].prefixes == ("10.0.0.0/28",)
+        # For a provider that keeps its own view, the list keeps no record; the status writer still
+        # learns what the pool holds.
+        remembered: list[str] = []
+        source.writer.remember = lambda kept: remembered.append(kept.name)  # type: ignore[method-assign]
+        await source.records.list_pools(records=False)
+        records = {r.name: r for r in source.node_records() or []}
+        assert records["x"].prefixes == () and remembered == ["x"]
         informers.cancel()
 
 
