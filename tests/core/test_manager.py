@@ -1,7 +1,6 @@
 """The NodeManager: gating, ordering, backoff isolation, re-fetching, cancellation."""
 
 import asyncio
-import contextlib
 import dataclasses
 
 import pytest
@@ -11,6 +10,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.node import CAPACITY_REASON_HOLD, PassResult
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
+from tests.core import manager_running
 
 pytestmark = pytest.mark.looptime
 
@@ -651,16 +651,11 @@ async def test_a_listing_started_before_the_nodes_were_known_is_the_first_resync
         listing = asyncio.ensure_future(world.manager.first_listing())
         await asyncio.sleep(0)
         world.add_node("n1")  # learnt while the cloud was being listed
-        task = asyncio.create_task(world.manager.run(first=listing))
-        try:
+        async with manager_running(world.manager, first=listing):
             await world.settle()
             assert world.manager.ready
             assert world.manager.nodes["n1"].stats.available == 8
             assert len(listings) == 1  # the first resync was the listing already under way
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def test_a_first_listing_that_failed_is_retried(make_world):
@@ -669,14 +664,9 @@ async def test_a_first_listing_that_failed_is_retried(make_world):
         listing = asyncio.ensure_future(world.manager.first_listing())
         assert await listing is None  # logged, not raised into the caller's task group
         world.add_node("n1")
-        task = asyncio.create_task(world.manager.run(first=asyncio.ensure_future(asyncio.sleep(0))))
-        try:
+        async with manager_running(world.manager, first=asyncio.ensure_future(asyncio.sleep(0))):
             await world.settle()
             assert world.manager.ready and world.manager.nodes["n1"].stats.available == 8
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def test_a_provider_reading_the_node_store_is_known_through_its_fence() -> None:

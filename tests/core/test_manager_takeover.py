@@ -3,13 +3,13 @@ full listing lands, each on a fresh read of its own instance (decision 0041)."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from eni_ipam.core import manager as manager_module
 from eni_ipam.core.spec import NodeResource, NodeSpec
+from tests.core import manager_running
 
 pytestmark = pytest.mark.looptime
 
@@ -35,15 +35,8 @@ def add(world: Any, name: str, *, listed: int | None = None, pending_pods: int =
     world.manager.upsert(resource, listed=listed)
 
 
-@contextlib.asynccontextmanager
-async def running(world: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(world.manager.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def running(world: Any) -> contextlib.AbstractAsyncContextManager[None]:
+    return manager_running(world.manager)
 
 
 async def test_a_pool_short_by_its_last_status_is_served_before_the_first_listing_lands(make_world):
