@@ -68,17 +68,7 @@ def _process(command: Sequence[str], ready: str, *, timeout: float, env: dict[st
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert process.stdout is not None
     try:
-        deadline = time.perf_counter() + timeout
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0 or not select.select([process.stdout], [], [], left)[0]:
-                raise RuntimeError(f"{command[2]} printed no {ready!r} line within {timeout} s")
-            line = process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"{command[2]} exited with {process.wait()} before it was ready")
-            if line.startswith(ready):
-                break
-        yield line[len(ready) :].strip()
+        yield _Lines(process, command[2]).until(ready, timeout)[len(ready) :].strip()
     finally:
         process.terminate()
         try:
@@ -219,7 +209,6 @@ def failover(
         "demand_pools": len(demand),
         "demand_s": raised_at - killed_at,
         "kill_to_term_s": float(took["term_at"]) - killed_at,
-        "kill_to_manager_s": float(took["manager_at"]) - killed_at,
         "kill_to_first_mutation_s": float(took["first_mutation_at"]) - killed_at,
         "kill_to_settled_s": float(took["settled_at"]) - killed_at,
     }

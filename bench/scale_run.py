@@ -77,16 +77,13 @@ class Mutations:
 
     def __init__(self) -> None:
         self.term_at: float | None = None
-        self.run_at: float | None = None
-        """When the term's manager started: every pool handed to it."""
         self.first_at: float | None = None
         self.calls = 0
 
     def install(self) -> None:
         from eni_ipam.core.fence import Fence
-        from eni_ipam.core.manager import NodeManager
 
-        enter, renewed, run = Fence.enter, Fence.renewed, NodeManager.run
+        enter, renewed = Fence.enter, Fence.renewed
         mutations = self
 
         def entered(fence: Fence) -> None:
@@ -95,17 +92,11 @@ class Mutations:
             if mutations.first_at is None:
                 mutations.first_at = time.perf_counter()
 
-        def term(fence: Fence, valid_for: float) -> None:
+        def term(fence: Fence, until: float) -> None:
             if mutations.term_at is None:
                 mutations.term_at = time.perf_counter()
-            renewed(fence, valid_for)
+            renewed(fence, until)
 
-        def running(manager: NodeManager, **kwargs: Any) -> Any:
-            if mutations.run_at is None:
-                mutations.run_at = time.perf_counter()
-            return run(manager, **kwargs)
-
-        setattr(NodeManager, "run", running)  # noqa: B010
         setattr(Fence, "enter", entered)  # noqa: B010 (a method, replaced on the class)
         setattr(Fence, "renewed", term)  # noqa: B010
 
@@ -419,7 +410,6 @@ async def stand_by(
         lambda: mutations.first_at is not None, within=args.timeout, what="a mutating call", step=0.01
     )
     out["term_at"], out["first_mutation_at"] = mutations.term_at, mutations.first_at
-    out["manager_at"] = mutations.run_at
     before = len(recorder.status_writes)
     await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
     out["settled_at"] = time.perf_counter()

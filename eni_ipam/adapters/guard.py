@@ -149,21 +149,21 @@ class _Counted(asyncio.Protocol):
         self,
         inner: Any,
         live: weakref.WeakSet[_Counted],
-        born: dict[int, float],
         *,
         write_timeout: float,
         stalled: Callable[[], None],
     ) -> None:
         self.inner = inner
         self.live = live
-        self.born = born
         self.write_timeout = write_timeout
         self.stalled = stalled
         self.transport: asyncio.BaseTransport | None = None
+        self.born = asyncio.get_running_loop().time()
+        """When the connection was accepted (:func:`_lifetime` reads it through the transport)."""
+        self.requests = 0
+        """Requests answered so far (counted by :func:`_lifetime`)."""
         self._stall: asyncio.TimerHandle | None = None
         live.add(self)
-        # By the handler's id (aiohttp's handler takes no weak reference): when it was accepted.
-        born[id(inner)] = asyncio.get_running_loop().time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -171,7 +171,6 @@ class _Counted(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.live.discard(self)
-        self.born.pop(id(self.inner), None)
         self._unarm()
         self.inner.connection_lost(exc)
 
@@ -292,23 +291,21 @@ def body_deadline(
     return middleware
 
 
-def _lifetime(born: dict[int, float]) -> Any:
+@web.middleware
+async def _lifetime(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Middleware: the answer that passes :data:`CONNECTION_LIFETIME` or :data:`MAX_REQUESTS` on its
     connection closes it (after it is written)."""
-
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        response = await handler(request)
-        protocol = request.protocol
-        started = born.get(id(protocol))
-        too_old = started is not None and asyncio.get_running_loop().time() - started >= CONNECTION_LIFETIME
-        if too_old or getattr(protocol, "_request_count", 0) >= MAX_REQUESTS:
+    response = await handler(request)
+    transport = request.transport
+    counted = transport.get_protocol() if transport is not None else None
+    if isinstance(counted, _Counted):
+        counted.requests += 1
+        age = asyncio.get_running_loop().time() - counted.born
+        if age >= CONNECTION_LIFETIME or counted.requests >= MAX_REQUESTS:
             response.force_close()
-        return response
-
-    return middleware
+    return response
 
 
 async def serve_bounded(
@@ -332,9 +329,8 @@ async def serve_bounded(
     """
     throttled = Throttled(log_interval)
     live: weakref.WeakSet[_Counted] = weakref.WeakSet()
-    born: dict[int, float] = {}
     app.middlewares.append(body_deadline(read_timeout, refused, timed_out, throttled, where))
-    app.middlewares.append(_lifetime(born))
+    app.middlewares.append(_lifetime)
     app.on_response_prepare.append(_server_header)
     # The keep-alive timeout is also the deadline of a request head: aiohttp starts it when the
     # connection opens and closes a connection still waiting for a head when it expires.
@@ -358,7 +354,7 @@ async def serve_bounded(
             return _Refuse(refusal)
         handler = server()
         handler.__class__ = _QuietHandler
-        return _Counted(handler, live, born, write_timeout=read_timeout, stalled=stalled)
+        return _Counted(handler, live, write_timeout=read_timeout, stalled=stalled)
 
     try:
         # A site of the runner's: its cleanup stops accepting before it shuts the open connections

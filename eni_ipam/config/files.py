@@ -57,6 +57,8 @@ class _Loader(yaml.SafeLoader):
 # reads 17), its binary ``0b11``, its underscores (``1_000``) and its booleans ``yes``, ``no``,
 # ``on``, ``off`` (``country: NO`` is false) are strings here, which a numeric or boolean field then
 # refuses by name; YAML 1.2's own ``0o17`` is 15.
+_DECIMAL = re.compile(r"[-+]?[0-9]+")
+"""A YAML 1.2 decimal integer (its octal and hexadecimal forms are unsigned ``0o`` and ``0x``)."""
 _YAML_1_2_OWN = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML_1_2_OWN]
@@ -69,7 +71,7 @@ _Loader.add_implicit_resolver(
 )
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    re.compile(rf"^(?:{_DECIMAL.pattern}|0o[0-7]+|0x[0-9a-fA-F]+)$"),
     list("-+0123456789"),
 )
 _Loader.add_implicit_resolver(
@@ -95,7 +97,7 @@ def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
             return int(text[2:], 8)
         if text.startswith("0x"):
             return int(text[2:], 16)
-        if not re.fullmatch(r"[-+]?[0-9]+", text):
+        if not _DECIMAL.fullmatch(text):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{text!r} is not an integer as YAML 1.2 writes one", node.start_mark
             )

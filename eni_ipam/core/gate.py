@@ -33,11 +33,6 @@ class Gate(Protocol):
 _CURRENT: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("eni_ipam_gate", default=None)
 
 
-def current_gate() -> Gate | None:
-    """The gate of the fenced call this code runs for, if any."""
-    return _CURRENT.get()
-
-
 def check_current_gate() -> None:
     """Ask the current gate, if there is one (raises as :meth:`Gate.check`)."""
     gate = _CURRENT.get()

@@ -69,10 +69,7 @@ class CloudView:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
         counts: the cloud's fresh count already includes whatever those calls took). Returns the
         instance types whose limits the resync changed (learnt or revised)."""
-        self.subnets = dict(snapshot.subnets)
-        self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
-        self._planner_view = None
-        self.security_groups = dict(snapshot.security_groups)
+        self._take_shared(snapshot)
         changed = frozenset(t for t, limits in snapshot.limits.items() if self._limits.get(t) != limits)
         self._limits.update(snapshot.limits)
         self.ready = self.shared = True
@@ -82,13 +79,16 @@ class CloudView:
         """Take the subnets and security groups of ``snapshot`` (a shared view, listed before the
         first full resync ends) as the view; ignored once a full resync was applied (it is at least
         as fresh, and its counts are net of what the passes since took)."""
-        if self.ready:
-            return
+        if not self.ready:
+            self._take_shared(snapshot)
+            self.shared = True
+
+    def _take_shared(self, snapshot: CloudSnapshot) -> None:
+        """The subnets, with their free counts as listed, and the security groups of ``snapshot``."""
         self.subnets = dict(snapshot.subnets)
         self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
         self._planner_view = None
         self.security_groups = dict(snapshot.security_groups)
-        self.shared = True
 
     # -- subnets ----------------------------------------------------------------------------------
 

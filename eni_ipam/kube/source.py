@@ -208,9 +208,10 @@ class KubeNodeSource:
                 # The cloud's first listing needs no node: it runs while the nodes and pools are
                 # learnt (at 100,000 nodes, each takes tens of seconds), unless the provider builds
                 # its view from the pools themselves.
+                from_store = reads_node_store(manager.provider)
                 listing = (
                     None
-                    if reads_node_store(manager.provider)
+                    if from_store
                     else tg.create_task(manager.first_listing(), name="eni-ipam-first-listing")
                 )
                 for informer in (self.nodes, self.pools, self.pods):
@@ -220,7 +221,7 @@ class KubeNodeSource:
                 # tells the status writer what the pools already hold, so it runs beside the
                 # delivery and the writer starts once it is done.
                 term_listed = None
-                if listing is None:
+                if from_store:
                     await self.records.begin_term()
                 else:
                     term_listed = tg.create_task(

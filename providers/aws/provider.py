@@ -76,8 +76,9 @@ class AwsProvider(Ec2Provider):
         )
         self._vpc_checked = not settings.vpc_id
 
-    async def resync(self) -> CloudSnapshot:
-        """The shared resync; the first one also checks that the configured VPC exists.
+    async def _list_shared(self) -> CloudSnapshot:
+        """Subnets and security groups (the shared view, and the start of every resync); the first
+        call also checks that the configured VPC exists.
 
         A wrong ``vpc_id`` would otherwise look like an empty VPC: every node unknown, and nothing
         saying why.
@@ -87,16 +88,6 @@ class AwsProvider(Ec2Provider):
                 resync; correcting the VPC or the region needs a restart with the fixed configuration).
             errors.ProviderError: any call failed.
         """
-        await self._check_vpc()
-        return await super().resync()
-
-    async def shared_view(self) -> CloudSnapshot:
-        """Subnets and security groups; the first call also checks the configured VPC (as
-        :meth:`resync` does)."""
-        await self._check_vpc()
-        return await super().shared_view()
-
-    async def _check_vpc(self) -> None:
         if not self._vpc_checked:
             try:
                 await self.client.call("DescribeVpcs", VpcIds=[self.settings.vpc_id])
@@ -105,6 +96,7 @@ class AwsProvider(Ec2Provider):
                     "aws.vpc_id", f"{self.settings.vpc_id} does not exist in this region ({exc.code})"
                 ) from exc
             self._vpc_checked = True
+        return await super()._list_shared()
 
     def close(self) -> None:
         """Release the thread pool and the HTTP connections."""

@@ -302,6 +302,11 @@ class Ec2Provider:
         Raises:
             errors.ProviderError: either call failed.
         """
+        return await self._list_shared()
+
+    async def _list_shared(self) -> CloudSnapshot:
+        """What :meth:`shared_view` returns; every resync begins with it (a provider adding a check
+        of its own overrides this)."""
         subnets = await self.api.describe_subnets(filters=self.scope.subnet_filters())
         groups = await self.api.describe_security_groups(filters=self.scope.vpc())
         return CloudSnapshot(
@@ -315,7 +320,7 @@ class Ec2Provider:
         """The full view within the scope: subnets, groups, live instances with their attached
         interfaces, and limits of their types.
 
-        Calls DescribeSubnets, DescribeSecurityGroups, DescribeInstances and DescribeNetworkInterfaces,
+        Calls what :meth:`shared_view` calls, then DescribeInstances and DescribeNetworkInterfaces,
         each paged to the end; with an instance-tag scope, interfaces are asked for by instance id.
 
         Instances are listed whole at the first resync, every ``instance_listing_interval`` (0: every
@@ -335,8 +340,7 @@ class Ec2Provider:
         """
         scope = self.scope
         started = self.clock.monotonic()
-        subnets = await self.api.describe_subnets(filters=scope.subnet_filters())
-        groups = await self.api.describe_security_groups(filters=scope.vpc())
+        shared = await self._list_shared()
         whole = (
             bool(scope.instance_tags)
             or self._listed_at is None
@@ -405,8 +409,8 @@ class Ec2Provider:
                 await asyncio.sleep(0)
         self._snapshot = instances
         return CloudSnapshot(
-            subnets={s.id: s for s in subnets},
-            security_groups={g.id: g for g in groups},
+            subnets=shared.subnets,
+            security_groups=shared.security_groups,
             instances=instances,
             limits=await self.limits.known({info.type for info in live.values()}),
             changes=Changes(since=previous, instance_ids=frozenset(changed)),

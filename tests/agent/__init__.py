@@ -15,14 +15,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from eni_ipam.agent.state import StateFile
-from eni_ipam.agent.types import Allocation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,12 +173,7 @@ class FullDisk(StateFile):
 
     full = False
 
-    def save(
-        self,
-        allocations: Iterable[Allocation],
-        timeouts: Mapping[str, float] | None = None,
-        cursors: Mapping[str, str] | None = None,
-    ) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.full:
             raise OSError(28, "No space left on device")
-        super().save(allocations, timeouts, cursors)
+        super().save(*args, **kwargs)
