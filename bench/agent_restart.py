@@ -203,7 +203,7 @@ def _paths(directory: Path) -> dict[str, Any]:
         "socket": str(directory / "run" / "agent.sock"),
         "state_dir": str(directory / "state"),
         "cni_cache_dir": str(directory / "cache"),
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "claims": False,
         "sweep_interval": "0s",
     }

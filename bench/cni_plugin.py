@@ -148,7 +148,7 @@ def _agent(directory: Path) -> contextlib.AbstractContextManager[str]:
         "node_source": "memory",
         "state_dir": str(directory / "state"),
         "cni_cache_dir": str(directory / "cache"),
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "claims": False,
         "log_level": "warning",
         "sweep_interval": "0s",

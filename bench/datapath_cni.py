@@ -153,7 +153,7 @@ def _agent(directory: Path, kubeconfig: Path) -> contextlib.AbstractContextManag
     config = {
         "state_dir": str(directory / "state"),
         "cni_cache_dir": str(directory / "cache"),
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "kubernetes": {"kubeconfig": str(kubeconfig)},
         "claims": False,
         "log_level": "warning",

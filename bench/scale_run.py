@@ -63,7 +63,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
             "status_qps": args.status_qps,
             "status_burst": int(args.status_qps),
         },
-        "server": {"host": "127.0.0.1", "port": args.port},
+        "server": {"host": "127.0.0.1", "port": args.port, "probe_port": 0},
         "settings": {"cluster_name": "bench", "gc_interval": "0s"},
         "log_level": "warning",
     }

@@ -131,6 +131,7 @@ class Operator:
             "POD_NAME": f"{RELEASE}-0",
             "ENI_IPAM_KUBERNETES__KUBECONFIG": str(account),
             "ENI_IPAM_SERVER__PORT": "0",
+            "ENI_IPAM_SERVER__PROBE_PORT": "0",
             **(extra_env or {}),
         }
         output = log.open("w") if log is not None else None
@@ -206,7 +207,7 @@ class Operator:
             socket=str(base / "agent.sock"),
             state_dir=str(base / "state"),
             cni_cache_dir=str(base / "cni-cache"),
-            server={"host": "127.0.0.1", "port": metrics_port},
+            server={"host": "127.0.0.1", "port": metrics_port, "probe_port": 0},
         )
         account = base / "agent.kubeconfig"
         await self.write_agent_kubeconfig(account, node)

@@ -265,7 +265,7 @@ def test_run_on_its_embedded_default_draws_the_view_and_gives_the_terminal_back(
     from eni_ipam.app.runconfig import load_config
     from eni_ipam.app.service import serve
 
-    config = load_config(None, {"ENI_IPAM_SERVER__PORT": "0"})
+    config = load_config(None, {"ENI_IPAM_SERVER__PORT": "0", "ENI_IPAM_SERVER__PROBE_PORT": "0"})
     out = _Terminal()
 
     async def briefly() -> int:

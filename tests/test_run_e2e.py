@@ -32,7 +32,7 @@ def config(kubeconfig: Path) -> dict:
         "node_source": "kubernetes",
         "log_level": "info",
         "shutdown_timeout": "5s",
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "sim": {
             "cloud": {
                 "vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}],

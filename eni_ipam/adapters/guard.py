@@ -8,22 +8,31 @@ listener, the CNI plugin's socket included, while asyncio logs a traceback each 
 
 Invariants of :func:`serve_bounded`:
 
-* At most ``max_connections`` connections are served at once, counted from the accept (not from
-  aiohttp's own list, which a connection joins only once its transport is made, so a burst of accepts
-  cannot slip past the count). A connection beyond that is answered with the caller's ``refusal`` (a
-  503) and closed without waiting for a byte: it costs one accept and one write, however many arrive.
+* At most ``max_connections`` connections are served at once, counted as each is made (not from
+  aiohttp's own list, which a connection joins later, so a burst of accepts cannot slip past the
+  count). A connection beyond that is answered with the caller's ``refusal`` (a 503) and closed
+  without waiting for a byte: it costs one accept and one write, however many arrive.
+* **The slots are shared fairly between peers** (a TCP client's address; a unix client's process,
+  read with ``SO_PEERCRED``). When every slot is taken, a newcomer whose peer holds fewer connections
+  than the peer holding the most (by two or more) takes a slot from that peer: its oldest connection
+  whose answer is not being read, else its oldest idle one, else its oldest, is aborted (``evicted``).
+  So one client, however many connections it opens or keeps busy, cannot lock out another: the CNI
+  plugin (a new process per call) is served while a process floods the socket, Prometheus while a
+  pod floods the port. A newcomer from the busiest peer itself is refused as before.
 * A connection that has not sent a whole request head within ``read_timeout`` of opening, or of its
   previous answer, is closed (aiohttp's keep-alive timer, which runs from the connection's start and
   does not move while bytes trickle in).
 * A request whose body has not fully arrived within ``read_timeout`` of its head is answered 408
   and its connection closed at most ``read_timeout`` later; nothing it carried reaches a handler.
-* An answer the client does not read is a connection closed: once the transport's buffer is full
-  (the kernel's is already), the client has ``read_timeout`` to start draining it, or the
-  connection is aborted (``write_timeout``). So a client pipelining requests it never reads holds a
-  slot for ``read_timeout`` at most, not for as long as it likes.
-* A connection lives at most :data:`CONNECTION_LIFETIME` seconds and :data:`MAX_REQUESTS`
-  requests: the answer that passes either bound closes it. One whole request every few seconds
-  (each within the keep-alive deadline) no longer holds a slot for ever.
+* An answer the client does not read is a connection closed: once the kernel takes no more of it
+  (any byte left waiting in the transport counts, not only 64 KB of them), the client has
+  ``read_timeout`` to take some, and again after each time it does, or the connection is aborted
+  (``write_timeout``). So a client pipelining requests it never reads holds a slot for
+  ``read_timeout`` past its buffers at most, not for as long as it likes.
+* A connection lives at most :data:`LIFETIME_READ_TIMEOUTS` times ``read_timeout`` (5 minutes at
+  the default 10 s) and :data:`MAX_REQUESTS` requests: the answer that passes either bound closes
+  it, and a client past its lifetime that stops reading is aborted at the next deadline. One whole
+  request every few seconds (each within the keep-alive deadline) no longer holds a slot for ever.
 * The bounds never touch a request that arrived whole and an answer read as it is written.
 * Every refusal is reported to ``refused`` (a metric); the log says so at most once per
   :data:`LOG_INTERVAL` per listener and reason, with how many were refused since the last line.
@@ -44,8 +53,9 @@ import contextlib
 import errno
 import os
 import resource
+import socket
+import struct
 import traceback
-import weakref
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -55,8 +65,9 @@ from aiohttp import hdrs, web
 
 log = structlog.get_logger("eni_ipam.guard")
 
-REFUSAL_REASONS = ("connection_limit", "read_timeout", "write_timeout")
-"""Why a connection or request is refused: over ``max_connections``, or a body not sent in time."""
+REFUSAL_REASONS = ("connection_limit", "evicted", "read_timeout", "write_timeout")
+"""Why a connection or request is refused: over ``max_connections``; aborted to give its slot to a
+peer holding fewer; a body not sent in time; an answer not read in time."""
 
 Refused = Callable[[str], None]
 """Told the reason (one of :data:`REFUSAL_REASONS`) of every connection or request refused."""
@@ -112,96 +123,220 @@ def raw_response(status: str, body: bytes, content_type: str) -> bytes:
     return head.encode() + body
 
 
-class _Refuse(asyncio.Protocol):
+def _refuse(transport: asyncio.BaseTransport, answer: bytes) -> None:
     """A connection over the limit: one answer, then closed; nothing is waited for."""
-
-    def __init__(self, answer: bytes) -> None:
-        self.answer = answer
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(self.answer)
-        # Closing a socket with unread bytes resets it, and the client would lose the answer: take
-        # what has already arrived (a client writes its whole request at once), then close.
-        sock = transport.get_extra_info("socket")
-        with contextlib.suppress(OSError):
-            for _ in range(16):
-                if not os.read(sock.fileno(), 65536):
-                    break
-        transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        pass  # dropped: the answer is written, the transport closing
+    assert isinstance(transport, asyncio.WriteTransport)
+    transport.write(answer)
+    # Closing a socket with unread bytes resets it, and the client would lose the answer: take
+    # what has already arrived (a client writes its whole request at once), then close.
+    sock = transport.get_extra_info("socket")
+    with contextlib.suppress(OSError):
+        for _ in range(16):
+            if not os.read(sock.fileno(), 65536):
+                break
+    transport.close()
 
 
-CONNECTION_LIFETIME = 300.0
-"""Seconds a connection may serve requests; the answer after it closes the connection. Far above
-any client's need (Prometheus reconnects at once, the CNI plugin makes one request a connection)."""
+Peer = Any
+"""Who a connection comes from, as the slots tell clients apart: an address, a process id."""
+
+
+def peer_of(transport: asyncio.BaseTransport) -> Peer:
+    """A TCP client's address, or a unix client's process id (``SO_PEERCRED``); None when unknown."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return None
+    if sock.family == socket.AF_UNIX:
+        try:
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return None
+        return ("pid", pid)
+    peer = transport.get_extra_info("peername")
+    return peer[0] if isinstance(peer, tuple) and peer else None
+
+
+class _Slots:
+    """The connections served, by peer (oldest first): who holds a slot, and whom a newcomer may
+    take one from."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.by_peer: dict[Peer, dict[_Counted, None]] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, conn: _Counted) -> _Counted | bool:
+        """Give ``conn`` a slot: True when one was free; the connection to evict for it when its
+        peer holds fewer than the busiest peer by two or more; False when it is refused."""
+        if self.count < self.limit:
+            self._add(conn)
+            return True
+        mine = len(self.by_peer.get(conn.peer, ()))
+        busiest = max(self.by_peer.values(), key=len, default={})
+        if len(busiest) < mine + 2:
+            return False
+        # Its oldest connection whose answer is not being read, else its oldest idle one, else its
+        # oldest: a client holding more than its share is the one that waits.
+        victim = next((c for c in busiest if c.stalled_since is not None), None)
+        victim = victim or next((c for c in busiest if not c.handling), None) or next(iter(busiest))
+        self.release(victim)
+        self._add(conn)
+        return victim
+
+    def _add(self, conn: _Counted) -> None:
+        self.by_peer.setdefault(conn.peer, {})[conn] = None
+        self.count += 1
+
+    def release(self, conn: _Counted) -> None:
+        held = self.by_peer.get(conn.peer)
+        if held is None or conn not in held:
+            return
+        del held[conn]
+        if not held:
+            del self.by_peer[conn.peer]
+        self.count -= 1
+
+
+LIFETIME_READ_TIMEOUTS = 30
+"""A connection may serve requests for this many ``read_timeout`` (5 minutes at the default 10 s);
+the answer after that closes it. Far above any client's need (Prometheus reconnects at once, the CNI
+plugin makes one request a connection), and a bound that scales with the listener's own deadline."""
 MAX_REQUESTS = 1000
 """Requests a connection may carry; the answer to the last closes it."""
 
 
 class _Counted(asyncio.Protocol):
-    """Forwards every protocol event to aiohttp's handler and leaves the live set when lost; aborts
-    the connection when an answer waits ``write_timeout`` for the client to read it."""
+    """One connection: takes a slot when made (or is refused), forwards every protocol event to
+    aiohttp's handler, and gives its slot back when lost; aborts the connection when an answer
+    waits ``write_timeout`` for the client to read it."""
 
-    def __init__(
-        self,
-        inner: Any,
-        live: weakref.WeakSet[_Counted],
-        *,
-        write_timeout: float,
-        stalled: Callable[[], None],
-    ) -> None:
-        self.inner = inner
-        self.live = live
-        self.write_timeout = write_timeout
-        self.stalled = stalled
+    def __init__(self, listener: _Listener) -> None:
+        self.listener = listener
+        self.inner: Any = None
+        """aiohttp's request handler, once the connection has a slot."""
         self.transport: asyncio.BaseTransport | None = None
+        self.peer: Peer = None
         self.born = asyncio.get_running_loop().time()
         """When the connection was accepted (:func:`_lifetime` reads it through the transport)."""
         self.requests = 0
         """Requests answered so far (counted by :func:`_lifetime`)."""
+        self.handling = 0
+        """Requests being handled now (set by :func:`_lifetime`)."""
+        self.stalled_since: float | None = None
         self._stall: asyncio.TimerHandle | None = None
-        live.add(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.peer = peer_of(transport)
+        listener = self.listener
+        taken = listener.slots.take(self)
+        if taken is False:
+            listener.refuse("connection_limit", "connection_limit", limit=listener.slots.limit)
+            _refuse(transport, listener.refusal)
+            return
+        if isinstance(taken, _Counted):
+            listener.refuse("evicted", "connection_evicted", limit=listener.slots.limit)
+            taken.abort()
+        self.inner = listener.handler()
         self.inner.connection_made(transport)
+        # Told of every byte the kernel would not take (not only past 64 KB): an answer below that
+        # mark waiting in the transport, or a close waiting for it, is as unread as a larger one.
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.set_write_buffer_limits(high=0)
+
+    def abort(self) -> None:
+        """Close now, whatever is under way (an evicted connection, an answer nobody reads)."""
+        self.listener.slots.release(self)
+        if isinstance(self.transport, asyncio.WriteTransport):
+            self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.live.discard(self)
+        self.listener.slots.release(self)
         self._unarm()
-        self.inner.connection_lost(exc)
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self.inner.data_received(data)
+        if self.inner is not None:
+            self.inner.data_received(data)
+        # else: refused; the answer is written, the transport closing
 
     def eof_received(self) -> bool | None:
+        if self.inner is None:
+            return None
         result: bool | None = self.inner.eof_received()
         return result
 
     def pause_writing(self) -> None:
         # Everything the kernel would take is taken: the client is not reading. It has
-        # ``write_timeout`` to start, or the connection goes.
+        # ``read_timeout`` to take some of what waits, or the connection goes.
         if self._stall is None:
-            self._stall = asyncio.get_running_loop().call_later(self.write_timeout, self._abort)
-        self.inner.pause_writing()
+            loop = asyncio.get_running_loop()
+            self.stalled_since = loop.time()
+            self._arm(self._waiting())
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def _waiting(self) -> int:
+        transport = self.transport
+        return transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else 0
+
+    def _arm(self, waiting: int) -> None:
+        self._stall = asyncio.get_running_loop().call_later(self.listener.read_timeout, self._check, waiting)
 
     def resume_writing(self) -> None:
         self._unarm()
-        self.inner.resume_writing()
+        if self.inner is not None:
+            self.inner.resume_writing()
 
     def _unarm(self) -> None:
+        self.stalled_since = None
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
 
-    def _abort(self) -> None:
+    def _check(self, waiting: int) -> None:
+        """``read_timeout`` after the client was last seen reading: a client that took some of the
+        answer since has another deadline (within its lifetime); one that took nothing is aborted."""
         self._stall = None
-        self.stalled()
-        if isinstance(self.transport, asyncio.WriteTransport):
-            self.transport.abort()  # its answer is dropped: the client was not reading it
+        listener = self.listener
+        now = self._waiting()
+        young = asyncio.get_running_loop().time() - self.born < LIFETIME_READ_TIMEOUTS * listener.read_timeout
+        if now < waiting and young:
+            self._arm(now)
+            return
+        listener.refuse("write_timeout", "answer_not_read", timeout=listener.read_timeout)
+        self.abort()  # its answer is dropped: the client was not reading it
+
+
+class _Listener:
+    """What every connection of one listener shares: its slots, its answers, its counters."""
+
+    def __init__(
+        self,
+        *,
+        where: str,
+        handler: Callable[[], Any],
+        max_connections: int,
+        read_timeout: float,
+        refusal: bytes,
+        refused: Refused,
+        throttled: Throttled,
+    ) -> None:
+        self.where = where
+        self.handler = handler
+        self.slots = _Slots(max_connections)
+        self.read_timeout = read_timeout
+        self.refusal = refusal
+        self.refused = refused
+        self.throttled = throttled
+
+    def refuse(self, reason: str, event: str, **fields: Any) -> None:
+        self.refused(reason)
+        self.throttled.warning(reason, event, listener=self.where, **fields)
 
 
 SERVER = "eni-ipam"
@@ -295,16 +430,21 @@ def body_deadline(
 async def _lifetime(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Middleware: the answer that passes :data:`CONNECTION_LIFETIME` or :data:`MAX_REQUESTS` on its
-    connection closes it (after it is written)."""
-    response = await handler(request)
+    """Middleware: the answer that passes the connection's lifetime (:data:`LIFETIME_READ_TIMEOUTS`)
+    or :data:`MAX_REQUESTS` closes it (after it is written)."""
     transport = request.transport
     counted = transport.get_protocol() if transport is not None else None
-    if isinstance(counted, _Counted):
-        counted.requests += 1
-        age = asyncio.get_running_loop().time() - counted.born
-        if age >= CONNECTION_LIFETIME or counted.requests >= MAX_REQUESTS:
-            response.force_close()
+    if not isinstance(counted, _Counted):
+        return await handler(request)
+    counted.handling += 1
+    try:
+        response = await handler(request)
+    finally:
+        counted.handling -= 1
+    counted.requests += 1
+    age = asyncio.get_running_loop().time() - counted.born
+    if age >= LIFETIME_READ_TIMEOUTS * counted.listener.read_timeout or counted.requests >= MAX_REQUESTS:
+        response.force_close()
     return response
 
 
@@ -328,7 +468,6 @@ async def serve_bounded(
     raised after the runner is cleaned up.
     """
     throttled = Throttled(log_interval)
-    live: weakref.WeakSet[_Counted] = weakref.WeakSet()
     app.middlewares.append(body_deadline(read_timeout, refused, timed_out, throttled, where))
     app.middlewares.append(_lifetime)
     app.on_response_prepare.append(_server_header)
@@ -342,19 +481,23 @@ async def serve_bounded(
     server = runner.server
     assert server is not None
 
-    def stalled() -> None:
-        refused("write_timeout")
-        throttled.warning("write_timeout", "answer_not_read", listener=where, timeout=read_timeout)
+    def handler() -> Any:
+        made = server()
+        made.__class__ = _QuietHandler
+        return made
+
+    listener = _Listener(
+        where=where,
+        handler=handler,
+        max_connections=max_connections,
+        read_timeout=read_timeout,
+        refusal=refusal,
+        refused=refused,
+        throttled=throttled,
+    )
 
     def factory() -> asyncio.Protocol:
-        # Counted from the accept on: a burst of accepts cannot slip past the limit.
-        if len(live) >= max_connections:
-            refused("connection_limit")
-            throttled.warning("connection_limit", "connection_limit", listener=where, limit=max_connections)
-            return _Refuse(refusal)
-        handler = server()
-        handler.__class__ = _QuietHandler
-        return _Counted(handler, live, write_timeout=read_timeout, stalled=stalled)
+        return _Counted(listener)
 
     try:
         # A site of the runner's: its cleanup stops accepting before it shuts the open connections

@@ -152,6 +152,13 @@ class ServerSection(ConfigModel):
     the chart binds the loopback address unless Prometheus scrapes the agent)."""
     port: Annotated[int, Field(ge=0, le=65535)] = 9091
     """The port of /metrics, /healthz and /readyz (with the host network: free on every node)."""
+    probe_host: Name = "127.0.0.1"
+    """Where kubelet's probes are answered (/healthz, /readyz alone). The loopback address: kubelet
+    probes a host-network pod there (the chart's ``host: 127.0.0.1``), and no pod reaches it."""
+    probe_port: Annotated[int, Field(ge=0, le=65535)] = 9093
+    """The probe listener's port (free on every node; the chart's probes follow it): slots of its own,
+    so that no flood of ``port`` can make kubelet restart the agent (decision 0043). 0: a port the
+    kernel picks."""
     max_connections: Annotated[int, Field(ge=1, le=MAX_SERVER_CONNECTIONS)] = DEFAULT_MAX_CONNECTIONS
     """Connections the endpoint serves at once; one more is answered 503 without being read. Prometheus
     and kubelet's two probes need a handful; 64 keeps a flood from any pod that reaches the port to a

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from eni_ipam.adapters.guard import bound_process
 from eni_ipam.adapters.limits import LISTEN_BACKLOG
-from eni_ipam.adapters.server import make_app, start_server
+from eni_ipam.adapters.server import PROBE_CONNECTIONS, make_app, start_probes, start_server
 from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
@@ -156,6 +156,8 @@ class Agent:
         self._nft = nft
         self.endpoint: web.AppRunner | None = None
         """The TCP endpoint (/metrics, /healthz, /readyz) while running."""
+        self.probes: web.AppRunner | None = None
+        """The probe listener (/healthz, /readyz alone) while running."""
         self.restored = False
         self.sweeper: Sweeper | None = None
         """Releases what runtimes forgot to release, while running (``sweep_interval`` > 0)."""
@@ -454,7 +456,10 @@ class Agent:
         server = self.config.server
         bound_process(
             accept_failed=lambda error: self.metrics.accept_errors.labels(error).inc(),
-            files_needed=server.max_connections + self.config.socket_max_connections + 2 * LISTEN_BACKLOG,
+            files_needed=server.max_connections
+            + PROBE_CONNECTIONS
+            + self.config.socket_max_connections
+            + 3 * LISTEN_BACKLOG,
         )
         endpoint = self.endpoint = await start_server(
             make_app(self.metrics, self.readiness),
@@ -464,6 +469,13 @@ class Agent:
             max_connections=server.max_connections,
             read_timeout=server.read_timeout,
         )
+        try:
+            probes = self.probes = await start_probes(
+                self.readiness, host=server.probe_host, port=server.probe_port, metrics=self.metrics
+            )
+        except BaseException:
+            await endpoint.cleanup()
+            raise
         own_kube = self.kube is None and self.config.node_source == "kubernetes"
         try:
             # Restore first: the state file (or its rebuild) needs no pool, and a container's DEL or
@@ -524,6 +536,7 @@ class Agent:
                     for task in tasks:
                         task.cancel()
         finally:
+            await probes.cleanup()
             await endpoint.cleanup()
             if own_kube and self.kube is not None:
                 await self.kube.close()

@@ -51,7 +51,8 @@ class AgentMetrics(MetricSet):
         self.agent_socket_refused = self.counter(
             "agent_socket_refused",
             "Connections and requests the node agent's socket refused, by reason (connection_limit: "
-            "over socket_max_connections; read_timeout: not sent whole within socket_read_timeout; "
+            "over socket_max_connections; evicted: aborted to give its slot to a process holding fewer; "
+            "read_timeout: not sent whole within socket_read_timeout; "
             "write_timeout: an answer not read within socket_read_timeout)",
             ["reason"],
         )

@@ -57,7 +57,12 @@ class ServerSettings(ConfigModel):
     """Where /metrics, /healthz and /readyz listen (all interfaces: Prometheus and kubelet probes
     come from outside the pod)."""
     port: Annotated[int, Field(ge=0, le=65535)] = 9090
-    """The port of /metrics, /healthz and /readyz (the chart's container port and probes follow it)."""
+    """The port of /metrics, /healthz and /readyz (the chart's container port follows it)."""
+    probe_host: Name = "0.0.0.0"
+    """Where kubelet's probes are answered (/healthz, /readyz alone): kubelet probes the pod's address."""
+    probe_port: Annotated[int, Field(ge=0, le=65535)] = 9092
+    """The probe listener's port (the chart's probes follow it): slots of its own, so that no flood of
+    ``port`` can make kubelet restart the controller (decision 0043). 0: a port the kernel picks."""
     max_connections: Annotated[int, Field(ge=1, le=MAX_SERVER_CONNECTIONS)] = DEFAULT_MAX_CONNECTIONS
     """Connections the endpoint serves at once; one more is answered 503 without being read. Prometheus
     (two servers of an HA pair) and kubelet's two probes need a handful: 64 leaves room for dashboards

@@ -34,7 +34,7 @@ from eni_ipam.adapters.limits import LISTEN_BACKLOG
 from eni_ipam.adapters.malloc import tune_allocator
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
-from eni_ipam.adapters.server import make_app, start_server
+from eni_ipam.adapters.server import PROBE_CONNECTIONS, make_app, start_probes, start_server
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import RunConfig
 from eni_ipam.core.clock import Clock, LoopClock, suspend_aware_seconds
@@ -176,7 +176,7 @@ class Service:
         server = config.server
         bound_process(
             accept_failed=lambda error: self.metrics.accept_errors.labels(error).inc(),
-            files_needed=server.max_connections + LISTEN_BACKLOG,
+            files_needed=server.max_connections + PROBE_CONNECTIONS + 2 * LISTEN_BACKLOG,
         )
         runner = await start_server(
             make_app(self.metrics, self.state.readiness),
@@ -186,11 +186,19 @@ class Service:
             max_connections=server.max_connections,
             read_timeout=server.read_timeout,
         )
+        try:
+            probes = await start_probes(
+                self.state.readiness, host=server.probe_host, port=server.probe_port, metrics=self.metrics
+            )
+        except BaseException:
+            await runner.cleanup()
+            raise
         log.info(
             "service_started",
             provider=config.provider,
             node_source=config.node_source,
             endpoint=listening_on(runner, config.server.host, config.server.port),
+            probes=listening_on(probes, server.probe_host, server.probe_port),
         )
         freezer = asyncio.get_running_loop().create_task(freeze_heap(self.clock), name="eni-ipam-heap")
         try:
@@ -210,6 +218,7 @@ class Service:
             freezer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await freezer
+            await probes.cleanup()
             await runner.cleanup()
             self.metrics.report_role(leader=lambda: False, ready=lambda: False)
         log.info("service_stopped")

@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from eni_ipam.adapters.guard import REFUSAL_REASONS
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.adapters.server import make_app, start_server
 from eni_ipam.agent.guard import serve_unix
@@ -80,7 +81,7 @@ class Tcp(Listener):
             reason: int(
                 self.metrics.sample("eni_ipam_http_connections_refused_total", {"reason": reason}) or 0
             )
-            for reason in ("connection_limit", "read_timeout", "write_timeout")
+            for reason in REFUSAL_REASONS
         }
         return [reason for reason, count in counts.items() for _ in range(count)]
 
@@ -373,8 +374,8 @@ async def test_a_connection_is_closed_after_its_lifetime_whatever_it_sends(
 ) -> None:
     from eni_ipam.adapters import guard
 
-    monkeypatch.setattr(guard, "CONNECTION_LIFETIME", 0.5)
-    async with serve(read_timeout=TIMEOUT * 2) as listener:
+    monkeypatch.setattr(guard, "LIFETIME_READ_TIMEOUTS", 1)
+    async with serve(read_timeout=TIMEOUT * 2) as listener:  # a lifetime of 0.6 s
         reader, writer = await listener.connect()
         answers = 0
         with contextlib.suppress(ConnectionError):
@@ -394,3 +395,66 @@ async def test_a_connection_is_closed_after_its_lifetime_whatever_it_sends(
                 await asyncio.sleep(0.1)
         writer.close()
         assert 4 <= answers < 20  # served while young, closed once past its lifetime
+
+
+# -- fair slots ----------------------------------------------------------------------------------
+
+
+async def connect_from(listener: Tcp, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the TCP listener from another loopback address: another client to the slots."""
+    return await asyncio.open_connection("127.0.0.1", listener.port, local_addr=(source, 0))
+
+
+async def test_a_client_holding_every_slot_gives_one_up_to_another_client() -> None:
+    async with tcp(max_connections=4, read_timeout=10) as listener:
+        assert isinstance(listener, Tcp)
+        flood = [await connect_from(listener, "127.0.0.2") for _ in range(4)]
+        await asyncio.sleep(0.05)
+        # The flooding client itself is refused as before...
+        reader, writer = await connect_from(listener, "127.0.0.2")
+        assert (await closed_by_server(reader, 5)).startswith(b"HTTP/1.1 503")
+        writer.close()
+        # ...but another client takes the slot of the flood's oldest idle connection.
+        assert (await listener.request()).startswith(b"HTTP/1.1 200")
+        assert await closed_by_server(flood[0][0], 5) == b""
+        assert sorted(listener.refused()) == ["connection_limit", "evicted"]
+        for _, w in flood:
+            w.close()
+
+
+async def test_of_the_busiest_clients_connections_an_idle_one_goes_before_one_being_answered() -> None:
+    async with tcp(max_connections=2, read_timeout=10) as listener:
+        assert isinstance(listener, Tcp)
+        busy_reader, busy = await connect_from(listener, "127.0.0.2")  # the oldest
+        busy.write(b"GET /metrics HTTP/1.1\r\nHost: e\r\n\r\n" * 2000)  # pipelined: always answering
+        idle_reader, idle = await connect_from(listener, "127.0.0.2")
+        await asyncio.sleep(0.2)
+        assert (await listener.request()).startswith(b"HTTP/1.1 200")
+        assert listener.refused() == ["evicted"]
+        assert await closed_by_server(idle_reader, 5) == b""  # the idle one gave its slot up
+        assert (await busy_reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")  # still answered
+        busy.close()
+        idle.close()
+
+
+async def test_the_probe_listener_answers_the_probes_alone_one_request_a_connection() -> None:
+    from eni_ipam.adapters.server import start_probes
+
+    metrics = Metrics(process=False)
+    runner = await start_probes(
+        lambda: (False, "leader, resync pending"), host="127.0.0.1", port=0, metrics=metrics
+    )
+    try:
+        port = int(runner.addresses[0][1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: e\r\n\r\nGET /readyz HTTP/1.1\r\nHost: e\r\n\r\n")
+        answer = await closed_by_server(reader, 5)  # one answer, then closed: the second is not served
+        assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1") == 1
+        writer.close()
+        for path, status in ((b"/readyz", b"503"), (b"/metrics", b"404")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: e\r\n\r\n")
+            assert (await closed_by_server(reader, 5)).split(b" ", 2)[1] == status
+            writer.close()
+    finally:
+        await runner.cleanup()

@@ -115,7 +115,7 @@ def agent_paths(tmp_path: Path) -> dict[str, object]:
         "socket": str(tmp_path / "run" / "agent.sock"),
         "state_dir": str(tmp_path / "state"),
         "cni_cache_dir": str(tmp_path / "cni-cache"),
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
     }
 
 

@@ -258,9 +258,8 @@ def memory_agent(tmp_path: Path, cidr: str, **more: Any) -> Agent:
 
 
 async def test_excluded_addresses_are_never_handed_out(tmp_path: Path) -> None:
-    agent = memory_agent(
-        tmp_path, "10.99.0.0/29", server={"host": "127.0.0.1", "port": 0}, exclude=["10.99.0.2", "10.99.0.4"]
-    )
+    server = {"host": "127.0.0.1", "port": 0, "probe_port": 0}
+    agent = memory_agent(tmp_path, "10.99.0.0/29", server=server, exclude=["10.99.0.2", "10.99.0.4"])
     handed = [agent.allocator.allocate_next(f"o{n}")[0] for n in range(3)]
     assert [a.address for a in handed if a] == ["10.99.0.3", "10.99.0.5", "10.99.0.6"]
 
@@ -416,7 +415,7 @@ async def test_an_address_whose_pod_left_the_node_comes_back_and_a_running_pods_
 
 async def test_the_http_endpoint_serves_within_its_configured_limits(kube: FakeKube, tmp_path: Path) -> None:
     """server.max_connections and server.read_timeout reach the TCP endpoint; refusals are counted."""
-    server = {"host": "127.0.0.1", "port": 0, "max_connections": 1, "read_timeout": "200ms"}
+    server = {"host": "127.0.0.1", "port": 0, "probe_port": 0, "max_connections": 1, "read_timeout": "200ms"}
     async with running_agent(kube, tmp_path, server=server) as agent:
         await until(lambda: agent.endpoint is not None)
         port = await _port(agent)

@@ -45,7 +45,7 @@ class Agent:
             "socket": self.sock,
             "state_dir": str(directory / "state"),
             "cni_cache_dir": str(directory / "cache"),
-            "server": {"host": "127.0.0.1", "port": self.port, **server},
+            "server": {"host": "127.0.0.1", "port": self.port, "probe_port": 0, **server},
             "claims": False,
             "log_level": "warning",
             "sweep_interval": "0s",

@@ -55,6 +55,8 @@ NESTED_KEYS = {
     "server": {
         "host": "server_host",
         "port": "server_port",
+        "probe_host": "server.probe_host",
+        "probe_port": "server.probe_port",
         "max_connections": "server.max_connections",
         "read_timeout": "server.read_timeout",
     },
@@ -248,7 +250,7 @@ def test_the_config_keys_in_values_are_the_file_formats_keys():
     # each key is one the loader takes, and sets the field it is meant to
     for key in config:
         agent_config_from_mapping({key: config[key]})
-    numbers: dict[str, Any] = {"port": 4242, "max_connections": 42, "read_timeout": 4.5}
+    numbers: dict[str, Any] = {"port": 4242, "probe_port": 4343, "max_connections": 42, "read_timeout": 4.5}
     for section, keys in NESTED_KEYS.items():
         for key, field in keys.items():
             given = numbers.get(key, f"/{key}")
@@ -369,22 +371,33 @@ def test_changed_paths_move_the_volumes():
 
 
 @pytest.mark.system
-def test_probes_use_the_named_port_of_the_configured_server(agent_docs):
+def test_probes_ask_their_own_listener_on_the_loopback_address(agent_docs):
+    """kubelet's probes have a listener of their own (decision 0043): no flood of agent-http takes a
+    slot they need, and on the loopback address no pod reaches it."""
     ctr = container(agent_docs)
     assert ctr["ports"] == [
-        {"name": "agent-http", "containerPort": AgentConfig().server_port, "protocol": "TCP"}
+        {"name": "agent-http", "containerPort": AgentConfig().server_port, "protocol": "TCP"},
+        {"name": "agent-probes", "containerPort": AgentConfig().server.probe_port, "protocol": "TCP"},
     ]
-    assert AgentConfig().server_port == 9091
+    assert (AgentConfig().server_port, AgentConfig().server.probe_port) == (9091, 9093)
+    assert AgentConfig().server.probe_host == "127.0.0.1"
     probes = {kind: ctr[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
-    assert probes == {  # the endpoint is on the loopback address by default: kubelet probes it there
-        "livenessProbe": {"path": "/healthz", "port": "agent-http", "host": "127.0.0.1"},
-        "readinessProbe": {"path": "/readyz", "port": "agent-http", "host": "127.0.0.1"},
+    assert probes == {
+        "livenessProbe": {"path": "/healthz", "port": "agent-probes", "host": "127.0.0.1"},
+        "readinessProbe": {"path": "/readyz", "port": "agent-probes", "host": "127.0.0.1"},
     }
-    moved = container(agent({"config": {"server": {"port": 9191}}}))
-    assert (
-        moved["ports"][0]["containerPort"] == 9191
-        and moved["livenessProbe"]["httpGet"]["port"] == "agent-http"
-    )
+    moved = container(agent({"config": {"server": {"port": 9191, "probe_port": 9193}}}))
+    assert [p["containerPort"] for p in moved["ports"]] == [9191, 9193]
+    assert moved["livenessProbe"]["httpGet"]["port"] == "agent-probes"
+
+
+@pytest.mark.system
+def test_without_the_host_network_the_probes_are_served_on_the_pods_address():
+    docs = agent({"hostNetwork": False})
+    assert "host" not in container(docs)["readinessProbe"]["httpGet"]  # kubelet probes the pod's address
+    assert yaml.safe_load(one(agent_objects(docs), "ConfigMap")["data"]["config.yaml"])["server"][
+        "probe_host"
+    ] == ("0.0.0.0")
 
 
 @pytest.mark.system
@@ -590,14 +603,15 @@ def test_on_the_host_network_the_endpoint_listens_on_the_loopback_address_unless
     """Any pod reaches a port on the node's address: only a scraped agent listens there."""
     assert listening(container(agent_docs)) == ("127.0.0.1", "127.0.0.1", False)
     scraped = render({"agent": {"enabled": True}, "serviceMonitor": {"enabled": True}})
-    # Kubernetes expands $(HOST_IP) in args only from a variable the container declares.
-    assert listening(container(scraped)) == ("$(HOST_IP)", None, True)
+    # Kubernetes expands $(HOST_IP) in args only from a variable the container declares. The probes
+    # stay on their own listener on the loopback address, wherever /metrics listens.
+    assert listening(container(scraped)) == ("$(HOST_IP)", "127.0.0.1", True)
     env = container(scraped)["env"]
     assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in env
-    assert listening(container(agent({"listen": "node"}))) == ("$(HOST_IP)", None, True)
+    assert listening(container(agent({"listen": "node"}))) == ("$(HOST_IP)", "127.0.0.1", True)
     loopback = render({"agent": {"enabled": True, "listen": "loopback"}, "serviceMonitor": {"enabled": True}})
     assert listening(container(loopback)) == ("127.0.0.1", "127.0.0.1", False)
-    assert listening(container(agent({"listen": "config"}))) == (None, None, False)
+    assert listening(container(agent({"listen": "config"}))) == (None, "127.0.0.1", False)
     # on the pod network the pod has an address of its own: config.server.host, whatever listen says
     for choice in ("auto", "loopback", "node"):
         assert listening(container(agent({"hostNetwork": False, "listen": choice}))) == (None, None, False)

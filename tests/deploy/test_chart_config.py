@@ -43,6 +43,8 @@ def test_config_has_every_top_level_key():
     assert values()["config"]["server"] == {
         "host": "0.0.0.0",
         "port": 9090,
+        "probe_host": "0.0.0.0",
+        "probe_port": 9092,
         "max_connections": 64,
         "read_timeout": "10s",
     }

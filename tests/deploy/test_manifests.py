@@ -121,20 +121,22 @@ def test_service_and_probes_use_the_named_container_port(full_docs):
     service = one(full_docs, "Service")["spec"]
     assert service["type"] == "ClusterIP"
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["ports"]] == [("http", 9090, "http")]
+    # kubelet's probes ask their own listener (decision 0043), which the Service does not expose.
+    assert ports["probes"]["containerPort"] == config(full_docs)["server"]["probe_port"] == 9092
     probes = {kind: container(full_docs)[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
     assert probes == {
-        "livenessProbe": {"path": "/healthz", "port": "http"},
-        "readinessProbe": {"path": "/readyz", "port": "http"},
+        "livenessProbe": {"path": "/healthz", "port": "probes"},
+        "readinessProbe": {"path": "/readyz", "port": "probes"},
     }
     assert [e["port"] for e in one(full_docs, "ServiceMonitor")["spec"]["endpoints"]] == ["http"]
 
 
 @pytest.mark.system
-def test_the_server_port_setting_moves_container_port_and_keeps_probes_on_it():
-    docs = render({"config": {"server": {"port": 8443}}})
-    assert container(docs)["ports"][0]["containerPort"] == 8443
-    assert config(docs)["server"]["port"] == 8443
-    assert container(docs)["readinessProbe"]["httpGet"]["port"] == "http"
+def test_the_server_port_settings_move_the_container_ports_and_the_probes_follow():
+    docs = render({"config": {"server": {"port": 8443, "probe_port": 8444}}})
+    assert [p["containerPort"] for p in container(docs)["ports"]] == [8443, 8444]
+    assert (config(docs)["server"]["port"], config(docs)["server"]["probe_port"]) == (8443, 8444)
+    assert container(docs)["readinessProbe"]["httpGet"]["port"] == "probes"
 
 
 def test_pod_security(default_docs):

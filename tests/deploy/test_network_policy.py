@@ -50,13 +50,32 @@ def test_only_prometheus_reaches_the_metrics_ports_of_the_controllers_and_the_ag
         assert spec["ingress"] == [{"ports": [{"port": port, "protocol": "TCP"}], "from": [PROMETHEUS]}]
 
 
-def test_the_nodes_addresses_are_allowed_for_kubelets_probes() -> None:
-    found = policies({"networkPolicy": {"enabled": True, "nodeCIDRs": ["10.0.0.0/16", "fd00::/64"]}})
-    (rule,) = found["eni-ipam"]["spec"]["ingress"]
-    assert rule["from"] == [
-        PROMETHEUS,
-        {"ipBlock": {"cidr": "10.0.0.0/16"}},
-        {"ipBlock": {"cidr": "fd00::/64"}},
+@pytest.mark.parametrize(
+    ("name", "http", "probes"),
+    [("eni-ipam", "http", "probes"), ("eni-ipam-agent", "agent-http", "agent-probes")],
+)
+def test_the_nodes_addresses_are_allowed_to_the_probe_port_only(name: str, http: str, probes: str) -> None:
+    """kubelet's probes have a listener of their own (decision 0043): the nodes reach it, and only
+    Prometheus reaches the metrics port."""
+    found = policies(
+        {
+            "agent": {"enabled": True},
+            "networkPolicy": {"enabled": True, "nodeCIDRs": ["10.0.0.0/16", "fd00::/64"]},
+        }
+    )
+    assert found[name]["spec"]["ingress"] == [
+        {"ports": [{"port": http, "protocol": "TCP"}], "from": [PROMETHEUS]},
+        {
+            "ports": [{"port": probes, "protocol": "TCP"}],
+            "from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/64"}}],
+        },
+    ]
+
+
+def test_the_nodes_alone_reach_only_the_probe_port() -> None:
+    found = policies({"networkPolicy": {"enabled": True, "prometheus": [], "nodeCIDRs": ["10.0.0.0/16"]}})
+    assert found["eni-ipam"]["spec"]["ingress"] == [
+        {"ports": [{"port": "probes", "protocol": "TCP"}], "from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]}
     ]
 
 

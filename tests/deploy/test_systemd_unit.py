@@ -161,7 +161,7 @@ def test_the_agent_serves_without_any_capability_and_with_the_units_file_limit(t
         "socket": str(tmp_path / "run" / "agent.sock"),
         "state_dir": str(tmp_path / "state"),
         "cni_cache_dir": str(tmp_path / "cni"),
-        "server": {"host": "127.0.0.1", "port": free_port()},
+        "server": {"host": "127.0.0.1", "port": free_port(), "probe_port": 0},
         "docker_socket": "",
     }
     (tmp_path / "agent.yaml").write_text(yaml.safe_dump(config))

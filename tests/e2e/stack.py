@@ -403,7 +403,12 @@ async def running_stack(home: Path) -> AsyncIterator[Stack]:
 
         # The controller on its own metrics port, and its Nodes (one of another cloud).
         await op.start_controller(
-            {"ENI_IPAM_SERVER__PORT": str(ports["controller"]), "ENI_IPAM_SERVER__HOST": "127.0.0.1"},
+            {
+                "ENI_IPAM_SERVER__PORT": str(ports["controller"]),
+                "ENI_IPAM_SERVER__HOST": "127.0.0.1",
+                "ENI_IPAM_SERVER__PROBE_HOST": "127.0.0.1",
+                "ENI_IPAM_SERVER__PROBE_PORT": "0",
+            },
             log=home / "controller.log",
         )
         assert op.controller is not None

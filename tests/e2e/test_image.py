@@ -293,7 +293,7 @@ async def _run_controller(op: Operator, docker: Docker, image: str, work: Path, 
         m["mountPath"] for m in container["volumeMounts"] if m["mountPath"].startswith("/etc/eni-ipam")
     )
     volumes = _volumes(pod, container, work / "controller-host", config=etc)
-    port = free_ports(1)[0]
+    port, probes = free_ports(2)
     name = f"eni-ipam-e2e-controller-{os.getpid()}"
     names.append(name)
     security = _flags(container.get("securityContext") or {}, pod.get("securityContext") or {})
@@ -302,12 +302,17 @@ async def _run_controller(op: Operator, docker: Docker, image: str, work: Path, 
     # kubeconfig holding both. The metrics port is a free one of this host.
     env = _env(
         container,
-        {"ENI_IPAM_KUBERNETES__KUBECONFIG": f"{mount}/kubeconfig", "ENI_IPAM_SERVER__PORT": str(port)},
+        {
+            "ENI_IPAM_KUBERNETES__KUBECONFIG": f"{mount}/kubeconfig",
+            "ENI_IPAM_SERVER__PORT": str(port),
+            "ENI_IPAM_SERVER__PROBE_PORT": str(probes),
+        },
     )
     run = ["run", "-d", "--name", name, "--network", "host", *security, *volumes]
     await asyncio.to_thread(docker, *run, *_run(container, env, image))
     try:
-        await asyncio.to_thread(_until_ready, f"http://127.0.0.1:{port}/readyz")
+        # Where kubelet's readiness probe asks: the probe listener.
+        await asyncio.to_thread(_until_ready, f"http://127.0.0.1:{probes}/readyz")
     except AssertionError:
         raise AssertionError(docker("logs", name, check=False).stderr[-3000:]) from None
     return name
@@ -325,8 +330,8 @@ async def _run_agent(
     config = yaml.safe_load((await _get(op, "configmap", f"{RELEASE}-agent"))["data"]["config.yaml"])
     etc_mount = next(m["mountPath"] for m in container["volumeMounts"] if m["mountPath"].startswith("/etc/"))
     etc = _shared(work / "agent-etc")
-    port = free_ports(1)[0]
-    config["server"] = {**(config.get("server") or {}), "port": port}
+    port, probes = free_ports(2)
+    config["server"] = {**(config.get("server") or {}), "port": port, "probe_port": probes}
     config["kubernetes"] = {**(config.get("kubernetes") or {}), "kubeconfig": f"{etc_mount}/kubeconfig"}
     (etc / "config.yaml").write_text(yaml.safe_dump(config))
     await op.write_agent_kubeconfig(etc / "kubeconfig", "n1")
@@ -339,7 +344,7 @@ async def _run_agent(
     run = ["run", "-d", "--name", name, "--network", "host", *security, *mounts]
     await asyncio.to_thread(docker, *run, *_run(container, _env(container, {}), image))
     try:
-        await asyncio.to_thread(_until_ready, f"http://127.0.0.1:{port}/readyz")
+        await asyncio.to_thread(_until_ready, f"http://127.0.0.1:{probes}/readyz")  # kubelet's probe
     except AssertionError:
         raise AssertionError(docker("logs", name, check=False).stderr[-3000:]) from None
     assert await asyncio.to_thread(_stopped_by_sigterm, docker, name) == 0, docker("logs", name).stderr[

@@ -475,7 +475,7 @@ def relocated_node(
         **documented,
         "socket": str(root / "run" / "agent.sock"),
         "state_dir": str(root / "state"),
-        "server": {**documented["server"], "port": 0},  # any free port
+        "server": {**documented["server"], "port": 0, "probe_port": 0},  # any free ports
         "sweep_interval": f"{SWEEP_INTERVAL:g}s",
         "sweep_grace": f"{SWEEP_GRACE:g}s",
         "pools": {"default": {**documented["pools"]["default"], "ranges": [pool_range]}},

@@ -152,7 +152,7 @@ def agent_config(node: NodeHost) -> dict[str, Any]:
         "kubernetes": {"kubeconfig": str(node.kubeconfig)},
         "socket": str(node.socket),
         "state_dir": str(node.root / "state"),
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "claims": False,
         "sweep_interval": "0s",
         "report_interval": "200ms",

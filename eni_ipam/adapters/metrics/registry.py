@@ -92,8 +92,9 @@ class MetricSet:
         # -- every listener -------------------------------------------------------------------------
         self.http_connections_refused = self.counter(
             "http_connections_refused",
-            "Connections and requests the HTTP endpoint (/metrics, /healthz, /readyz) refused, by reason "
-            "(connection_limit: over server.max_connections, answered 503; read_timeout: a body not sent "
+            "Connections and requests the HTTP endpoint (/metrics, /healthz, /readyz) and the probe "
+            "listener refused, by reason (connection_limit: over server.max_connections, answered 503; "
+            "evicted: aborted to give its slot to a client holding fewer; read_timeout: a body not sent "
             "within server.read_timeout, answered 408; write_timeout: an answer not read within "
             "server.read_timeout, the connection aborted)",
             ["reason"],

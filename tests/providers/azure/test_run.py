@@ -37,7 +37,7 @@ async def test_run_fills_the_nics_of_configured_nodes_and_stops_cleanly(
         {
             "provider": "azure",
             "node_source": "memory",
-            "server": {"host": "127.0.0.1", "port": 0},
+            "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
             "azure": {"subscription_id": SUBSCRIPTION, "resource_groups": [GROUP], "vnet_id": world.vnet_id},
             "nodes": [{"name": "node-a", "instance": vm.lower(), "pre_allocate": 6}],
         }

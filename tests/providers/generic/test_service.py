@@ -29,7 +29,7 @@ def config(kubeconfig: Path) -> dict:
         "provider": "generic",
         "node_source": "kubernetes",
         "shutdown_timeout": "2s",
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
         "generic": {"cluster_cidrs": ["10.0.0.0/25", "fd00:1::/62"], "node_mask_ipv4": 28},
         "kubernetes": {
             "kubeconfig": str(kubeconfig),

@@ -143,6 +143,8 @@ agent:
     server:
       host: 0.0.0.0
       port: 9091
+      probe_host: 127.0.0.1
+      probe_port: 9093
       max_connections: 64
       read_timeout: 10s
     report_interval: 1s

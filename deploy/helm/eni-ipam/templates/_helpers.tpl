@@ -92,7 +92,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The agent's configuration file: the agent ConfigMap's config.yaml, and its pods' checksum/config. */}}
 {{- define "eni-ipam.agentConfig" -}}
-{{- toYaml .Values.agent.config -}}
+{{- $config := deepCopy .Values.agent.config }}
+{{- if not .Values.agent.hostNetwork }}
+{{- /* The pod has an address of its own, which kubelet probes: not the loopback one. */}}
+{{- $server := $config.server | default dict }}
+{{- $_ := set $server "probe_host" "0.0.0.0" }}
+{{- $_ := set $config "server" $server }}
+{{- end }}
+{{- toYaml $config -}}
 {{- end -}}
 
 {{/* The agent's containers run as root (it creates a socket in a host directory, for the container
@@ -154,4 +161,33 @@ removed. Every template includes this first. */}}
 {{- include "eni-ipam.fillMissing" (list (index $values $key) $default) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{- /* A NetworkPolicy's ingress: Prometheus to the metrics port ("http"), the nodes' CIDRs to the
+probe port ("probes"). With no peer at all, no rule: an empty "from" would allow every source, while
+no rule denies all. Arguments (a dict): np (.Values.networkPolicy), http, probes (port names). */}}
+{{- define "eni-ipam.ingress" -}}
+{{- if or .np.prometheus .np.nodeCIDRs -}}
+ingress:
+  {{- with .np.prometheus }}
+  - ports:
+      - port: {{ $.http }}
+        protocol: TCP
+    from:
+      {{- toYaml . | nindent 6 }}
+  {{- end }}
+  {{- with .np.nodeCIDRs }}
+  - ports:
+      - port: {{ $.probes }}
+        protocol: TCP
+    from:
+      {{- range . }}
+      - ipBlock:
+          cidr: {{ . }}
+      {{- end }}
+  {{- end }}
+{{- else -}}
+# No peer allowed: an empty "from" would allow every source, so no rule at all, which denies all.
+ingress: []
+{{- end }}
 {{- end -}}
