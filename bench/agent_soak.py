@@ -13,12 +13,16 @@ directory (a tiny tmpfs) is filled up and freed again.
 Invariants, checked after every step (any breach is a violation and ``make soak`` fails):
 
 1. every hostile input is refused with its documented answer, and changes no allocation;
-2. a valid ADD, DEL or CHECK is answered with success or "try again later" (CNI code 11), never
-   another error, and succeeds again once the hostile input stops;
+2. a valid ADD, DEL or CHECK is answered with success or "try again later" (CNI code 11, only
+   while the disk is full or the agent restarts), never another error, and succeeds again once the
+   hostile input stops;
 3. every acknowledged ADD holds its address, on one owner, until its DEL, across restarts and kills;
 4. the agent holds at most ``socket_max_connections`` connections on its socket and
    ``server.max_connections`` on its TCP port (plus its own files), whatever the flood; a flood of the
-   TCP port is answered 503 beyond its limit and never stops a valid ADD on the socket;
+   TCP port is answered 503 beyond its limit and never stops a valid ADD on the socket; a flood of
+   either by one process (idle connections, or slow readers pipelining requests they never read)
+   never fails a valid ADD, CHECK or DEL (the plugin's process takes a fair share of the slots), and
+   kubelet's probes, on their own listener, answer 200 throughout;
 5. the state file stays small (no field of a request reaches it unbounded);
 6. a start never blocks or fails (FIFO in the cache, leftovers, a full disk): ready within seconds,
    leftovers removed, SIGTERM exits 0; a link planted in the state directory stops it at once (exit
@@ -99,10 +103,14 @@ class AgentSoakReport:
 # -- the agent process ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports of 127.0.0.1 (all held until all are chosen: one at a time, the
+    kernel may hand the same port out twice)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 class AgentProcess:
@@ -113,7 +121,8 @@ class AgentProcess:
     ) -> None:
         self.directory = directory
         self.sock = str(directory / "agent.sock")
-        self.port = _free_port()
+        self.port, self.probe_port = free_ports(2)
+        """kubelet's probes' own listener (decision 0043)."""
         self.state_dir = state_dir
         self.cache = directory / "cache"
         self.cache.mkdir(exist_ok=True)
@@ -128,6 +137,7 @@ class AgentProcess:
                     "server": {
                         "host": "127.0.0.1",
                         "port": self.port,
+                        "probe_port": self.probe_port,
                         "max_connections": config.http_max_connections,
                         "read_timeout": f"{config.read_timeout}s",
                         **(options or {}).get("server", {}),
@@ -163,7 +173,7 @@ class AgentProcess:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"the agent exited {self.proc.returncode} at start: {err[-2000:]}")
-            if http(self.port, "GET", "/healthz")[0] == 200 and _connects(self.sock):
+            if http(self.probe_port, "GET", "/healthz")[0] == 200 and _connects(self.sock):
                 return time.perf_counter() - started
             time.sleep(0.02)
         raise RuntimeError("the agent did not start within 30 s")
@@ -469,8 +479,9 @@ class AgentSoak:
             self.report.violate(f"{len(open_)} trickling connections still open after 3 read timeouts")
 
     def hostile_flood(self) -> None:
-        """Four times the limit of idle connections; a valid ADD meanwhile may be told to try again;
-        once they time out, a valid ADD must succeed."""
+        """Four times the limit of idle connections: a valid ADD meanwhile succeeds (the plugin's
+        process takes a slot from the flooding one: slots are shared fairly between processes), and
+        again once they time out."""
         conns = []
         for _ in range(self.config.max_connections * 4):
             s = socket.socket(socket.AF_UNIX)
@@ -481,7 +492,7 @@ class AgentSoak:
                 continue
             conns.append(s)
         self.report.hostile["idle connection (flood)"] += len(conns)
-        self.valid_add()
+        self.valid_add(must_succeed=True)
         self.check_invariants("during a flood", flooded=True)
         time.sleep(self.config.read_timeout * 2)
         for s in conns:
@@ -515,6 +526,53 @@ class AgentSoak:
             odd = {a: n for a, n in answers.items() if a not in (b"HTTP/1.1 503", b"", b"open")}
             if odd or not answers[b"HTTP/1.1 503"]:
                 self.report.violate(f"TCP flood: answers {dict(answers)}, expected 503 beyond the limit")
+        finally:
+            for s in conns:
+                s.close()
+
+    def hostile_slow_read(self) -> None:
+        """Twice the limit of connections on the socket and on the TCP port, each pipelining 200
+        requests on a 1 KB receive buffer and never reading (the attack that held every slot and got
+        the agent restarted): meanwhile every ADD, CHECK and DEL succeeds, kubelet's probes answer 200
+        on their own listener, and the flood's connections are closed by the agent."""
+        conns: list[socket.socket] = []
+        for family, address, request, limit in (
+            (
+                socket.AF_UNIX,
+                self.agent.sock,
+                b"GET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n",
+                self.config.max_connections,
+            ),
+            (
+                socket.AF_INET,
+                ("127.0.0.1", self.agent.port),
+                b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+                self.config.http_max_connections,
+            ),
+        ):
+            for _ in range(limit * 2):
+                s = socket.socket(family)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+                s.settimeout(1.0)
+                try:
+                    s.connect(address)
+                    s.sendall(request * 200)
+                except OSError:
+                    s.close()
+                    continue
+                conns.append(s)
+        self.report.hostile["slow reader (pipelined, never read)"] += len(conns)
+        try:
+            for _ in range(3):
+                self.valid_add(must_succeed=True)
+                self.valid_check()
+                for path in ("/healthz", "/readyz"):
+                    status = http(self.agent.probe_port, "GET", path)[0]
+                    self.report.valid[f"probe {path} during a slow-read flood"] += 1
+                    if status != 200:
+                        self.report.violate(f"slow-read flood: the probe {path} answered {status}")
+            self.valid_del(must_succeed=True)
+            self.check_invariants("during a slow-read flood", flooded=True)
         finally:
             for s in conns:
                 s.close()
@@ -641,6 +699,7 @@ class AgentSoak:
             self.hostile_trickle,
             self.hostile_flood,
             self.hostile_tcp_flood,
+            self.hostile_slow_read,
             self.hostile_plugin_inputs,
         ]
         next_restart = started + self.config.restart_every
@@ -730,8 +789,10 @@ def render(report: AgentSoakReport) -> str:
         "Written by `make soak` (`python -m bench.agent_soak`, code in `bench/agent_soak.py`): a real",
         "`eni-ipam agent` serves the real CNI plugin while hostile input is thrown at its socket, it is",
         "restarted with a FIFO in the libcni cache and leftovers in its state directory, and its state",
-        "directory is filled up; its TCP port is flooded with more connections than its open-file limit",
-        "while the plugin's ADDs must go on succeeding. The invariants are in the module's docstring;",
+        "directory is filled up; its TCP port is flooded with more connections than its open-file limit,",
+        "and both the socket and the port with slow readers (requests pipelined, answers never read),",
+        "while the plugin's ADDs must go on succeeding and kubelet's probes answering (they have a",
+        "listener of their own, decision 0043). The invariants are in the module's docstring;",
         "`tests/bench/test_agent_soak.py` runs a short version in the test suite.",
         "",
         f"Set-up: {c.seconds:g} s of hostile input, `socket_max_connections: {c.max_connections}`,"

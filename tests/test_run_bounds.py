@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -32,12 +33,23 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def controller(tmp_path: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def controller(
+    tmp_path: Path, port: int, *, server: dict[str, Any] | None = None, ready_port: int | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``eni-ipam run`` (sim provider, no nodes) serving on ``port``, ``server`` overriding its
+    endpoint's settings; yielded once ``/readyz`` answers 200 on ``ready_port`` (default ``port``)."""
+    endpoint = {
+        "host": "127.0.0.1",
+        "port": port,
+        "probe_port": 0,
+        "max_connections": LIMIT,
+        "read_timeout": "1s",
+    }
     config = {
         "provider": "sim",
         "node_source": "memory",
         "log_level": "info",
-        "server": {"host": "127.0.0.1", "port": port, "max_connections": LIMIT, "read_timeout": "1s"},
+        "server": {**endpoint, **(server or {})},
         "sim": {
             "cloud": {
                 "vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}],
@@ -59,7 +71,7 @@ def controller(tmp_path: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
         )
     try:
         deadline = time.perf_counter() + 30
-        while http(port, "GET", "/healthz")[0] != 200:
+        while http(ready_port or port, "GET", "/readyz")[0] != 200:
             assert process.poll() is None and time.perf_counter() < deadline, (
                 tmp_path / "stderr.log"
             ).read_text()

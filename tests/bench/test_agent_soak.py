@@ -25,6 +25,7 @@ HOSTILE = {
     "request head trickling in",
     "idle connection (flood)",
     "TCP connection (flood of the port)",
+    "slow reader (pipelined, never read)",
     "plugin: container id of 300 characters",
     "plugin: interface name of 16 bytes",
     "start: symbolic link at .lock",
