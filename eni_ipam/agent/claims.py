@@ -6,24 +6,30 @@ claim's ``eni-ipam.io/pool`` annotation), with Cluster API's lifecycle (its Clai
 
 * the claim carries the **release finalizer** (``ipam.cluster.x-k8s.io/ReleaseAddress``) from its
   first reconcile, so the address is returned to the pool before the claim goes;
-* the ``IPAddress`` (named after the claim, owned by it as controller) carries the **protect
-  finalizer** (``ipam.cluster.x-k8s.io/ProtectAddress``): deleting it while its claim exists leaves
-  it in place; only the claim's deletion removes it;
+* the ``IPAddress`` (named after the claim and the node, :func:`address_name`; owned by the claim
+  as controller) carries the **protect finalizer** (``ipam.cluster.x-k8s.io/ProtectAddress``):
+  deleting it while its claim exists leaves it in place; only the claim's deletion removes it;
 * a **paused** claim (annotation ``cluster.x-k8s.io/paused``) is left as it is;
 * the claim's ``status.addressRef`` names the IPAddress and its ``Ready`` condition says why not.
 
 Allocations are owned by ``claim:<namespace>/<name>``: a reconcile is idempotent, and a restart
 finds the same address for the same claim (the allocator's state file).
 
-**Only its own IPAddress serves a claim.** Any agent may create IPAddresses in any namespace (the
-chart's admission policy confines only their node label, poolRef and name), so one found under the
-claim's name may be another node's. It is this claim's only when it is labelled with this node (or,
-made before the label, names this node's ENIPool), names this node's ENIPool, carries the claim's pool
-label (when it has one), names the claim in ``claimRef`` and, when it has a controller, is controlled
-by this claim's uid — and advertises what the allocator holds for the claim. Anything else is not
-adopted, not taken back into the allocator, never written or deleted: the claim is ``Ready=False``
-(``AddressConflict``), which is logged and counted once, and retried. Deleting such a claim releases
-its own allocation and lifts its finalizer; the foreign IPAddress stays, for whoever made it.
+**No other agent can take a claim's name** (decision 0044). The IPAddress of claim ``c`` made by the
+agent of node ``n`` is named ``c.n.<length of n>``: the chart's admission policy lets each agent
+create only names that end with its own node and that node's length, so another node's agent cannot
+create this one's (the length makes the split unambiguous, whatever dots the names hold). An
+IPAddress of the claim's own name, as agents named them before, is this node's only when it passes
+the checks below; one that does not is ignored, and no longer holds the claim up.
+
+**Only its own IPAddress serves a claim.** It is this claim's only when it is labelled with this node
+(or, made before the label, names this node's ENIPool), names this node's ENIPool, carries the claim's
+pool label (when it has one), names the claim in ``claimRef`` and, when it has a controller, is
+controlled by this claim's uid — and advertises what the allocator holds for the claim. One under this
+node's name for the claim that is not (an administrator's) is not adopted, not taken back into the
+allocator, never written or deleted: the claim is ``Ready=False`` (``AddressConflict``), which is
+logged and counted once, and retried. Deleting such a claim releases its own allocation and lifts its
+finalizer; the foreign IPAddress stays, for whoever made it.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ POOL_LABEL = "eni-ipam.io/pool"
 default pool."""
 CONFLICT_REASON = "AddressConflict"
 """The claim's Ready reason while an IPAddress that is not its own holds its name."""
+NAME_REASON = "NameTooLong"
+"""The claim's Ready reason when its name and the node's make an IPAddress name over 253 characters."""
+MAX_NAME = 253
+"""The longest object name Kubernetes accepts (a DNS subdomain)."""
 REFUSED_REASON = "IPAddressRefused"
 """The claim's Ready reason while the API server refuses to create its IPAddress (e.g. a full quota)."""
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
@@ -78,6 +88,14 @@ RETRY_INTERVAL = 10.0
 
 def claim_owner(namespace: str, name: str) -> str:
     return f"claim:{namespace}/{name}"
+
+
+def address_name(claim: str, node: str) -> str:
+    """The name of the IPAddress the agent of ``node`` makes for ``claim`` (in its namespace):
+    ``<claim>.<node>.<length of node>``, what the chart's admission policy lets only that node's
+    agent create. The length ends the name so that no other node's name can produce it: two nodes
+    whose names end alike (``a.b`` and ``b``) differ in it."""
+    return f"{claim}.{node}.{len(node)}"
 
 
 def pool_label(pool: str) -> str:
@@ -140,12 +158,16 @@ class ClaimReconciler:
         self._queue(key)
 
     def _on_address(self, event: str, obj: Obj, old: Obj | None) -> None:
-        # The claim it names, and the claim it is named after: a foreign IPAddress blocks the latter.
+        # The claim it names, and the claim its name is this node's for (a foreign IPAddress there
+        # holds that claim up) or, an IPAddress of a claim's own name, that claim.
         namespace = obj["metadata"].get("namespace", "")
         claim = ((obj.get("spec") or {}).get("claimRef") or {}).get("name")
-        for name in {claim, obj["metadata"].get("name")}:
-            if name:
-                self._queue(f"{namespace}/{name}")
+        name = str(obj["metadata"].get("name", ""))
+        suffix = address_name("", self.node)
+        named = name.removesuffix(suffix) if name.endswith(suffix) else name
+        for key in {claim, named}:
+            if key:
+                self._queue(f"{namespace}/{key}")
 
     async def run(self) -> None:
         """Serve claims until cancelled; without Cluster API's CRDs, wait quietly for them."""
@@ -200,7 +222,16 @@ class ClaimReconciler:
         pool = (meta.get("annotations") or {}).get(POOL_ANNOTATION, DEFAULT_POOL)
         owner = claim_owner(namespace, name)
         mine = self.allocator.allocations(owner=owner)
-        published = self.addresses.store.get(f"{namespace}/{name}")
+        own_name = address_name(name, self.node)
+        if len(own_name) > MAX_NAME:
+            longest = MAX_NAME - len(own_name) + len(name)
+            message = (
+                f"the IPAddress of this claim would be named {own_name[:60]}… ({len(own_name)} "
+                f"characters, over {MAX_NAME}): shorten the claim's name to at most {longest}"
+            )
+            await self._condition(claim, ready=False, reason=NAME_REASON, message=message)
+            return
+        published = self._published(claim, pool)
         if published is not None and (why := self._foreign(claim, published, pool)):
             # Not this claim's: neither adopted nor taken back into the allocator, and no new address
             # is allocated while it holds the name.
@@ -225,16 +256,31 @@ class ClaimReconciler:
             return
         if published is None:
             try:
-                created = await self._create_address(claim, allocation, pool)
+                created = await self._create_address(claim, allocation, pool, own_name)
             except errors.KubeError as exc:  # refused (a full ResourceQuota, the policy): say why
                 await self._condition(claim, ready=False, reason=REFUSED_REASON, message=str(exc))
                 raise
             if not created:
                 return
         self._conflicts.pop(f"{namespace}/{name}", None)
+        ref = published["metadata"]["name"] if published is not None else own_name
         await self._condition(
-            claim, ready=True, reason="AddressAllocated", message=allocation.address, ref=name
+            claim, ready=True, reason="AddressAllocated", message=allocation.address, ref=ref
         )
+
+    def _published(self, claim: Obj, pool: str) -> Obj | None:
+        """The IPAddress under this node's name for the claim (whoever made it: judged by the
+        caller), else one under the claim's own name that is this claim's (made before the names
+        carried the node); None when there is neither."""
+        meta = claim["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        found = self.addresses.store.get(f"{namespace}/{address_name(name, self.node)}")
+        if found is not None:
+            return found
+        legacy = self.addresses.store.get(f"{namespace}/{name}")
+        if legacy is not None and self._foreign(claim, legacy, pool) is None:
+            return legacy
+        return None
 
     def _foreign(self, claim: Obj, address: Obj, pool: str) -> tuple[str, str] | None:
         """Why ``address``, found under the claim's name, is not this claim's IPAddress, as
@@ -288,11 +334,13 @@ class ClaimReconciler:
         log.info("claim_allocated", owner=owner, address=allocation.address, pool=pool)
         return allocation
 
-    async def _create_address(self, claim: Obj, allocation: Allocation, pool: str) -> bool:
-        """Create the claim's IPAddress; False when one of its name exists already (not yet seen)."""
+    async def _create_address(self, claim: Obj, allocation: Allocation, pool: str, name: str) -> bool:
+        """Create the claim's IPAddress, ``name``; False when one of that name exists already (not yet
+        seen)."""
         meta = claim["metadata"]
         key = f"{meta.get('namespace', '')}/{meta['name']}"
         body = ip_address(claim, allocation, node=self.node, pool=pool)
+        assert body["metadata"]["name"] == name
         try:
             await self.api.create(IPADDRESSES, body)
         except errors.KubeConflict:
@@ -300,7 +348,7 @@ class ClaimReconciler:
             # (its event, or the retry should the event be lost).
             self._retry(key)
             return False
-        log.info("ip_address_created", claim=key, address=allocation.address)
+        log.info("ip_address_created", claim=key, ip_address=name, address=allocation.address)
         return True
 
     async def _release(self, claim: Obj) -> None:
@@ -312,12 +360,12 @@ class ClaimReconciler:
         # IPAddress still advertises it. One that is not the claim's is left alone (the admission
         # policy would refuse this agent anyway), and does not hold the claim's deletion up.
         pool = (meta.get("annotations") or {}).get(POOL_ANNOTATION, DEFAULT_POOL)
-        address = self.addresses.store.get(f"{namespace}/{name}")
+        address = self._published(claim, pool)
         if address is not None and (why := self._foreign(claim, address, pool)):
             log.warning(
                 "claim_released_past_foreign_address",
                 claim=f"{namespace}/{name}",
-                ip_address=f"{namespace}/{name}",
+                ip_address=f"{namespace}/{address['metadata']['name']}",
                 reason=why[0],
                 detail=why[1],
             )
@@ -335,7 +383,7 @@ class ClaimReconciler:
                 )
             if not address["metadata"].get("deletionTimestamp"):
                 with contextlib.suppress(errors.KubeNotFound):
-                    await self.api.delete(IPADDRESSES, name, namespace=namespace)
+                    await self.api.delete(IPADDRESSES, address["metadata"]["name"], namespace=namespace)
         released = self.allocator.release_owner(claim_owner(namespace, name))
         await self._finalizers(IPADDRESSCLAIMS, claim, remove=RELEASE_FINALIZER)
         self._conflicts.pop(f"{namespace}/{name}", None)
@@ -399,14 +447,14 @@ class ClaimReconciler:
 
 
 def ip_address(claim: Obj, allocation: Allocation, *, node: str, pool: str) -> Obj:
-    """The IPAddress an agent creates for ``claim``: named after it in its namespace, naming it in
-    ``claimRef`` and as its controller, labelled with the node and the pool, from the claim's poolRef
-    (this node's ENIPool) — what the chart's admission policy lets an agent create, and what
-    :meth:`ClaimReconciler._foreign` trusts."""
+    """The IPAddress an agent creates for ``claim``: named after it and the node
+    (:func:`address_name`) in its namespace, naming it in ``claimRef`` and as its controller,
+    labelled with the node and the pool, from the claim's poolRef (this node's ENIPool) — what the
+    chart's admission policy lets an agent create, and what :meth:`ClaimReconciler._foreign` trusts."""
     meta = claim["metadata"]
     return {
         "metadata": {
-            "name": meta["name"],
+            "name": address_name(meta["name"], node),
             "namespace": meta.get("namespace", ""),
             "labels": {NODE_LABEL: node, POOL_LABEL: pool_label(pool)},
             "finalizers": [PROTECT_FINALIZER],
@@ -462,6 +510,7 @@ __all__ = [
     "PROTECT_FINALIZER",
     "RELEASE_FINALIZER",
     "ClaimReconciler",
+    "address_name",
     "claim_owner",
     "ip_address",
     "pool_label",

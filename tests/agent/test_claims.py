@@ -19,6 +19,7 @@ from eni_ipam.agent.claims import (
     PROTECT_FINALIZER,
     RELEASE_FINALIZER,
     ClaimReconciler,
+    address_name,
     pool_label,
 )
 from eni_ipam.agent.metrics import AgentMetrics
@@ -58,6 +59,7 @@ class Served:
         )
         self.api: KubeApi = make_api(kube)
         self.api.allowed = AGENT_PERMISSIONS
+        self.node = node
         self.reconciler = ClaimReconciler(
             self.api, self.allocator, node=node, clock=LoopClock(), metrics=self.metrics
         )
@@ -65,8 +67,13 @@ class Served:
     def claim(self, name: str) -> dict[str, Any] | None:
         return self.kube.get_object("ipaddressclaims", name, namespace=NS)
 
-    def address(self, name: str) -> dict[str, Any] | None:
-        return self.kube.get_object("ipaddresses", name, namespace=NS)
+    def name(self, claim: str) -> str:
+        """The name of the IPAddress this node's agent makes for ``claim``."""
+        return address_name(claim, self.node)
+
+    def address(self, claim: str) -> dict[str, Any] | None:
+        """The IPAddress this node's agent made for ``claim``."""
+        return self.kube.get_object("ipaddresses", self.name(claim), namespace=NS)
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +121,8 @@ async def test_claim_gets_an_address_protected_and_owned_by_it(served: Served, p
     assert owner["uid"] == served.claim("c1")["metadata"]["uid"]
     c1 = served.claim("c1")
     assert RELEASE_FINALIZER in c1["metadata"]["finalizers"]
-    assert c1["status"]["addressRef"] == {"name": "c1"}
+    assert served.address("c1")["metadata"]["name"] == "c1.n1.2"  # the claim's, the node's, its length
+    assert c1["status"]["addressRef"] == {"name": "c1.n1.2"}
     assert c1["status"]["conditions"][0]["status"] == "True"
     assert [(a.address, a.owner) for a in served.allocator.allocations()] == [("10.0.0.10", "claim:capi/c1")]
 
@@ -122,7 +130,7 @@ async def test_claim_gets_an_address_protected_and_owned_by_it(served: Served, p
 async def test_an_address_cannot_go_while_its_claim_exists(served: Served, people: KubeApi) -> None:
     await people.create(IPADDRESSCLAIMS, claim("c1"))
     await until(lambda: served.address("c1") is not None)
-    await people.delete(IPADDRESSES, "c1", namespace=NS)
+    await people.delete(IPADDRESSES, served.name("c1"), namespace=NS)
     await asyncio.sleep(0.3)
     kept = served.address("c1")
     assert kept is not None and kept["metadata"].get("deletionTimestamp")
@@ -140,7 +148,9 @@ async def test_deleting_the_claim_releases_the_address_before_the_claim_goes(
     assert served.allocator.used() == set()
     # the order: the address was released (protect finalizer removed, address deleted), then the claim
     writes = [
-        (r.verb, r.plural) for r in served.kube.requests if r.verb in ("patch", "delete") and r.name == "c1"
+        (r.verb, r.plural)
+        for r in served.kube.requests
+        if r.verb in ("patch", "delete") and r.name in ("c1", served.name("c1"))
     ]
     assert writes.index(("delete", "ipaddresses")) < len(writes) - 1
     assert writes[-1] == ("patch", "ipaddressclaims")
@@ -209,7 +219,7 @@ async def test_an_address_made_before_the_node_label_is_labelled_before_it_is_de
     node: the write that lifts the protect finalizer labels an old one first."""
     await people.create(IPADDRESSCLAIMS, claim("c1"))
     await until(lambda: served.address("c1") is not None)
-    await people.patch(IPADDRESSES, "c1", {"metadata": {"labels": None}}, namespace=NS)
+    await people.patch(IPADDRESSES, served.name("c1"), {"metadata": {"labels": None}}, namespace=NS)
     await until(lambda: not (served.address("c1") or {}).get("metadata", {}).get("labels"))
     patches: list[tuple[str, dict[str, Any]]] = []
     patch = served.api.patch
@@ -231,10 +241,10 @@ async def test_an_address_made_before_the_node_label_is_labelled_before_it_is_de
 AGENT_ACCOUNT = ("kube-system", "eni-ipam-agent")
 
 
-def forged(name: str = "c1", *, node: str = "n1", **spec: Any) -> dict[str, Any]:
-    """The IPAddress of the reproduced attack: named after another node's claim, naming that claim, with
-    an address of that node's pool, the attacker's gateway and a /8 — labelled and pooled as the agent
-    of ``node`` may create it."""
+def forged(name: str = "c1", *, node: str = "n1", claim: str = "c1", **spec: Any) -> dict[str, Any]:
+    """The IPAddress of the reproduced attack: ``name``, naming another node's claim ``claim``, with an
+    address of that node's pool, the attacker's gateway and a /8 — labelled and pooled as the agent of
+    ``node`` may create it."""
     return {
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
         "kind": "IPAddress",
@@ -245,7 +255,7 @@ def forged(name: str = "c1", *, node: str = "n1", **spec: Any) -> dict[str, Any]
             "finalizers": [PROTECT_FINALIZER],
         },
         "spec": {
-            "claimRef": {"name": name},
+            "claimRef": {"name": claim},
             "poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": node},
             "address": "10.0.0.10",
             "prefix": 8,
@@ -299,49 +309,51 @@ def writes_to_addresses(kube: FakeKube) -> list[tuple[str, str | None]]:
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
-async def test_an_ipaddress_another_nodes_agent_made_under_the_claims_name_is_not_taken_for_it(
+async def test_ipaddresses_another_nodes_agent_made_for_the_claim_do_not_hold_it_up(
     kube: FakeKube, n2: Served, people: KubeApi
 ) -> None:
-    """The reproduced attack: n1's agent creates an IPAddress named after n2's claim, before it (as the
-    policy lets it: labelled n1, from ENIPool n1). n2's agent neither marks the claim Ready on it, nor
-    takes its address, nor touches it; deleting the claim still completes."""
+    """The reproduced attack (claim squatting): n1's agent makes IPAddresses for n2's claim before n2's
+    agent serves it, under the claim's own name (as agents once named them) and under n1's name for
+    it — as far as the policy lets it, labelled n1, from ENIPool n1. n2's agent takes neither, counts
+    no conflict, touches neither, and serves the claim under its own name, which only it may create
+    (decision 0044); deleting the claim still completes."""
     attacker = await as_node_agent(kube)
     try:
-        await attacker.create(IPADDRESSES, forged())
-    except errors.KubeForbidden:
-        # A server enforcing the chart's admission policy refuses a token bound to no node, as these
-        # are; from a token bound to n1 the policy admits this object (tests/deploy: it cannot see
-        # whose claim c1 is). The reconciler's part is tested all the same, the object put in place.
-        kube.add_object("ipaddresses", forged())
+        for name in ("c1", "c1.n1.2"):
+            try:
+                await attacker.create(IPADDRESSES, forged(name))
+            except errors.KubeForbidden:
+                # A server enforcing the chart's admission policy refuses a token bound to no node, as
+                # these are (tests/testkit: the policy on the dev cluster refuses the first name and
+                # admits the second). The reconciler's part is tested all the same, the object put in place.
+                kube.add_object("ipaddresses", forged(name))
     finally:
         await attacker.close()
-    (made,) = [r for r in kube.requests if r.verb == "create" and r.plural == "ipaddresses"]
-    assert made.user == "system:serviceaccount:{}:{}".format(*AGENT_ACCOUNT)  # the agent's own token
-    assert made.status in (201, 403)
-    before = served_copy(kube.get_object("ipaddresses", "c1", namespace=NS))
-    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    made = [r for r in kube.requests if r.verb == "create" and r.plural == "ipaddresses"]
+    assert {r.user for r in made} == {
+        "system:serviceaccount:{}:{}".format(*AGENT_ACCOUNT)
+    }  # the agent's token
+    before = [served_copy(kube.get_object("ipaddresses", name, namespace=NS)) for name in ("c1", "c1.n1.2")]
+    await until(lambda: {f"{NS}/c1", f"{NS}/c1.n1.2"} <= set(n2.reconciler.addresses.store))
     kube.requests.clear()
 
     await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
-    await until(lambda: ready(n2.claim("c1")))
-    condition = ready(n2.claim("c1"))
-    assert (condition["status"], condition["reason"]) == ("False", "AddressConflict")
-    assert condition["message"].startswith(f"IPAddress {NS}/c1 exists and is not this node's")
-    assert "addressRef" not in n2.claim("c1")["status"]
-    assert n2.allocator.used() == set()  # the advertised address was not taken back for the claim
-    assert n2.metrics.sample("eni_ipam_agent_claim_conflicts_total", {"reason": "node"}) == 1
-
-    # touched again (and retried): still not Ready, counted once
-    await people.patch(IPADDRESSCLAIMS, "c1", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
-    await asyncio.sleep(0.3)
-    assert ready(n2.claim("c1"))["reason"] == "AddressConflict"
-    assert n2.metrics.sample("eni_ipam_agent_claim_conflicts_total", {"reason": "node"}) == 1
+    await until(lambda: ready(n2.claim("c1")).get("status") == "True")
+    assert n2.claim("c1")["status"]["addressRef"] == {"name": "c1.n2.2"}
+    address = n2.address("c1")
+    assert address["metadata"]["labels"][NODE_LABEL] == "n2"
+    assert (address["spec"]["address"], address["spec"]["prefix"]) == ("10.0.0.10", 24)
+    assert n2.metrics.samples("eni_ipam_agent_claim_conflicts_total") == {}
 
     await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
     await until(lambda: n2.claim("c1") is None)
-    assert n2.allocator.used() == set()
-    assert writes_to_addresses(kube) == []  # not n2's to change or delete
-    assert served_copy(kube.get_object("ipaddresses", "c1", namespace=NS)) == before
+    assert n2.allocator.used() == set() and n2.address("c1") is None
+    writes = writes_to_addresses(kube)
+    assert {name for _, name in writes if name} == {"c1.n2.2"}  # its own, nothing else
+    assert [verb for verb, name in writes if name is None] == ["create"]  # (a create names no object)
+    assert [
+        served_copy(kube.get_object("ipaddresses", name, namespace=NS)) for name in ("c1", "c1.n1.2")
+    ] == before
 
 
 def served_copy(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -349,20 +361,25 @@ def served_copy(obj: dict[str, Any] | None) -> dict[str, Any]:
     return {"metadata": obj["metadata"], "spec": obj["spec"]}
 
 
-async def test_a_claim_blocked_by_a_foreign_ipaddress_is_served_once_it_is_gone(
+async def test_a_claim_blocked_by_a_foreign_ipaddress_under_its_nodes_name_is_served_once_it_is_gone(
     kube: FakeKube, n2: Served, people: KubeApi
 ) -> None:
-    kube.add_object("ipaddresses", forged())
-    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    """No agent but n2's may create c1.n2.2; an administrator may, and it is judged as any other."""
+    kube.add_object("ipaddresses", forged("c1.n2.2"))
+    await until(lambda: f"{NS}/c1.n2.2" in n2.reconciler.addresses.store)
     await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
     await until(lambda: ready(n2.claim("c1")).get("reason") == "AddressConflict")
-    await people.patch(IPADDRESSES, "c1", {"metadata": {"finalizers": None}}, namespace=NS)
-    await people.delete(IPADDRESSES, "c1", namespace=NS)  # an admin removes it
+    assert ready(n2.claim("c1"))["message"].startswith(
+        f"IPAddress {NS}/c1.n2.2 exists and is not this node's"
+    )
+    assert n2.allocator.used() == set()  # the advertised address was not taken back for the claim
+    await people.patch(IPADDRESSES, "c1.n2.2", {"metadata": {"finalizers": None}}, namespace=NS)
+    await people.delete(IPADDRESSES, "c1.n2.2", namespace=NS)  # an admin removes it
     await until(lambda: ready(n2.claim("c1")).get("status") == "True")
     address = n2.address("c1")
     assert address["metadata"]["labels"][NODE_LABEL] == "n2"
     assert (address["spec"]["prefix"], address["spec"]["gateway"]) == (24, "10.0.0.1")
-    assert n2.claim("c1")["status"]["addressRef"] == {"name": "c1"}
+    assert n2.claim("c1")["status"]["addressRef"] == {"name": "c1.n2.2"}
 
 
 def altered(
@@ -387,28 +404,30 @@ def altered(
     return obj
 
 
+OWN = "c1.n2.2"
+"""The name of the IPAddress n2's agent makes for claim c1."""
 NOT_THIS_CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
-    # case: (reason counted, the IPAddress found under the claim's name)
-    "labelled for another node": ("node", forged()),
-    "labelled for no node, from another node's pool": ("node", altered(forged(), unlabelled=True)),
+    # case: (reason counted, the IPAddress an administrator left under n2's name for the claim)
+    "labelled for another node": ("node", forged(OWN)),
+    "labelled for no node, from another node's pool": ("node", altered(forged(OWN), unlabelled=True)),
     "labelled for this node, from another node's pool": (
         "pool",
-        altered(forged(node="n2"), poolRef={"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": "n1"}),
+        altered(forged(OWN, node="n2"), poolRef={"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": "n1"}),
     ),
-    "labelled for another of this node's pools": ("pool", altered(forged(node="n2"), pool="lab")),
-    "naming another claim": ("claim", altered(forged(node="n2"), claimRef={"name": "c9"})),
-    "owned by another claim of the same name": ("owner", altered(forged(node="n2"), foreign_owner=True)),
-    "advertising another prefix and gateway": ("address", forged(node="n2")),
+    "labelled for another of this node's pools": ("pool", altered(forged(OWN, node="n2"), pool="lab")),
+    "naming another claim": ("claim", altered(forged(OWN, node="n2"), claimRef={"name": "c9"})),
+    "owned by another claim of the same name": ("owner", altered(forged(OWN, node="n2"), foreign_owner=True)),
+    "advertising another prefix and gateway": ("address", forged(OWN, node="n2")),
 }
 
 
 @pytest.mark.parametrize("case", sorted(NOT_THIS_CLAIMS))
-async def test_an_ipaddress_under_the_claims_name_is_the_claims_only_if_everything_says_so(
+async def test_an_ipaddress_under_the_nodes_name_for_the_claim_is_the_claims_only_if_everything_says_so(
     kube: FakeKube, n2: Served, people: KubeApi, case: str
 ) -> None:
     reason, found = NOT_THIS_CLAIMS[case]
     kube.add_object("ipaddresses", copy.deepcopy(found))
-    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
+    await until(lambda: f"{NS}/{OWN}" in n2.reconciler.addresses.store)
     await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
     await until(lambda: ready(n2.claim("c1")))
     condition = ready(n2.claim("c1"))
@@ -417,20 +436,25 @@ async def test_an_ipaddress_under_the_claims_name_is_the_claims_only_if_everythi
     assert "addressRef" not in n2.claim("c1")["status"]
 
 
-async def test_an_ipaddress_made_before_the_labels_is_still_the_claims(
-    kube: FakeKube, n2: Served, people: KubeApi
+@pytest.mark.parametrize("labelled", [True, False])
+async def test_an_ipaddress_an_earlier_agent_made_under_the_claims_own_name_still_serves_it(
+    kube: FakeKube, n2: Served, people: KubeApi, labelled: bool
 ) -> None:
-    """Made by an earlier agent of this node: no labels, but its poolRef, claimRef, owner and address
-    are the claim's (an agent may create only IPAddresses labelled with its node, so no other agent
-    made it)."""
+    """Made by an earlier agent of this node, named after the claim alone (and, earlier still, with no
+    labels): its poolRef, claimRef and address are the claim's, so it is adopted — no second
+    IPAddress is made — and deleting the claim deletes it (labelled first, for the policy)."""
+    legacy = altered(forged("c1", node="n2"), unlabelled=not labelled, prefix=24, gateway="10.0.0.1")
+    kube.add_object("ipaddresses", legacy)
+    await until(lambda: f"{NS}/c1" in n2.reconciler.addresses.store)
     await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
     await until(lambda: ready(n2.claim("c1")).get("status") == "True")
-    await people.patch(IPADDRESSES, "c1", {"metadata": {"labels": None}}, namespace=NS)
-    await until(lambda: not n2.reconciler.addresses.store[f"{NS}/c1"]["metadata"].get("labels"))
-    await people.patch(IPADDRESSCLAIMS, "c1", {"metadata": {"labels": {"touch": "1"}}}, namespace=NS)
-    await asyncio.sleep(0.3)
-    assert ready(n2.claim("c1"))["status"] == "True"
+    assert n2.claim("c1")["status"]["addressRef"] == {"name": "c1"}
+    assert n2.address("c1") is None  # no second IPAddress under the node's name
+    assert [(a.address, a.owner) for a in n2.allocator.allocations()] == [("10.0.0.10", "claim:capi/c1")]
     assert n2.metrics.samples("eni_ipam_agent_claim_conflicts_total") == {}
+    await people.delete(IPADDRESSCLAIMS, "c1", namespace=NS)
+    await until(lambda: n2.claim("c1") is None)
+    assert kube.get_object("ipaddresses", "c1", namespace=NS) is None and n2.allocator.used() == set()
 
 
 async def test_every_ipaddress_carries_its_node_and_pool(n2: Served, people: KubeApi) -> None:
@@ -486,3 +510,15 @@ async def test_a_refused_ipaddress_says_why_on_the_claim_and_is_tried_again(
     assert "exceeded quota" in condition["message"]
     await until(lambda: ready(n2.claim("c1")).get("status") == "True", limit=60)
     assert n2.address("c1") is not None
+
+
+async def test_a_claim_whose_name_leaves_no_room_for_the_nodes_is_not_ready_and_says_how_short(
+    kube: FakeKube, n2: Served, people: KubeApi
+) -> None:
+    long = "c" * 249  # + ".n2.2" is 254 characters: one over what Kubernetes accepts
+    await people.create(IPADDRESSCLAIMS, claim(long, node="n2"))
+    await until(lambda: ready(n2.claim(long)))
+    condition = ready(n2.claim(long))
+    assert (condition["status"], condition["reason"]) == ("False", "NameTooLong")
+    assert "shorten the claim's name to at most 248" in condition["message"]
+    assert n2.allocator.used() == set() and kube.objects("ipaddresses") == []

@@ -19,7 +19,7 @@ import celpy.evaluation
 import pytest
 import yaml
 
-from eni_ipam.agent.claims import NODE_LABEL, RELEASE_FINALIZER, ip_address
+from eni_ipam.agent.claims import NODE_LABEL, RELEASE_FINALIZER, address_name, ip_address
 from eni_ipam.agent.types import Allocation
 from eni_ipam.kube.resources import agent_status_patch
 from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, HelmError, helm, one, render, with_required
@@ -109,17 +109,18 @@ def status_update(old: dict[str, Any], **status: Any) -> dict[str, Any]:
 
 
 def address(
-    name: str,
+    claim_name: str,
     *,
     label: str | None = "n1",
     pool_node: str = "n1",
     ip: str = "10.0.0.10",
-    claim_name: str | None = None,
+    name: str | None = None,
+    names: str | None = None,
 ) -> dict[str, Any]:
-    """An IPAddress as an agent makes it (``claim_name``: the claim named in claimRef, by default
-    ``name``)."""
+    """An IPAddress as the agent of n1 makes it for claim ``claim_name`` (``name``: another name than
+    the one it gives it; ``names``: another claim named in claimRef)."""
     meta: dict[str, Any] = {
-        "name": name,
+        "name": name or address_name(claim_name, "n1"),
         "namespace": "capi",
         "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
     }
@@ -131,7 +132,7 @@ def address(
             "address": ip,
             "prefix": 24,
             "gateway": "10.0.0.1",
-            "claimRef": {"name": claim_name or name},
+            "claimRef": {"name": names or claim_name},
             "poolRef": {"apiGroup": "eni-ipam.io", "kind": "ENIPool", "name": pool_node},
         },
     }
@@ -169,7 +170,7 @@ def owned_by(obj: dict[str, Any], kind: str, name: str, api_version: str) -> dic
 
 
 def owned_by_its_claim(obj: dict[str, Any]) -> dict[str, Any]:
-    return owned_by(obj, "IPAddressClaim", obj["metadata"]["name"], "ipam.cluster.x-k8s.io/v1beta1")
+    return owned_by(obj, "IPAddressClaim", obj["spec"]["claimRef"]["name"], "ipam.cluster.x-k8s.io/v1beta1")
 
 
 def agents_own_ip_address() -> dict[str, Any]:
@@ -221,6 +222,16 @@ ALLOWED: dict[str, dict[str, Any]] = {
         "UPDATE", "ipaddresses", new=address("c1"), old=address("c1", label=None)
     ),
     "delete its IPAddress": request("DELETE", "ipaddresses", old=address("c1")),
+    # What agents made before the names carried the node: theirs to release and delete.
+    "lift the protect finalizer of its IPAddress under the claim's own name": request(
+        "UPDATE",
+        "ipaddresses",
+        new=changed(address("c1", name="c1"), metadata__finalizers=[]),
+        old=address("c1", name="c1"),
+    ),
+    "delete its IPAddress under the claim's own name": request(
+        "DELETE", "ipaddresses", old=address("c1", name="c1")
+    ),
     "its finalizer on a claim of its pool": request(
         "UPDATE",
         "ipaddressclaims",
@@ -236,7 +247,7 @@ ALLOWED: dict[str, dict[str, Any]] = {
     "status of a claim of its pool": request(
         "UPDATE",
         "ipaddressclaims",
-        new=changed(claim("c1"), status={"addressRef": {"name": "c1"}}),
+        new=changed(claim("c1"), status={"addressRef": {"name": "c1.n1.2"}}),
         old=claim("c1"),
         sub="status",
     ),
@@ -271,15 +282,29 @@ FORBIDDEN: dict[str, dict[str, Any]] = {
     "create an IPAddress in another node's pool": request(
         "CREATE", "ipaddresses", new=address("c1", pool_node="n2")
     ),
-    # The reproduced attack: n1 makes the IPAddress of n2's claim c2 before n2's agent does.
+    # The reproduced attack (claim squatting): n1 makes an IPAddress for n2's claim c2 before n2's agent
+    # does, under the name n2's agent gives it, or under the claim's own name (as agents once named them).
     "create the IPAddress of another node's claim, from that node's pool": request(
         "CREATE", "ipaddresses", new=address("c2", pool_node="n2")
     ),
     "create the IPAddress of another node's claim, as that node": request(
-        "CREATE", "ipaddresses", new=address("c2", label="n2", pool_node="n2")
+        "CREATE", "ipaddresses", new=address("c2", label="n2", pool_node="n2", name="c2.n2.2")
+    ),
+    "create the IPAddress of another node's claim under that node's name for it": request(
+        "CREATE", "ipaddresses", new=address("c2", name="c2.n2.2")
+    ),
+    "create an IPAddress under the claim's own name": request(
+        "CREATE", "ipaddresses", new=address("c2", name="c2")
+    ),
+    # Node b's name for claim c.a would be c.a.b.1; the agent of a.b names claim c's c.a.b.3.
+    "create the name another node gives its claim, from a node whose name ends the same": request(
+        "CREATE",
+        "ipaddresses",
+        new=changed(address("c.a", label="b", pool_node="b", name="c.a.b.3")),
+        node="b",
     ),
     "create an IPAddress naming another claim than its name": request(
-        "CREATE", "ipaddresses", new=address("c1", claim_name="c2")
+        "CREATE", "ipaddresses", new=address("c1", names="c2")
     ),
     "create an IPAddress naming no claim": request(
         "CREATE", "ipaddresses", new=changed(address("c1"), spec__claimRef=None)
@@ -421,16 +446,18 @@ def test_a_forged_ipaddress_is_refused_with_its_names(policy: dict[str, Any]) ->
     _, why = admitted(policy, FORBIDDEN["create an IPAddress naming another claim than its name"])
     assert why == (
         "the node agent of n1 may create an IPAddress only under the name of the claim it names in "
-        "spec.claimRef (in the namespace of that claim): capi/c1 names claim c2"
+        "spec.claimRef, then its node and the length of the node name (<claim>.n1.2, in the namespace "
+        "of that claim): capi/c1.n1.2 names claim c2"
     )
     _, why = admitted(policy, FORBIDDEN["create an IPAddress naming no claim"])
-    assert why.endswith("capi/c1 names no claim")
+    assert why.endswith("capi/c1.n1.2 names no claim")
 
 
 def test_whose_claim_an_ipaddress_names_is_not_the_policys_to_see(policy: dict[str, Any]) -> None:
-    """The rest of the reproduced attack: n1's IPAddress named after n2's claim c2, labelled n1 and from
-    ENIPool n1, is admitted (a policy reads no other object, so not claim c2's poolRef). n2's agent does
-    not take it for its claim's (tests/agent/test_claims.py)."""
+    """What is left of the reproduced attack: n1's IPAddress for n2's claim c2, under n1's name for it,
+    labelled n1 and from ENIPool n1, is admitted (a policy reads no other object, so not claim c2's
+    poolRef). It takes no name n2's agent needs, and n2's agent does not take it for its claim's
+    (tests/agent/test_claims.py)."""
     assert admitted(policy, request("CREATE", "ipaddresses", new=address("c2"))) == (True, "")
 
 
