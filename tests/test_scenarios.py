@@ -247,3 +247,23 @@ def test_a_key_written_twice_in_a_scenario_is_refused(tmp_path, capsys) -> None:
     text = BASE + "seed: 1\nseed: 2\n"
     assert main(["simulate", write(tmp_path, text)]) == 2
     assert "duplicate key 'seed'" in capsys.readouterr().err
+
+
+def test_without_the_subnet_reserve_a_hostile_spec_starves_the_other_nodes_pods() -> None:
+    """hostile_min_allocate.yaml with the reserve off, as before it existed: the hostile pool takes
+    every free address of the shared /23, and the other node's pods wait for good."""
+    data = yaml.safe_load((ROOT / "examples" / "scenarios" / "hostile_min_allocate.yaml").read_text())
+    data["settings"] = {"subnet_reserve": 0}
+    data["steps"] = [
+        {"converge": "60s"},
+        {"set": {"other": {"pending_pods": 6}}},
+        {"converge": "60s"},
+        {
+            "expect": {
+                "other": {"available": 0},
+                "metrics": {'eni_ipam_available_ips_per_subnet{subnet="s-1",zone="us-east-1a"}': 0},
+            }
+        },
+    ]
+    outcome = simulate(parse_scenario(data))
+    assert outcome.passed, [f for r in outcome.results for f in r.failures]

@@ -597,7 +597,8 @@ class AllocationPlan:
     shortfall: int = 0
     """Addresses the plan could not place (no room, no subnet, no slot)."""
     reason: str = ""
-    """Why there is a shortfall: ``at-capacity``, ``no-subnet``, ``no-security-groups``, ``max-allocate``."""
+    """Why there is a shortfall: ``at-capacity``, ``no-subnet``, ``subnet-reserve`` (room only in the
+    subnets' reserves), ``no-security-groups``, ``max-allocate``."""
     prefix_delegated: bool = False
 
     @property

@@ -34,6 +34,7 @@ import structlog
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
+    AllocationPlan,
     AssignAddresses,
     CreateInterface,
     Instance,
@@ -43,6 +44,7 @@ from eni_ipam.core.model import (
     NodeStatus,
     PoolEntries,
     ReleaseState,
+    Subnet,
     UnassignAddresses,
     expand_prefix,
     interface_tags,
@@ -66,7 +68,11 @@ AT_CAPACITY_LOG_INTERVAL = 3600.0
 """At most one "at capacity" log line per node per hour: it is a state, not an event."""
 MAX_REPLANS = 3
 """Replans within one pass after a recoverable surprise (no /28 left, device index taken)."""
-_SHORTFALL_REASONS = {"no-subnet": "subnet", "no-security-groups": "security-groups"}
+_SHORTFALL_REASONS = {
+    "no-subnet": "subnet",
+    "subnet-reserve": "subnet",
+    "no-security-groups": "security-groups",
+}
 """A plan's shortfall reason → the capacity reason a node short of addresses reports."""
 CAPACITY_REASON_HOLD = 300.0
 """Seconds a node keeps reporting ``subnet`` / ``security-groups`` after the last shortfall, even when
@@ -353,6 +359,12 @@ class Node:
                 f"{needed} more addresses needed, but no subnet this pool may use has room: free "
                 "addresses there, or give the pool more subnets (spec.subnetIDs or spec.subnetTags)"
             )
+        if self.blocked == "subnet-reserve":
+            return (
+                f"{needed} more addresses needed for the watermarks, but the subnets this pool may use "
+                "are down to their reserve, kept for the pods of every node sharing them "
+                "(settings.subnet_reserve): a pod waiting for an address still gets one"
+            )
         if self.blocked == "no-security-groups":
             return (
                 f"{needed} more addresses needed, but no security group was found for a new interface "
@@ -459,11 +471,12 @@ class Node:
     # -- allocation -------------------------------------------------------------------------------
 
     async def _allocate(self, limits: InstanceLimits) -> bool:
-        m = self.env
         spec = self.resource.spec
         no_prefix: set[str] = set()
         mutated = False
-        for _ in range(MAX_REPLANS):
+        rounds = MAX_REPLANS
+        while rounds > 0:
+            rounds -= 1
             assert self.instance is not None
             stats = self.recalculate()
             must, bonus = allocation_budget(
@@ -474,17 +487,9 @@ class Node:
             if spec.max_allocate > 0:
                 must = min(must, max(spec.max_allocate - stats.available, 0))
                 bonus = min(bonus, max(spec.max_allocate - stats.available - must, 0))
-            plan = plan_allocation(
-                spec,
-                self.instance,
-                limits,
-                m.view.planner_subnets(),
-                m.view.security_groups,
-                must=must,
-                bonus=bonus,
-                prefix_delegation=m.settings.prefix_delegation,
-                no_prefix_subnets=no_prefix,
-            )
+            plan, then = self._plan(limits, must=must, bonus=bonus, no_prefix=no_prefix)
+            if then:
+                rounds += 1  # the watermark's part, planned once the pods' is placed: not a replan
             # Short even after what the plan places: nothing more until the view changes (a resync,
             # a change of the node), so the node does not claim work nobody will do.
             self.blocked = plan.reason if plan.shortfall else ""
@@ -507,6 +512,8 @@ class Node:
                     else:
                         await self._create(action)
                     mutated = True
+                if then:
+                    continue
                 if not plan.shortfall:
                     self.shortfall = ""  # the whole deficit is placed: nothing blocks it any more
                 return mutated
@@ -521,6 +528,54 @@ class Node:
             except (errors.DeviceIndexInUse, errors.AttachmentLimitExceeded, errors.InterfaceLimitExceeded):
                 await self.refresh()  # our view of the attachments or the addresses was stale
         return mutated
+
+    def _plan(
+        self, limits: InstanceLimits, *, must: int, bonus: int, no_prefix: set[str]
+    ) -> tuple[AllocationPlan, bool]:
+        """The allocation plan of one round, and whether another round is to follow.
+
+        The subnet reserve (``settings.subnet_reserve``): what only the watermarks ask for is planned
+        on the subnets with their reserve held back; what pods waiting now need may take from it.
+        When a plan on the whole view keeps every subnet it draws from above its reserve (the usual
+        case), it is the plan: one call, as without a reserve. Otherwise the pods' part is placed
+        first, on the whole view, and the watermarks' part follows in another round."""
+        m = self.env
+        assert self.instance is not None
+        stats = self.stats
+        share = m.settings.subnet_reserve
+
+        def plan_on(subnets: Mapping[str, Subnet], must: int, bonus: int) -> AllocationPlan:
+            assert self.instance is not None
+            return plan_allocation(
+                self.resource.spec,
+                self.instance,
+                limits,
+                subnets,
+                m.view.security_groups,
+                must=must,
+                bonus=bonus,
+                prefix_delegation=m.settings.prefix_delegation,
+                no_prefix_subnets=no_prefix,
+            )
+
+        whole = m.view.planner_subnets()
+        if share <= 0 or must <= 0:
+            return plan_on(whole, must, bonus), False
+        held = m.view.planner_subnets(reserve=share)
+        pods = min(must, max(self.resource.pending_pods - (stats.available - stats.used), 0))
+        if pods == 0:
+            plan = plan_on(held, must, bonus)
+            if plan.shortfall and plan.reason == "no-subnet" and not plan_on(whole, must, bonus).shortfall:
+                plan = dataclasses.replace(plan, reason="subnet-reserve")
+            return plan, False
+        plan = plan_on(whole, must, bonus)
+        taken: dict[str, int] = {}
+        for action in plan.actions:
+            extra = 0 if isinstance(action, AssignAddresses) else 1  # a new interface's own address
+            taken[action.subnet_id] = taken.get(action.subnet_id, 0) + action.addresses + extra
+        if all(n <= held[sid].available for sid, n in taken.items() if sid in held):
+            return plan, False
+        return plan_on(whole, pods, 0), pods < must
 
     async def _assign(self, action: AssignAddresses) -> None:
         m = self.env

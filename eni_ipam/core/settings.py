@@ -37,6 +37,14 @@ class Settings(ConfigModel):
     """Allocate /28 prefixes (16 addresses a slot) on Nitro instances. Off by default because it
     needs subnets with free aligned /28 blocks, which fragmented subnets often lack."""
 
+    subnet_reserve: Annotated[Number, Field(ge=0.0, le=0.5)] = 0.0625
+    """Share of each subnet's addresses (its CIDR's size) that allocations made only to reach a
+    node's watermarks (``pre_allocate``, ``min_allocate``, ``max_above_watermark``) leave free, for
+    the pods of every node sharing the subnet: a pod waiting for an address may take from it, a
+    warm pool may not. A sixteenth (16 addresses of a /24, 32 of a /23) keeps one node's spec —
+    ``minAllocate: 16384`` by mistake or by malice — from taking a shared subnet's last addresses
+    while the other nodes' pods wait. 0 turns the reserve off (first come, first served)."""
+
     parallel_workers: PositiveInt = 50
     """Nodes maintained at once. Bounds memory and concurrent cloud calls; the per-operation rate
     limiter, not this, is what protects the cloud's API budget."""

@@ -33,9 +33,11 @@ from eni_ipam.core.packed import EMPTY_ADDRESS_SET, AddressSet
 DEFAULT_PRE_ALLOCATE = 8
 """Free addresses kept ready when a spec leaves ``pre_allocate`` unset (or writes 0, as the reference
 operator reads it)."""
-MAX_ADDRESSES = 65536
-"""Bound of every address count of a spec: far above any instance's pool (the largest EC2 types hold
-under 12,000 addresses with /28 prefixes), low enough that a typo is refused."""
+MAX_ADDRESSES = 16384
+"""Bound of every address count of a spec: above any instance's pool (the largest EC2 types hold
+under 12,000 addresses with /28 prefixes, an Azure VM 2,048), so that no pool asks for more than an
+instance could ever hold, and a typo is refused. What a pool may take of a shared subnet is bounded
+apart, by the subnet reserve (``settings.subnet_reserve``)."""
 MAX_DEVICE_INDEX = 31
 """Highest device index an interface may have (EC2's largest instances take 32 per network card)."""
 MAX_ID_LENGTH = 256

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
+import math
 from collections.abc import Iterable, Iterator, Mapping
 
 import structlog
@@ -62,6 +64,11 @@ class CloudView:
         self._limits: dict[str, InstanceLimits] = {}
         self._limits_misses: dict[str, float] = {}
         self._planner_view: dict[str, Subnet] | None = None
+        self._held_view: dict[str, Subnet] | None = None
+        """The planner's view with each subnet's reserve held back (for ``_held_share``)."""
+        self._held_share = 0.0
+        self._sizes: dict[str, int] = {}
+        """Addresses of each subnet's CIDR (0 when it cannot be read), found on first use."""
         self._published: frozenset[str] = frozenset()
         """The subnets whose free counts are exported (:meth:`publish`)."""
 
@@ -87,7 +94,7 @@ class CloudView:
         """The subnets, with their free counts as listed, and the security groups of ``snapshot``."""
         self.subnets = dict(snapshot.subnets)
         self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
-        self._planner_view = None
+        self._planner_view = self._held_view = None
         self.security_groups = dict(snapshot.security_groups)
 
     # -- subnets ----------------------------------------------------------------------------------
@@ -96,14 +103,37 @@ class CloudView:
         """Free addresses per subnet, net of reservations (may dip below zero while calls race)."""
         return self._free
 
-    def planner_subnets(self) -> Mapping[str, Subnet]:
-        """Subnets with their free counts net of reservations: what the planner must see."""
+    def planner_subnets(self, *, reserve: float = 0.0) -> Mapping[str, Subnet]:
+        """Subnets with their free counts net of reservations: what the planner must see.
+
+        ``reserve``: with each subnet's reserve (that share of its CIDR, :meth:`held_back`) taken off
+        its free count as well — what allocations made only for a node's watermarks may use."""
         if self._planner_view is None:
             self._planner_view = {
                 sid: dataclasses.replace(s, available=max(self._free.get(sid, 0), 0))
                 for sid, s in self.subnets.items()
             }
-        return self._planner_view
+        if reserve <= 0:
+            return self._planner_view
+        if self._held_view is None or self._held_share != reserve:
+            self._held_share = reserve
+            self._held_view = {
+                sid: dataclasses.replace(s, available=max(s.available - self.held_back(sid, reserve), 0))
+                for sid, s in self._planner_view.items()
+            }
+        return self._held_view
+
+    def held_back(self, subnet_id: str, reserve: float) -> int:
+        """The addresses of ``subnet_id`` that ``reserve`` (a share of its CIDR) keeps for pods."""
+        size = self._sizes.get(subnet_id)
+        if size is None:
+            subnet = self.subnets.get(subnet_id)
+            try:
+                size = ipaddress.ip_network(subnet.cidr, strict=False).num_addresses if subnet else 0
+            except ValueError:
+                size = 0
+            self._sizes[subnet_id] = size
+        return math.ceil(size * reserve)
 
     def publish(self, in_use: Iterable[str]) -> None:
         """Export the free counts of the subnets eni-ipam fills, ``in_use`` (those some node has an
@@ -137,7 +167,7 @@ class CloudView:
     def _adjust(self, subnet_id: str, delta: int) -> None:
         if subnet_id in self._free:
             self._free[subnet_id] += delta
-            self._planner_view = None
+            self._planner_view = self._held_view = None
             if subnet_id in self._published:
                 self._metrics.set_subnet_free(self.subnets[subnet_id], self._free[subnet_id])
 

@@ -11,6 +11,7 @@ from eni_ipam.config.schema import validate
 from eni_ipam.core.spec import (
     DEFAULT_PRE_ALLOCATE,
     DEFAULT_SPEC,
+    MAX_ADDRESSES,
     POOL_ONLY_FIELDS,
     SPEC_FIELDS,
     NodeSpec,
@@ -38,7 +39,7 @@ def test_the_planner_never_sees_a_zero_pre_allocate(value: int) -> None:
     try:
         spec = validate(NodeSpec, {"pre_allocate": value})
     except ConfigError as exc:
-        assert exc.field == "pre_allocate" and abs(value) > 65536
+        assert exc.field == "pre_allocate" and abs(value) > MAX_ADDRESSES
         return
     assert spec.pre_allocate != 0 and spec.pre_allocate == (value or DEFAULT_PRE_ALLOCATE)
 
@@ -47,7 +48,7 @@ def test_the_planner_never_sees_a_zero_pre_allocate(value: int) -> None:
     ("data", "field"),
     [
         ({"min_allocate": -1}, "min_allocate"),
-        ({"max_allocate": 65537}, "max_allocate"),
+        ({"max_allocate": MAX_ADDRESSES + 1}, "max_allocate"),
         ({"first_interface_index": 32}, "first_interface_index"),
         ({"subnet_ids": [f"s-{n}" for n in range(65)]}, "subnet_ids"),
         ({"security_groups": ["sg-1"] * 17}, "security_groups"),
