@@ -80,25 +80,7 @@ async def agents(kube: FakeKube, tmp_path: Path) -> AsyncIterator[BoundTools]:
         await tools.ok(
             "patch", "enipool", node, "--subresource=status", "--type=merge", "-p", json.dumps(status)
         )
-    kube.add_object(
-        "pods",
-        {
-            "metadata": {"name": "agent-n1", "namespace": NAMESPACE},
-            "spec": {
-                "nodeName": "n1",
-                "serviceAccountName": "eni-ipam-agent",
-                "containers": [{"name": "c", "image": "busybox:1"}],
-            },
-        },
-    )
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "agent-n1"}},
-    }
-    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/eni-ipam-agent/token"
-    answer = json.loads(await tools.ok("create", "--raw", path, "-f", "-", stdin=json.dumps(request)))
-    tools.token = answer["status"]["token"]
+    tools.token = await _bound_token(tools, "n1")
     yield tools
 
 
