@@ -267,3 +267,19 @@ def test_without_the_subnet_reserve_a_hostile_spec_starves_the_other_nodes_pods(
     ]
     outcome = simulate(parse_scenario(data))
     assert outcome.passed, [f for r in outcome.results for f in r.failures]
+
+
+def test_credentials_revoked_fail_every_call_until_restored() -> None:
+    data = yaml.safe_load(BASE)
+    data["steps"] = [
+        {"converge": "30s"},
+        {"cloud": {"credentials": "revoked"}},
+        {"set": {"node1": {"used": 8}}},
+        {"advance": "120s"},
+        {"expect": {"node1": {"available": 8, "needed": 8}}},
+        {"cloud": {"credentials": "restored"}},
+        {"advance": "400s"},  # the node's backoff runs out
+        {"expect": {"node1": {"available": 16, "needed": 0}}},
+    ]
+    outcome = simulate(parse_scenario(data))
+    assert outcome.passed, [f for r in outcome.results for f in r.failures]

@@ -19,7 +19,12 @@ from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.records import NodeRecords
 from providers.sim.cloud import SimCloud
 from providers.sim.declaration import CloudDeclaration, build_cloud
+from providers.sim.gate import EVERY_OPERATION
 from providers.sim.provider import SimProvider
+
+CREDENTIALS_CODE = "AuthFailure"
+"""What EC2 answers every call signed with credentials it no longer accepts."""
+CREDENTIALS_MESSAGE = "AWS was not able to validate the provided access credentials"
 
 
 class SubnetChange(ConfigModel):
@@ -46,6 +51,9 @@ class CloudChange(ConfigModel):
     instances: dict[str, InstanceChange] = {}
     fail: dict[str, Fault] = {}
     latency: dict[str, Duration] = {}
+    credentials: Literal["revoked", "restored"] | None = None
+    """``revoked``: every call of every operation fails with ``AuthFailure`` (the controller's
+    credentials expired or were revoked) until a later step says ``restored``."""
 
 
 class SimEmulation:
@@ -86,6 +94,10 @@ class SimEmulation:
             sim.fail_next(op, count=fault.count, code=fault.code, message=fault.message)
         for op, seconds in change.latency.items():
             sim.set_latency(op, seconds)
+        if change.credentials == "revoked":
+            sim.gate.fail_while(EVERY_OPERATION, lambda request: True, CREDENTIALS_CODE, CREDENTIALS_MESSAGE)
+        elif change.credentials == "restored":
+            sim.gate.clear_lasting(EVERY_OPERATION)
 
 
 class SimEmulator:

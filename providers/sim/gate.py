@@ -84,6 +84,10 @@ class _Fault:
         return SimError(self.code, self.message, retry_after=self.retry_after)
 
 
+EVERY_OPERATION = "*"
+"""The operation a lasting fault of every call is filed under (credentials revoked)."""
+
+
 class Gate:
     """Call counting, fault injection, server-side throttling and latency for one cloud."""
 
@@ -145,8 +149,9 @@ class Gate:
         *,
         retry_after: float | None = None,
     ) -> None:
-        """Make every call of ``operation`` whose request matches ``when`` answer ``code``, until
-        :meth:`clear_faults` (a broken node among healthy ones)."""
+        """Make every call of ``operation`` (:data:`EVERY_OPERATION`: of any operation) whose request
+        matches ``when`` answer ``code``, until :meth:`clear_faults` (a broken node among healthy
+        ones, or credentials revoked)."""
         self._lasting[operation].append(
             _Fault(code, message or DEFAULT_FAULT_MESSAGE, False, when, retry_after)
         )
@@ -160,6 +165,10 @@ class Gate:
     def watch(self, observer: Callable[[str, Request], None]) -> None:
         """Call ``observer(operation, request)`` for every call, before anything else happens to it."""
         self._observers.append(observer)
+
+    def clear_lasting(self, operation: str) -> None:
+        """Drop the lasting faults of ``operation`` (:data:`EVERY_OPERATION`: those of every call)."""
+        self._lasting.pop(operation, None)
 
     def clear_faults(self) -> None:
         """Drop every injected fault still waiting, and the lasting ones."""
@@ -224,7 +233,8 @@ class Gate:
     def _fault(self, operation: str, request: Request) -> _Fault | None:
         """The fault this call meets: a lasting one that matches, else the first queued one that
         matches (used up)."""
-        for fault in self._lasting.get(operation, ()):
+        lasting: list[_Fault] = [*self._lasting.get(operation, ()), *self._lasting.get(EVERY_OPERATION, ())]
+        for fault in lasting:
             if fault.matches(request):
                 return fault
         queue = self._faults.get(operation)
