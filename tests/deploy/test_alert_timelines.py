@@ -26,8 +26,8 @@ import yaml
 from eni_ipam.simulator.scenario import parse_scenario
 from eni_ipam.simulator.series import Recording, SeriesOptions, hand_over, merge
 from eni_ipam.simulator.simulate import simulate
-from tests.deploy.conftest import NAMESPACE
-from tests.deploy.test_alert_rules import RULES, rendered_spec, run_promtool, workspace
+from tests.deploy.conftest import NAMESPACE, RELEASE, helm, one, with_required
+from tests.deploy.test_alert_rules import RULE_VALUES, RULES, rendered_spec, run_promtool, workspace
 
 pytestmark = pytest.mark.system
 
@@ -121,10 +121,19 @@ CRITICAL = {
 }
 
 
-def judge(tmp_path: Path, recording: Recording, cases: list[dict[str, Any]], name: str) -> None:
-    """Run promtool on the recording with the chart's rules; fail with its report."""
+def judge(
+    tmp_path: Path,
+    recording: Recording,
+    cases: list[dict[str, Any]],
+    name: str,
+    *,
+    released: str | None = None,
+) -> None:
+    """Run promtool on the recording with the chart's rules; fail with its report. ``released``: with
+    the rules of that kept release of the chart instead (tests/deploy/charts), and fail unless they
+    fail the cases — the rules a timeline was written against."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    workspace(tmp_path, rendered_spec())
+    workspace(tmp_path, released_spec(released) if released else rendered_spec())
     series = recording.to_input_series()
     test = {
         "rule_files": [RULES],
@@ -133,7 +142,18 @@ def judge(tmp_path: Path, recording: Recording, cases: list[dict[str, Any]], nam
     }
     (tmp_path / "timeline.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
     status, output = run_promtool("test", "rules", "timeline.yaml", cwd=tmp_path)
-    assert status == 0, f"{name}:\n{output}"
+    if released:
+        assert status != 0, f"{name}: the rules of chart {released} pass it:\n{output}"
+    else:
+        assert status == 0, f"{name}:\n{output}"
+
+
+def released_spec(version: str) -> dict[str, Any]:
+    """The PrometheusRule's spec of the kept release ``version`` of the chart, rendered as today's."""
+    chart = Path(__file__).parent / "charts" / f"eni-ipam-{version}"
+    text = helm("template", RELEASE, str(chart), "--namespace", NAMESPACE, values=with_required(RULE_VALUES))
+    spec: dict[str, Any] = one([d for d in yaml.safe_load_all(text) if d], "PrometheusRule")["spec"]
+    return spec
 
 
 # -- subnets ------------------------------------------------------------------------------------------
@@ -384,3 +404,82 @@ def test_a_broken_installation_alerts_beside_a_healthy_one(tmp_path, operation, 
         [quiet(40, alert) for alert in alerts],
         f"this release healthy, another broken ({operation} {code})",
     )
+
+
+# -- the on-call review's findings (each failing on the rules of chart 0.3.0) -------------------------
+
+BEFORE = "0.3.0"
+"""The last release before the on-call review: its rules fail each of these timelines."""
+
+
+def at_scrapes(doc: dict[str, Any], minutes: int, change: Callable[[int], dict[str, Any] | None]) -> None:
+    """Append ``minutes`` minutes to ``doc``, ``change(minute)`` (a ``set`` or ``cloud`` step, or None)
+    made half a second before each scrape."""
+    for minute in range(minutes):
+        doc["steps"].append({"advance": "59.5s"})
+        step = change(minute)
+        if step is not None:
+            doc["steps"].append(step)
+        doc["steps"].append({"advance": "0.5s"})
+
+
+def test_a_deficit_alert_clears_once_the_outage_ends_though_churn_goes_on(tmp_path):
+    """Finding 1: credentials revoked for 20 minutes while pods arrive, then restored; afterwards a pod
+    lands on n0 every 4 minutes, seen by the scrape before the reconciler serves it. The deficit
+    alerts fire during the outage and clear within minutes of its end (0.3.0's stayed up for good:
+    each short deficit restarted keep_firing_for)."""
+    doc = cluster(2)
+    used = {"n0": 0, "n1": 0}
+
+    def pods(minute: int) -> dict[str, Any] | None:
+        if minute == 10:
+            return {"cloud": {"credentials": "revoked"}}
+        if minute == 30:
+            # Restored; the cloud now answers an assignment in a second, so a pod that lands half a
+            # second before a scrape is seen waiting by it.
+            return {"cloud": {"credentials": "restored", "latency": {"AssignPrivateIpAddresses": "1s"}}}
+        if 10 < minute < 30:
+            for node in used:
+                used[node] += 2
+            return {"set": {node: {"used": n} for node, n in used.items()}}
+        if minute > 30 and minute % 4 == 0:
+            used["n0"] += 2
+            return {"set": {"n0": {"used": used["n0"]}}}
+        return None
+
+    at_scrapes(doc, 75, pods)
+    recording = record(doc)
+    needed = values(recording, "eni_ipam_node_ips", node="n0", type="needed")
+    healed = next(m for m in range(31, len(needed)) if needed[m] == 0)
+    assert healed <= 31 + 6, needed[28:40]  # the nodes' backoff ran out, then their passes succeeded
+    assert any(v for v in needed[healed + 1 :]), "the churn shows no deficit at any scrape"
+    both = [firing(29, "EniIpamNodesInDeficit", node=n)["exp_alerts"][0] for n in ("n0", "n1")]
+    cases = [
+        {"eval_time": "29m", "alertname": "EniIpamNodesInDeficit", "exp_alerts": both},
+        quiet(healed + 1, "EniIpamNodesInDeficit"),
+        *[quiet(m, "EniIpamNodesInDeficit") for m in range(healed + 1, 75, 3)],
+    ]
+    judge(tmp_path / "now", recording, cases, "a credentials outage, then churn")
+    judge(tmp_path / "before", recording, cases, "a credentials outage, then churn", released=BEFORE)
+
+
+def test_a_subnet_full_most_of_the_time_under_churn_pages(tmp_path):
+    """Finding 2: other tenants keep a /24 at 0 or 1 free addresses, with 3 free every fifth minute
+    (80 % of the time below 2). EniIpamSubnetFull pages; 0.3.0's never did (each 3 restarted its
+    5-minute `for`)."""
+    doc = cluster(2, cidr="10.0.0.0/24")
+    doc["steps"].append({"converge": "60s"})
+
+    def churn(minute: int) -> dict[str, Any]:
+        free = 3 if minute % 5 == 4 else minute % 2
+        return {"cloud": {"subnets": {"s-1": {"available": free}}}}
+
+    at_scrapes(doc, 40, churn)
+    recording = record(doc)
+    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
+    below = [v is not None and v < 2 for v in free[5:]]
+    assert 0.75 <= sum(below) / len(below) < 0.9, free
+    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    cases = [firing(m, "EniIpamSubnetFull", **subnet) for m in (15, 25, 35)]
+    judge(tmp_path / "now", recording, cases, "a subnet full under churn")
+    judge(tmp_path / "before", recording, cases, "a subnet full under churn", released=BEFORE)

@@ -217,7 +217,9 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
             "5m",
         ),
         ("EniIpamSeveralLeaders", [rf"^{SUM}\) \(eni_ipam_leader{THIS}\) > 1$"], "5m"),
-        ("EniIpamSubnetFull", [rf"^{FREE} < 2$"], "5m"),
+        # The minutes of the window below 2, not every sample: under churn a full subnet shows 2 or 3
+        # now and then (the on-call review's finding 2).
+        ("EniIpamSubnetFull", [rf"^sum_over_time\(\s*\(\s*{FREE} < bool 2\s*\)\[8m:1m\]\s*\) >= 5$"], "1m"),
         (
             "EniIpamSubnetLow",
             [rf"^{FREE} < 64\s+and", rf"{FREE}{SHARE}{SIZE}\s*\) < 0.25$"],
@@ -296,15 +298,20 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
     ],
 )
 @pytest.mark.system
-def test_the_required_alerts_exist(alert: str, patterns: list[str], duration: str) -> None:
+def test_the_required_alerts_exist(alert: str, patterns: list[str], duration: str | None) -> None:
     rules = {r["alert"]: r for r in alert_rules()}
     assert alert in rules, f"no alert {alert}"
     expr = rules[alert]["expr"]
     for pattern in patterns:
         assert re.search(pattern, expr), f"{alert}: {pattern!r} not in {expr!r}"
-    assert rules[alert]["for"] == duration, alert
-    assert rules[alert]["keep_firing_for"] == "5m", alert
+    assert rules[alert].get("for") == duration, alert
+    # Every alert is kept firing past its condition, but the per-node deficit: under churn it would
+    # never clear (the on-call review's finding 1).
+    assert rules[alert].get("keep_firing_for") == (None if alert in NOT_KEPT_FIRING else "5m"), alert
 
+
+NOT_KEPT_FIRING = {"EniIpamNodesInDeficit"}
+"""Alerts that resolve at the first evaluation without their condition."""
 
 THRESHOLDS: dict[str, Any] = {
     "selector": 'job="custom", cluster="prod"',
@@ -315,6 +322,7 @@ THRESHOLDS: dict[str, Any] = {
     "severalLeadersFor": "8m",
     "subnetFullBelow": 3,
     "subnetFullFor": "4m",
+    "subnetFullMinutes": 3,
     "subnetFreeAddressesBelow": 7,
     "subnetLowFreeShareBelow": 0.31,
     "subnetLowFor": "11m",
@@ -343,10 +351,10 @@ THRESHOLDS: dict[str, Any] = {
 GAUGE = ("[4m]", "unless on (cluster, job)")
 """What every rule reading a leader's pool gauge holds with THRESHOLDS: its hand-over gap, and the
 installation labels it bridges the gap by."""
-EXPECTED: dict[str, tuple[str, list[str], str]] = {
+EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
     "EniIpamNotReady": ("7m", ["sum by (cluster, job)"], "wake-up"),
     "EniIpamSeveralLeaders": ("8m", ["sum by (cluster, job)"], "wake-up"),
-    "EniIpamSubnetFull": ("4m", ["< 3", *GAUGE], "wake-up"),
+    "EniIpamSubnetFull": ("1m", ["< bool 3", "[4m:1m]", ">= 3", *GAUGE], "wake-up"),
     "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
     "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
     "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", *GAUGE], "page"),
@@ -399,11 +407,11 @@ def test_alert_thresholds_come_from_values() -> None:
     assert set(rules) == set(EXPECTED)
     for alert, (duration, parts, severity) in EXPECTED.items():
         rule = rules[alert]
-        assert rule["for"] == duration, alert
+        assert rule.get("for") == duration, alert
         assert rule["labels"]["severity"] == severity, alert
         for part in parts:
             assert part in rule["expr"], f"{alert}: {part!r} not in {rule['expr']!r}"
-        assert rule["keep_firing_for"] == "6m", alert
+        assert rule.get("keep_firing_for") == (None if alert in NOT_KEPT_FIRING else "6m"), alert
         # Nothing of the defaults is left where a value should be.
         assert not re.search(r"\[(1h|1m|2m|3m|5m|10m|15m)[]:]", rule["expr"]), f"{alert}: a fixed window"
         assert "kube-system" not in rule["expr"] and "namespace" not in rule["expr"], alert

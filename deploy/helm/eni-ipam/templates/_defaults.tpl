@@ -104,7 +104,8 @@ prometheusRule:
   notReadyFor: 5m
   severalLeadersFor: 5m
   subnetFullBelow: 2
-  subnetFullFor: 5m
+  subnetFullFor: 8m
+  subnetFullMinutes: 5
   subnetFreeAddressesBelow: 64
   subnetLowFreeShareBelow: 0.25
   subnetLowFor: 10m
