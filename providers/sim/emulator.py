@@ -33,7 +33,16 @@ class SubnetChange(ConfigModel):
 
 
 class InstanceChange(ConfigModel):
-    state: Literal["running", "stopped", "terminated"]
+    state: Literal["running", "stopped", "terminated"] | None = None
+    calls: Literal["failing", "answered"] | None = None
+    """``failing``: every call naming one of the instance's interfaces fails (``InternalError``: an
+    interface broken on the cloud's side) until ``answered``."""
+
+
+BROKEN_CODE = "InternalError"
+"""What a call naming a broken instance's interface answers."""
+INTERFACE_OPERATIONS = ("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "AttachNetworkInterface")
+"""The calls that name an interface of an instance (``calls: failing`` fails them)."""
 
 
 class Fault(ConfigModel):
@@ -88,8 +97,14 @@ class SimEmulation:
                 sim.terminate_instance(iid)
             elif instance.state == "stopped":
                 sim.stop_instance(iid)
-            else:
+            elif instance.state == "running":
                 sim.start_instance(iid)
+            if instance.calls == "failing":
+                for op in INTERFACE_OPERATIONS:
+                    sim.fail_while(op, sim.on_interfaces_of(iid), BROKEN_CODE)
+            elif instance.calls == "answered":
+                for op in INTERFACE_OPERATIONS:
+                    sim.gate.clear_lasting(op)
         for op, fault in change.fail.items():
             sim.fail_next(op, count=fault.count, code=fault.code, message=fault.message)
         for op, seconds in change.latency.items():
