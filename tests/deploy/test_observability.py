@@ -239,7 +239,12 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
         (
             "EniIpamNodesInDeficit",
             # Per node, and not the nodes the capacity alert reports.
-            [rf"^{NEEDED} > 0\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}$"],
+            # ...nor during an outage of the installation (EniIpamAllocationsFailing names it once).
+            [
+                rf"^{NEEDED} > 0\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}"
+                r"\s+unless on \(namespace, job\)\s+\(",
+                r"eni_ipam_oldest_deficit_seconds",
+            ],
             "5m",
         ),
         (
@@ -337,6 +342,10 @@ THRESHOLDS: dict[str, Any] = {
     "throttledShareAbove": 0.2,
     "throttlingWindow": "4m",
     "throttlingFor": "25m",
+    "outageWindow": "11m",
+    "outageFailureShareAbove": 0.6,
+    "outageDeficitAbove": 240,
+    "outageFor": "4m",
     "maintenanceFailureShareAbove": 0.3,
     "statusWriteFailureShareAbove": 0.4,
     "failuresFor": "21m",
@@ -363,6 +372,16 @@ EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
         "25m",
         ['_throttled_total{job="custom", cluster="prod"}[4m]', "> 0.2"],
         "page",
+    ),
+    "EniIpamAllocationsFailing": (
+        "4m",
+        [
+            '_failures_total{job="custom", cluster="prod"}[11m]',
+            '_passes_total{job="custom", cluster="prod"}[11m]',
+            "> 0.6",
+            "> 240",
+        ],
+        "wake-up",
     ),
     "EniIpamMaintenanceFailing": (
         "21m",

@@ -120,6 +120,10 @@ prometheusRule:
   throttledShareAbove: 0.1
   throttlingWindow: 2m
   throttlingFor: 10m
+  outageWindow: 5m
+  outageFailureShareAbove: 0.5
+  outageDeficitAbove: 180
+  outageFor: 2m
   maintenanceFailureShareAbove: 0.1
   statusWriteFailureShareAbove: 0.1
   failuresFor: 20m

@@ -191,3 +191,17 @@ ingress:
 ingress: []
 {{- end }}
 {{- end -}}
+
+{{- /* The installation's passes failing with one error class while a deficit waits: the condition of
+EniIpamAllocationsFailing, by installation labels and reason, valued the failed share. Arguments (a
+dict): sel, by (installation labels), rule (.Values.prometheusRule). */}}
+{{- define "eni-ipam.outage" -}}
+(
+  sum by ({{ .by }}, reason) (rate(eni_ipam_node_maintenance_failures_total{ {{- .sel -}} }[{{ .rule.outageWindow }}]))
+  / on ({{ .by }}) group_left
+  sum by ({{ .by }}) (rate(eni_ipam_node_maintenance_passes_total{ {{- .sel -}} }[{{ .rule.outageWindow }}]))
+  > {{ .rule.outageFailureShareAbove }}
+  and on ({{ .by }})
+  max by ({{ .by }}) (eni_ipam_oldest_deficit_seconds{ {{- .sel -}} }) > {{ .rule.outageDeficitAbove }}
+)
+{{- end -}}
