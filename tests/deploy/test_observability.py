@@ -325,6 +325,8 @@ THRESHOLDS: dict[str, Any] = {
     "keepFiringFor": "6m",
     "notReadyFor": "7m",
     "severalLeadersFor": "8m",
+    "leaderChangesWindow": "23m",
+    "leaderChangesAbove": 9,
     "subnetFullBelow": 3,
     "subnetFullFor": "4m",
     "subnetFullMinutes": 3,
@@ -363,6 +365,7 @@ installation labels it bridges the gap by."""
 EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
     "EniIpamNotReady": ("7m", ["sum by (cluster, job)"], "wake-up"),
     "EniIpamSeveralLeaders": ("8m", ["sum by (cluster, job)"], "wake-up"),
+    "EniIpamLeadershipFlapping": ("1m", ["sum by (cluster, job)", "[23m]", "> 9"], "page"),
     "EniIpamSubnetFull": ("1m", ["< bool 3", "[4m:1m]", ">= 3", *GAUGE], "wake-up"),
     "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
     "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
@@ -434,3 +437,11 @@ def test_alert_thresholds_come_from_values() -> None:
         # Nothing of the defaults is left where a value should be.
         assert not re.search(r"\[(1h|1m|2m|3m|5m|10m|15m)[]:]", rule["expr"]), f"{alert}: a fixed window"
         assert "kube-system" not in rule["expr"] and "namespace" not in rule["expr"], alert
+
+
+@pytest.mark.system
+def test_without_keep_firing_for_the_rules_carry_none_for_an_older_prometheus() -> None:
+    """keep_firing_for needs Prometheus 2.42; ``keepFiringFor: ""`` leaves it out of every rule."""
+    docs = render({"prometheusRule": {"enabled": True, "keepFiringFor": ""}})
+    rules = [r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert rules and not [r["alert"] for r in rules if "keep_firing_for" in r]

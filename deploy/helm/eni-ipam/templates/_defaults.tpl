@@ -103,6 +103,8 @@ prometheusRule:
   keepFiringFor: 5m
   notReadyFor: 5m
   severalLeadersFor: 5m
+  leaderChangesWindow: 30m
+  leaderChangesAbove: 6
   subnetFullBelow: 2
   subnetFullFor: 8m
   subnetFullMinutes: 5
