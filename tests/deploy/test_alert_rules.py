@@ -35,7 +35,7 @@ RULES = "rules.yaml"
 """The rendered rules without annotations, as the behaviour files name them."""
 ANNOTATED_RULES = "rules-annotated.yaml"
 """The rendered rules as shipped, as annotations.yaml names them."""
-RULE_VALUES: dict[str, Any] = {"prometheusRule": {"enabled": True}}
+RULE_VALUES: dict[str, Any] = {"prometheusRule": {"enabled": True}, "agent": {"enabled": True}}
 """The chart's defaults, PrometheusRule on: the thresholds under test are the shipped ones."""
 PROMTOOL_TIMEOUT = 50
 """Seconds one promtool run may take (all the files take about 5 s), under pytest's 60 s timeout."""

@@ -62,7 +62,8 @@ def dashboard_exprs() -> list[tuple[str, str]]:
 
 
 def alert_rules() -> list[dict[str, Any]]:
-    docs = render({"prometheusRule": {"enabled": True}})
+    """Every alert the chart renders: the node agents' too."""
+    docs = render({"prometheusRule": {"enabled": True}, "agent": {"enabled": True}})
     return [r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
 
 
@@ -355,6 +356,11 @@ THRESHOLDS: dict[str, Any] = {
     "resyncFailingFor": "3m",
     "gcWindow": "13m",
     "gcFailingFor": "41m",
+    "agentSelector": 'job="custom-agent", cluster="prod"',
+    "agentNotReadyFor": "12m",
+    "agentFailureShareAbove": 0.35,
+    "agentFailingFor": "14m",
+    "agentRateWindow": "4m",
     "criticalSeverity": "wake-up",
     "warningSeverity": "page",
 }
@@ -386,6 +392,17 @@ EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
         ],
         "wake-up",
     ),
+    "EniIpamAgentNotReady": (
+        "12m",
+        ['eni_ipam_agent_ready{job="custom-agent", cluster="prod"}', "(cluster, job, pod"],
+        "page",
+    ),
+    "EniIpamAgentRequestsFailing": (
+        "14m",
+        ['_requests_total{job="custom-agent", cluster="prod", outcome!~', "[6m]", "> 0.35"],
+        "page",
+    ),
+    "EniIpamAgentPoolExhausted": ("14m", ['outcome=~"pool_exhausted|pool_withheld"}[4m]'], "page"),
     "EniIpamMaintenanceFailing": (
         "21m",
         [
@@ -424,7 +441,7 @@ def test_every_alert_setting_of_values_is_exercised_by_the_threshold_test() -> N
 
 @pytest.mark.system
 def test_alert_thresholds_come_from_values() -> None:
-    docs = render({"prometheusRule": {"enabled": True, **THRESHOLDS}})
+    docs = render({"prometheusRule": {"enabled": True, **THRESHOLDS}, "agent": {"enabled": True}})
     rules = {r["alert"]: r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
     assert set(rules) == set(EXPECTED)
     for alert, (duration, parts, severity) in EXPECTED.items():

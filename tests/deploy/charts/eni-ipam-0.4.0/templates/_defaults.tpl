@@ -122,6 +122,11 @@ prometheusRule:
   throttledShareAbove: 0.1
   throttlingWindow: 2m
   throttlingFor: 10m
+  agentSelector: ''
+  agentNotReadyFor: 10m
+  agentFailureShareAbove: 0.1
+  agentFailingFor: 10m
+  agentRateWindow: 3m
   outageWindow: 5m
   outageFailureShareAbove: 0.5
   outageDeficitAbove: 180
