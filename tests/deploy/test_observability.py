@@ -194,7 +194,7 @@ def gauge(name: str, by: str, match: str = "") -> str:
     sel = SEL + (f", {match}" if match else "") + r"\}"
     return (
         rf"\(\s*max by \(namespace, job, {by}\) \({name}{sel}\)\s+or\s+\(\s*"
-        rf"max by \(namespace, job, {by}\) \(last_over_time\({name}{sel}\[3m\]\)\)\s+"
+        rf"max by \(namespace, job, {by}\) \(last_over_time\({name}{sel}\[5m\]\)\)\s+"
         rf"unless on \(namespace, job\)\s+eni_ipam_ips{SEL}\}}\s*\)\s*\)"
     )
 

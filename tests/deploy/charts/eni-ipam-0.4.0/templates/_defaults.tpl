@@ -99,7 +99,7 @@ prometheusRule:
   installationLabels:
   - namespace
   - job
-  handOverGap: 3m
+  handOverGap: 5m
   keepFiringFor: 5m
   notReadyFor: 5m
   severalLeadersFor: 5m
