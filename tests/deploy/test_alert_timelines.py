@@ -192,6 +192,29 @@ def test_a_drain_pages_before_the_subnet_is_empty_then_pages_it_full(tmp_path, m
     )
 
 
+def test_an_hours_drain_after_an_hour_of_flat_history_pages_only_just_before_empty(tmp_path):
+    """The lead time docs/deploy.md states for a fast drain on a subnet with history (the on-call
+    review's finding 7): the hour's trend still holds the flat hour, so the page comes 2 minutes
+    before the subnet is empty, and EniIpamSubnetFull follows. (From a fresh start the same drain
+    pages about half an hour in: the other cases above.)"""
+    doc = drain(60)
+    doc["steps"].insert(0, {"advance": "3600s"})
+    recording = record(doc)
+    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
+    empty = first(free, lambda v: v < 2)
+    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    judge(
+        tmp_path,
+        recording,
+        [
+            quiet(empty - 3, "EniIpamSubnetExhaustionPredicted"),
+            firing(empty - 2, "EniIpamSubnetExhaustionPredicted", **subnet),
+            firing(empty + 6, "EniIpamSubnetFull", **subnet),
+        ],
+        "an hour's drain after an hour of flat history",
+    )
+
+
 def test_a_burst_to_twelve_per_cent_free_then_a_plateau_never_predicts_exhaustion(tmp_path):
     doc = cluster(8)
     doc["steps"] = [
