@@ -33,6 +33,8 @@ Invariants of :func:`serve_bounded`:
   the default 10 s) and :data:`MAX_REQUESTS` requests: the answer that passes either bound closes
   it, and a client past its lifetime that stops reading is aborted at the next deadline. One whole
   request every few seconds (each within the keep-alive deadline) no longer holds a slot for ever.
+* At shutdown a request in flight has ``read_timeout`` to be answered, then is cancelled: stopping
+  never waits on a handler that does not end.
 * The bounds never touch a request that arrived whole and an answer read as it is written.
 * Every refusal is reported to ``refused`` (a metric); the log says so at most once per
   :data:`LOG_INTERVAL` per listener and reason, with how many were refused since the last line.
@@ -476,7 +478,16 @@ async def serve_bounded(
     # After an answer given before the body was read (408, 413), aiohttp keeps reading and dropping
     # what still comes for the lingering time, so that the client reads the answer rather than a
     # reset: bounded by the same deadline.
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=read_timeout, lingering_time=read_timeout)
+    # At shutdown (``cleanup()``), a request in flight has ``read_timeout`` to be answered, then is
+    # cancelled: a handler that does not end (a client that stopped reading, a call that hangs) cannot
+    # hold a SIGTERM up for aiohttp's default minute, past a supervisor's patience.
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        keepalive_timeout=read_timeout,
+        lingering_time=read_timeout,
+        shutdown_timeout=read_timeout,
+    )
     await runner.setup()
     server = runner.server
     assert server is not None

@@ -458,3 +458,28 @@ async def test_the_probe_listener_answers_the_probes_alone_one_request_a_connect
             writer.close()
     finally:
         await runner.cleanup()
+
+
+async def test_stopping_waits_for_a_handler_that_never_ends_at_most_the_read_timeout() -> None:
+    """A SIGTERM stops the listeners; a request in flight whose handler never returns is cancelled
+    after ``read_timeout`` (aiohttp's own default waited a minute, past a supervisor's patience)."""
+    stuck = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        stuck.set()
+        await asyncio.Event().wait()  # never
+        raise AssertionError("unreachable")
+
+    with tempfile.TemporaryDirectory(prefix="eni-guard-") as directory:
+        path = str(Path(directory) / "agent.sock")
+        app = web.Application()
+        app.router.add_get("/hang", hang)
+        runner = await serve_unix(app, path, max_connections=4, read_timeout=TIMEOUT)
+        _, writer = await asyncio.open_unix_connection(path)
+        writer.write(b"GET /hang HTTP/1.1\r\nHost: agent\r\n\r\n")
+        await writer.drain()
+        await asyncio.wait_for(stuck.wait(), 5)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(runner.cleanup(), TIMEOUT * 10)
+        assert asyncio.get_running_loop().time() - started < TIMEOUT * 5
+        writer.close()
