@@ -249,6 +249,11 @@ class _Counted(asyncio.Protocol):
         assert isinstance(transport, asyncio.WriteTransport)
         transport.set_write_buffer_limits(high=0)
 
+    def expired(self) -> bool:
+        """Whether the connection has outlived its lifetime (:data:`LIFETIME_READ_TIMEOUTS`)."""
+        age = asyncio.get_running_loop().time() - self.born
+        return age >= LIFETIME_READ_TIMEOUTS * self.listener.read_timeout
+
     def abort(self) -> None:
         """Close now, whatever is under way (an evicted connection, an answer nobody reads)."""
         self.listener.slots.release(self)
@@ -306,8 +311,7 @@ class _Counted(asyncio.Protocol):
         self._stall = None
         listener = self.listener
         now = self._waiting()
-        young = asyncio.get_running_loop().time() - self.born < LIFETIME_READ_TIMEOUTS * listener.read_timeout
-        if now < waiting and young:
+        if now < waiting and not self.expired():
             self._arm(now)
             return
         listener.refuse("write_timeout", "answer_not_read", timeout=listener.read_timeout)
@@ -444,8 +448,7 @@ async def _lifetime(
     finally:
         counted.handling -= 1
     counted.requests += 1
-    age = asyncio.get_running_loop().time() - counted.born
-    if age >= LIFETIME_READ_TIMEOUTS * counted.listener.read_timeout or counted.requests >= MAX_REQUESTS:
+    if counted.expired() or counted.requests >= MAX_REQUESTS:
         response.force_close()
     return response
 

@@ -266,7 +266,12 @@ class Node:
         stats = self.stats
         if not stats.limits_known or not stats.running:
             return stats.needed
-        return max(stats.needed, self.resource.pending_pods - (stats.available - stats.used))
+        return max(stats.needed, self._pods_waiting())
+
+    def _pods_waiting(self) -> int:
+        """Pods waiting for an address beyond the node's free ones (0 when the free ones cover them)."""
+        stats = self.stats
+        return max(self.resource.pending_pods - (stats.available - stats.used), 0)
 
     def _short_of(self, reason: str) -> None:
         self.shortfall = reason
@@ -541,7 +546,6 @@ class Node:
         first, on the whole view, and the watermarks' part follows in another round."""
         m = self.env
         assert self.instance is not None
-        stats = self.stats
         share = m.settings.subnet_reserve
 
         def plan_on(subnets: Mapping[str, Subnet], must: int, bonus: int) -> AllocationPlan:
@@ -562,7 +566,7 @@ class Node:
         if share <= 0 or must <= 0:
             return plan_on(whole, must, bonus), False
         held = m.view.planner_subnets(reserve=share)
-        pods = min(must, max(self.resource.pending_pods - (stats.available - stats.used), 0))
+        pods = min(must, self._pods_waiting())
         if pods == 0:
             plan = plan_on(held, must, bonus)
             if plan.shortfall and plan.reason == "no-subnet" and not plan_on(whole, must, bonus).shortfall:

@@ -63,11 +63,15 @@ def cluster(
     }
 
 
-def drain(minutes: int, *, nodes: int = 8, total: int = 1200, after: int = 90) -> dict[str, Any]:
+def drain(
+    minutes: int, *, nodes: int = 8, total: int = 1200, after: int = 90, before: int = 0
+) -> dict[str, Any]:
     """Pods arriving steadily for ``minutes`` (``total`` addresses in all, every 5 minutes a share),
     more than the /22 holds: the reconciler allocates until the subnet is empty. Then ``after``
-    minutes more."""
+    minutes more; ``before``: minutes of a flat history first."""
     doc = cluster(nodes)
+    if before:
+        doc["steps"].append({"advance": f"{before * 60}s"})
     rounds = max(minutes // 5, 1)
     for k in range(1, rounds + 1):
         doc["steps"].append({"set": {f"n{n}": {"used": total * k // (nodes * rounds)} for n in range(nodes)}})
@@ -90,6 +94,15 @@ def values(recording: Recording, name: str, **labels: str) -> list[float | None]
     ]
     assert len(found) == 1, (name, labels, len(found))
     return list(found[0])
+
+
+SUBNET = {"subnet": "s-1", "zone": "us-east-1a"}
+"""The labels of the scenarios' one subnet on its series and alerts."""
+
+
+def emptied(recording: Recording) -> int:
+    """The first minute the subnet has fewer than 2 free addresses (EniIpamSubnetFull's threshold)."""
+    return first(values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1"), lambda v: v < 2)
 
 
 def first(series: list[float | None], holds: Callable[[float], bool]) -> int:
@@ -172,21 +185,19 @@ def six_hour_drain() -> Recording:
 )
 def test_a_drain_pages_before_the_subnet_is_empty_then_pages_it_full(tmp_path, minutes, lead):
     recording = record(drain(minutes))
-    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
-    empty = first(free, lambda v: v < 2)
-    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    empty = emptied(recording)
     judge(
         tmp_path,
         recording,
         [
             quiet(5, "EniIpamSubnetExhaustionPredicted"),
-            firing(empty - lead, "EniIpamSubnetExhaustionPredicted", **subnet),
-            firing(empty - 1, "EniIpamSubnetExhaustionPredicted", **subnet),
+            firing(empty - lead, "EniIpamSubnetExhaustionPredicted", **SUBNET),
+            firing(empty - 1, "EniIpamSubnetExhaustionPredicted", **SUBNET),
             quiet(empty + 4, "EniIpamSubnetFull"),
-            firing(empty + 6, "EniIpamSubnetFull", **subnet),
+            firing(empty + 6, "EniIpamSubnetFull", **SUBNET),
             # Empty is EniIpamSubnetFull's: the prediction ends (after keepFiringFor).
             quiet(empty + 12, "EniIpamSubnetExhaustionPredicted"),
-            firing(empty + 60, "EniIpamSubnetFull", **subnet),
+            firing(empty + 60, "EniIpamSubnetFull", **SUBNET),
         ],
         f"a drain of {minutes} minutes",
     )
@@ -197,19 +208,15 @@ def test_an_hours_drain_after_an_hour_of_flat_history_pages_only_just_before_emp
     review's finding 7): the hour's trend still holds the flat hour, so the page comes 2 minutes
     before the subnet is empty, and EniIpamSubnetFull follows. (From a fresh start the same drain
     pages about half an hour in: the other cases above.)"""
-    doc = drain(60)
-    doc["steps"].insert(0, {"advance": "3600s"})
-    recording = record(doc)
-    free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
-    empty = first(free, lambda v: v < 2)
-    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
+    recording = record(drain(60, before=60))
+    empty = emptied(recording)
     judge(
         tmp_path,
         recording,
         [
             quiet(empty - 3, "EniIpamSubnetExhaustionPredicted"),
-            firing(empty - 2, "EniIpamSubnetExhaustionPredicted", **subnet),
-            firing(empty + 6, "EniIpamSubnetFull", **subnet),
+            firing(empty - 2, "EniIpamSubnetExhaustionPredicted", **SUBNET),
+            firing(empty + 6, "EniIpamSubnetFull", **SUBNET),
         ],
         "an hour's drain after an hour of flat history",
     )
@@ -236,21 +243,19 @@ def test_a_burst_to_twelve_per_cent_free_then_a_plateau_never_predicts_exhaustio
 
 
 def test_a_firing_exhaustion_page_survives_a_leader_hand_over(tmp_path, six_hour_drain):
-    free = values(six_hour_drain, "eni_ipam_available_ips_per_subnet", subnet="s-1")
-    empty = first(free, lambda v: v < 2)
+    empty = emptied(six_hour_drain)
     at = empty - 120  # firing by then
     moved = hand_over(
         six_hour_drain, at=at * 60, gap=2 * 60, labels={"pod": "eni-ipam-b", "instance": "10.0.0.2:9090"}
     )
-    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
     judge(
         tmp_path,
         moved,
         [
-            firing(m, "EniIpamSubnetExhaustionPredicted", **subnet)
+            firing(m, "EniIpamSubnetExhaustionPredicted", **SUBNET)
             for m in (at - 1, at, at + 1, at + 2, at + 5)
         ]
-        + [firing(empty + 6, "EniIpamSubnetFull", **subnet)],
+        + [firing(empty + 6, "EniIpamSubnetFull", **SUBNET)],
         "a hand-over while exhaustion fires",
     )
 
@@ -506,8 +511,7 @@ def test_a_subnet_full_most_of_the_time_under_churn_pages(tmp_path):
     free = values(recording, "eni_ipam_available_ips_per_subnet", subnet="s-1")
     below = [v is not None and v < 2 for v in free[5:]]
     assert 0.75 <= sum(below) / len(below) < 0.9, free
-    subnet = {"subnet": "s-1", "zone": "us-east-1a"}
-    cases = [firing(m, "EniIpamSubnetFull", **subnet) for m in (15, 25, 35)]
+    cases = [firing(m, "EniIpamSubnetFull", **SUBNET) for m in (15, 25, 35)]
     judge(tmp_path / "now", recording, cases, "a subnet full under churn")
     judge(tmp_path / "before", recording, cases, "a subnet full under churn", released=BEFORE)
 

@@ -24,7 +24,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -37,6 +36,7 @@ import aiohttp
 import pytest
 import yaml
 
+from bench.agent_soak import free_ports
 from tests.deploy.conftest import CHART, merge_values, one, render
 from tests.operator_shell import (
     HELM,
@@ -99,16 +99,6 @@ server has no prometheus-operator CRDs); rendered by ``helm template`` instead."
 def now() -> float:
     """Wall-clock epoch seconds, as Prometheus timestamps its samples."""
     return datetime.now(UTC).timestamp()
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports of 127.0.0.1: all are held until all are chosen (one at a time,
-    the kernel may hand the same port out twice, and two services would then race for it)."""
-    with contextlib.ExitStack() as held:
-        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def tail(path: Path, lines: int = 25) -> str:

@@ -205,3 +205,10 @@ dict): sel, by (installation labels), rule (.Values.prometheusRule). */}}
   max by ({{ .by }}) (eni_ipam_oldest_deficit_seconds{ {{- .sel -}} }) > {{ .rule.outageDeficitAbove }}
 )
 {{- end -}}
+
+{{- /* An alert's keep_firing_for line (on a line of its own, at a rule's key indentation):
+prometheusRule.keepFiringFor, or nothing when it is empty (Prometheus before 2.42 refuses the field).
+Argument: .Values.prometheusRule. */}}
+{{- define "eni-ipam.keepFiring" -}}
+{{- with .keepFiringFor }}{{ printf "\n          keep_firing_for: %s" . }}{{ end }}
+{{- end -}}
