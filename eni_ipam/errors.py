@@ -28,7 +28,8 @@ and chains the original as ``__cause__``. Each family lives in the package that 
     │       ├── InterfaceLimitExceeded     per-interface address/prefix limit
     │       ├── AttachmentLimitExceeded    per-instance interface limit
     │       ├── SubnetExhausted            the subnet has too few free addresses
-    │       └── PrefixesExhausted          the subnet has no free aligned /28 (InsufficientCidrBlocks)
+    │       ├── PrefixesExhausted          the subnet has no free aligned /28 (InsufficientCidrBlocks)
+    │       └── QuotaExceeded              an account's quota (EC2's interfaces per Region)
     ├── KubeError                 eni_ipam.kube.errors: the Kubernetes API said no (``code``, ``reason``)
     │   ├── KubeNotFound          404
     │   ├── KubeConflict          409: stale resourceVersion (re-read and retry), or AlreadyExists

@@ -7,6 +7,7 @@ import yaml
 
 from eni_ipam.cli import main
 from eni_ipam.simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from eni_ipam.simulator.series import SeriesOptions
 from eni_ipam.simulator.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,3 +284,28 @@ def test_credentials_revoked_fail_every_call_until_restored() -> None:
     ]
     outcome = simulate(parse_scenario(data))
     assert outcome.passed, [f for r in outcome.results for f in r.failures]
+
+
+def test_the_regions_interface_quota_fails_creates_by_its_own_reason_until_lifted() -> None:
+    """m5.large interfaces hold 10 addresses: 12 in use need more interfaces, which the quota (the
+    cloud's one interface) refuses with NetworkInterfaceLimitExceeded, a failure of its own class."""
+    data = yaml.safe_load(BASE)
+    data["steps"] = [
+        {"converge": "30s"},
+        {"cloud": {"quota": {"interfaces": 1}}},
+        {"set": {"node1": {"used": 12}}},
+        {"advance": "120s"},
+        {"expect": {"node1": {"interfaces": 1}}},
+        {"cloud": {"quota": {"interfaces": None}}},
+        {"advance": "400s"},  # the node's backoff runs out
+        {"expect": {"node1": {"interfaces": 3, "needed": 0}}},  # 12 used and 8 free
+    ]
+    outcome = simulate(parse_scenario(data), series=SeriesOptions(interval=60, labels={}))
+    assert outcome.passed, [f for r in outcome.results for f in r.failures]
+    assert outcome.series is not None
+    failed = {
+        dict(key.labels)["reason"]: values[-1]
+        for key, values in outcome.series.series.items()
+        if key.name == "eni_ipam_node_maintenance_failures_total"
+    }
+    assert list(failed) == ["QuotaExceeded"] and failed["QuotaExceeded"], failed

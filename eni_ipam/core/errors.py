@@ -121,3 +121,9 @@ class SubnetExhausted(CapacityError):
 
 class PrefixesExhausted(CapacityError):
     """The subnet has no free aligned /28 block left (fragmentation or exhaustion)."""
+
+
+class QuotaExceeded(CapacityError):
+    """An account's quota was reached (EC2's network interfaces per Region, an Azure subscription's
+    quota): no node's plan can change it; a higher quota, or deleting interfaces, does. A class of its
+    own, so that the failure's reason names the quota rather than a limit of the node."""

@@ -96,6 +96,8 @@ ARM_ERRORS: Mapping[str, type[errors.ProviderError]] = MappingProxyType(
             "SubscriptionNotFound",
         ),
         **_codes(errors.SubnetExhausted, "SubnetIsFull"),
+        # A subscription's quota (network interfaces, among others): what a higher quota fixes.
+        **_codes(errors.QuotaExceeded, "QuotaExceeded"),
         **_codes(
             errors.InvalidRequest,
             "InvalidRequestFormat",

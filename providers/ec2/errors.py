@@ -73,7 +73,7 @@ EC2_ERRORS: Mapping[str, type[errors.ProviderError]] = MappingProxyType(
         **_codes(errors.SubnetExhausted, "InsufficientFreeAddressesInSubnet"),
         **_codes(errors.PrefixesExhausted, "InsufficientCidrBlocks"),
         # The account's interface quota: a hard limit, but not one of the per-node limits.
-        **_codes(errors.CapacityError, "NetworkInterfaceLimitExceeded"),
+        **_codes(errors.QuotaExceeded, "NetworkInterfaceLimitExceeded"),
         **_codes(
             errors.InvalidRequest,
             "InvalidParameterValue",

@@ -43,6 +43,20 @@ BROKEN_CODE = "InternalError"
 """What a call naming a broken instance's interface answers."""
 INTERFACE_OPERATIONS = ("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "AttachNetworkInterface")
 """The calls that name an interface of an instance (``calls: failing`` fails them)."""
+QUOTA_OPERATION = "CreateNetworkInterface"
+"""The one call the Region's interface quota refuses."""
+
+
+QUOTA_CODE = "NetworkInterfaceLimitExceeded"
+"""What EC2 answers a CreateNetworkInterface past the Region's interface quota."""
+QUOTA_MESSAGE = "The maximum number of network interfaces has been reached."
+
+
+class QuotaChange(ConfigModel):
+    interfaces: NonNegativeInt | None
+    """The Region's quota of network interfaces (every interface of the cloud counts, other tenants'
+    included): a CreateNetworkInterface once the cloud holds this many fails with
+    ``NetworkInterfaceLimitExceeded``; ``null`` lifts it."""
 
 
 class Fault(ConfigModel):
@@ -63,6 +77,7 @@ class CloudChange(ConfigModel):
     credentials: Literal["revoked", "restored"] | None = None
     """``revoked``: every call of every operation fails with ``AuthFailure`` (the controller's
     credentials expired or were revoked) until a later step says ``restored``."""
+    quota: QuotaChange | None = None
 
 
 class SimEmulation:
@@ -113,6 +128,13 @@ class SimEmulation:
             sim.gate.fail_while(EVERY_OPERATION, lambda request: True, CREDENTIALS_CODE, CREDENTIALS_MESSAGE)
         elif change.credentials == "restored":
             sim.gate.clear_lasting(EVERY_OPERATION)
+        if change.quota is not None:
+            sim.gate.clear_lasting(QUOTA_OPERATION)
+            limit = change.quota.interfaces
+            if limit is not None:
+                sim.gate.fail_while(
+                    QUOTA_OPERATION, lambda request: sim.interface_count() >= limit, QUOTA_CODE, QUOTA_MESSAGE
+                )
 
 
 class SimEmulator:

@@ -82,6 +82,10 @@ class CloudState:
         """
         return self._instances[id].state
 
+    def interface_count(self) -> int:
+        """How many interfaces the cloud holds, attached or not (what a Region's quota counts)."""
+        return len(self._interfaces)
+
     def interfaces(self) -> list[model.Interface]:
         """Every interface, attached or not, by id."""
         return [self._interfaces[i].view() for i in sorted(self._interfaces)]

@@ -543,3 +543,33 @@ def test_a_credentials_outage_is_named_by_its_cause_within_minutes_once_for_the_
     ]
     judge(tmp_path / "now", recording, cases, "a credentials outage while pods arrive")
     judge(tmp_path / "before", recording, cases, "a credentials outage while pods arrive", released=BEFORE)
+
+
+def test_a_regions_interface_quota_is_named_as_such_once_for_the_installation(tmp_path):
+    """Finding 3, the quota: the Region's interface quota reached (the cloud's four interfaces) half a
+    minute before the 11th minute, while pods arrive on four nodes whose interfaces are full. One
+    alert names the quota within minutes (reason QuotaExceeded, its advice in annotations.yaml), not
+    a warning per node; 0.3.0 warned per node and named only a generic CapacityError at +22."""
+    doc = cluster(4, type="m5.large")  # 9 secondary addresses on an interface: 8 pre-allocated
+    used = dict.fromkeys((f"n{n}" for n in range(4)), 0)
+
+    def pods(minute: int) -> dict[str, Any] | None:
+        if minute == 10:
+            return {"cloud": {"quota": {"interfaces": 4}}}
+        if minute > 10:
+            for node in used:
+                used[node] += 2
+            return {"set": {node: {"used": n} for node, n in used.items()}}
+        return None
+
+    at_scrapes(doc, 40, pods)
+    recording = record(doc)
+    cause = {"reason": "QuotaExceeded"}
+    cases = [
+        quiet(16, "EniIpamAllocationsFailing"),
+        firing(18, "EniIpamAllocationsFailing", **cause),
+        firing(39, "EniIpamAllocationsFailing", **cause),
+        *[quiet(m, "EniIpamNodesInDeficit") for m in range(10, 40, 3)],
+    ]
+    judge(tmp_path / "now", recording, cases, "the Region's interface quota reached while pods arrive")
+    judge(tmp_path / "before", recording, cases, "the quota reached while pods arrive", released=BEFORE)

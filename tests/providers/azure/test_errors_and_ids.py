@@ -41,6 +41,7 @@ def arm_error(
     ("status", "code", "expected"),
     [
         (400, "SubnetIsFull", errors.SubnetExhausted),
+        (409, "QuotaExceeded", errors.QuotaExceeded),
         (400, "subnetisfull", errors.SubnetExhausted),
         (404, "ResourceNotFound", errors.NotFound),
         (404, "ResourceGroupNotFound", errors.NotFound),

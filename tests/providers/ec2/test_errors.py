@@ -51,7 +51,7 @@ TABLE = [
     ("OperationNotPermitted", "cannot be detached", errors.InvalidRequest),
     ("UnauthorizedOperation", "You are not authorized", errors.Unauthorized),
     ("AuthFailure", "AWS was not able to validate the provided access credentials", errors.Unauthorized),
-    ("NetworkInterfaceLimitExceeded", "account quota", errors.CapacityError),
+    ("NetworkInterfaceLimitExceeded", "account quota", errors.QuotaExceeded),
 ]
 
 
