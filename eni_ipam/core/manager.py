@@ -43,7 +43,7 @@ from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
 from eni_ipam.core.model import CloudSnapshot, Instance, NodeStatus
 from eni_ipam.core.node import NEVER, Node, NodeEnv, PassResult
-from eni_ipam.core.observe import Observer
+from eni_ipam.core.observe import Observer, failure_reason
 from eni_ipam.core.provider import Provider, SharedViewReader, shared_view_reader
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
@@ -96,11 +96,24 @@ class StatusSink(Protocol):
 class _Slot:
     """The manager's scheduling state of one node."""
 
-    __slots__ = ("_idle", "backoff", "deleted", "dirty", "node", "not_before", "queued", "running", "timer")
+    __slots__ = (
+        "_idle",
+        "backoff",
+        "deleted",
+        "dirty",
+        "failure",
+        "node",
+        "not_before",
+        "queued",
+        "running",
+        "timer",
+    )
 
     def __init__(self, node: Node) -> None:
         self.node = node
         self.backoff: Backoff | None = None
+        self.failure = ""
+        """Why the last pass failed (:func:`~eni_ipam.core.observe.failure_reason`), while in backoff."""
         """Made at the node's first failure, dropped at its next success (most nodes never fail)."""
         self.queued = False
         self.running = False
@@ -700,6 +713,10 @@ class NodeManager:
         """Act on a pass's result (after ``seconds``): publish, then schedule what comes next."""
         node = slot.node
         self.metrics.pass_finished(seconds=seconds)
+        if result.error is None:
+            if slot.backoff is not None and not slot.deleted:
+                self._in_backoff -= 1
+            slot.backoff = None
         self._set_gauges(node)
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
@@ -710,9 +727,6 @@ class NodeManager:
         now = self.clock.monotonic()
         error = result.error
         if error is None:
-            if slot.backoff is not None and not slot.deleted:
-                self._in_backoff -= 1
-            slot.backoff = None
             slot.not_before = now + self.settings.trigger_min_interval
         elif isinstance(error, errors.Lapsed):
             # Leadership is not proven right now (the process was paused): not the node's failure,
@@ -736,6 +750,8 @@ class NodeManager:
             # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
             delay = max(delay, getattr(error, "retry_after", None) or 0.0)
             slot.not_before = now + delay
+            slot.failure = failure_reason(error)
+            self._set_gauges(node)  # the node's failing series: its reason and count now
             self.metrics.pass_failed(reason=type(error).__name__)
             log.warning(
                 "maintenance_failed",
@@ -766,7 +782,8 @@ class NodeManager:
             stats, demand = node.stats, node.demand()
             if demand != stats.needed:  # pods wait beyond the free addresses, or beyond the instance
                 stats = dataclasses.replace(stats, needed=demand)
-            self.metrics.set_node(node.name, stats, capacity=node.capacity_limit())
+            failing = (slot.failure, slot.backoff.failures) if slot.backoff is not None else None
+            self.metrics.set_node(node.name, stats, capacity=node.capacity_limit(), failing=failing)
             if node.unsure:
                 self._revisit.add(node.name)
             if node.deficit_since is None:

@@ -22,6 +22,36 @@ CAPACITY_REASONS = ("instance-limit", "subnet", "security-groups", "limits-unkno
 """Why a node's pool cannot grow; ``instance-limit`` is a node at capacity (every adapter slot and
 address slot taken)."""
 
+FAILURE_REASONS = (
+    "Throttled",
+    "TransientError",
+    "NotFound",
+    "InstanceNotRunning",
+    "InstanceOutOfScope",
+    "DeviceIndexInUse",
+    "InvalidRequest",
+    "Unauthorized",
+    "CapacityError",
+    "InterfaceLimitExceeded",
+    "AttachmentLimitExceeded",
+    "SubnetExhausted",
+    "PrefixesExhausted",
+    "QuotaExceeded",
+    "ProviderError",
+    "NotReady",
+    "LimitsUnknown",
+    "other",
+)
+"""Why a node's last pass failed, as ``node_failing``'s ``reason``: the error's class among the
+cloud's errors and the reconciler's own, ``other`` for any else (a bug's exception). A closed set,
+so that one node costs one fixed row."""
+
+
+def failure_reason(error: BaseException) -> str:
+    """``error``'s entry in :data:`FAILURE_REASONS`."""
+    name = type(error).__name__
+    return name if name in FAILURE_REASONS else "other"
+
 
 class ApiObserver(Protocol):
     """Cloud API calls: what :class:`~eni_ipam.core.caller.ApiCaller` and the providers report."""
@@ -106,9 +136,12 @@ class ManagerObserver(Protocol):
         """A maintenance pass failed; ``reason`` names its error's type (a stopped mutation fence is
         not a failure)."""
 
-    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
+    def set_node(
+        self, name: str, stats: NodeStats, *, capacity: str = "", failing: tuple[str, int] | None = None
+    ) -> None:
         """Node ``name``'s stats now; ``capacity`` is why its pool cannot grow (one of
-        :data:`CAPACITY_REASONS`), or empty."""
+        :data:`CAPACITY_REASONS`), or empty; ``failing``, while its last pass failed, the reason (one
+        of :data:`FAILURE_REASONS`) and how many passes in a row have failed."""
 
     def remove_node(self, name: str) -> None:
         """Node ``name`` is gone: nothing is reported of it any more."""

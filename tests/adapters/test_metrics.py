@@ -432,3 +432,46 @@ def test_a_deficit_that_lasted_half_an_hour_has_a_bucket_of_its_own() -> None:
         le: metrics.sample("eni_ipam_time_to_ip_seconds_bucket", {"le": le}) for le in ("1800.0", "3600.0")
     }
     assert bucket == {"1800.0": 0, "3600.0": 1}
+
+
+def test_a_failing_nodes_series_follows_its_reason_and_goes_with_the_node() -> None:
+    metrics = Metrics()
+    short = NodeStats(available=4, needed=4)
+    metrics.set_node("n1", short, failing=("Unauthorized", 2))
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n1", "reason": "Unauthorized"}) == 2
+    metrics.set_node("n1", short, failing=("QuotaExceeded", 3))  # same stats, another reason
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n1", "reason": "Unauthorized"}) is None
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n1", "reason": "QuotaExceeded"}) == 3
+    metrics.set_node("n1", short)  # a pass succeeded
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n1", "reason": "QuotaExceeded"}) is None
+    metrics.set_node("n2", short, failing=("other", 1))
+    metrics.remove_node("n2")
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n2", "reason": "other"}) is None
+    metrics.set_node("n3", short, failing=("TransientError", 1))
+    metrics.clear_pool_state()
+    assert metrics.sample("eni_ipam_node_failing", {"node": "n3", "reason": "TransientError"}) is None
+
+
+def test_a_failing_node_without_per_node_series_has_no_failing_series_until_it_gets_them() -> None:
+    metrics = Metrics(node_series=NodeSeriesPolicy(all_up_to=1, most=1))
+    metrics.set_node("worse", NodeStats(needed=9))
+    metrics.set_node("hidden", NodeStats(needed=1), failing=("Throttled", 4))
+    assert metrics.sample("eni_ipam_node_failing", {"node": "hidden", "reason": "Throttled"}) is None
+    metrics.set_node("worse", NodeStats(available=9))  # healthy: the other takes its place
+    assert metrics.sample("eni_ipam_node_failing", {"node": "hidden", "reason": "Throttled"}) == 4
+
+
+def test_every_core_provider_error_is_a_failure_reason_of_its_own() -> None:
+    from eni_ipam.core import errors
+    from eni_ipam.core.observe import FAILURE_REASONS, failure_reason
+
+    def tree(kind: type) -> list[type]:
+        return [
+            kind,
+            *(c for sub in kind.__subclasses__() if sub.__module__ == errors.__name__ for c in tree(sub)),
+        ]
+
+    for kind in tree(errors.ProviderError):
+        assert kind.__name__ in FAILURE_REASONS
+        assert failure_reason(kind.__new__(kind)) == kind.__name__
+    assert failure_reason(KeyError("x")) == "other"

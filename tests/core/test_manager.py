@@ -73,6 +73,25 @@ async def test_failing_node_backs_off_without_slowing_the_others(make_world):
         assert schedule is not None and schedule.failures == tries
 
 
+async def test_a_failing_node_has_a_series_of_its_failures_in_a_row_by_reason_until_a_pass_succeeds(
+    make_world,
+):
+    async with make_world(Settings(parallel_workers=1)) as world:
+        sample = world.metrics.sample
+        world.add_node("bad")
+        world.add_node("good")
+        world.cloud.fail_while("AssignPrivateIpAddresses", world.cloud.on_interfaces_of("i-bad"))
+        await asyncio.sleep(30)
+        failures = world.manager.schedule("bad").failures
+        assert failures >= 3
+        assert sample("eni_ipam_node_failing", {"node": "bad", "reason": "TransientError"}) == failures
+        assert sample("eni_ipam_node_failing", {"node": "good", "reason": "TransientError"}) is None
+        world.cloud.clear_faults()
+        await asyncio.sleep(60)
+        assert world.manager.nodes["bad"].stats.needed == 0
+        assert sample("eni_ipam_node_failing", {"node": "bad", "reason": "TransientError"}) is None
+
+
 async def test_the_schedule_exports_its_backlog_its_nodes_in_backoff_and_its_oldest_deficit(make_world):
     async with make_world(Settings(parallel_workers=1)) as world:
         sample = world.metrics.sample

@@ -205,6 +205,7 @@ FREE = gauge("eni_ipam_available_ips_per_subnet", "subnet, zone")
 SIZE = gauge("eni_ipam_subnet_size_ips", "subnet, zone")
 NEEDED = gauge("eni_ipam_node_ips", "node", 'type="needed"')
 AT_CAPACITY = gauge("eni_ipam_node_at_capacity", "node")
+FAILING = gauge("eni_ipam_node_failing", "node", 'reason!="Throttled"')
 STUCK = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason!="instance-limit"')
 FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance-limit"')
 
@@ -241,8 +242,12 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
             "EniIpamNodesInDeficit",
             # Per node, and not the nodes the capacity alert reports.
             # ...nor during an outage of the installation (EniIpamAllocationsFailing names it once).
+            # Failing (throttling aside) for deficitFor, or short in each of the last 15 minutes.
             [
-                rf"^{NEEDED} > 0\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}"
+                rf"^\(\s*{NEEDED} > 0\s*\)\s+and on \(namespace, job, node\)\s+\(\s*{FAILING}\s+or\s+"
+                rf"sum_over_time\(\s*\(max by \(namespace, job, node\) \(eni_ipam_node_ips{SEL}, "
+                r'type="needed"\}\) > bool 0\)\[15m:1m\]\s*\) >= 15\s*\)'
+                rf"\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}"
                 r"\s+unless on \(namespace, job\)\s+\(",
                 r"eni_ipam_oldest_deficit_seconds",
             ],
@@ -340,6 +345,7 @@ THRESHOLDS: dict[str, Any] = {
     "subnetExhaustionSeconds": 7200,
     "subnetExhaustionFor": "2h",
     "deficitFor": "9m",
+    "deficitWaitingMinutes": 12,
     "atCapacityFor": "17m",
     "rateWindow": "6m",
     "throttledShareAbove": 0.2,
@@ -375,7 +381,7 @@ EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
     "EniIpamSubnetFull": ("1m", ["< bool 3", "[4m:1m]", ">= 3", *GAUGE], "wake-up"),
     "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
     "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
-    "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", *GAUGE], "page"),
+    "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", "[12m:1m]", ">= 12", *GAUGE], "page"),
     "EniIpamNodesAtCapacity": ("17m", ["max by (cluster, job, node, reason)", *GAUGE], "page"),
     "EniIpamCloudApiThrottled": (
         "25m",

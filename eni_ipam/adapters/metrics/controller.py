@@ -45,6 +45,7 @@ class Metrics(MetricSet):
             self.register(collector)
         self.node_ips = self._pools.node_ips
         self.node_at_capacity = self._pools.node_at_capacity
+        self.node_failing = self._pools.node_failing
         self.node_capacity = self._pools.node_capacity
         self.allocation_ops = self.counter("allocation_ops", "Addresses allocated, by subnet", ["subnet"])
         self.release_ops = self.counter("release_ops", "Addresses released, by subnet", ["subnet"])
@@ -224,8 +225,10 @@ class Metrics(MetricSet):
 
     # -- nodes: PoolGauges (pools.py) keeps their record, selection and totals in one step -------
 
-    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
-        self._pools.set_node(name, stats, capacity=capacity)
+    def set_node(
+        self, name: str, stats: NodeStats, *, capacity: str = "", failing: tuple[str, int] | None = None
+    ) -> None:
+        self._pools.set_node(name, stats, capacity=capacity, failing=failing)
 
     def remove_node(self, name: str) -> None:
         self._pools.remove_node(name)

@@ -5,7 +5,8 @@ unlike the reference operator, whose gauges of the same name disagree with each 
 
 Invariants:
 
-* Which nodes have per-node series (``node_ips``, ``node_capacity``, ``node_at_capacity``) is
+* Which nodes have per-node series (``node_ips``, ``node_capacity``, ``node_at_capacity``,
+  ``node_failing``) is
   :class:`~eni_ipam.adapters.metrics.selection.NodeSeriesPolicy`'s: every node in a cluster of up to
   ``all_up_to`` nodes, otherwise at most ``most`` nodes that need attention.
 * The cluster totals ``ips{type}`` and ``nodes{category}`` cover every node. At every scrape they are
@@ -30,7 +31,7 @@ from prometheus_client.registry import Collector
 from eni_ipam.adapters.metrics.exposition import NAMESPACE, NodeSeries
 from eni_ipam.adapters.metrics.selection import NodeSelection, NodeSeriesPolicy, urgency
 from eni_ipam.core.model import NodeStats
-from eni_ipam.core.observe import CAPACITY_REASONS
+from eni_ipam.core.observe import CAPACITY_REASONS, FAILURE_REASONS
 
 IP_TYPES = ("available", "used", "needed", "excess")
 CAPACITY_TYPES = ("max-ips", "interface-headroom")
@@ -141,6 +142,9 @@ class PoolGauges:
         self._totals = _PoolTotals()
         self._gauged: dict[str, tuple[NodeStats, str]] = {}
         """Node → its stats and capacity reason now, every node: the totals' one source."""
+        self._failing: dict[str, tuple[str, int]] = {}
+        """Node → why its last pass failed and how many failed in a row, for the nodes whose last
+        pass failed."""
         self._selection = NodeSelection(policy, self._gauged.keys())
         """Which nodes have per-node series."""
         self.node_ips = NodeSeries(
@@ -158,6 +162,13 @@ class PoolGauges:
             "reason",
             CAPACITY_REASONS,
         )
+        self.node_failing = NodeSeries(
+            "node_failing",
+            "Maintenance passes of one node that failed in a row, by the last one's reason (the "
+            "error's class); no series once a pass succeeds (nor for a node without per-node series)",
+            "reason",
+            FAILURE_REASONS,
+        )
         self.node_capacity = NodeSeries(
             "node_capacity",
             "What one node can reach, by type (max-ips: addresses its interfaces can hold, those it "
@@ -169,12 +180,23 @@ class PoolGauges:
 
     def collectors(self) -> tuple[Collector, ...]:
         """What a scrape reads of the pools, in the order it lists them: the totals first."""
-        return (self._totals, self.node_ips, self.node_at_capacity, self.node_capacity)
+        return (self._totals, self.node_ips, self.node_at_capacity, self.node_failing, self.node_capacity)
 
-    def set_node(self, name: str, stats: NodeStats, *, capacity: str = "") -> None:
+    def set_node(
+        self, name: str, stats: NodeStats, *, capacity: str = "", failing: tuple[str, int] | None = None
+    ) -> None:
         """Node ``name`` now has ``stats``; ``capacity`` is why its pool cannot grow (one of
-        :data:`CAPACITY_REASONS`), or empty. The totals, and which nodes have series, follow in the
-        same step."""
+        :data:`CAPACITY_REASONS`), or empty; ``failing``, while its last pass failed, the reason
+        (one of :data:`FAILURE_REASONS`) and the failed passes in a row. The totals, and which nodes
+        have series, follow in the same step."""
+        if failing != self._failing.get(name):
+            if failing is None:
+                del self._failing[name]
+                self.node_failing.drop(name)
+            else:
+                self._failing[name] = failing
+                if name in self._selection.shown:
+                    self._write_failing(name)
         old = self._gauged.get(name)
         if old is not None and old[1] == capacity and (old[0] is stats or old[0] == stats):
             return  # nothing changed (most nodes at most resyncs)
@@ -196,10 +218,9 @@ class PoolGauges:
         if old is None:
             return
         self._totals.all.account(old[0], old[1], -1)
+        self._failing.pop(name, None)
         if name in self._selection.shown:
-            self.node_ips.drop(name)
-            self.node_at_capacity.drop(name)
-            self.node_capacity.drop(name)
+            self._drop(name)
         else:
             self._totals.omitted.account(old[0], old[1], -1)
         self._apply(self._selection.removed(name))
@@ -212,9 +233,7 @@ class PoolGauges:
                 self._write(node, stats, capacity)
                 self._totals.omitted.account(stats, capacity, -1)
             else:
-                self.node_ips.drop(node)
-                self.node_at_capacity.drop(node)
-                self.node_capacity.drop(node)
+                self._drop(node)
                 self._totals.omitted.account(stats, capacity, +1)
 
     def _write(self, node: str, stats: NodeStats, capacity: str) -> None:
@@ -227,6 +246,22 @@ class PoolGauges:
             self.node_at_capacity.put(node, tuple(1 if r == capacity else None for r in CAPACITY_REASONS))
         else:
             self.node_at_capacity.drop(node)
+        self._write_failing(node)
+
+    def _write_failing(self, node: str) -> None:
+        failing = self._failing.get(node)
+        if failing is None:
+            self.node_failing.drop(node)
+        else:
+            reason, count = failing
+            self.node_failing.put(node, tuple(count if r == reason else None for r in FAILURE_REASONS))
+
+    def _drop(self, node: str) -> None:
+        """Take every per-node series of ``node`` away."""
+        self.node_ips.drop(node)
+        self.node_at_capacity.drop(node)
+        self.node_failing.drop(node)
+        self.node_capacity.drop(node)
 
     def show_totals(self) -> None:
         """Export the totals even with no node (this replica reconciles: zero is the truth)."""
@@ -242,7 +277,9 @@ class PoolGauges:
         """Forget every node: no per-node series and no totals until the next report."""
         self.node_ips.clear()
         self.node_at_capacity.clear()
+        self.node_failing.clear()
         self.node_capacity.clear()
         self._gauged.clear()
+        self._failing.clear()
         self._selection.clear()
         self._totals.reset()

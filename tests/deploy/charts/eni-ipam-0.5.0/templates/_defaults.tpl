@@ -117,6 +117,7 @@ prometheusRule:
   subnetTrendResolution: 1m
   subnetExhaustionFor: 30m
   deficitFor: 5m
+  deficitWaitingMinutes: 15
   atCapacityFor: 15m
   rateWindow: 10m
   throttledShareAbove: 0.1
