@@ -27,7 +27,14 @@ from eni_ipam.simulator.scenario import parse_scenario
 from eni_ipam.simulator.series import Recording, SeriesOptions, hand_over, merge
 from eni_ipam.simulator.simulate import simulate
 from tests.deploy.conftest import NAMESPACE, RELEASE, helm, one, with_required
-from tests.deploy.test_alert_rules import RULE_VALUES, RULES, rendered_spec, run_promtool, workspace
+from tests.deploy.test_alert_rules import (
+    PROMTOOL_TESTS,
+    RULE_VALUES,
+    RULES,
+    rendered_spec,
+    run_promtool,
+    workspace,
+)
 
 pytestmark = pytest.mark.system
 
@@ -607,3 +614,31 @@ def test_a_scale_up_that_heals_within_its_expected_time_stays_quiet(tmp_path):
     cases = [quiet(m, alert) for m in range(joined, len(short)) for alert in (*warnings, *CRITICAL)]
     judge(tmp_path / "now", recording, cases, "a scale-up that heals alone")
     judge(tmp_path / "before", recording, cases, "a scale-up that heals alone", released="0.4.0")
+
+
+# -- the review's findings the simulator cannot play (hand-written, tests/deploy/promtool/) ---------
+
+HAND_WRITTEN = [
+    (
+        "availability.yaml",
+        "a controller that was ready, then crash-loops through ready, fires not ready within minutes",
+    ),
+    (
+        "nodes.yaml",
+        "a node short without failing waits for its turn and fires deficit only after fifteen minutes",
+    ),
+    ("annotations.yaml", "an outage names its cause and the fix, the Region's interface quota as such"),
+]
+"""The hand-written cases of the review's findings: today's rules pass them (test_alert_rules.py runs
+every case), and the rules of chart 0.4.0, the release before, fail each."""
+
+
+@pytest.mark.parametrize(("test_file", "case"), HAND_WRITTEN, ids=[c for _, c in HAND_WRITTEN])
+def test_a_hand_written_case_of_the_review_fails_on_the_rules_of_0_4_0(tmp_path, test_file, case):
+    workspace(tmp_path, released_spec("0.4.0"))
+    tests = yaml.safe_load((PROMTOOL_TESTS / test_file).read_text())
+    tests["tests"] = [group for group in tests["tests"] if group["name"] == case]
+    assert tests["tests"], f"{test_file}: no case {case!r}"
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    status, output = run_promtool("test", "rules", "case.yaml", cwd=tmp_path)
+    assert status != 0, f"the rules of chart 0.4.0 pass {case!r}:\n{output}"

@@ -343,7 +343,7 @@ def test_an_unchanged_copy_of_the_chart_validates(tmp_path):
             "for: {{ $rule.severalLeadersFor }}",
             "for: 5 minutes",
             {"prometheusRule": {"enabled": True}},
-            r"^PrometheusRule eni-ipam: spec\.groups\.0\.rules\.1\.for: '5 minutes' does not match",
+            r"^PrometheusRule eni-ipam: spec\.groups\.0\.rules\.2\.for: '5 minutes' does not match",
             id="prometheusrule-value",
         ),
         pytest.param(

@@ -101,7 +101,8 @@ prometheusRule:
   - job
   handOverGap: 5m
   keepFiringFor: 5m
-  notReadyFor: 5m
+  notReadyMinutes: 5
+  notReadyWindow: 10m
   severalLeadersFor: 5m
   leaderChangesWindow: 30m
   leaderChangesAbove: 6
