@@ -52,7 +52,7 @@ from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.agent.mirror import FILE_NAME as MIRROR_FILE
 from eni_ipam.agent.mirror import Mirror
 from eni_ipam.agent.runtime import container_known
-from eni_ipam.agent.start import StartReconciler
+from eni_ipam.agent.start import UNREAD_SOURCES, StartReconciler
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
@@ -151,6 +151,11 @@ class Agent:
             clock=self.clock,
             container=self.container,
             pods=config.node_source == "kubernetes",
+        )
+        self.metrics.report_state(
+            writable=lambda: not self.allocator.state_error,
+            unread=self.startup.unread_sources,
+            sources=UNREAD_SOURCES,
         )
         self.kube = kube
         self._nft = nft

@@ -5,7 +5,7 @@ scraped agent never exports a ``ready 0`` or an empty pool total that dashboards
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 
 from aiohttp import web
 
@@ -23,6 +23,18 @@ class AgentMetrics(MetricSet):
         super().__init__(process=process)
         self.agent_ready = self.gauge(
             "agent_ready", "1 while the node agent is ready (state restored, socket served, ENIPool seen)"
+        )
+        self.agent_state_writable = self.gauge(
+            "agent_state_writable",
+            "0 while the node agent's state file cannot be written (a full or failing disk): every "
+            "change is refused until a write succeeds; 1 otherwise",
+        )
+        self.agent_source_unread = self.gauge(
+            "agent_source_unread",
+            "1 while a source of what is in use on the node (docker: Docker's API; pods: the node's pods "
+            "from the API server) has not been read since the agent started: what it may hold is "
+            "withheld, the rebuild of the node's allocations is incomplete",
+            ["source"],
         )
         self.agent_pool_addresses = self.gauge(
             "agent_pool_addresses",
@@ -80,6 +92,19 @@ class AgentMetrics(MetricSet):
     def report_ready(self, ready: Callable[[], bool]) -> None:
         """Export ``ready`` as it is at each scrape."""
         self.agent_ready.set_function(lambda: float(ready()))
+
+    def report_state(
+        self, *, writable: Callable[[], bool], unread: Callable[[], Collection[str]], sources: Iterable[str]
+    ) -> None:
+        """Export, as they are at each scrape, whether the state file can be written and which of
+        ``sources`` the start has not read yet."""
+        self.agent_state_writable.set_function(lambda: float(writable()))
+
+        def reading(source: str) -> Callable[[], float]:
+            return lambda: float(source in unread())
+
+        for source in sources:
+            self.agent_source_unread.labels(source=source).set_function(reading(source))
 
     def count_requests(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """An aiohttp middleware counting every CNI and libnetwork request by its outcome."""

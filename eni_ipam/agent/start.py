@@ -81,6 +81,8 @@ UNREAD = "start:docker"
 """Who withholds what Docker may hold while it has not been read since the start."""
 UNREGISTERED = "start:docker-unregistered-network"
 """Who withholds the addresses of Docker networks using this driver that no registered pool holds."""
+UNREAD_SOURCES = ("docker", "pods")
+"""What :meth:`Start.unread_sources` may name."""
 PODS = "start:pods"
 """Who withholds what the pods on this node hold (everything, until they have been listed)."""
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -243,13 +245,26 @@ class StartReconciler:
             if self.pods is not None:
                 tg.create_task(self._first_pods())
 
+    def unread_sources(self) -> list[str]:
+        """The sources of what is in use that the start has not read yet (``docker``, ``pods``):
+        what they may hold is withheld until they are (the rebuild is incomplete)."""
+        return [
+            source
+            for source, unread in (
+                ("docker", bool(self.unread)),
+                ("pods", self.pods_expected and not self._pods_synced()),
+            )
+            if unread
+        ]
+
     def status(self) -> str:
         """What the start has not settled yet, for ``/readyz`` (empty: everything)."""
         waiting = []
-        if self.unread:
+        unread = self.unread_sources()
+        if "docker" in unread:
             withheld = len(self.allocator.withheld().get(UNREAD, []))
             waiting.append(f"Docker not read since the start ({self.unread}): {withheld} ranges withheld")
-        if self.pods_expected and not self._pods_synced():
+        if "pods" in unread:
             waiting.append("the pods on this node not read yet")
         return "; ".join(waiting)
 

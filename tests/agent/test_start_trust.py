@@ -276,6 +276,7 @@ async def test_a_rebuild_on_a_full_disk_serves_and_refuses_changes_until_there_i
                 return
             ready, why = agent.readiness()
             assert not ready and "the state file cannot be written" in why and "No space left" in why
+            assert agent.metrics.sample("eni_ipam_agent_state_writable") == 0  # EniIpamAgentStateUnwritable
             error = await refused(agent, "c")
             assert error["code"] == "state_unwritable" and "change undone" in error["msg"]
             status, answer = await post(
@@ -286,6 +287,7 @@ async def test_a_rebuild_on_a_full_disk_serves_and_refuses_changes_until_there_i
             filler.unlink()  # the operator makes room
             c = await add(agent, "c", tmp_path)
             assert c not in (a, b) and agent.readiness()[0]
+            assert agent.metrics.sample("eni_ipam_agent_state_writable") == 1
             assert {x.address for x in agent.allocator.allocations()} == {a, b, c}
             assert agent.allocator.state_error == ""
         assert path.exists()
@@ -338,6 +340,8 @@ async def test_with_docker_hung_at_the_start_only_what_it_was_handed_is_withheld
     async with running(agent):
         ready, why = agent.readiness()
         assert ready and f"pool default: 2 withheld while Docker's API on {socket} does not answer" in why
+        unread = {"source": "docker"}
+        assert agent.metrics.sample("eni_ipam_agent_source_unread", unread) == 1  # the rebuild incomplete
         fresh = {await add(agent, f"new{n}", tmp_path) for n in range(10)}  # all 13 but a and Docker's 2
         assert not fresh & (docker | {a})
         error = await refused(agent, "one-more")
@@ -350,6 +354,7 @@ async def test_with_docker_hung_at_the_start_only_what_it_was_handed_is_withheld
         await end()
         async with fake_docker(lambda: [docker_network(CIDR, endpoints)], socket):  # dockerd answers
             await until(lambda: not agent.allocator.withheld(), limit=5)
+            assert agent.metrics.sample("eni_ipam_agent_source_unread", unread) == 0
             assert {owners(agent)[d] for d in docker} == {f"libnetwork:{pool['PoolID']}"}
             assert (await refused(agent, "one-more"))["code"] == "pool_exhausted"  # now truly full
     assert (tmp_path / "state" / MIRROR).exists()  # what said which addresses were Docker's
@@ -377,6 +382,7 @@ async def test_an_address_a_pod_on_this_node_holds_is_never_handed_out(
     try:
         async with running_agent(kube, tmp_path, sweep_interval="0s") as agent:  # no sweep: the start alone
             await until(lambda: agent.readiness()[0], limit=10)
+            await until(lambda: agent.metrics.sample("eni_ipam_agent_source_unread", {"source": "pods"}) == 0)
             got = [agent.allocator.allocate_next(f"cni:p{n}:eth0")[0] for n in range(2)]
             assert sorted(a.address for a in got if a is not None) == ["10.0.0.11", "10.0.0.12"]
             with pytest.raises(Exception, match="withheld while a pod on this node holds them"):

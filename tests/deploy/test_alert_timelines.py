@@ -628,6 +628,15 @@ HAND_WRITTEN = [
         "a node short without failing waits for its turn and fires deficit only after fifteen minutes",
     ),
     ("annotations.yaml", "an outage names its cause and the fix, the Region's interface quota as such"),
+    ("agents.yaml", "a node with a pool and no agent reporting from it fires agent missing for that node"),
+    (
+        "agents.yaml",
+        "an agent whose state file cannot be written fires state unwritable, not agent not ready",
+    ),
+    (
+        "agents.yaml",
+        "an agent that has not read docker since its start fires rebuild incomplete naming docker",
+    ),
 ]
 """The hand-written cases of the review's findings: today's rules pass them (test_alert_rules.py runs
 every case), and the rules of chart 0.4.0, the release before, fail each."""

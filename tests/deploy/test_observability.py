@@ -374,6 +374,9 @@ THRESHOLDS: dict[str, Any] = {
     "agentFailureShareAbove": 0.35,
     "agentFailingFor": "14m",
     "agentRateWindow": "4m",
+    "agentMissingFor": "16m",
+    "agentStateUnwritableFor": "6m",
+    "agentRebuildFor": "18m",
     "criticalSeverity": "wake-up",
     "warningSeverity": "page",
 }
@@ -416,6 +419,21 @@ EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
         "page",
     ),
     "EniIpamAgentPoolExhausted": ("14m", ['outcome=~"pool_exhausted|pool_withheld"}[4m]'], "page"),
+    "EniIpamAgentMissing": (
+        "16m",
+        ['eni_ipam_agent_release_answers{job="custom-agent", cluster="prod"}', *GAUGE],
+        "page",
+    ),
+    "EniIpamAgentStateUnwritable": (
+        "6m",
+        ['eni_ipam_agent_state_writable{job="custom-agent", cluster="prod"}'],
+        "page",
+    ),
+    "EniIpamAgentRebuildIncomplete": (
+        "18m",
+        ['eni_ipam_agent_source_unread{job="custom-agent", cluster="prod"}'],
+        "page",
+    ),
     "EniIpamMaintenanceFailing": (
         "21m",
         [

@@ -129,6 +129,9 @@ prometheusRule:
   agentFailureShareAbove: 0.1
   agentFailingFor: 10m
   agentRateWindow: 3m
+  agentMissingFor: 10m
+  agentStateUnwritableFor: 5m
+  agentRebuildFor: 15m
   outageWindow: 5m
   outageFailureShareAbove: 0.5
   outageDeficitAbove: 180
