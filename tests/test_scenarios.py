@@ -309,3 +309,31 @@ def test_the_regions_interface_quota_fails_creates_by_its_own_reason_until_lifte
         if key.name == "eni_ipam_node_maintenance_failures_total"
     }
     assert list(failed) == ["QuotaExceeded"] and failed["QuotaExceeded"], failed
+
+
+def test_a_nodes_agent_down_holds_its_excess_until_it_is_up_again() -> None:
+    """Release needs the node side's answer: with node1's agent down, its excess stays; back up, it
+    answers and the excess goes."""
+    data = yaml.safe_load(BASE)
+    data["settings"] = {"release_excess_ips": True}
+    data["nodes"][0]["max_above_watermark"] = 0
+    data["steps"] = [
+        {"set": {"node1": {"used": 12}}},
+        {"converge": "60s"},
+        {"set": {"node1": {"agent": "down", "used": 0}}},
+        {"converge": "120s"},
+        {"expect": {"node1": {"available": 20, "excess": 12}}},
+        {"set": {"node1": {"agent": "up"}}},
+        {"converge": "120s"},
+        {"expect": {"node1": {"available": 8, "excess": 0}}},
+    ]
+    outcome = simulate(parse_scenario(data))
+    assert outcome.passed, [f for r in outcome.results for f in r.failures]
+
+
+def test_an_agent_is_set_up_or_down_and_nothing_else() -> None:
+    data = yaml.safe_load(BASE)
+    data["steps"] = [{"set": {"node1": {"agent": "sleepy"}}}]
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert info.value.path == "steps[0].set.node1.agent"

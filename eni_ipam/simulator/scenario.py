@@ -16,7 +16,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, model_validator
 
@@ -62,10 +62,13 @@ class NodeDocument(NodeSpec):
 
 
 class NodeChange(NodeSpec):
-    """What a ``set`` step changes of one node: any spec key, ``used``, ``pending_pods``."""
+    """What a ``set`` step changes of one node: any spec key, ``used``, ``pending_pods``, ``agent``."""
 
     used: NonNegativeInt | None = None
     pending_pods: NonNegativeInt | None = None
+    agent: Literal["up", "down"] | None = None
+    """``down``: the node's agent stops answering the release handshake (nothing of the node is
+    released) until a later step says ``up``."""
 
     def changes(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.model_fields_set}

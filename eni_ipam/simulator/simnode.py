@@ -20,7 +20,9 @@ class SimulatedNodeSide:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.answering = True
-        """False plays a node agent that is down: the handshake gets no answers (nothing is released)."""
+        """False plays every node agent down: the handshake gets no answers (nothing is released)."""
+        self.down: set[str] = set()
+        """The nodes whose agent is down: their handshake gets no answers."""
         store.observe(self._on_status)
 
     def add(self, resource: NodeResource) -> None:
@@ -34,9 +36,14 @@ class SimulatedNodeSide:
         used: int | None = None,
         pending_pods: int | None = None,
         instance_id: str | None = None,
+        agent: str | None = None,
     ) -> None:
         """Change a node in one event: its spec, the addresses its pods use, its pending pods, its
-        instance."""
+        instance, its agent (``up`` or ``down``)."""
+        if agent == "down":
+            self.down.add(name)
+        elif agent == "up":
+            self.down.discard(name)
         resource = self.store.resources[name]
         if spec is not None:
             resource = dataclasses.replace(resource, spec=spec)
@@ -46,6 +53,7 @@ class SimulatedNodeSide:
             resource = dataclasses.replace(resource, pending_pods=pending_pods)
         if used is not None:
             resource = dataclasses.replace(resource, used=used)
+        if used is not None or agent is not None:  # an agent back up answers what waited
             status = self.store.statuses.get(name)
             if status is not None:
                 resource = self._settle(resource, status)
@@ -72,7 +80,7 @@ class SimulatedNodeSide:
                 break
             if address not in in_use and address not in flagged:
                 in_use.add(address)
-        if not self.answering:
+        if not self.answering or resource.name in self.down:
             return dataclasses.replace(resource, in_use=frozenset(in_use))
         answers: dict[str, ReleaseState] = {}
         for address, state in status.release.items():

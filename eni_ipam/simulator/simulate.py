@@ -174,6 +174,7 @@ class Simulation:
             spec=spec.replace(**spec_changes).fields() if spec_changes else None,
             used=fields.get("used"),
             pending_pods=fields.get("pending_pods"),
+            agent=fields.get("agent"),
         )
 
     # -- observation --------------------------------------------------------------------------------

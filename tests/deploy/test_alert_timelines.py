@@ -87,6 +87,15 @@ def drain(
     return doc
 
 
+EXAMPLES = Path(__file__).parents[2] / "examples" / "scenarios"
+
+
+def example(name: str) -> dict[str, Any]:
+    """An example scenario of an incident (examples/scenarios/incident_*.yaml)."""
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    return loaded
+
+
 def record(doc: Mapping[str, Any], labels: Mapping[str, str] = LEADER) -> Recording:
     outcome = simulate(parse_scenario(doc), series=SeriesOptions(interval=INTERVAL, labels=dict(labels)))
     assert outcome.passed, [r.failures for r in outcome.results if r.failures]
@@ -524,29 +533,18 @@ def test_a_subnet_full_most_of_the_time_under_churn_pages(tmp_path):
 
 
 def test_a_credentials_outage_is_named_by_its_cause_within_minutes_once_for_the_installation(tmp_path):
-    """Finding 3: credentials revoked half a minute before the 11th minute while pods arrive on four
-    nodes. One alert names the cause (Unauthorized) within minutes, not a warning per node; 0.3.0
-    warned per node at +5 and named a failing class only at +22, after the per-node warnings."""
-    doc = cluster(4)
-    used = dict.fromkeys((f"n{n}" for n in range(4)), 0)
-
-    def pods(minute: int) -> dict[str, Any] | None:
-        if minute == 10:
-            return {"cloud": {"credentials": "revoked"}}
-        if minute > 10:
-            for node in used:
-                used[node] += 2
-            return {"set": {node: {"used": n} for node, n in used.items()}}
-        return None
-
-    at_scrapes(doc, 40, pods)
-    recording = record(doc)
+    """Finding 3: credentials revoked half a minute before the 10th minute while pods arrive on four
+    nodes (examples/scenarios/incident_credentials_revoked.yaml), restored 30 minutes later. One alert
+    names the cause (Unauthorized) within minutes, not a warning per node, and clears after the
+    restore; 0.3.0 warned per node at +5 and named a failing class only at +22."""
+    recording = record(example("incident_credentials_revoked"))
     cause = {"reason": "Unauthorized"}
     cases = [
-        quiet(16, "EniIpamAllocationsFailing"),
-        firing(17, "EniIpamAllocationsFailing", **cause),  # revoked at 11m: 6 minutes
+        quiet(15, "EniIpamAllocationsFailing"),
+        firing(17, "EniIpamAllocationsFailing", **cause),
         firing(39, "EniIpamAllocationsFailing", **cause),
-        *[quiet(m, "EniIpamNodesInDeficit") for m in range(10, 40, 3)],
+        quiet(50, "EniIpamAllocationsFailing"),
+        *[quiet(m, "EniIpamNodesInDeficit") for m in range(10, 60, 3)],
     ]
     judge(tmp_path / "now", recording, cases, "a credentials outage while pods arrive")
     judge(tmp_path / "before", recording, cases, "a credentials outage while pods arrive", released=BEFORE)
@@ -554,27 +552,15 @@ def test_a_credentials_outage_is_named_by_its_cause_within_minutes_once_for_the_
 
 def test_a_regions_interface_quota_is_named_as_such_once_for_the_installation(tmp_path):
     """Finding 3, the quota: the Region's interface quota reached (the cloud's four interfaces) half a
-    minute before the 11th minute, while pods arrive on four nodes whose interfaces are full. One
-    alert names the quota within minutes (reason QuotaExceeded, its advice in annotations.yaml), not
-    a warning per node; 0.3.0 warned per node and named only a generic CapacityError at +22."""
-    doc = cluster(4, type="m5.large")  # 9 secondary addresses on an interface: 8 pre-allocated
-    used = dict.fromkeys((f"n{n}" for n in range(4)), 0)
-
-    def pods(minute: int) -> dict[str, Any] | None:
-        if minute == 10:
-            return {"cloud": {"quota": {"interfaces": 4}}}
-        if minute > 10:
-            for node in used:
-                used[node] += 2
-            return {"set": {node: {"used": n} for node, n in used.items()}}
-        return None
-
-    at_scrapes(doc, 40, pods)
-    recording = record(doc)
+    minute before the 10th minute, while pods arrive on four nodes whose interfaces are full
+    (examples/scenarios/incident_interface_quota.yaml). One alert names the quota within minutes
+    (reason QuotaExceeded, its advice in annotations.yaml), not a warning per node; 0.3.0 warned per
+    node and named only a generic CapacityError at +22."""
+    recording = record(example("incident_interface_quota"))
     cause = {"reason": "QuotaExceeded"}
     cases = [
-        quiet(16, "EniIpamAllocationsFailing"),
-        firing(18, "EniIpamAllocationsFailing", **cause),
+        quiet(15, "EniIpamAllocationsFailing"),
+        firing(17, "EniIpamAllocationsFailing", **cause),
         firing(39, "EniIpamAllocationsFailing", **cause),
         *[quiet(m, "EniIpamNodesInDeficit") for m in range(10, 40, 3)],
     ]

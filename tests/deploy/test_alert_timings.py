@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.deploy.test_alert_rules import RULES, rendered_spec, run_promtool, workspace
-from tests.deploy.test_alert_timelines import at_scrapes, cluster, record
+from tests.deploy.test_alert_timelines import example, record
 
 pytestmark = pytest.mark.system
 
@@ -110,45 +110,10 @@ class Incident:
     length: int = LENGTH
 
 
-def sim_credentials_outage() -> dict[str, Any]:
-    """Credentials revoked at START while pods arrive on four nodes, restored at END (the real
-    reconciler, as test_alert_timelines plays it)."""
-    doc = cluster(4)
-    used = dict.fromkeys((f"n{n}" for n in range(4)), 0)
-
-    def pods(minute: int) -> dict[str, Any] | None:
-        if minute == START - 1:
-            return {"cloud": {"credentials": "revoked"}}
-        if minute == END - 1:
-            return {"cloud": {"credentials": "restored"}}
-        if START <= minute < END:
-            for node in used:
-                used[node] += 2
-            return {"set": {node: {"used": n} for node, n in used.items()}}
-        return None
-
-    at_scrapes(doc, LENGTH, pods)
-    return record(doc).to_input_series()
-
-
-def sim_broken_node() -> dict[str, Any]:
-    """n0's interfaces broken on the cloud's side from START to END while pods arrive on four nodes."""
-    doc = cluster(4)
-    used = dict.fromkeys((f"n{n}" for n in range(4)), 0)
-
-    def pods(minute: int) -> dict[str, Any] | None:
-        if minute == START - 1:
-            return {"cloud": {"instances": {"i-0": {"calls": "failing"}}}}
-        if minute == END - 1:
-            return {"cloud": {"instances": {"i-0": {"calls": "answered"}}}}
-        if START <= minute < END:
-            for node in used:
-                used[node] += 2
-            return {"set": {node: {"used": n} for node, n in used.items()}}
-        return None
-
-    at_scrapes(doc, LENGTH, pods)
-    return record(doc).to_input_series()
+def simulated(name: str) -> Callable[[], dict[str, Any]]:
+    """The series the real reconciler makes of an incident scenario (examples/scenarios), whose fault
+    begins half a minute before minute START and ends half a minute before minute END."""
+    return lambda: record(example(name)).to_input_series()
 
 
 INCIDENTS: list[Incident] = [
@@ -212,7 +177,7 @@ INCIDENTS: list[Incident] = [
     Incident(
         "EniIpamNodesInDeficit",
         "one node's interfaces broken (simulated)",
-        sim_broken_node,
+        simulated("incident_broken_node"),
     ),
     Incident(
         "EniIpamNodesInDeficit",
@@ -245,7 +210,7 @@ INCIDENTS: list[Incident] = [
     Incident(
         "EniIpamAllocationsFailing",
         "credentials revoked while pods arrive (simulated)",
-        sim_credentials_outage,
+        simulated("incident_credentials_revoked"),
     ),
     Incident(
         "EniIpamMaintenanceFailing",
