@@ -20,6 +20,7 @@ from eni_ipam.adapters.terminal import inert
 from eni_ipam.errors import ConfigError
 
 if TYPE_CHECKING:
+    from eni_ipam.app.demo import Fault
     from eni_ipam.simulator.series import SeriesOptions
 
 
@@ -122,6 +123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print lines rather than the live view (always off a terminal or without eni-ipam[view])",
     )
+    demo.add_argument(
+        "--fault",
+        dest="faults",
+        action="append",
+        type=_fault,
+        default=[],
+        metavar="NAME-at=SECONDS",
+        help="break the in-memory cloud SECONDS into the run, to try alerting on a known incident: "
+        "credentials-revoked (every cloud call fails with AuthFailure) or credentials-restored "
+        "(repeat the option)",
+    )
 
     # Known arguments only, so that a command of a missing test kit can say so whatever its options.
     args, unknown = parser.parse_known_args(argv)
@@ -138,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in commands:
         return int(commands[args.command].run(args))
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
+    if args.faults and args.cloud != "sim":
+        parser.error("argument --fault: only the in-memory cloud (--cloud sim) takes faults")
     if args.cloud in demos:
         chosen = demos[args.cloud]
         nodes = chosen.default_nodes if args.nodes is None else args.nodes
@@ -147,7 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eni_ipam.app.demo import run_demo
 
     nodes = 50 if args.nodes is None else args.nodes
-    return run_demo(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port, plain=args.plain)
+    return run_demo(
+        nodes=nodes,
+        duration=args.duration,
+        seed=args.seed,
+        port=args.port,
+        plain=args.plain,
+        faults=args.faults,
+    )
 
 
 COMMANDS = "eni_ipam.commands"
@@ -232,6 +253,16 @@ def _duration(text: str) -> float:
 
     try:
         return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fault(text: str) -> Fault:
+    """``demo --fault``: ``NAME-at=SECONDS``, a fault of the demo's cloud (eni_ipam.app.demo.FAULTS)."""
+    from eni_ipam.app.demo import parse_fault
+
+    try:
+        return parse_fault(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -1,9 +1,38 @@
-"""The demo runs, keeps pools, stops on its own and prints a summary."""
+"""The demo runs, keeps pools, stops on its own and prints a summary; its workload keeps its cluster
+healthy and lively; ``--fault`` breaks its cloud at a set time."""
 
 import asyncio
+import dataclasses
 import io
+import random
 
-from eni_ipam.app.demo import _demo
+import pytest
+import structlog
+
+from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.app.demo import (
+    FAULTS,
+    LOAD_PERIOD,
+    POD_HEADROOM,
+    RESERVED_PER_SUBNET,
+    SUBNET_PREFIX,
+    Fault,
+    _demo,
+    address_share,
+    build,
+    local_cluster,
+    parse_fault,
+    pod_ceiling,
+    workload,
+)
+from eni_ipam.cli import main
+from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.model import NodeStats, NodeStatus
+from eni_ipam.core.settings import Settings
+from eni_ipam.core.spec import NodeResource, NodeSpec
+from eni_ipam.simulator.simloop import run_virtual
+from eni_ipam.simulator.simnode import SimulatedNodeSide
+from eni_ipam.store.memory import MemoryStore
 
 
 def test_demo_runs_briefly_and_summarises():
@@ -54,3 +83,180 @@ def test_the_demo_exports_its_role_and_totals_that_agree_with_its_nodes():
     assert len(scrapes) >= 5
     assert all(s["eni_ipam_leader"] == 1 for s in scrapes)
     assert scrapes[-1]["eni_ipam_ready"] == 1
+
+
+# -- a healthy cluster: the workload --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Watched:
+    used: list[int] = dataclasses.field(default_factory=list)
+    pool: list[int] = dataclasses.field(default_factory=list)
+    blocked: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    """(node, reason) of every node seen unable to grow its pool."""
+    longest_deficit: float = 0.0
+    least_free_share: float = 1.0
+    calls: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _watch(nodes: int, seconds: int, seed: int = 1) -> _Watched:
+    """The demo's cluster with its workload for ``seconds`` of virtual time, sampled every second."""
+
+    async def main() -> _Watched:
+        clock = LoopClock(measure_cpu=False)
+        metrics = Metrics(process=False)
+        settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
+        cloud, specs = build(nodes, seed, clock, metrics=metrics)
+        manager, store, side = local_cluster(
+            cloud.provider, settings, specs, metrics=metrics, clock=clock, seed=seed
+        )
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(manager.run()),
+            asyncio.create_task(workload(side, store, random.Random(seed + 1), stop)),
+        ]
+        watched, short = _Watched(), dict[str, float]()
+        usable = 2 ** (32 - SUBNET_PREFIX) - RESERVED_PER_SUBNET
+        try:
+            for second in range(seconds):
+                await asyncio.sleep(1)
+                stats = [n.stats for n in manager.nodes.values()]
+                watched.used.append(sum(s.used for s in stats))
+                watched.pool.append(sum(s.available for s in stats))
+                for node in manager.nodes.values():
+                    if node.capacity_limit():
+                        watched.blocked.add((node.name, node.capacity_limit()))
+                    if node.stats.needed > 0:
+                        short.setdefault(node.name, second)
+                        watched.longest_deficit = max(watched.longest_deficit, second - short[node.name] + 1)
+                    else:
+                        short.pop(node.name, None)
+                least = min(manager.view.free().values()) / usable
+                watched.least_free_share = min(watched.least_free_share, least)
+            watched.calls = dict(cloud.calls)
+            return watched
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    result: _Watched = run_virtual(main())
+    return result
+
+
+@pytest.mark.parametrize("nodes", [20, 50])
+def test_the_workload_keeps_the_cluster_healthy_and_lively(nodes: int) -> None:
+    """Two minutes of the demo's workload (two load cycles): pods start and stop, pools grow
+    (interfaces are created) and shrink (addresses are released), yet no node's pool stops growing
+    (its instance's limit, no subnet room), no node stays short, and every subnet keeps well over a
+    quarter of its addresses free (the chart's EniIpamSubnetLow warns below)."""
+    watched = _watch(nodes, 2 * int(LOAD_PERIOD))
+    assert not watched.blocked, f"nodes that could not grow: {sorted(watched.blocked)}"
+    assert watched.longest_deficit <= 5, f"a node short for {watched.longest_deficit:g}s"
+    assert watched.least_free_share > 0.4, f"a subnet down to {watched.least_free_share:.0%} free"
+    settled = watched.used[int(LOAD_PERIOD) // 2 :]
+    assert min(settled) < 0.75 * max(settled), f"the pods hardly move: {settled[::10]}"
+    pools = watched.pool[int(LOAD_PERIOD) // 2 :]
+    assert min(pools) < 0.9 * max(pools), f"the pools hardly move: {pools[::10]}"
+    assert watched.calls.get("CreateNetworkInterface", 0) > 0
+    assert watched.calls.get("UnassignPrivateIpAddresses", 0) > 0
+
+
+def test_a_pod_ceiling_leaves_the_watermark_room_below_the_instance_and_the_subnet_share() -> None:
+    spec = NodeSpec(pre_allocate=8, max_above_watermark=2)
+    roomy = NodeStats(capacity=56)
+    assert pod_ceiling(roomy, spec, share=200) == 56 - POD_HEADROOM - 8 - 2
+    assert pod_ceiling(roomy, spec, share=20) == 20 - 8 - 2
+    assert (
+        pod_ceiling(NodeStats(capacity=15), NodeSpec(pre_allocate=12, max_above_watermark=2), share=200) == 0
+    )
+    assert pod_ceiling(NodeStats(capacity=56, limits_known=False), spec, share=200) == 0
+    assert address_share(20) > address_share(50) > 0
+    assert address_share(1000) == 0, "a thousand nodes' watermarks alone take the subnets: no pods"
+
+
+# -- --fault --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fault"),
+    [
+        ("credentials-revoked-at=30", Fault("credentials-revoked", 30.0)),
+        ("credentials-revoked-at=2m", Fault("credentials-revoked", 120.0)),
+        ("credentials-restored-at=500ms", Fault("credentials-restored", 0.5)),
+    ],
+)
+def test_a_fault_is_a_name_and_a_time(text: str, fault: Fault) -> None:
+    assert parse_fault(text) == fault
+    assert fault.name in FAULTS
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("credentials-revoked", "is not a fault: credentials-revoked-at=SECONDS, credentials-restored-at"),
+        ("credentials-revoked=30", "is not a fault"),
+        ("disk-full-at=30", "is not a fault"),
+        ("credentials-revoked-at=soon", "credentials-revoked-at: expected a duration"),
+        ("credentials-revoked-at=-5", "credentials-revoked-at: "),
+        ("x" * 5000, "is not a fault"),
+    ],
+)
+def test_a_bad_fault_is_a_usage_error_naming_the_option(
+    value: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--fault", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --fault: " in err and why in err and len(err) < 1000
+
+
+def test_revoked_credentials_fail_every_pass_from_their_time_until_restored() -> None:
+    """The demo's cloud refuses its credentials from the fault's time: passes fail with AuthFailure
+    (the class the chart's EniIpamAllocationsFailing names Unauthorized) and nothing before; once
+    restored the passes succeed again."""
+    faults = [parse_fault("credentials-revoked-at=10"), parse_fault("credentials-restored-at=25")]
+    with structlog.testing.capture_logs() as events:
+        rc = run_virtual(_demo(nodes=12, duration=40.0, seed=3, port=0, out=io.StringIO(), faults=faults))
+    assert rc == 0
+    kinds = [e["event"] for e in events if e["event"] in ("fault_injected", "maintenance_failed")]
+    revoked, restored = (i for i, e in enumerate(events) if e["event"] == "fault_injected")
+    assert [events[revoked]["fault"], events[restored]["fault"]] == [
+        "credentials-revoked",
+        "credentials-restored",
+    ]
+    assert kinds[0] == "fault_injected", "no pass fails before the fault"
+    failed = [e for e in events[revoked:restored] if e["event"] == "maintenance_failed"]
+    assert failed and all("AuthFailure" in e["error"] for e in failed)
+    after = [e for e in events[restored:] if e["event"] == "maintenance_failed"]
+    assert len(after) < len(failed), "the passes succeed again once restored"
+
+
+def test_pods_start_only_on_nodes_whose_pool_is_kept_and_within_their_ceiling() -> None:
+    """Pools are published one node at a time: until a node's is, its pods wait (none in use); a
+    node whose pool is kept gets pods, never beyond its ceiling."""
+
+    async def main() -> list[dict[str, int]]:
+        store = MemoryStore()
+        side = SimulatedNodeSide(store)
+        for n in range(20):
+            side.add(NodeResource(name=f"node-{n:03d}", instance_id=f"i-{n}", used=5))
+        kept = NodeStats(available=30, used=5, capacity=27)
+        store.publish("node-000", NodeStatus(stats=kept))
+        stop = asyncio.Event()
+        task = asyncio.create_task(workload(side, store, random.Random(1), stop))
+        seen = []
+        for _ in range(60):
+            await asyncio.sleep(0.5)
+            seen.append({name: r.used for name, r in store.resources.items()})
+        stop.set()
+        await task
+        return seen
+
+    seen = run_virtual(main())
+    ceiling = pod_ceiling(NodeStats(capacity=27), NodeSpec(), address_share(20))
+    kept_used = [used["node-000"] for used in seen]
+    assert max(kept_used) > 0 and max(kept_used) <= ceiling, kept_used
+    assert not any(n for used in seen for name, n in used.items() if name != "node-000")

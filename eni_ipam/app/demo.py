@@ -5,6 +5,14 @@ in-memory cloud with realistic latency and EC2's token buckets, and a live view 
 pool. ``/metrics`` is served on 127.0.0.1 while it runs. Ctrl-C (or ``--duration``) stops it and
 prints a summary.
 
+The cluster is a healthy one (up to about a hundred nodes; 50 by default): the workload keeps every
+node's pods within what its instance and its share of the subnets can hold (:func:`workload`), so
+the pools grow and shrink but no node reaches its instance's limit and no subnet runs low, and
+nothing the chart's alert rules watch for happens.
+``--fault`` breaks it on purpose, at a set time (:data:`FAULTS`): the cloud refuses the
+reconciler's credentials, as when they expire or are revoked, so an alerting setup can be tried
+against a known incident.
+
 On a terminal the view is :mod:`eni_ipam.app.view`'s full screen (bars, gauges, sparklines, events),
 redrawn every second and at once on a resize; the terminal is given back as it was however the demo
 ends. With ``--plain``, off a terminal, or without the ``view`` extra, it prints the plain lines of
@@ -15,20 +23,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
+import math
 import random
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
+
+import structlog
 
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import Readiness, make_app, start_server
 from eni_ipam.adapters.signals import stop_on_signals
-from eni_ipam.config.schema import validate
+from eni_ipam.config.schema import parse_duration, validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.model import NodeStats
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
@@ -43,6 +56,26 @@ INSTANCE_TYPES = ("m5.large", "m5.xlarge", "c5.large", "t3.medium", "m5.2xlarge"
 ZONES = ("us-east-1a", "us-east-1b")
 API_LATENCY = 0.08
 """Seconds each simulated cloud call takes: close to EC2's usual answer times."""
+SUBNET_PREFIX = 22
+"""Every subnet of the demo is a /22: 1,019 usable addresses (EC2 reserves five)."""
+SUBNETS_PER_ZONE = 2
+"""A zone's subnets: the nodes' and the pods' (new interfaces may go to either)."""
+RESERVED_PER_SUBNET = 5
+INTERFACE_PRIMARIES = 4
+"""The most interfaces an instance of :data:`INSTANCE_TYPES` has: each takes a primary address of
+its subnet beside the pool's."""
+SUBNET_SHARE = 0.5
+"""What the workload lets the pools of a zone take of its subnets, at most: half, so a subnet never
+runs low (the chart's EniIpamSubnetLow warns below a quarter free) whatever the pods do."""
+POD_HEADROOM = 1
+"""Slots a node's pool keeps free below what its instance can hold, at the watermark: the node
+never reaches its instance's limit while it needs addresses."""
+LOAD_PERIOD = 60.0
+"""Seconds of the cluster's load cycle: every node's pods go from their level down to a third of it
+and back, so the cluster's pools grow and shrink as a whole, not only node by node; no rise lasts
+more than half a minute, not long enough to look like a subnet draining for good."""
+
+log = structlog.get_logger("eni_ipam.app.demo")
 
 
 def build(
@@ -57,7 +90,7 @@ def build(
                 "id": f"subnet-{zone[-2:]}-nodes",
                 "vpc": "vpc-demo",
                 "zone": zone,
-                "cidr": f"10.0.{z * 16}.0/22",
+                "cidr": f"10.0.{z * 16}.0/{SUBNET_PREFIX}",
             }
         )
         subnets.append(
@@ -65,7 +98,7 @@ def build(
                 "id": f"subnet-{zone[-2:]}-pods",
                 "vpc": "vpc-demo",
                 "zone": zone,
-                "cidr": f"10.0.{z * 16 + 4}.0/22",
+                "cidr": f"10.0.{z * 16 + 4}.0/{SUBNET_PREFIX}",
                 "tags": {"eni-ipam/pods": "true"},
             }
         )
@@ -104,19 +137,128 @@ def build(
     return world, specs
 
 
+def address_share(nodes: int) -> int:
+    """Addresses the pool of one of ``nodes`` nodes may take of its zone's subnets: their
+    :data:`SUBNET_SHARE`, split evenly among the zone's nodes, less the primary addresses of the
+    node's interfaces. It shrinks as nodes are added: past about a hundred nodes the nodes' own
+    subnets (which new interfaces fill first) run low whatever the pods do, and past about four
+    hundred it is 0 (the watermarks alone take more)."""
+    usable = SUBNETS_PER_ZONE * (2 ** (32 - SUBNET_PREFIX) - RESERVED_PER_SUBNET)
+    per_zone = math.ceil(nodes / len(ZONES))
+    return max(int(SUBNET_SHARE * usable) // per_zone - INTERFACE_PRIMARIES, 0)
+
+
+def pod_ceiling(stats: NodeStats, spec: NodeSpec, share: int) -> int:
+    """Most addresses the workload puts in use on a node: with its free addresses at the watermark
+    (``pre_allocate``, and the ``max_above_watermark`` slack a pass may add), its pool stays
+    :data:`POD_HEADROOM` below what its instance can hold (``stats.capacity``) and within its
+    ``share`` of the zone's subnets (:func:`address_share`)."""
+    if not stats.limits_known:
+        return 0
+    room = min(stats.capacity - POD_HEADROOM, share) - max(spec.pre_allocate, 0) - spec.max_above_watermark
+    return max(room, 0)
+
+
 async def workload(
     side: SimulatedNodeSide, store: MemoryStore, rng: random.Random, stop: asyncio.Event
 ) -> None:
-    """Pods come and go: every tick a few nodes gain or lose some."""
+    """Pods come and go: every half second a tenth of the nodes gain or lose some. Each node's pods
+    head for a level of their own, which moves now and then (a deployment scaled up or down) and
+    follows the cluster's load cycle (:data:`LOAD_PERIOD`): most steps close half the gap or so (a
+    deployment's pods start or stop together), one in four is a pod or two either way. So pools
+    grow (interfaces are created) and shrink (the excess is released), and the cluster reaches its
+    cycle within seconds rather than creeping towards it for minutes (which looks like a subnet
+    draining). A node's pods start only on its free addresses, as a CNI plugin gives them, once
+    the reconciler has kept its pool, and never exceed its :func:`pod_ceiling` (a node above it
+    loses the excess at once). The cluster stays healthy: no pool reaches its instance's limit, no
+    subnet fills."""
+    share = address_share(len(store.resources))
+    levels: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     while not stop.is_set():
-        for name in rng.sample(sorted(store.resources), k=max(1, len(store.resources) // 10)):
-            resource = store.resources[name]
+        load = (2 + math.cos(2 * math.pi * (loop.time() - started) / LOAD_PERIOD)) / 3  # 1 .. 1/3 .. 1
+        for name, resource in list(store.resources.items()):
+            # A pod needs an address: none runs on a node before the reconciler has kept its pool;
+            # then the node's pods are scheduled at once (they wait a pass for their addresses), and
+            # those beyond its ceiling do not fit.
             status = store.statuses.get(name)
-            pool = status.stats.available if status else 0
-            delta = rng.choice((-3, -2, -1, 1, 2, 3, 4))
-            side.update(name, used=max(0, min(resource.used + delta, pool + 2)))
+            fits = pod_ceiling(status.stats, resource.spec, share) if status is not None else 0
+            if status is not None and name not in levels:
+                levels[name] = rng.randint(0, fits)
+                side.update(name, used=round(levels[name] * load))
+            elif resource.used > fits:
+                side.update(name, used=fits)
+        for name in rng.sample(sorted(levels), k=min(len(levels), max(1, len(store.resources) // 10))):
+            resource = store.resources[name]
+            status = store.statuses[name]
+            ceiling = pod_ceiling(status.stats, resource.spec, share)
+            if rng.random() < 0.1:
+                levels[name] = rng.randint(0, ceiling)
+            gap = min(round(levels[name] * load), ceiling) - resource.used
+            if gap and rng.random() < 0.75:  # towards it: a deployment's pods start or stop together
+                delta = gap if abs(gap) <= 2 else round(gap * rng.uniform(0.4, 0.8))
+            else:  # pods replaced, one-offs against the trend
+                delta = rng.choice((-2, -1, 1, 2))
+            free = max(status.stats.available, resource.used)  # pods in use stay; new ones need an address
+            used = max(0, min(resource.used + delta, ceiling, free))
+            if used != resource.used:
+                side.update(name, used=used)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """A change of the demo's cloud at ``at`` seconds into the run (``--fault NAME-at=SECONDS``)."""
+
+    name: str
+    at: float
+
+    @property
+    def change(self) -> Mapping[str, Any]:
+        """The ``cloud`` step it makes (docs/scenarios.md)."""
+        return FAULTS[self.name]
+
+
+FAULTS: Mapping[str, Mapping[str, Any]] = {
+    "credentials-revoked": {"credentials": "revoked"},
+    "credentials-restored": {"credentials": "restored"},
+}
+"""The faults ``--fault`` injects, by name, each as the ``cloud`` step it makes. ``credentials-revoked``:
+every cloud call fails with ``AuthFailure`` (the reconciler's credentials expired or were revoked):
+maintenance passes fail with reason ``Unauthorized`` while pods keep arriving, which the chart's
+EniIpamAllocationsFailing pages for; ``credentials-restored`` ends it."""
+
+
+def parse_fault(text: str) -> Fault:
+    """``NAME-at=SECONDS`` (``credentials-revoked-at=30``, ``credentials-revoked-at=2m``): the fault
+    NAME of :data:`FAULTS`, SECONDS into the run (a duration, as in the configuration files).
+
+    Raises:
+        ValueError: an unknown fault, or a time that is not a duration (the message says which).
+    """
+    key, equals, when = text.partition("=")
+    name = key.removesuffix("-at")
+    forms = ", ".join(f"{n}-at=SECONDS" for n in FAULTS)
+    if not equals or name == key or name not in FAULTS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"{shown!r} is not a fault: {forms}")
+    try:
+        return Fault(name, parse_duration(when))
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+
+
+async def inject(cloud: Emulation, faults: Sequence[Fault], clock: LoopClock, started: float) -> None:
+    """Make each fault's change to ``cloud`` at its time (seconds after ``started``), in time order,
+    logging ``fault_injected`` as it does."""
+    step = emulator("cloud").CHANGE
+    assert step is not None, "the in-memory cloud takes cloud steps"
+    for fault in sorted(faults, key=lambda f: f.at):
+        await asyncio.sleep(max(started + fault.at - clock.monotonic(), 0.0))
+        cloud.change(validate(step, dict(fault.change), path=f"--fault {fault.name}-at"))
+        log.warning("fault_injected", fault=fault.name, at=fault.at)
 
 
 def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: TextIO) -> None:
@@ -248,7 +390,14 @@ async def _pause(stop: asyncio.Event, seconds: float, wake: asyncio.Event | None
 
 
 async def _demo(
-    *, nodes: int, duration: float, seed: int, port: int, out: TextIO, plain: bool = False
+    *,
+    nodes: int,
+    duration: float,
+    seed: int,
+    port: int,
+    out: TextIO,
+    plain: bool = False,
+    faults: Sequence[Fault] = (),
 ) -> int:
     clock = LoopClock()
     settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
@@ -262,6 +411,7 @@ async def _demo(
     async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
         reconciler = tg.create_task(manager.run(), name="manager")
         pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
+        faulty = tg.create_task(inject(cloud, faults, clock, started), name="faults")
         with display(manager, metrics, cloud.calls, clock, out, plain=plain) as show:
             wake = resized() if out.isatty() and not plain else None
             while not stop.is_set():
@@ -275,6 +425,7 @@ async def _demo(
                 await _pause(stop, timeout, wake)
         reconciler.cancel()
         pods.cancel()
+        faulty.cancel()
     totals = [n.stats for n in manager.nodes.values()]
     mutating = sum(n for op, n in cloud.calls.items() if not op.startswith("Describe"))
     out.write(
@@ -296,11 +447,25 @@ def resized() -> asyncio.Event:
 
 
 def run_demo(
-    *, nodes: int = 50, duration: float = 60.0, seed: int = 1, port: int = 9090, plain: bool = False
+    *,
+    nodes: int = 50,
+    duration: float = 60.0,
+    seed: int = 1,
+    port: int = 9090,
+    plain: bool = False,
+    faults: Sequence[Fault] = (),
 ) -> int:
     try:
         return asyncio.run(
-            _demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout, plain=plain)
+            _demo(
+                nodes=nodes,
+                duration=duration,
+                seed=seed,
+                port=port,
+                out=sys.stdout,
+                plain=plain,
+                faults=faults,
+            )
         )
     except KeyboardInterrupt:
         return 0
