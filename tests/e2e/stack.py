@@ -1,16 +1,21 @@
-"""The processes of the Prometheus end-to-end test, and a small client of Prometheus's HTTP API.
+"""The processes of the Prometheus end-to-end tests, and a small client of Prometheus's HTTP API.
 
 ``running_stack(home)`` starts, as subprocesses on free ports of 127.0.0.1, and stops them all on the
 way out whatever happens:
 
 - ``eni-ipam dev-cluster`` (the fake API server), the chart installed into it by ``helm install``;
 - ``eni-ipam run`` as the chart runs it (tests/operator_shell.py) on the in-memory cloud, with Nodes
-  created by kubectl, and ``eni-ipam agent`` for one of them under the agent's ServiceAccount;
-- ``eni-ipam demo`` (a simulated cluster with pod churn);
-- a real ``prometheus`` scraping the three every second, with the chart's alert rules loaded;
+  created by kubectl, and ``eni-ipam agent`` on each Node with a pool, under the agent's
+  ServiceAccount (as the chart's DaemonSet; the chart's EniIpamAgentMissing warns of a node without);
+- ``eni-ipam demo`` (a simulated cluster of its own, healthy: its pods come and go within what its
+  nodes and subnets hold), with ``--fault`` options when given;
+- a real ``prometheus`` scraping them every second, with the chart's alert rules loaded, their
+  timings divided by RULE_SCALE (:func:`scaled_rule_values`): once for this release (its controller
+  and its agents) and once for the demo, as a release of its own named after its job;
 
-and a task that starts and stops pods through the agent's CNI API, so the controller's pools grow
-and shrink (allocations, the release handshake, releases).
+and a task that starts and stops pods through n1's agent's CNI API, so the controller's pools grow
+and shrink (allocations, the release handshake, releases). With ``cluster=False`` only the demo and
+Prometheus run (tests/e2e/test_prometheus_incident.py).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +63,13 @@ RUN_SECONDS = float(os.environ.get("ENI_IPAM_E2E_RUN_SECONDS", "150"))
 ``[1h:1m]`` subquery and for every rate window (override with ENI_IPAM_E2E_RUN_SECONDS)."""
 DEMO_JOB = f"{RELEASE}-demo"
 """The demo's scrape job: a simulated cluster of its own beside the one ``eni-ipam run`` keeps."""
+DEMO_NAMESPACE = "demo"
+"""The namespace label of the demo's target: its alerts are told from the release's by it and the job."""
+DEMO_NODES = 20
 AGENT_NODE = "n1"
+"""The node whose agent the pod churn goes through."""
+NODES = ("n1", "n2", "n3")
+"""The Nodes of the cluster with a pool, each with its agent (a DaemonSet runs one on every node)."""
 IGNORED_NODE = "n-gce"
 """A Node of another cloud (a ``gce://`` providerID): it gets no pool; eni_ipam_nodes_ignored counts it."""
 
@@ -91,9 +102,92 @@ VALUES: dict[str, Any] = {
     },
 }
 """The chart's values: the in-memory cloud, the node agent on, short timings."""
-RULE_VALUES = merge_values(VALUES, {"prometheusRule": {"enabled": True}})
-"""The same release with its PrometheusRule (which helm install cannot create here: the fake API
-server has no prometheus-operator CRDs); rendered by ``helm template`` instead."""
+
+RULE_SCALE = 20
+"""The chart's alert timings are divided by this in the end-to-end runs (:func:`scaled_rule_values`):
+a minute of the chart is 3 s here, so the ``for`` of every rule, its windows and its holds play out
+within a run of a few minutes, and the runs judge the rules as written, at a twentieth of their pace.
+20 rather than 60 keeps every window several scrapes long (``throttlingWindow``, 2m, is 6 s;
+``subnetTrendResolution``, 1m, 3 s) and over the intervals of the processes it reads: the controller
+resyncs every 15 s (``resyncStaleAfter``: 45 s) and collects garbage every 10 s (``gcWindow``: 30 s),
+the agent reports every second. What the chart writes in minutes of its own rather than as a
+duration value keeps its real pace: a literal ``for: 1m``, and the ``[...:1m]`` subqueries that count
+minutes (the values named ``...Minutes``); :func:`minute_counting_rules` names the rules that hold
+one: that condition keeps the chart's pace and cannot be met within a run."""
+SECONDS_VALUES = frozenset({"subnetExhaustionSeconds", "outageDeficitAbove"})
+"""prometheusRule values that are durations written as a number of seconds: scaled."""
+UNSCALED_VALUES = frozenset(
+    {
+        "subnetFreeAddressesBelow",  # addresses
+        "subnetFullBelow",  # addresses
+        "subnetLowFreeShareBelow",  # a share
+        "leaderChangesAbove",  # changes
+        "throttledShareAbove",
+        "agentFailureShareAbove",
+        "outageFailureShareAbove",
+        "maintenanceFailureShareAbove",
+        "statusWriteFailureShareAbove",
+    }
+)
+"""prometheusRule values that are numbers but no duration: kept as the chart has them. So are those
+named ``...Minutes``: counts of the steps of a rule's fixed one-minute subquery."""
+_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def _scaled_duration(text: str, scale: float) -> str:
+    seconds = duration_seconds(text) / scale
+    return f"{seconds:g}s" if seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a Prometheus duration (``90s``, ``1h30m``, ``250ms``)."""
+    assert _DURATION.match(text), f"not a Prometheus duration: {text!r}"
+    return float(sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text)))
+
+
+def scaled_rule_values(scale: float = RULE_SCALE) -> dict[str, Any]:
+    """The chart's own ``prometheusRule`` values (deploy/helm/eni-ipam/values.yaml, read now), every
+    duration divided by ``scale``: each ``...For``, window, resolution, ``handOverGap`` and
+    ``keepFiringFor`` written as a Prometheus duration, and the durations written in seconds
+    (:data:`SECONDS_VALUES`). Thresholds (:data:`UNSCALED_VALUES`), counts of minutes (``...Minutes``)
+    and the rest stay. A number none of these classifies fails: it may be a duration."""
+    chart = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]
+    scaled: dict[str, Any] = {}
+    for key, value in chart.items():
+        if isinstance(value, str) and _DURATION.match(value):
+            scaled[key] = _scaled_duration(value, scale)
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not key.endswith("Minutes"):
+            assert key in SECONDS_VALUES | UNSCALED_VALUES, (
+                f"prometheusRule.{key} ({value}) is a number tests/e2e/stack.py does not know: add it "
+                "to SECONDS_VALUES (a duration in seconds, scaled) or UNSCALED_VALUES"
+            )
+            if key in SECONDS_VALUES:
+                seconds = round(value / scale, 3)
+                scaled[key] = int(seconds) if seconds == int(seconds) else seconds
+    return scaled
+
+
+def minute_counting_rules(rules: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The alerts among ``rules`` that count real minutes (a ``[...:1m]`` subquery), which
+    RULE_SCALE does not speed up."""
+    return sorted({str(rule["alert"]) for rule in rules if ":1m]" in str(rule["expr"])})
+
+
+def rule_values() -> dict[str, Any]:
+    """The same release with its PrometheusRule (which helm install cannot create here: the fake API
+    server has no prometheus-operator CRDs), its timings scaled; rendered by ``helm template``
+    instead. Read when the rules are written, not when this module is imported: a value it cannot
+    classify fails the run, not the collection of every test."""
+    return merge_values(VALUES, {"prometheusRule": {"enabled": True, **scaled_rule_values()}})
+
+
+def demo_rule_values() -> dict[str, Any]:
+    """The rules once more, for the demo (which has no agent), rendered as a release of its own
+    (DEMO_JOB in DEMO_NAMESPACE): the chart's default selector then reads the demo's series, and its
+    recording rule records apart from the release's."""
+    return merge_values(rule_values(), {"agent": {"enabled": False}})
 
 
 def now() -> float:
@@ -117,6 +211,10 @@ async def wait_for(what: str, check: Callable[[], Awaitable[bool]], limit: float
                 await asyncio.sleep(poll)
     except TimeoutError:
         raise AssertionError(f"not within {limit:g}s: {what}") from None
+
+
+Target = tuple[str, dict[str, str]]
+"""A scrape target: its address and the labels its job gives every series."""
 
 
 @dataclass
@@ -244,22 +342,89 @@ def finite_samples(data: Mapping[str, Any]) -> tuple[int, int]:
 
 
 @dataclass
+class RuleFile:
+    """A rule file Prometheus loads: the chart's rules rendered for one installation."""
+
+    path: Path
+    rules: list[dict[str, Any]]
+    """Its alert rules (its recording rules aside)."""
+    installations: tuple[tuple[str, str], ...]
+    """The (namespace, job) of the targets its rules read, which their alerts carry."""
+
+
+@dataclass
+class Alert:
+    """An alert as Prometheus holds it (``/api/v1/alerts``), or as its ``ALERTS`` series shows it."""
+
+    labels: dict[str, str]
+    state: str
+    seconds: float = 0.0
+    """How long it held that state, when read from the ``ALERTS`` series over a stretch of time."""
+
+    @property
+    def name(self) -> str:
+        return self.labels.get("alertname", "")
+
+    @property
+    def installation(self) -> tuple[str, str]:
+        return self.labels.get("namespace", ""), self.labels.get("job", "")
+
+    def __str__(self) -> str:
+        shown = {k: v for k, v in sorted(self.labels.items()) if k != "alertname"}
+        held = f" for {self.seconds:g}s" if self.seconds else ""
+        return f"{self.labels.get('severity')} {self.name} {shown} ({self.state}{held})"
+
+
+@dataclass
 class Stack:
     home: Path
-    op: Operator
     services: dict[str, Service]
     prometheus: Prometheus
-    rules: list[dict[str, Any]]
-    """The rendered alert rules, as loaded into Prometheus."""
+    rule_files: list[RuleFile]
     critical_severity: str
     started: float
     """When Prometheus started scraping (epoch seconds)."""
-    churn: Churn
-    churn_task: asyncio.Task[None]
+    op: Operator | None = None
+    """The operator's shell of the cluster (None without it)."""
+    churn: Churn | None = None
+    churn_task: asyncio.Task[None] | None = None
+
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        """Every rendered alert rule, as loaded into Prometheus (each rule once per rule file)."""
+        return [rule for rules in self.rule_files for rule in rules.rules]
+
+    @property
+    def installations(self) -> set[tuple[str, str]]:
+        """The (namespace, job) pairs the rules judge: any alert must name one of them."""
+        return {pair for rules in self.rule_files for pair in rules.installations}
+
+    async def alerts(self) -> list[Alert]:
+        """The alerts pending or firing now."""
+        found = (await self.prometheus.get("/api/v1/alerts"))["alerts"]
+        return [Alert(dict(a["labels"]), a["state"]) for a in found]
+
+    async def alerts_between(self, start: float, end: float, state: str = "firing") -> list[Alert]:
+        """Every alert that was in ``state`` at any rule evaluation from ``start`` to ``end``
+        (Prometheus's ``ALERTS`` series), with how long it was."""
+        expr = f'ALERTS{{alertstate="{state}"}}'
+        first = end - math.ceil((end - start) / SCRAPE_INTERVAL) * SCRAPE_INTERVAL  # a step at ``end``
+        status, body = await self.prometheus.query_range(expr, first, end, SCRAPE_INTERVAL)
+        assert status == 200 and body["status"] == "success", f"{expr}: HTTP {status} {body}"
+        return [
+            Alert(
+                {k: v for k, v in r["metric"].items() if k not in ("__name__", "alertstate")},
+                state,
+                len(r["values"]) * SCRAPE_INTERVAL,
+            )
+            for r in body["data"]["result"]
+        ]
 
     def diagnostics(self) -> str:
         """The last lines of every process's output, and the churn's counts: for failure messages."""
-        parts = [f"churn: {self.churn.adds} adds, {self.churn.dels} dels, {self.churn.refused} refused"]
+        parts = []
+        if (churn := self.churn) is not None:
+            parts.append(f"churn: {churn.adds} adds, {churn.dels} dels, {churn.refused} refused")
         for service in self.services.values():
             state = (
                 "running" if service.process.returncode is None else f"exited {service.process.returncode}"
@@ -269,43 +434,52 @@ class Stack:
 
     def check_alive(self) -> None:
         dead = [s.name for s in self.services.values() if s.process.returncode is not None]
-        if self.churn_task.done() and not self.churn_task.cancelled() and self.churn_task.exception():
-            raise AssertionError(
-                f"the pod churn failed: {self.churn_task.exception()!r}\n{self.diagnostics()}"
-            )
+        task = self.churn_task
+        if task is not None and task.done() and not task.cancelled() and task.exception():
+            raise AssertionError(f"the pod churn failed: {task.exception()!r}\n{self.diagnostics()}")
         if dead:
             raise AssertionError(f"exited early: {', '.join(dead)}\n{self.diagnostics()}")
 
 
-def require_tools() -> None:
-    """Skip, saying why, when a tool the test runs is missing."""
-    for tool, how in [
+def require_tools(*, cluster: bool = True) -> None:
+    """Skip, saying why, when a tool the test runs is missing (helm is needed either way: it renders
+    the rules; kubectl only with the cluster)."""
+    tools = [
         (HELM, "make kube-tools installs it"),
-        (KUBECTL, "make kube-tools installs it"),
         (Path(PROMETHEUS), "make prometheus-tools installs it"),
         (Path(PROMTOOL), "make prometheus-tools installs it"),
-    ]:
+    ]
+    if cluster:
+        tools.append((KUBECTL, "make kube-tools installs it"))
+    for tool, how in tools:
         if not os.access(tool, os.X_OK):
             pytest.skip(f"{tool} is missing ({how})")
 
 
-def write_rules(home: Path) -> tuple[Path, list[dict[str, Any]], str]:
-    """The chart's PrometheusRule, rendered by ``helm template``, as a plain Prometheus rule file
-    (its ``spec``), checked by ``promtool check rules``. Returns the file, its rules and the critical
-    severity's label value."""
-    spec = one(render(RULE_VALUES), "PrometheusRule")["spec"]
-    path = home / "rules.yml"
+def write_rules(home: Path, name: str, values: dict[str, Any], release: str, namespace: str) -> RuleFile:
+    """The chart's PrometheusRule, rendered by ``helm template`` with ``values`` for ``release`` in
+    ``namespace``, as a plain Prometheus rule file (its ``spec``) ``home/name.yml``, checked by
+    ``promtool check rules``. Its alert rules read the release's controllers (and agents)."""
+    spec = one(render(values, release, namespace), "PrometheusRule")["spec"]
+    path = home / f"{name}.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     checked = subprocess.run(
         [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
-    assert checked.returncode == 0, f"promtool check rules:\n{checked.stdout}{checked.stderr}"
-    rules = [rule for group in spec["groups"] for rule in group["rules"]]
-    severity = str(RULE_VALUES.get("prometheusRule", {}).get("criticalSeverity") or "critical")
-    return path, rules, severity
+    assert checked.returncode == 0, f"promtool check rules {path.name}:\n{checked.stdout}{checked.stderr}"
+    alerts = [rule for group in spec["groups"] for rule in group["rules"] if "alert" in rule]
+    installations = [(namespace, release)]
+    if any(group["name"].endswith("-agents") for group in spec["groups"]):
+        installations.append((namespace, f"{release}-agent"))
+    return RuleFile(path, alerts, tuple(installations))
 
 
-def prometheus_config(targets: Mapping[str, tuple[str, dict[str, str]]], rules: Path) -> dict[str, Any]:
+def critical_severity() -> str:
+    """The severity label value of the rules' critical alerts."""
+    return str(rule_values()["prometheusRule"].get("criticalSeverity") or "critical")
+
+
+def prometheus_config(targets: Mapping[str, Sequence[Target]], rules: Sequence[Path]) -> dict[str, Any]:
     """Scrape every target each second; each job carries the labels a prometheus-operator target has
     (namespace, pod, service, endpoint, container), which the dashboard groups by."""
     return {
@@ -314,10 +488,13 @@ def prometheus_config(targets: Mapping[str, tuple[str, dict[str, str]]], rules: 
             "scrape_timeout": f"{SCRAPE_INTERVAL:g}s",
             "evaluation_interval": f"{SCRAPE_INTERVAL:g}s",
         },
-        "rule_files": [str(rules)],
+        "rule_files": [str(path) for path in rules],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [address], "labels": labels}]}
-            for job, (address, labels) in targets.items()
+            {
+                "job_name": job,
+                "static_configs": [{"targets": [address], "labels": labels} for address, labels in found],
+            }
+            for job, found in targets.items()
         ],
     }
 
@@ -358,165 +535,239 @@ def _gauge(text: str, name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-@contextlib.asynccontextmanager
-async def running_stack(home: Path) -> AsyncIterator[Stack]:
-    """Everything started and scraped for RUN_SECONDS; stopped (and the churn cancelled) on exit."""
-    require_tools()
-    rules_path, rules, critical = write_rules(home)
-    names = ("kube", "controller", "agent", "demo", "prometheus")
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    services: dict[str, Service] = {}
+@dataclass
+class _Started:
+    """What ``running_stack`` has started so far: what its way out stops."""
+
+    services: dict[str, Service] = field(default_factory=dict)
+    targets: dict[str, list[Target]] = field(default_factory=dict)
     operator: Operator | None = None
+    churn: Churn | None = None
     churn_task: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        if self.churn_task is not None:
+            self.churn_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.churn_task
+        for service in reversed(list(self.services.values())):
+            await stop(service.process)
+        if self.operator is not None:
+            await self.operator.kill_all()  # any agent or controller started but not yet registered
+
+
+async def _start_cluster(
+    home: Path, ports: Mapping[str, int], session: aiohttp.ClientSession, started: _Started
+) -> None:
+    """The API server with the chart installed, the controller and its Nodes, an agent on each and
+    the pod churn through n1's; their targets (the controller's job and the agents')."""
+    services = started.services
+    admin = home / "dev-cluster.kubeconfig"
+    services["dev-cluster"] = await start(
+        "dev-cluster",
+        home,
+        sys.executable,
+        "-m",
+        "eni_ipam.cli",
+        "dev-cluster",
+        "--kubeconfig",
+        str(admin),
+        "--port",
+        str(ports["kube"]),
+    )
+    await wait_for("dev-cluster's kubeconfig", lambda: _nonempty(admin), 30)
+    shell_home = home / "operator"
+    shell_home.mkdir()
+    env = {"PATH": f"{HELM.parent}:/usr/bin:/bin", "HOME": str(shell_home)}
+    started.operator = op = Operator(DevCluster(admin, env), shell_home)
+    await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=VALUES)
+
+    # The controller on its own metrics port, and its Nodes (one of another cloud).
+    await op.start_controller(
+        {
+            "ENI_IPAM_SERVER__PORT": str(ports["controller"]),
+            "ENI_IPAM_SERVER__HOST": "127.0.0.1",
+            "ENI_IPAM_SERVER__PROBE_HOST": "127.0.0.1",
+            "ENI_IPAM_SERVER__PROBE_PORT": "0",
+        },
+        log=home / "controller.log",
+    )
+    assert op.controller is not None
+    services["controller"] = Service("controller", op.controller, home / "controller.log")
+    nodes = [_node(name, f"aws:///us-east-1a/i-000{n}") for n, name in enumerate(NODES, 1)]
+    nodes.append(_node(IGNORED_NODE, "gce://e2e-project/us-east1-b/vm-1"))
+    await op.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(nodes))
+
+    async def filled() -> bool:
+        pools = await op.pools()
+        return sorted(pools) == list(NODES) and all(available(p) == 2 for p in pools.values())
+
+    await wait_for("every pool filled", filled, 90)
+    controller_url = f"http://127.0.0.1:{ports['controller']}"
+
+    async def controller_ready() -> bool:
+        status, text = await fetch(session, controller_url + "/metrics")
+        return status == 200 and _gauge(text, "eni_ipam_ready") == 1
+
+    await wait_for("the controller's eni_ipam_ready = 1", controller_ready, 60)
+    services["controller"].url = controller_url
+
+    # A node agent on every Node with a pool (as the DaemonSet), and pods coming and going through n1's.
+    target_labels = {"namespace": NAMESPACE, "service": RELEASE, "endpoint": "http"}
+    started.targets[f"{RELEASE}-agent"] = []
+    for node in NODES:
+        name = "agent" if node == AGENT_NODE else f"agent-{node}"
+        socket_path = await op.start_agent(node, metrics_port=ports[name])
+        services[name] = Service(name, op.agents[-1], socket_path.parent / "agent.log")
+        services[name].url = f"http://127.0.0.1:{ports[name]}"
+        await wait_for(f"the socket of {node}'s agent", lambda path=socket_path: exists(path), 60)
+        started.targets[f"{RELEASE}-agent"].append(
+            (
+                f"127.0.0.1:{ports[name]}",
+                {**target_labels, "pod": f"{RELEASE}-agent-{node}", "container": "agent"}
+                | {"service": f"{RELEASE}-agent", "endpoint": "agent-http"},
+            )
+        )
+        if node == AGENT_NODE:
+            await cni_add(socket_path, "pod-first")  # answered once the agent has read its pool
+            started.churn = Churn(held=["pod-first"], adds=1)
+            churn = started.churn.run(socket_path, random.Random(7))
+            started.churn_task = asyncio.create_task(churn, name="churn")
+    started.targets[RELEASE] = [
+        (f"127.0.0.1:{ports['controller']}", {**target_labels, "pod": f"{RELEASE}-0", "container": RELEASE})
+    ]
+
+
+async def _start_demo(
+    home: Path, port: int, session: aiohttp.ClientSession, started: _Started, faults: Sequence[str]
+) -> None:
+    """``eni-ipam demo`` (with ``--fault`` for each of ``faults``), once its /metrics has nodes; its
+    target (DEMO_JOB)."""
+    demo_url = f"http://127.0.0.1:{port}"
+    started.services["demo"] = service = await start(
+        "demo",
+        home,
+        sys.executable,
+        "-m",
+        "eni_ipam.cli",
+        "demo",
+        "--duration",
+        "0",
+        "--nodes",
+        str(DEMO_NODES),
+        "--port",
+        str(port),
+        *[option for fault in faults for option in ("--fault", fault)],
+        env={k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")},
+    )
+    service.url = demo_url
+
+    async def demo_up() -> bool:
+        status, text = await fetch(session, demo_url + "/metrics")
+        return status == 200 and (_gauge(text, 'eni_ipam_nodes{category="total"}') or 0) > 0
+
+    await wait_for("the demo's /metrics", demo_up, 60)
+    started.targets[DEMO_JOB] = [
+        (
+            f"127.0.0.1:{port}",
+            {"namespace": DEMO_NAMESPACE, "service": f"{RELEASE}-demo", "endpoint": "http"}
+            | {"pod": f"{RELEASE}-demo-0", "container": RELEASE},
+        )
+    ]
+
+
+async def _start_prometheus(
+    home: Path, port: int, session: aiohttp.ClientSession, started: _Started, rule_files: list[RuleFile]
+) -> tuple[Prometheus, float]:
+    """Prometheus scraping every target of ``started`` with ``rule_files``, once each target is up;
+    and when it started (epoch seconds)."""
+    config = home / "prometheus.yml"
+    rules = [r.path for r in rule_files]
+    config.write_text(yaml.safe_dump(prometheus_config(started.targets, rules), sort_keys=False))
+    prometheus_url = f"http://127.0.0.1:{port}"
+    started.services["prometheus"] = await start(
+        "prometheus",
+        home,
+        PROMETHEUS,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={home / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+        "--log.level=warn",
+    )
+    began = now()
+    prometheus = Prometheus(prometheus_url, session)
+
+    async def prometheus_ready() -> bool:
+        return (await fetch(session, prometheus_url + "/-/ready"))[0] == 200
+
+    await wait_for("Prometheus ready", prometheus_ready, 60)
+
+    async def scraped() -> bool:
+        active = (await prometheus.get("/api/v1/targets"))["activeTargets"]
+        expected = sum(len(found) for found in started.targets.values())
+        return len(active) == expected and all(t["health"] == "up" for t in active)
+
+    await wait_for("every target scraped", scraped, 30)
+    return prometheus, began
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    home: Path,
+    *,
+    cluster: bool = True,
+    demo_faults: Sequence[str] = (),
+    run_seconds: float = RUN_SECONDS,
+) -> AsyncIterator[Stack]:
+    """Everything started and scraped for ``run_seconds``; stopped (and the churn cancelled) on exit.
+    ``cluster=False``: the demo and Prometheus only. ``demo_faults``: the demo's ``--fault`` options."""
+    require_tools(cluster=cluster)
+    rule_files = []
+    if cluster:
+        rule_files.append(write_rules(home, "rules", rule_values(), RELEASE, NAMESPACE))
+    rule_files.append(write_rules(home, "rules-demo", demo_rule_values(), DEMO_JOB, DEMO_NAMESPACE))
+    names = (
+        "kube",
+        "controller",
+        "agent",
+        *(f"agent-{n}" for n in NODES if n != AGENT_NODE),
+        "demo",
+        "prometheus",
+    )
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    started = _Started()
     session = aiohttp.ClientSession()
     try:
-        # The API server, and the chart installed into it.
-        admin = home / "dev-cluster.kubeconfig"
-        services["dev-cluster"] = await start(
-            "dev-cluster",
+        # The demo first: its nodes' pods are scheduled as their pools appear, a step down of its
+        # subnets' free addresses that is over before Prometheus looks (the cluster takes seconds).
+        await _start_demo(home, ports["demo"], session, started, demo_faults)
+        if cluster:
+            await _start_cluster(home, ports, session, started)
+        prometheus, began = await _start_prometheus(home, ports["prometheus"], session, started, rule_files)
+        stack = Stack(
             home,
-            sys.executable,
-            "-m",
-            "eni_ipam.cli",
-            "dev-cluster",
-            "--kubeconfig",
-            str(admin),
-            "--port",
-            str(ports["kube"]),
+            started.services,
+            prometheus,
+            rule_files,
+            critical_severity(),
+            began,
+            started.operator,
+            started.churn,
+            started.churn_task,
         )
-        await wait_for("dev-cluster's kubeconfig", lambda: _nonempty(admin), 30)
-        shell_home = home / "operator"
-        shell_home.mkdir()
-        env = {"PATH": f"{HELM.parent}:/usr/bin:/bin", "HOME": str(shell_home)}
-        operator = op = Operator(DevCluster(admin, env), shell_home)
-        await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=VALUES)
-
-        # The controller on its own metrics port, and its Nodes (one of another cloud).
-        await op.start_controller(
-            {
-                "ENI_IPAM_SERVER__PORT": str(ports["controller"]),
-                "ENI_IPAM_SERVER__HOST": "127.0.0.1",
-                "ENI_IPAM_SERVER__PROBE_HOST": "127.0.0.1",
-                "ENI_IPAM_SERVER__PROBE_PORT": "0",
-            },
-            log=home / "controller.log",
-        )
-        assert op.controller is not None
-        services["controller"] = Service("controller", op.controller, home / "controller.log")
-        nodes = [_node(f"n{n}", f"aws:///us-east-1a/i-000{n}") for n in (1, 2, 3)]
-        nodes.append(_node(IGNORED_NODE, "gce://e2e-project/us-east1-b/vm-1"))
-        await op.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(nodes))
-
-        async def filled() -> bool:
-            pools = await op.pools()
-            return sorted(pools) == ["n1", "n2", "n3"] and all(available(p) == 2 for p in pools.values())
-
-        await wait_for("every pool filled", filled, 90)
-        controller_url = f"http://127.0.0.1:{ports['controller']}"
-
-        async def controller_ready() -> bool:
-            status, text = await fetch(session, controller_url + "/metrics")
-            return status == 200 and _gauge(text, "eni_ipam_ready") == 1
-
-        await wait_for("the controller's eni_ipam_ready = 1", controller_ready, 60)
-        services["controller"].url = controller_url
-
-        # The node agent of n1, and pods coming and going through it.
-        socket_path = await op.start_agent(AGENT_NODE, metrics_port=ports["agent"])
-        services["agent"] = Service("agent", op.agents[-1], socket_path.parent / "agent.log")
-        services["agent"].url = f"http://127.0.0.1:{ports['agent']}"
-        await wait_for("the agent's socket", lambda: exists(socket_path), 60)
-        await cni_add(socket_path, "pod-first")  # answered once the agent has read its pool
-        churn = Churn(held=["pod-first"], adds=1)
-        churn_task = asyncio.create_task(churn.run(socket_path, random.Random(7)), name="churn")
-
-        # The demo, and Prometheus scraping all three.
-        demo_url = f"http://127.0.0.1:{ports['demo']}"
-        services["demo"] = await start(
-            "demo",
-            home,
-            sys.executable,
-            "-m",
-            "eni_ipam.cli",
-            "demo",
-            "--duration",
-            "0",
-            "--nodes",
-            "20",
-            "--port",
-            str(ports["demo"]),
-            env={k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")},
-        )
-        services["demo"].url = demo_url
-
-        async def demo_up() -> bool:
-            status, text = await fetch(session, demo_url + "/metrics")
-            return status == 200 and (_gauge(text, 'eni_ipam_nodes{category="total"}') or 0) > 0
-
-        await wait_for("the demo's /metrics", demo_up, 60)
-        target_labels = {"namespace": NAMESPACE, "service": RELEASE, "endpoint": "http"}
-        targets = {
-            RELEASE: (
-                f"127.0.0.1:{ports['controller']}",
-                {**target_labels, "pod": f"{RELEASE}-0", "container": RELEASE},
-            ),
-            f"{RELEASE}-agent": (
-                f"127.0.0.1:{ports['agent']}",
-                {**target_labels, "pod": f"{RELEASE}-agent-{AGENT_NODE}", "container": "agent"}
-                | {"service": f"{RELEASE}-agent", "endpoint": "agent-http"},
-            ),
-            DEMO_JOB: (
-                f"127.0.0.1:{ports['demo']}",
-                {"namespace": "demo", "service": f"{RELEASE}-demo", "endpoint": "http"}
-                | {"pod": f"{RELEASE}-demo-0", "container": RELEASE},
-            ),
-        }
-        config = home / "prometheus.yml"
-        config.write_text(yaml.safe_dump(prometheus_config(targets, rules_path), sort_keys=False))
-        prometheus_url = f"http://127.0.0.1:{ports['prometheus']}"
-        services["prometheus"] = await start(
-            "prometheus",
-            home,
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={home / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{ports['prometheus']}",
-            "--web.enable-lifecycle",
-            "--log.level=warn",
-        )
-        started = now()
-        prometheus = Prometheus(prometheus_url, session)
-
-        async def prometheus_ready() -> bool:
-            return (await fetch(session, prometheus_url + "/-/ready"))[0] == 200
-
-        await wait_for("Prometheus ready", prometheus_ready, 60)
-
-        async def scraped() -> bool:
-            active = (await prometheus.get("/api/v1/targets"))["activeTargets"]
-            return len(active) == len(targets) and all(t["health"] == "up" for t in active)
-
-        await wait_for("every target scraped", scraped, 30)
-        stack = Stack(home, op, services, prometheus, rules, critical, started, churn, churn_task)
 
         async def ran() -> bool:
             stack.check_alive()
-            return now() - started >= RUN_SECONDS
+            return now() - began >= run_seconds
 
-        await wait_for(f"{RUN_SECONDS:g}s of scraping", ran, RUN_SECONDS + 60, poll=1.0)
+        await wait_for(f"{run_seconds:g}s of scraping", ran, run_seconds + 60, poll=1.0)
         yield stack
     except BaseException:
-        print("\n".join(f"--- {s.name}, {s.log}:\n{tail(s.log)}" for s in services.values()))
+        print("\n".join(f"--- {s.name}, {s.log}:\n{tail(s.log)}" for s in started.services.values()))
         raise
     finally:
-        if churn_task is not None:
-            churn_task.cancel()
-            with contextlib.suppress(BaseException):
-                await churn_task
-        for service in reversed(list(services.values())):
-            await stop(service.process)
-        if operator is not None:
-            await operator.kill_all()  # any agent or controller started but not yet registered above
+        await started.stop()
         await session.close()
 
 
