@@ -12,7 +12,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.agent.metrics import AgentMetrics
-from tests.deploy.conftest import REPO_ROOT, one, render, values
+from tests.deploy.conftest import REPO_ROOT, HelmError, one, render, values
 
 DASHBOARD = json.loads((REPO_ROOT / "deploy" / "grafana" / "eni-ipam.json").read_text())
 NAME = re.compile(r"eni_ipam_[a-z_]+")
@@ -252,7 +252,7 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
             [
                 rf"^\(\s*{NEEDED} > 0\s*\)\s+and on \(namespace, job, node\)\s+\(\s*{FAILING}\s+or\s+"
                 rf"sum_over_time\(\s*\(max by \(namespace, job, node\) \(eni_ipam_node_ips{SEL}, "
-                r'type="needed"\}\) > bool 0\)\[15m:1m\]\s*\) >= 15\s*\)'
+                r'type="needed"\}\) > bool 0\)\[900s:1m\]\s*\) >= 15\s*\)'
                 rf"\s+unless on \(namespace, job, node\)\s+{AT_CAPACITY}"
                 r"\s+unless on \(namespace, job\)\s+\(",
                 r"eni_ipam_oldest_deficit_seconds",
@@ -335,6 +335,7 @@ THRESHOLDS: dict[str, Any] = {
     "installationLabels": ["cluster", "job"],
     "handOverGap": "4m",
     "keepFiringFor": "6m",
+    "countStep": "30s",
     "notReadyMinutes": 7,
     "notReadyWindow": "13m",
     "severalLeadersFor": "8m",
@@ -385,13 +386,13 @@ GAUGE = ("[4m]", "unless on (cluster, job)")
 """What every rule reading a leader's pool gauge holds with THRESHOLDS: its hand-over gap, and the
 installation labels it bridges the gap by."""
 EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
-    "EniIpamNotReady": ("1m", ["sum by (cluster, job)", "[13m:1m]", ">= 7"], "wake-up"),
+    "EniIpamNotReady": ("30s", ["sum by (cluster, job)", "[13m:30s]", ">= 7"], "wake-up"),
     "EniIpamSeveralLeaders": ("8m", ["sum by (cluster, job)"], "wake-up"),
-    "EniIpamLeadershipFlapping": ("1m", ["sum by (cluster, job)", "[23m]", "> 9"], "page"),
-    "EniIpamSubnetFull": ("1m", ["< bool 3", "[4m:1m]", ">= 3", *GAUGE], "wake-up"),
+    "EniIpamLeadershipFlapping": ("30s", ["sum by (cluster, job)", "[23m]", "> 9"], "page"),
+    "EniIpamSubnetFull": ("30s", ["< bool 3", "[4m:30s]", ">= 3", *GAUGE], "wake-up"),
     "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
     "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
-    "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", "[12m:1m]", ">= 12", *GAUGE], "page"),
+    "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", "[360s:30s]", ">= 12", *GAUGE], "page"),
     "EniIpamNodesAtCapacity": ("17m", ["max by (cluster, job, node, reason)", *GAUGE], "page"),
     "EniIpamCloudApiThrottled": (
         "25m",
@@ -489,9 +490,17 @@ def test_alert_thresholds_come_from_values() -> None:
         assert rule.get("keep_firing_for") == (None if alert in NOT_KEPT_FIRING else "6m"), alert
         # Nothing of the defaults is left where a value should be.
         assert not re.search(r"\[(1h|1m|2m|3m|5m|10m|15m)[]:]", rule["expr"]), f"{alert}: a fixed window"
+        assert ":1m]" not in rule["expr"], f"{alert}: a fixed step"
         # The rules' own clock names the release, not the controllers' series.
         expr = re.sub(r"eni_ipam:rules_evaluated\{[^}]*\}", "eni_ipam:rules_evaluated", rule["expr"])
         assert "kube-system" not in expr and "namespace" not in expr, alert
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("step", ["1.5m", "90", "0s", "1d"])
+def test_a_count_step_the_rules_cannot_multiply_fails_naming_the_value(step: str) -> None:
+    with pytest.raises(HelmError, match=r"prometheusRule\.countStep: .* is not a whole number"):
+        render({"prometheusRule": {"enabled": True, "countStep": step}})
 
 
 @pytest.mark.system

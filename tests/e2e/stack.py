@@ -110,10 +110,9 @@ within a run of a few minutes, and the runs judge the rules as written, at a twe
 20 rather than 60 keeps every window several scrapes long (``throttlingWindow``, 2m, is 6 s;
 ``subnetTrendResolution``, 1m, 3 s) and over the intervals of the processes it reads: the controller
 resyncs every 15 s (``resyncStaleAfter``: 45 s) and collects garbage every 10 s (``gcWindow``: 30 s),
-the agent reports every second. What the chart writes in minutes of its own rather than as a
-duration value keeps its real pace: a literal ``for: 1m``, and the ``[...:1m]`` subqueries that count
-minutes (the values named ``...Minutes``); :func:`minute_counting_rules` names the rules that hold
-one: that condition keeps the chart's pace and cannot be met within a run."""
+the agent reports every second. The rules that count steps (``countStep``, 1m: 3 s here; the values
+named ``...Minutes`` count them) and their one-step ``for`` scale with it; :func:`minute_counting_rules`
+names any rule still holding a fixed minute, which the runs require to be none."""
 SECONDS_VALUES = frozenset({"subnetExhaustionSeconds", "outageDeficitAbove"})
 """prometheusRule values that are durations written as a number of seconds: scaled."""
 UNSCALED_VALUES = frozenset(
@@ -130,7 +129,7 @@ UNSCALED_VALUES = frozenset(
     }
 )
 """prometheusRule values that are numbers but no duration: kept as the chart has them. So are those
-named ``...Minutes``: counts of the steps of a rule's fixed one-minute subquery."""
+named ``...Minutes``: counts of ``countStep``'s steps, which scales."""
 _DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -170,9 +169,11 @@ def scaled_rule_values(scale: float = RULE_SCALE) -> dict[str, Any]:
 
 
 def minute_counting_rules(rules: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The alerts among ``rules`` that count real minutes (a ``[...:1m]`` subquery), which
-    RULE_SCALE does not speed up."""
-    return sorted({str(rule["alert"]) for rule in rules if ":1m]" in str(rule["expr"])})
+    """The alerts among ``rules`` that hold a fixed minute (a ``[...:1m]`` subquery or ``for: 1m``),
+    which RULE_SCALE would not speed up."""
+    return sorted(
+        {str(rule["alert"]) for rule in rules if ":1m]" in str(rule["expr"]) or rule.get("for") == "1m"}
+    )
 
 
 def rule_values() -> dict[str, Any]:

@@ -18,8 +18,8 @@ The setup (tests/e2e/stack.py), all subprocesses on free ports of 127.0.0.1:
   named after its job, so the chart's default selector reads the demo's series. Both with every
   timing of the chart divided by RULE_SCALE (20: its minutes are 3 s here;
   stack.scaled_rule_values), so that each rule's ``for`` (90 s at most) runs out within the run;
-  what a rule counts in real minutes (a ``[...:1m]`` subquery; stack.minute_counting_rules, printed)
-  keeps the chart's pace and cannot fire within it.
+  the steps the counting rules count (``countStep``) scale too, and no rule may hold a fixed minute
+  (stack.minute_counting_rules).
 
 After RUN_SECONDS (150 s; ENI_IPAM_E2E_RUN_SECONDS overrides it) of scraping:
 
@@ -253,9 +253,8 @@ async def test_every_alert_rule_loads_healthy_and_no_alert_fires_for_the_cluster
     cluster or for the demo. The rules' timings are the chart's divided by RULE_SCALE, so every
     rule's ``for`` has run out several times over within the run: the check is not empty."""
     print(f"the chart's rule timings divided by {RULE_SCALE}: {scaled_rule_values()}")
-    print(
-        f"rules counting real minutes (that part at the chart's pace): {minute_counting_rules(stack.rules)}"
-    )
+    fixed = minute_counting_rules(stack.rules)
+    assert not fixed, f"rules holding a fixed minute, which the scaled run cannot judge: {fixed}"
     for rule in stack.rules:  # each expression once, for its syntax and its evaluation
         status, body = await stack.prometheus.query(rule["expr"])
         assert status == 200 and body["status"] == "success", f"{rule['alert']}: HTTP {status} {body}"

@@ -101,6 +101,7 @@ prometheusRule:
   - job
   handOverGap: 5m
   keepFiringFor: 5m
+  countStep: 1m
   notReadyMinutes: 5
   notReadyWindow: 10m
   severalLeadersFor: 5m

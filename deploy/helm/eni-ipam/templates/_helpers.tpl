@@ -206,6 +206,17 @@ dict): sel, by (installation labels), rule (.Values.prometheusRule). */}}
 )
 {{- end -}}
 
+{{- /* prometheusRule.countStep in seconds (it must be a whole number of seconds, minutes or hours:
+"1m", "30s"), or the chart fails naming the value. */}}
+{{- define "eni-ipam.stepSeconds" -}}
+{{- $step := toString . -}}
+{{- if not (regexMatch "^[1-9][0-9]*[smh]$" $step) -}}
+{{- fail (printf "prometheusRule.countStep: %q is not a whole number of seconds, minutes or hours (1m, 30s)" $step) -}}
+{{- end -}}
+{{- $n := trimSuffix "s" (trimSuffix "m" (trimSuffix "h" $step)) | int -}}
+{{- if hasSuffix "h" $step }}{{ mul $n 3600 }}{{ else if hasSuffix "m" $step }}{{ mul $n 60 }}{{ else }}{{ $n }}{{ end -}}
+{{- end -}}
+
 {{- /* An alert's keep_firing_for line (on a line of its own, at a rule's key indentation):
 prometheusRule.keepFiringFor, or nothing when it is empty (Prometheus before 2.42 refuses the field).
 Argument: .Values.prometheusRule. */}}
