@@ -454,6 +454,9 @@ class Churn:
 
     def __init__(self, world: World, anchors: dict[str, Pod], rng: random.Random, tally: Tally) -> None:
         self.world, self.anchors, self.rng, self.tally = world, anchors, rng, tally
+        self.primaries = {node: primary(world, node) for node in NODES}
+        """Each node's primary address, read once: the workers must not read the in-memory cloud,
+        whose dictionaries the fault thread changes (a detach) while they would iterate them."""
         self.live: dict[str, Pod] = {}
         """Every pod a worker started and has not stopped, by owner."""
         self.lock = threading.Lock()
@@ -521,7 +524,7 @@ class Churn:
         """The new pod reaches the anchor pods of both nodes with its own address, and the outside
         host with its node's primary address."""
         expected = {a.address: pod.address for a in self.anchors.values()}
-        expected[OUTSIDE_IPV4] = primary(self.world, pod.node)
+        expected[OUTSIDE_IPV4] = self.primaries[pod.node]
         seen = probe(pod.netns, list(expected), timeout=2.0)
         with self.tally.lock:
             self.tally.probes += len(expected)
