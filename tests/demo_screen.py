@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import random
 import sys
 from pathlib import Path
 
@@ -16,10 +15,9 @@ import structlog
 from rich.console import Console
 
 from eni_ipam.adapters.metrics import Metrics
-from eni_ipam.app.demo import build, local_cluster, workload
+from eni_ipam.app.demo import running
 from eni_ipam.app.view import Frame, Watcher, screen
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -34,32 +32,16 @@ def frame(*, nodes: int = 50, seed: int = 1, seconds: int = 30) -> Frame:
     async def main() -> Frame:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
-        settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
-        cloud, specs = build(nodes, seed, clock, metrics=metrics)
-        provider = cloud.provider
-        manager, store, side = local_cluster(
-            provider, settings, specs, metrics=metrics, clock=clock, seed=seed
-        )
-        watcher = Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
-        stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(manager.run()),
-            asyncio.create_task(workload(side, store, random.Random(seed + 1), stop)),
-        ]
-        try:
+        async with running(nodes=nodes, seed=seed, clock=clock, metrics=metrics) as demo:
+            watcher = Watcher(lambda: demo.manager, metrics, clock=clock, title="eni-ipam demo")
             with watcher.diverting():
                 last = watcher.sample()
                 for n in range(seconds):
                     await asyncio.sleep(1)
                     if n == seconds // 3:
-                        side.update("node-007", used=60)
+                        demo.side.update("node-007", used=60)
                     last = watcher.sample()
             return last
-        finally:
-            stop.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     result: Frame = run_virtual(main())
     return result

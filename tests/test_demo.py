@@ -19,16 +19,14 @@ from eni_ipam.app.demo import (
     Fault,
     _demo,
     address_share,
-    build,
-    local_cluster,
     parse_fault,
     pod_ceiling,
+    running,
     workload,
 )
 from eni_ipam.cli import main
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import NodeStats, NodeStatus
-from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.simulator.simnode import SimulatedNodeSide
@@ -105,19 +103,10 @@ def _watch(nodes: int, seconds: int, seed: int = 1) -> _Watched:
     async def main() -> _Watched:
         clock = LoopClock(measure_cpu=False)
         metrics = Metrics(process=False)
-        settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
-        cloud, specs = build(nodes, seed, clock, metrics=metrics)
-        manager, store, side = local_cluster(
-            cloud.provider, settings, specs, metrics=metrics, clock=clock, seed=seed
-        )
-        stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(manager.run()),
-            asyncio.create_task(workload(side, store, random.Random(seed + 1), stop)),
-        ]
         watched, short = _Watched(), dict[str, float]()
         usable = 2 ** (32 - SUBNET_PREFIX) - RESERVED_PER_SUBNET
-        try:
+        async with running(nodes=nodes, seed=seed, clock=clock, metrics=metrics) as demo:
+            manager = demo.manager
             for second in range(seconds):
                 await asyncio.sleep(1)
                 stats = [n.stats for n in manager.nodes.values()]
@@ -133,13 +122,8 @@ def _watch(nodes: int, seconds: int, seed: int = 1) -> _Watched:
                         short.pop(node.name, None)
                 least = min(manager.view.free().values()) / usable
                 watched.least_free_share = min(watched.least_free_share, least)
-            watched.calls = dict(cloud.calls)
-            return watched
-        finally:
-            stop.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            watched.calls = dict(demo.cloud.calls)
+        return watched
 
     result: _Watched = run_virtual(main())
     return result

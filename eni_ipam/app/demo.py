@@ -75,6 +75,10 @@ LOAD_PERIOD = 60.0
 and back, so the cluster's pools grow and shrink as a whole, not only node by node; no rise lasts
 more than half a minute, not long enough to look like a subnet draining for good."""
 
+SETTINGS = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
+"""The demo's reconciler: excess released (pools shrink as pods leave) 20 s after it appears, and a
+full resync every 30 s, so that a minute of the demo shows both."""
+
 log = structlog.get_logger("eni_ipam.app.demo")
 
 
@@ -310,6 +314,39 @@ def local_cluster(
     return cluster.manager, cluster.store, cluster.side
 
 
+@dataclasses.dataclass(frozen=True)
+class Running:
+    """The demo's cluster while :func:`running` runs it."""
+
+    cloud: Emulation
+    manager: NodeManager
+    store: MemoryStore
+    side: SimulatedNodeSide
+
+
+@contextlib.asynccontextmanager
+async def running(*, nodes: int, seed: int, clock: LoopClock, metrics: Metrics) -> AsyncIterator[Running]:
+    """The demo's cluster, its reconciler and its workload running as tasks of their own until the
+    block ends (the README's screen and the tests, on virtual time; the demo itself adds the view,
+    the metrics endpoint and the faults)."""
+    cloud, specs = build(nodes, seed, clock, metrics=metrics)
+    manager, store, side = local_cluster(
+        cloud.provider, SETTINGS, specs, metrics=metrics, clock=clock, seed=seed
+    )
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(manager.run(), name="manager"),
+        asyncio.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload"),
+    ]
+    try:
+        yield Running(cloud, manager, store, side)
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 @contextlib.asynccontextmanager
 async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: TextIO) -> AsyncIterator[None]:
     """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none).
@@ -400,11 +437,10 @@ async def _demo(
     faults: Sequence[Fault] = (),
 ) -> int:
     clock = LoopClock()
-    settings = Settings(release_excess_ips=True, excess_ip_release_delay=20.0, resync_interval=30.0)
-    metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
+    metrics = Metrics(node_series=NodeSeriesPolicy.of(SETTINGS))
     cloud, specs = build(nodes, seed, clock, metrics=metrics)
     manager, store, side = local_cluster(
-        cloud.provider, settings, specs, metrics=metrics, clock=clock, seed=seed
+        cloud.provider, SETTINGS, specs, metrics=metrics, clock=clock, seed=seed
     )
     stop = stop_on_signals()
     started = clock.monotonic()

@@ -713,11 +713,9 @@ class NodeManager:
         """Act on a pass's result (after ``seconds``): publish, then schedule what comes next."""
         node = slot.node
         self.metrics.pass_finished(seconds=seconds)
-        if result.error is None:
-            if slot.backoff is not None and not slot.deleted:
-                self._in_backoff -= 1
-            slot.backoff = None
-        self._set_gauges(node)
+        error = result.error
+        delay = self._count_outcome(slot, error)
+        self._set_gauges(node)  # with the node's failing series as the outcome left it
         if result.status is not None and not slot.deleted:
             # A pass that outlived its node publishes nothing: its pool's record is gone (or going).
             # Published while the pass still counts as running: an event the status causes (the
@@ -725,7 +723,6 @@ class NodeManager:
             self.status_sink.publish(node.name, result.status)
         slot.stop()
         now = self.clock.monotonic()
-        error = result.error
         if error is None:
             slot.not_before = now + self.settings.trigger_min_interval
         elif isinstance(error, errors.Lapsed):
@@ -741,17 +738,10 @@ class NodeManager:
             log.debug("maintenance_fenced", node=node.name)
             return
         else:
-            if slot.backoff is None:
-                self._in_backoff += not slot.deleted
-                slot.backoff = Backoff(
-                    initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
-                )
-            delay = slot.backoff.next_delay()
+            assert delay is not None and slot.backoff is not None  # a failure of the node's: counted
             # A cloud that names its wait (Retry-After) is never retried sooner than it asked.
             delay = max(delay, getattr(error, "retry_after", None) or 0.0)
             slot.not_before = now + delay
-            slot.failure = failure_reason(error)
-            self._set_gauges(node)  # the node's failing series: its reason and count now
             self.metrics.pass_failed(reason=type(error).__name__)
             log.warning(
                 "maintenance_failed",
@@ -767,6 +757,25 @@ class NodeManager:
         if slot.dirty and not slot.deleted:
             slot.dirty = False
             self._trigger(slot)
+
+    def _count_outcome(self, slot: _Slot, error: Exception | None) -> float | None:
+        """Keep the node's backoff with its pass's outcome: a success clears it, a failure of the
+        node's own (not a lapsed or stopped fence) grows it and records its reason. The failure's
+        next delay, else None."""
+        if error is None:
+            if slot.backoff is not None and not slot.deleted:
+                self._in_backoff -= 1
+            slot.backoff = None
+            return None
+        if isinstance(error, errors.Fenced):  # Lapsed too: not the node's failure
+            return None
+        if slot.backoff is None:
+            self._in_backoff += not slot.deleted
+            slot.backoff = Backoff(
+                initial=self.settings.backoff_initial, maximum=self.settings.backoff_max, rng=self.rng
+            )
+        slot.failure = failure_reason(error)
+        return slot.backoff.next_delay()
 
     # -- stats and totals -----------------------------------------------------------------------
 

@@ -92,7 +92,30 @@ def crash_loop() -> str:
     return " ".join(values + ["1"] * (LENGTH + 1 - len(values)))
 
 
+DRAIN_START, DRAIN_END, DRAIN_LENGTH = 60, 60 + 6 * 60, 6 * 60 + 90
+"""The six-hour drain: an hour of flat history, the drain, then an hour and a half."""
+
+
+def drain_6h() -> str:
+    """A /22's free addresses going down steadily from DRAIN_START until the subnet is empty (at
+    DRAIN_END), then given back (other tenants' instances gone)."""
+    size, start, end = 1019, DRAIN_START, DRAIN_END
+    return " ".join(
+        str(size if m < start or m >= end else max(size - (m - start) * size // (end - start), 0))
+        for m in range(DRAIN_LENGTH + 1)
+    )
+
+
 Series = Sequence[tuple[str, str]]
+
+
+def subnet(free: str, length: int = LENGTH) -> list[tuple[str, str]]:
+    """A /22's free addresses (``free``) and its size."""
+    return [
+        (f'eni_ipam_available_ips_per_subnet{{{CONTROLLER}, subnet="s-1", zone="z"}}', free),
+        (f'eni_ipam_subnet_size_ips{{{CONTROLLER}, subnet="s-1", zone="z"}}', f"1024x{length}"),
+    ]
+
 
 TOTALS = (f'eni_ipam_ips{{{CONTROLLER}, type="needed"}}', f"0x{LENGTH}")
 """The leader's cluster totals, exported all along: a node's or subnet's series going is no hand-over."""
@@ -148,31 +171,20 @@ INCIDENTS: list[Incident] = [
     Incident(
         "EniIpamSubnetFull",
         "a subnet with 0 free addresses",
-        lambda: [
-            (f'eni_ipam_available_ips_per_subnet{{{CONTROLLER}, subnet="s-1", zone="z"}}', during(0, 300)),
-            (f'eni_ipam_subnet_size_ips{{{CONTROLLER}, subnet="s-1", zone="z"}}', during(1024, 1024)),
-            TOTALS,
-        ],
+        lambda: [*subnet(during(0, 300)), TOTALS],
     ),
     Incident(
         "EniIpamSubnetLow",
         "a /22 with 40 free addresses",
-        lambda: [
-            (f'eni_ipam_available_ips_per_subnet{{{CONTROLLER}, subnet="s-1", zone="z"}}', during(40, 600)),
-            (f'eni_ipam_subnet_size_ips{{{CONTROLLER}, subnet="s-1", zone="z"}}', during(1024, 1024)),
-            TOTALS,
-        ],
+        lambda: [*subnet(during(40, 600)), TOTALS],
     ),
     Incident(
         "EniIpamSubnetExhaustionPredicted",
         "a /22 drained steadily in 6 h, then given back",
-        lambda: [
-            (f'eni_ipam_available_ips_per_subnet{{{CONTROLLER}, subnet="s-1", zone="z"}}', drain_6h()),
-            (f'eni_ipam_subnet_size_ips{{{CONTROLLER}, subnet="s-1", zone="z"}}', f"1024x{6 * 60 + 90}"),
-        ],
-        start=60,
-        end=60 + 6 * 60,
-        length=6 * 60 + 90,
+        lambda: subnet(drain_6h(), DRAIN_LENGTH),
+        start=DRAIN_START,
+        end=DRAIN_END,
+        length=DRAIN_LENGTH,
     ),
     Incident(
         "EniIpamNodesInDeficit",
@@ -303,14 +315,6 @@ INCIDENTS: list[Incident] = [
     ),
 ]
 """One incident (or more) for every alert."""
-
-
-def drain_6h() -> str:
-    size, start, end = 1019, 60, 60 + 6 * 60
-    return " ".join(
-        str(size if m < start or m >= end else max(size - (m - start) * size // (end - start), 0))
-        for m in range(6 * 60 + 90 + 1)
-    )
 
 
 TIME = re.compile(r"alertname: (\w+), time: ((?:\d+h)?(?:\d+m)?(?:\d+s)?),")

@@ -111,7 +111,7 @@ within a run of a few minutes, and the runs judge the rules as written, at a twe
 ``subnetTrendResolution``, 1m, 3 s) and over the intervals of the processes it reads: the controller
 resyncs every 15 s (``resyncStaleAfter``: 45 s) and collects garbage every 10 s (``gcWindow``: 30 s),
 the agent reports every second. The rules that count steps (``countStep``, 1m: 3 s here; the values
-named ``...Minutes`` count them) and their one-step ``for`` scale with it; :func:`minute_counting_rules`
+named ``...Minutes`` count them) and their one-step ``for`` scale with it; :func:`fixed_minute_rules`
 names any rule still holding a fixed minute, which the runs require to be none."""
 SECONDS_VALUES = frozenset({"subnetExhaustionSeconds", "outageDeficitAbove"})
 """prometheusRule values that are durations written as a number of seconds: scaled."""
@@ -168,7 +168,7 @@ def scaled_rule_values(scale: float = RULE_SCALE) -> dict[str, Any]:
     return scaled
 
 
-def minute_counting_rules(rules: Sequence[Mapping[str, Any]]) -> list[str]:
+def fixed_minute_rules(rules: Sequence[Mapping[str, Any]]) -> list[str]:
     """The alerts among ``rules`` that hold a fixed minute (a ``[...:1m]`` subquery or ``for: 1m``),
     which RULE_SCALE would not speed up."""
     return sorted(

@@ -19,7 +19,7 @@ The setup (tests/e2e/stack.py), all subprocesses on free ports of 127.0.0.1:
   timing of the chart divided by RULE_SCALE (20: its minutes are 3 s here;
   stack.scaled_rule_values), so that each rule's ``for`` (90 s at most) runs out within the run;
   the steps the counting rules count (``countStep``) scale too, and no rule may hold a fixed minute
-  (stack.minute_counting_rules).
+  (stack.fixed_minute_rules).
 
 After RUN_SECONDS (150 s; ENI_IPAM_E2E_RUN_SECONDS overrides it) of scraping:
 
@@ -61,7 +61,7 @@ from tests.e2e.stack import (
     duration_seconds,
     fetch,
     finite_samples,
-    minute_counting_rules,
+    fixed_minute_rules,
     now,
     promtool_check_metrics,
     running_stack,
@@ -253,7 +253,7 @@ async def test_every_alert_rule_loads_healthy_and_no_alert_fires_for_the_cluster
     cluster or for the demo. The rules' timings are the chart's divided by RULE_SCALE, so every
     rule's ``for`` has run out several times over within the run: the check is not empty."""
     print(f"the chart's rule timings divided by {RULE_SCALE}: {scaled_rule_values()}")
-    fixed = minute_counting_rules(stack.rules)
+    fixed = fixed_minute_rules(stack.rules)
     assert not fixed, f"rules holding a fixed minute, which the scaled run cannot judge: {fixed}"
     for rule in stack.rules:  # each expression once, for its syntax and its evaluation
         status, body = await stack.prometheus.query(rule["expr"])
