@@ -86,6 +86,22 @@ def test_invalid_scenario_names_the_offending_key(extra, path):
             "cloud.security_groups[1].id",
         ),
         (lambda d: d.pop("cloud"), "cloud"),
+        (
+            lambda d: d["cloud"]["instances"][0].update(
+                interfaces=[{"index": 0}, {"index": 1, "type": "branch"}]
+            ),
+            "cloud.instances[0].interfaces[1].type",
+        ),
+        (
+            lambda d: d["cloud"]["instances"][0].update(
+                interfaces=[{"index": 0}, {"index": 1, "type": "efa-only", "secondary_ips": 2}]
+            ),
+            "cloud.instances[0].interfaces[1].secondary_ips",
+        ),
+        (
+            lambda d: d["cloud"]["instances"][0].update(interfaces=[{"index": 0, "type": "efa-only"}]),
+            "cloud.instances[0].interfaces[0].type",
+        ),
     ],
 )
 def test_invalid_cloud_and_nodes_name_the_offending_key(mutate, path):

@@ -11,7 +11,8 @@ Invariants:
 
 * ``Interface.addresses`` never contains the interface's primary address.
 * ``Interface.prefixes`` are aligned /28 blocks; each contributes 16 pool addresses.
-* ``Instance.interfaces`` is sorted by device index (the planner relies on it for determinism).
+* ``Instance.interfaces`` is sorted by network card, then device index (the planner relies on it
+  for determinism).
 * ``Interface.link`` holds a device's MAC address or none, and a network card in bounds
   (:mod:`eni_ipam.core.devices`): providers read what the cloud reports through
   :func:`~eni_ipam.core.devices.reported`, which drops what no device can have.
@@ -330,6 +331,17 @@ class Interface:
         return devices.mac_of(self.link)
 
     @property
+    def kind(self) -> devices.Kind:
+        """What the interface is (EC2's ``InterfaceType``): only a :data:`~eni_ipam.core.devices.FILLABLE`
+        kind ever takes pool addresses or counts as room (:attr:`fillable`)."""
+        return devices.kind_of(self.link)
+
+    @property
+    def fillable(self) -> bool:
+        """Whether a pool may fill the interface and count its free slots (its kind allows it)."""
+        return devices.fillable(self.link)
+
+    @property
     def network_card(self) -> int:
         """The network card of the interface's attachment to an instance (EC2's
         ``networkCardIndex``); 0 when it has none. EC2 interfaces on a card other than 0 are reported
@@ -353,11 +365,15 @@ class Instance:
     """Subnet of the primary interface."""
     interfaces: tuple[Interface, ...] = ()
     running: bool = True
+    plain: bool = dataclasses.field(init=False, compare=False, repr=False)
+    """Every interface is a plain one on network card 0, so a pool's only exclusions are the spec's
+    (index, tags): found once here, since the planner asks for every node it plans."""
 
     def __post_init__(self) -> None:
-        ordered = tuple(sorted(self.interfaces, key=lambda i: (i.device_index, i.id)))
+        ordered = tuple(sorted(self.interfaces, key=lambda i: (i.network_card, i.device_index, i.id)))
         if ordered != self.interfaces:
             object.__setattr__(self, "interfaces", ordered)
+        object.__setattr__(self, "plain", all(i.link <= devices.MAX_PLAIN_LINK for i in ordered))
 
     def interface(self, interface_id: str) -> Interface | None:
         return next((i for i in self.interfaces if i.id == interface_id), None)
@@ -368,7 +384,8 @@ class Instance:
         return dataclasses.replace(self, interfaces=(*others, new))
 
     def primary(self) -> Interface | None:
-        return next((i for i in self.interfaces if i.device_index == 0), None)
+        """The interface at device index 0 of network card 0."""
+        return next((i for i in self.interfaces if i.device_index == 0 and i.network_card == 0), None)
 
 
 class ReleaseState(enum.StrEnum):

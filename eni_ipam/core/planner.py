@@ -49,14 +49,20 @@ from eni_ipam.core.watermarks import excess_ips, max_allocatable, needed_ips
 
 
 def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
-    """Excluded interfaces are neither counted nor filled (below the first index, or tagged out)."""
-    return interface.device_index < spec.first_interface_index or tags_match(
-        interface.tags, spec.exclude_interface_tags
+    """Excluded interfaces are neither counted nor filled: below the first index (on card 0), tagged
+    out, on a network card other than 0, or of a kind no pool fills (EFA-only, trunk, …:
+    :data:`~eni_ipam.core.devices.FILLABLE`)."""
+    return (
+        not interface.fillable
+        or interface.network_card != 0
+        or interface.device_index < spec.first_interface_index
+        or tags_match(interface.tags, spec.exclude_interface_tags)
     )
 
 
 def managed_interfaces(instance: Instance, spec: NodeSpec) -> Sequence[Interface]:
-    if spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
+    """The interfaces of ``instance`` the node's pool counts and fills (:func:`is_excluded`)."""
+    if instance.plain and spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
         return instance.interfaces  # nothing to exclude (the common case, kept cheap)
     return [i for i in instance.interfaces if not is_excluded(i, spec)]
 

@@ -26,6 +26,8 @@ from eni_ipam.core.spec import camel
 
 MAX_CONDITIONS = 8
 Count = Annotated[int, Field(ge=0)]
+InterfaceType = Literal["interface", "efa", "efa-only", "trunk", "branch", "other"]
+"""Every :attr:`~eni_ipam.core.devices.Kind.label` (a test keeps the two the same)."""
 
 
 class _Schema(BaseModel):
@@ -68,6 +70,10 @@ class InterfaceStatus(_Schema):
     unicast); absent when the interface is no device (the generic provider's)."""
     network_card: Annotated[int, Field(ge=0, le=MAX_NETWORK_CARD)] = 0
     """The network card the interface is attached on (EC2's networkCardIndex); absent for card 0."""
+    interface_type: InterfaceType = "interface"
+    """What the interface is (EC2's InterfaceType; ``other`` for a type the controller does not
+    know); absent for a plain interface. Only ``interface`` and ``efa`` are ever in the pool: the
+    node side leaves the others alone."""
 
 
 class StatsStatus(_Schema):

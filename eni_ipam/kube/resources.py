@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from eni_ipam.config.schema import validate
-from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
+from eni_ipam.core.devices import FILLABLE, MAC_PATTERN, MAX_NETWORK_CARD, MAX_PLAIN_LINK
 from eni_ipam.core.model import (
     MAX_NODE_ADDRESSES,
     Interface,
@@ -55,6 +55,9 @@ from eni_ipam.kube.projection import (
     interface_prefixes,
     status_digest,
 )
+
+FILLABLE_TYPES = frozenset(kind.label for kind in FILLABLE)
+"""The ``interfaceType`` values of interfaces a pool fills: the only ones the node side configures."""
 
 FINALIZER = "eni-ipam.io/pool"
 """Holds an ENIPool until the controller stopped maintaining its node (no address is handed out,
@@ -313,7 +316,8 @@ def node_fields_patch(
 
 
 def _interface(iface: Interface) -> dict[str, Any]:
-    # The MAC address and the network card, as the IPv6 prefixes, only where there is one: a pool
+    # The MAC address, the network card and the type, as the IPv6 prefixes, only where there is one
+    # (another card, a type other than plain): a pool
     # whose interfaces have none (the generic provider's) reads as it did before they were
     # published, and its status is not rewritten for them.
     return {
@@ -327,6 +331,7 @@ def _interface(iface: Interface) -> dict[str, Any]:
         **({"ipv6Prefixes": list(iface.ipv6_prefixes)} if iface.ipv6_prefixes else {}),
         **({"macAddress": mac} if (mac := iface.mac_address) else {}),
         **({"networkCard": iface.network_card} if iface.network_card else {}),
+        **({"interfaceType": iface.kind.label} if iface.link > MAX_PLAIN_LINK and iface.kind else {}),
     }
 
 
@@ -572,7 +577,9 @@ def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
 
     An entry the CRD's schema would refuse (no id, a device index or card that is not an integer
     in bounds, a MAC address not in the written form of a device's) is left out whole: a status
-    that bypassed the schema never gives the node side a device or a route table to act on."""
+    that bypassed the schema never gives the node side a device or a route table to act on. So is
+    an interface of a type no pool fills (``efa-only``, ``trunk``, …): its device belongs to
+    whatever made it, and the node side never configures it."""
     status = obj.get("status")
     status = status if isinstance(status, Mapping) else {}
     subnets = status.get("subnets")
@@ -588,6 +595,8 @@ def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
         if not (0 <= card <= MAX_NETWORK_CARD and isinstance(mac, str) and isinstance(subnet, str)):
             continue
         if mac and not re.fullmatch(MAC_PATTERN, mac):
+            continue
+        if entry.get("interfaceType", "interface") not in FILLABLE_TYPES:
             continue
         where = subnets.get(subnet)
         cidr = where.get("cidr", "") if isinstance(where, Mapping) else ""

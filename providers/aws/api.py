@@ -12,6 +12,8 @@ Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet`
   instance, on network card 0. Interfaces of other cards, or attached to AWS-managed resources
   (load balancers, Lambda), are reported detached from any instance, so the planner never counts or
   touches them;
+* the interface's kind is ``InterfaceType`` (:func:`~eni_ipam.core.devices.kind_named`: a type it
+  does not know is one no pool fills);
 * the MAC address is ``MacAddress`` (:func:`~eni_ipam.core.devices.reported`: one that is no
   device's is dropped with a warning), the network card the attachment's ``NetworkCardIndex`` while
   attached to an instance (kept on an interface of another card, reported detached), else 0.
@@ -98,7 +100,7 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
         instance_id=attachment.get("InstanceId", "") if attached else "",
         attachment_id=attachment.get("AttachmentId", "") if attached else "",
         delete_on_termination=bool(attachment.get("DeleteOnTermination", False)) and attached,
-        link=reported(d.get("MacAddress"), card, interface_id=iid),
+        link=reported(d.get("MacAddress"), card, interface_id=iid, interface_type=d.get("InterfaceType")),
     )
 
 

@@ -524,7 +524,7 @@ def _tags(body: bytes, span: Span | None, plain: bool) -> Tags:
 
 # -- DescribeNetworkInterfaces --------------------------------------------------------------------
 
-_INTERFACE = _Leaves("networkInterfaceId", "subnetId", "privateIpAddress", "macAddress")
+_INTERFACE = _Leaves("networkInterfaceId", "subnetId", "privateIpAddress", "macAddress", "interfaceType")
 _ATTACHMENT_STRUCTURE = _Structure("attachment")
 _ATTACHMENT = _Leaves(
     "status", "instanceId", "networkCardIndex", "deviceIndex", "attachmentId", "deleteOnTermination"
@@ -607,7 +607,9 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
         instance_id=instance_id,
         attachment_id=attachment_id,
         delete_on_termination=delete_on_termination,
-        link=reported(top.get(b"macAddress"), card, interface_id=iid),
+        link=reported(
+            top.get(b"macAddress"), card, interface_id=iid, interface_type=top.get(b"interfaceType")
+        ),
     )
 
 

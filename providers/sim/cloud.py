@@ -12,7 +12,8 @@ Modelled: real instance-type limits (adapters; addresses per interface, the prim
 secondary addresses and /28 prefixes sharing the slots; prefixes on nitro only), CIDR-true subnets
 with AWS's five reserved addresses and an optional free-address cap, deterministic lowest-free
 allocation, device indexes, delete-on-termination, idempotency tokens, filters and pagination,
-MAC addresses (derived from interface ids). Network cards other than the default only as a
+MAC addresses (derived from interface ids), interface types (an ``efa-only`` interface has no IP
+address and takes none). Network cards other than the default only as a
 declaration puts interfaces on them (no API call attaches there). Not modelled: IPv6, eventual
 consistency.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping, Sequence
 
-from eni_ipam.core import model
+from eni_ipam.core import devices, model
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.ratelimit import EC2_BUCKETS, Bucket
 from providers.ec2.limits import load_limits
@@ -58,6 +59,13 @@ def _over_limit() -> SimError:
 def _not_found(iface_id: str) -> SimError:
     return SimError(
         "InvalidNetworkInterfaceID.NotFound", f"The networkInterface ID '{iface_id}' does not exist"
+    )
+
+
+def _no_ip(iface_id: str) -> SimError:
+    return SimError(
+        "InvalidParameterValue",
+        f"The network interface '{iface_id}' is an EFA-only interface, which does not support IP addresses.",
     )
 
 
@@ -341,12 +349,15 @@ class SimCloud(DescribeOps):
 
         Raises:
             SimError: ``InvalidNetworkInterfaceID.NotFound``, ``MissingParameter``,
-                ``InvalidParameterValue`` (prefixes on a non-nitro type),
-                ``InvalidParameterCombination``, ``PrivateIpAddressLimitExceeded``,
-                ``InsufficientFreeAddressesInSubnet``, ``InsufficientCidrBlocks``.
+                ``InvalidParameterValue`` (prefixes on a non-nitro type; an ``efa-only`` interface,
+                which has no IP address), ``InvalidParameterCombination``,
+                ``PrivateIpAddressLimitExceeded``, ``InsufficientFreeAddressesInSubnet``,
+                ``InsufficientCidrBlocks``.
         """
         iface = self._interface(interface_id)
         _counts(secondary_count, prefix_count)
+        if iface.kind is devices.Kind.EFA_ONLY:
+            raise _no_ip(interface_id)
         if not secondary_count and not prefix_count:
             raise SimError(
                 "MissingParameter", "Either SecondaryPrivateIpAddressCount or Ipv4PrefixCount is required"

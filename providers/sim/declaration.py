@@ -10,7 +10,7 @@ the cloud itself refuses (an unknown instance type, a subnet without room), whic
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -77,6 +77,18 @@ class InterfaceDeclaration(ConfigModel):
     secondary_ips: NonNegativeInt = 0
     prefixes: NonNegativeInt = 0
     tags: LooseTagMap = EMPTY_TAGS
+    type: Literal["interface", "efa", "efa-only", "trunk"] = "interface"
+    """EC2's InterfaceType. Default: a plain interface. ``efa-only`` and ``trunk`` interfaces belong
+    to something else (the EFA stack, the VPC resource controller): no pool fills or counts them.
+    An ``efa-only`` interface has no IP address: no ``secondary_ips``, no ``prefixes``, never the
+    primary."""
+
+    @model_validator(mode="after")
+    def _no_ip(self) -> InterfaceDeclaration:
+        if self.type == "efa-only" and (self.secondary_ips or self.prefixes):
+            field = "secondary_ips" if self.secondary_ips else "prefixes"
+            raise FieldError(field, "an efa-only interface has no IP addresses: leave it at 0")
+        return self
 
 
 class InstanceDeclaration(ConfigModel):
@@ -133,6 +145,10 @@ class CloudDeclaration(ConfigModel):
                 seen.add((f.network_card, f.index))
                 if f.subnet is not None and f.subnet not in subnets:
                     raise FieldError(f"{where}.interfaces[{k}].subnet", f"unknown subnet {f.subnet!r}")
+                if (f.network_card, f.index) == (0, 0) and f.type == "efa-only":
+                    raise FieldError(
+                        f"{where}.interfaces[{k}].type", "the primary interface (index 0) cannot be efa-only"
+                    )
             if i.interfaces and (0, 0) not in seen:
                 raise FieldError(f"{where}.interfaces", "the primary interface (index 0) must be declared")
         return self
@@ -174,6 +190,7 @@ def build_cloud(declaration: CloudDeclaration, clock: Clock, *, path: str = "clo
                 "secondary_ips": f.secondary_ips,
                 "prefixes": f.prefixes,
                 "tags": dict(f.tags),
+                "type": f.type,
             }
             for f in i.interfaces
         ]

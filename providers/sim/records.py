@@ -140,6 +140,8 @@ class InterfaceRecord:
     network_card: int = 0
     attachment_id: str = ""
     delete_on_termination: bool = False
+    kind: devices.Kind = devices.Kind.PLAIN
+    """EC2's InterfaceType: an ``efa-only`` interface has no IP address at all (no primary)."""
 
     @property
     def slots_used(self) -> int:
@@ -170,5 +172,5 @@ class InterfaceRecord:
             attachment_id=self.attachment_id if attached else "",
             delete_on_termination=self.delete_on_termination and attached,
             created_at=self.created_at,
-            link=devices.pack(self.mac_address, self.network_card),
+            link=devices.pack(self.mac_address, self.network_card, self.kind),
         )

@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eni_ipam.core import model
+from eni_ipam.core import devices, model
 from eni_ipam.core.devices import MAX_NETWORK_CARD
 from providers.sim.addressing import BLOCK, SubnetSpace
 from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
@@ -33,8 +33,17 @@ _INTERFACE_KEYS = frozenset(
         "tags",
         "security_groups",
         "delete_on_termination",
+        "type",
     }
 )
+
+
+DECLARED_TYPES = {
+    kind.label: kind
+    for kind in (devices.Kind.PLAIN, devices.Kind.EFA, devices.Kind.EFA_ONLY, devices.Kind.TRUNK)
+}
+"""The interface types a declaration may attach to an instance: EC2 attaches these four (a branch
+interface rides a trunk, never an instance)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +58,7 @@ class _Declared:
     tags: dict[str, str]
     groups: tuple[str, ...]
     delete_on_termination: bool
+    kind: devices.Kind
 
 
 class CloudSetup(CloudState):
@@ -126,7 +136,8 @@ class CloudSetup(CloudState):
             subnet: subnet of the primary interface (the instance's VPC and zone follow from it).
             security_groups: the instance's groups, given to every declared interface by default.
             interfaces: ``{index, network_card, subnet, secondary_ips, prefixes, tags,
-                security_groups, delete_on_termination}`` per interface (all optional but ``index``;
+                security_groups, delete_on_termination, type}`` per interface (all optional but ``index``;
+                ``type`` is EC2's InterfaceType: ``interface``, ``efa``, ``efa-only`` or ``trunk``;
                 index 0 of network card 0 is the primary and must be present). Default: one primary
                 interface with no secondaries. Each network card holds the type's ``adapters`` at
                 most (EC2's table gives the default card's; the others are taken as large).
@@ -171,9 +182,10 @@ class CloudSetup(CloudState):
         try:
             now = self._setup_time()
             for d in declared:
-                self._room(id, d.subnet, addresses=1)
+                if d.kind is not devices.Kind.EFA_ONLY:
+                    self._room(id, d.subnet, addresses=1)
                 iface = self._new_interface(
-                    d.subnet, d.groups, d.tags, f"eni-ipam sim ({id})", now, from_blocked=True
+                    d.subnet, d.groups, d.tags, f"eni-ipam sim ({id})", now, from_blocked=True, kind=d.kind
                 )
                 created.append(iface)
                 self._room(id, d.subnet, blocks=d.prefixes)
@@ -238,6 +250,17 @@ class CloudSetup(CloudState):
             )
         if prefixes and not limits.supports_prefixes:
             raise ValueError(f"{where}.prefixes: the instance type does not support prefixes (not nitro)")
+        kind = DECLARED_TYPES.get(spec.get("type", "interface"))
+        if kind is None:
+            raise ValueError(
+                f"{where}.type: expected one of {', '.join(DECLARED_TYPES)}, got {spec.get('type')!r}"
+            )
+        if kind is devices.Kind.EFA_ONLY and (secondaries or prefixes):
+            raise ValueError(
+                f"{where}: an efa-only interface has no IP addresses, so no secondary_ips or prefixes"
+            )
+        if kind is devices.Kind.EFA_ONLY and (card, index) == (0, 0):
+            raise ValueError(f"{where}.type: the primary interface cannot be efa-only (it has no IP address)")
         sgs = tuple(spec.get("security_groups") or groups)
         self._check_groups(f"{where}.security_groups", sgs, home.vpc_id)
         return _Declared(
@@ -249,6 +272,7 @@ class CloudSetup(CloudState):
             tags=dict(spec.get("tags") or {}),
             groups=sgs,
             delete_on_termination=bool(spec.get("delete_on_termination", True)),
+            kind=kind,
         )
 
     @staticmethod

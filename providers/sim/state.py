@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from eni_ipam.core import model
+from eni_ipam.core import devices, model
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import DETACHED_INDEX
 from providers.sim.records import InstanceRecord, InterfaceRecord, SubnetRecord, Vpc
@@ -127,7 +127,7 @@ class CloudState:
         per_subnet: dict[str, int] = dict.fromkeys(self._subnets, 0)
         for iface in self._interfaces.values():
             space = self._subnets[iface.subnet_id].space
-            singles = [iface.primary_ip, *iface.addresses]
+            singles = [iface.primary_ip, *iface.addresses] if iface.primary_ip else list(iface.addresses)
             held = singles + [a for p in iface.prefixes for a in model.expand_prefix(p)]
             per_subnet[iface.subnet_id] += len(held)
             for prefix in iface.prefixes:
@@ -170,9 +170,13 @@ class CloudState:
         created_at: float,
         *,
         from_blocked: bool = False,
+        kind: devices.Kind = devices.Kind.PLAIN,
     ) -> InterfaceRecord:
-        (primary,) = subnet.space.take_addresses(1, from_blocked=from_blocked)
+        # An EFA-only interface is the EFA device alone: no IP address, not even a primary.
+        no_ip = kind is devices.Kind.EFA_ONLY
+        (primary,) = [""] if no_ip else subnet.space.take_addresses(1, from_blocked=from_blocked)
         iface = InterfaceRecord(
+            kind=kind,
             id=self._next_id("eni"),
             subnet_id=subnet.id,
             vpc_id=subnet.vpc_id,
@@ -236,5 +240,6 @@ class CloudState:
 
     def _delete(self, iface: InterfaceRecord) -> None:
         self._release(iface, iface.addresses, iface.prefixes)
-        self._subnets[iface.subnet_id].space.give_back([iface.primary_ip])
+        if iface.primary_ip:
+            self._subnets[iface.subnet_id].space.give_back([iface.primary_ip])
         del self._interfaces[iface.id]

@@ -60,8 +60,12 @@ The patches, checked against moto 5.2.5 (each function says again what moto does
 * ``Instance.terminate``. moto: leaves the interfaces that are not delete-on-termination ``in-use`` on
   the terminated instance. EC2: detaches them (``available``).
 * ``ElasticNetworkInterfaces.create_network_interface``. moto's handler drops ``ClientToken``,
-  ``Ipv4PrefixCount`` and ``Ipv4Prefixes``; this one passes them on (and has explicit addresses
-  checked strictly: moto's own services' are replaced when EC2 would refuse them).
+  ``Ipv4PrefixCount``, ``Ipv4Prefixes`` and ``InterfaceType`` (every interface is ``interface``);
+  this one passes them on (and has explicit addresses checked strictly: moto's own services' are
+  replaced when EC2 would refuse them). The type is kept and answered as ``InterfaceType``; an
+  ``efa-only`` interface takes no secondary address or prefix, at creation or later
+  (``InvalidParameterCombination``). Its primary address stays (moto's record needs one; EC2's
+  EFA-only interface has none).
 * ``ElasticNetworkInterfaces.assign_private_ip_addresses``. moto: drops the prefix parameters, picks
   random addresses, has no limits, loops forever when the subnet cannot supply the count, and answers
   every address of the interface. EC2: the lowest free addresses or /28s,
@@ -366,6 +370,8 @@ def _assign(
                 "Either PrivateIpAddresses, SecondaryPrivateIpAddressCount, Ipv4Prefixes or "
                 "Ipv4PrefixCount is required",
             )
+        if getattr(eni, "interface_type", "interface") == EFA_ONLY:
+            raise _no_ip_on_efa_only()
         current = set(_addresses(eni))
         held = _held(subnet)
         explicit: list[str] = []
@@ -435,6 +441,7 @@ def _create_network_interface(
     # the subnet is short (nothing created), a repeated ClientToken returns the first interface.
     original = _originals["NetworkInterfaceBackend.create_network_interface"]
     client_token: str | None = kwargs.pop("client_token", None)
+    interface_type = _interface_type(kwargs.pop("interface_type", None))
     prefix_count = int(kwargs.pop("ipv4_prefix_count", 0) or 0)
     explicit_prefixes = _prefix_strings(kwargs.pop("ipv4_prefixes", None) or [])
     secondary_count = int(kwargs.pop("secondary_ips_count", 0) or 0)
@@ -481,6 +488,10 @@ def _create_network_interface(
             if eni_id in self.enis:
                 return self.enis[eni_id]
         _counts(secondary_count, prefix_count, explicit_prefixes)
+        if interface_type == EFA_ONLY and (
+            secondaries or secondary_count or prefix_count or explicit_prefixes
+        ):
+            raise _no_ip_on_efa_only()
         held = _held(subnet_obj)
         if not strict:
             primary, secondaries = _lenient(held, primary, secondaries)
@@ -508,9 +519,30 @@ def _create_network_interface(
             **kwargs,
         )
         _prefixes(eni).extend(prefixes)
+        eni.interface_type = interface_type
         if client_token:
             tokens[client_token] = (fingerprint, eni.id)
         return eni
+
+
+EFA_ONLY = "efa-only"
+_CREATED_TYPES = ("interface", "efa", EFA_ONLY, "trunk")
+"""The ``InterfaceType`` values CreateNetworkInterface takes (botocore's
+``NetworkInterfaceCreationType`` besides ``branch``, which rides a trunk)."""
+
+
+def _interface_type(value: Any) -> str:
+    """CreateNetworkInterface's ``InterfaceType``: ``interface`` when absent; EC2's
+    ``InvalidParameterValue`` for a value it does not create."""
+    if value is None or value == "":
+        return "interface"
+    if value not in _CREATED_TYPES:
+        raise _error("InvalidParameterValue", f"Value ({value}) for parameter interfaceType is invalid.")
+    return str(value)
+
+
+def _no_ip_on_efa_only() -> EC2ClientError:
+    return _error("InvalidParameterCombination", "EFA-only network interfaces do not support IP addresses.")
 
 
 def _lenient(held: SubnetSpace, primary: str | None, secondaries: list[str]) -> tuple[str | None, list[str]]:
@@ -739,6 +771,7 @@ def _resp_create_network_interface(self: Any) -> Any:
     client_token = self._get_param("ClientToken")
     prefix_count = self._get_int_param("Ipv4PrefixCount", 0)
     prefixes = self._get_param("Ipv4Prefixes", [])
+    interface_type = self._get_param("InterfaceType")
 
     self.error_on_dryrun()
 
@@ -755,6 +788,7 @@ def _resp_create_network_interface(self: Any) -> Any:
         client_token=client_token,
         ipv4_prefix_count=prefix_count,
         ipv4_prefixes=prefixes,
+        interface_type=interface_type,
         fidelity_strict=True,
     )
     result: dict[str, Any] = {"NetworkInterface": eni}

@@ -1,5 +1,6 @@
-"""MAC addresses and network cards: one written form, nothing no device can have, one int an
-interface, and a cloud's bad value dropped with a warning rather than trusted or raised."""
+"""MAC addresses, network cards and interface kinds: one written form, nothing no device can have,
+one int an interface, a cloud's bad value dropped with a warning rather than trusted or raised, and
+an interface type not known to be plain never filled."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ from eni_ipam.core.model import Interface
 device_macs = st.integers(1, 2**48 - 1).filter(lambda v: not v & 1 << 40)
 
 
-@given(device_macs, st.integers(0, devices.MAX_NETWORK_CARD))
-def test_a_mac_and_a_card_read_back_from_one_int(value: int, card: int) -> None:
+@given(device_macs, st.integers(0, devices.MAX_NETWORK_CARD), st.sampled_from(devices.Kind))
+def test_a_mac_a_card_and_a_kind_read_back_from_one_int(value: int, card: int, kind: devices.Kind) -> None:
     text = devices.mac_text(value)
     assert re.fullmatch(devices.MAC_PATTERN, text), text
-    link = devices.pack(text, card)
-    assert (devices.mac_of(link), devices.card_of(link)) == (text, card)
+    link = devices.pack(text, card, kind)
+    assert (devices.mac_of(link), devices.card_of(link), devices.kind_of(link)) == (text, card, kind)
+    assert devices.fillable(link) == (kind in devices.FILLABLE)
+    assert (link <= devices.MAX_PLAIN_LINK) == (card == 0 and kind is devices.Kind.PLAIN)
     assert 0 <= link <= devices.MAX_LINK
+    assert sys.getsizeof(link) <= 32  # at most two 30-bit digits, whatever the kind
+    link = devices.pack(text, card)
     # Written by ARM: upper case, dashes.
     assert devices.pack(text.upper().replace(":", "-"), card) == link
 
@@ -56,6 +61,39 @@ def test_what_no_device_has_is_refused(text: str) -> None:
 def test_a_card_out_of_bounds_is_refused(card: object) -> None:
     with pytest.raises(ValueError, match="network card"):
         devices.pack("", card)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("interface_type", "kind"),
+    [
+        ("interface", devices.Kind.PLAIN),
+        (None, devices.Kind.PLAIN),  # an answer without the field: every interface was plain
+        ("", devices.Kind.PLAIN),
+        ("efa", devices.Kind.EFA),
+        ("efa-only", devices.Kind.EFA_ONLY),
+        ("trunk", devices.Kind.TRUNK),
+        ("branch", devices.Kind.BRANCH),
+        ("network_load_balancer", devices.Kind.OTHER),
+        ("a-type-ec2-adds-next-year", devices.Kind.OTHER),
+        ("EFA", devices.Kind.OTHER),  # EC2 writes lower case: anything else is not proven plain
+        (3, devices.Kind.OTHER),
+    ],
+)
+def test_an_interface_type_reads_as_its_kind_and_an_unknown_one_is_never_filled(
+    interface_type: object, kind: devices.Kind
+) -> None:
+    assert devices.kind_named(interface_type) is kind
+    link = devices.reported("0a:1b:2c:3d:4e:5f", 1, interface_id="eni-1", interface_type=interface_type)
+    assert devices.kind_of(link) is kind and devices.card_of(link) == 1
+    assert devices.fillable(link) == (kind in {devices.Kind.PLAIN, devices.Kind.EFA})
+
+
+def test_every_kind_has_its_status_value() -> None:
+    from typing import get_args
+
+    from eni_ipam.core.pool_status import InterfaceType
+
+    assert sorted(k.label for k in devices.Kind) == sorted(get_args(InterfaceType))
 
 
 def test_no_mac_and_card_0_is_the_small_int_0() -> None:

@@ -1,8 +1,10 @@
 """The planner: deterministic, fewest calls, exclusion, subnet / group choice, prefixes, release."""
 
 import hypothesis
+import pytest
 from hypothesis import strategies as st
 
+from eni_ipam.core import devices
 from eni_ipam.core.model import (
     AssignAddresses,
     CreateInterface,
@@ -24,9 +26,10 @@ def subnet(sid, free=200, zone="z1", vpc="vpc-1", tags=None):
     return Subnet(id=sid, vpc_id=vpc, zone=zone, cidr="10.0.0.0/24", available=free, tags=Tags(tags))
 
 
-def iface(idx, n=0, sid="s-1", prefixes=(), tags=None, sgs=("sg-1",)):
+def iface(idx, n=0, sid="s-1", prefixes=(), tags=None, sgs=("sg-1",), kind=devices.Kind.PLAIN, card=0):
     base = f"10.0.{idx}."
     return Interface(
+        link=devices.pack("", card, kind),
         id=f"eni-{idx}",
         device_index=idx,
         subnet_id=sid,
@@ -82,6 +85,28 @@ def test_excluded_interfaces_are_never_filled():
     assert p.actions == (
         CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=2, count=3),
     )
+
+
+@pytest.mark.parametrize("kind", [devices.Kind.EFA_ONLY, devices.Kind.TRUNK, devices.Kind.OTHER])
+def test_an_interface_of_a_kind_no_pool_fills_is_neither_filled_nor_counted(kind):
+    """A trunk (security groups for pods), an EFA-only device or a type not known to be plain: its
+    device index is taken, its slots are no room, its addresses are no pool."""
+    inst = instance(iface(0, n=14), iface(1, n=5, kind=kind))
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=3)
+    assert p.actions == (
+        CreateInterface(subnet_id="s-1", security_groups=("sg-1",), device_index=2, count=3),
+    )
+    stats = node_stats(NodeSpec(), inst, M5_XLARGE, used=0, prefix_delegation=False)
+    assert (stats.available, stats.capacity, stats.remaining_interfaces) == (14, 14 * 3, 2)
+    assert plan_release(NodeSpec(), inst, in_use=(), excess=20).candidates() == frozenset(
+        inst.interfaces[0].addresses
+    )
+
+
+def test_an_efa_interface_is_filled_like_a_plain_one():
+    inst = instance(iface(0, n=14), iface(1, n=5, kind=devices.Kind.EFA))
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=3)
+    assert p.actions == (AssignAddresses(interface_id="eni-1", subnet_id="s-1", count=3),)
 
 
 def test_subnet_ids_win_over_tags_and_most_free_is_chosen():

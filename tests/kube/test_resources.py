@@ -385,6 +385,41 @@ def test_pool_interfaces_give_the_node_side_each_device_and_leave_out_what_the_s
     assert pool_interfaces({"status": "not a mapping"}) == pool_interfaces({}) == []
 
 
+def test_an_interface_no_pool_fills_is_published_with_its_type_and_never_given_to_the_node_side() -> None:
+    """A trunk or EFA-only interface is in the status (an operator sees what the instance holds),
+    with its type; the node side is never given its device to configure. An EFA interface is."""
+    kinds = (devices.Kind.EFA, devices.Kind.TRUNK, devices.Kind.EFA_ONLY, devices.Kind.OTHER)
+    status = NodeStatus(
+        subnets={"s-1": "10.0.0.0/24"},
+        interfaces=(
+            _devices_status().interfaces[0],
+            *(
+                Interface(
+                    id=f"eni-{n}",
+                    device_index=n,
+                    subnet_id="s-1",
+                    primary_ip="" if kind is devices.Kind.EFA_ONLY else f"10.0.0.{10 + n}",
+                    link=devices.pack(f"0a:00:00:00:01:{n:02x}", 0, kind),
+                )
+                for n, kind in enumerate(kinds, 1)
+            ),
+        ),
+    )
+    obj: dict = {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    obj = _apply(obj, _write(status, obj, now=NOW))
+    assert [i.get("interfaceType") for i in obj["status"]["interfaces"]] == [
+        None,
+        "efa",
+        "trunk",
+        "efa-only",
+        "other",
+    ]
+    assert [i.id for i in pool_interfaces(obj)] == ["eni-0", "eni-1"]
+    # A status that bypassed the schema with a type it does not know: not configured either.
+    obj["status"]["interfaces"][1]["interfaceType"] = "EFA"
+    assert [i.id for i in pool_interfaces(obj)] == ["eni-0"]
+
+
 def test_agent_status_patch_writes_only_the_agents_fields_and_their_changes() -> None:
     from eni_ipam.kube.resources import agent_status_patch
 

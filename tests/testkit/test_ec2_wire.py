@@ -356,6 +356,44 @@ async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them()
     assert {n["MacAddress"] for n in nested.values()} == {parsed[i].mac_address for i in nested}
 
 
+async def test_interface_types_read_through_the_wire_as_the_cloud_holds_them() -> None:
+    """Each interface's ``interfaceType`` reaches the provider as the cloud's own view has it, and an
+    EFA-only interface arrives without any address, as EC2 answers it."""
+    cloud = make_cloud()
+    cloud.add_instance(
+        "i-types",
+        type="m5.xlarge",
+        subnet="subnet-big",
+        security_groups=["sg-1"],
+        interfaces=[
+            {"index": 0},
+            {"index": 1, "type": "trunk"},
+            {"index": 2, "type": "efa-only"},
+            {"index": 3, "type": "efa", "secondary_ips": 2},
+        ],
+    )
+    ec2 = ec2_client()
+    installed = install(ec2, cloud)
+    try:
+        aws = provider(ec2)
+        try:
+            listed = (await aws.resync()).instances["i-types"]
+        finally:
+            aws.close()
+        answer = await call(ec2, "describe_network_interfaces")
+    finally:
+        installed.uninstall()
+    held = cloud.instance_view("i-types").interfaces
+    assert listed.interfaces == tuple(dataclasses.replace(i, created_at=0.0) for i in held)
+    assert [i.kind.label for i in listed.interfaces] == ["interface", "trunk", "efa-only", "efa"]
+    assert [len(i.addresses) for i in listed.interfaces] == [0, 0, 0, 2]
+    wire = {d["NetworkInterfaceId"]: d for d in answer["NetworkInterfaces"]}
+    efa_only = wire[listed.interfaces[2].id]
+    assert efa_only["InterfaceType"] == "efa-only"
+    assert "PrivateIpAddress" not in efa_only and efa_only.get("PrivateIpAddresses", []) == []
+    assert listed.interfaces[2].primary_ip == ""
+
+
 async def test_instance_types_convert_back_to_the_clouds_limits(
     wired: tuple[SimCloud, Any, Ec2Frontend],
 ) -> None:

@@ -290,6 +290,28 @@ def test_deleting_an_attached_interface_is_in_use(ec2: Any) -> None:
     assert free(ec2, sub) == 251 - 1  # only the instance's primary remains
 
 
+def test_an_interface_keeps_its_type_and_an_efa_only_one_takes_no_address(ec2: Any) -> None:
+    sub = subnet(ec2)
+    kinds = {t: create(ec2, sub, InterfaceType=t)["NetworkInterfaceId"] for t in ("efa", "efa-only", "trunk")}
+    kinds["interface"] = create(ec2, sub)["NetworkInterfaceId"]
+    for kind, eni in kinds.items():
+        assert describe(ec2, eni)["InterfaceType"] == kind
+    with pytest.raises(ClientError) as exc:
+        ec2.assign_private_ip_addresses(
+            NetworkInterfaceId=kinds["efa-only"], SecondaryPrivateIpAddressCount=1
+        )
+    assert code(exc) == "InvalidParameterCombination"
+    with pytest.raises(ClientError) as exc:
+        create(ec2, sub, InterfaceType="efa-only", SecondaryPrivateIpAddressCount=2)
+    assert code(exc) == "InvalidParameterCombination"
+    with pytest.raises(ClientError) as exc:
+        create(ec2, sub, InterfaceType="branch")
+    assert code(exc) == "InvalidParameterValue"
+    # The others take addresses as a plain interface does.
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=kinds["trunk"], SecondaryPrivateIpAddressCount=1)
+    assert len(addresses(describe(ec2, kinds["trunk"]))) == 2
+
+
 # -- 8. UnassignPrivateIpAddresses of an address not held ----------------------------------------------
 
 

@@ -163,8 +163,10 @@ class Renderer:
         items = [
             f"<item><privateIpAddress>{a}</privateIpAddress><privateDnsName>{self.dns_name(a)}"
             f"</privateDnsName><primary>{_bool(n == 0)}</primary></item>"
-            for n, a in enumerate((iface.primary_ip, *iface.addresses))
+            for n, a in enumerate((iface.primary_ip, *iface.addresses) if iface.primary_ip else ())
         ]
+        if not items:  # an EFA-only interface: no address at all
+            return "<privateIpAddressesSet/>"
         return f"<privateIpAddressesSet>{''.join(items)}</privateIpAddressesSet>"
 
     @staticmethod
@@ -193,11 +195,10 @@ class Renderer:
             f"<description>{escape(iface.description)}</description><ownerId>{OWNER_ID}</ownerId>"
             f"<requesterId>{REQUESTER_ID}</requesterId><requesterManaged>false</requesterManaged>"
             f"<status>{iface.status}</status><macAddress>{iface.mac_address}</macAddress>"
-            f"<privateIpAddress>{iface.primary_ip}</privateIpAddress>"
-            f"<privateDnsName>{self.dns_name(iface.primary_ip)}</privateDnsName>"
+            f"{self.primary(iface)}"
             f"<sourceDestCheck>true</sourceDestCheck>{self.group_set(iface.security_groups)}{attachment}"
             f"{tag_set(iface.tags)}{self.addresses(iface)}{self.prefixes(iface)}"
-            f"<ipv6AddressesSet/><interfaceType>interface</interfaceType></{tag}>"
+            f"<ipv6AddressesSet/><interfaceType>{iface.kind.label}</interfaceType></{tag}>"
         ).encode()
 
     def instance_interface(self, iface: InterfaceRecord) -> str:
@@ -206,9 +207,7 @@ class Renderer:
             f"<item><networkInterfaceId>{iface.id}</networkInterfaceId><subnetId>{iface.subnet_id}</subnetId>"
             f"<vpcId>{iface.vpc_id}</vpcId><description>{escape(iface.description)}</description>"
             f"<ownerId>{OWNER_ID}</ownerId><status>{iface.status}</status>"
-            f"<macAddress>{iface.mac_address}</macAddress>"
-            f"<privateIpAddress>{iface.primary_ip}</privateIpAddress>"
-            f"<privateDnsName>{self.dns_name(iface.primary_ip)}</privateDnsName>"
+            f"<macAddress>{iface.mac_address}</macAddress>{self.primary(iface)}"
             f"<sourceDestCheck>true</sourceDestCheck>{self.group_set(iface.security_groups)}"
             f"<attachment><attachmentId>{iface.attachment_id}</attachmentId>"
             f"<deviceIndex>{iface.device_index}</deviceIndex><status>attached</status>"
@@ -216,7 +215,16 @@ class Renderer:
             f"<deleteOnTermination>{_bool(iface.delete_on_termination)}</deleteOnTermination>"
             f"<networkCardIndex>{iface.network_card}</networkCardIndex></attachment>"
             f"{self.addresses(iface)}{self.prefixes(iface)}<ipv6AddressesSet/>"
-            "<interfaceType>interface</interfaceType></item>"
+            f"<interfaceType>{iface.kind.label}</interfaceType></item>"
+        )
+
+    def primary(self, iface: InterfaceRecord) -> str:
+        """The primary address and its DNS name; nothing for an EFA-only interface, which has none."""
+        if not iface.primary_ip:
+            return ""
+        return (
+            f"<privateIpAddress>{iface.primary_ip}</privateIpAddress>"
+            f"<privateDnsName>{self.dns_name(iface.primary_ip)}</privateDnsName>"
         )
 
     def reservation(

@@ -279,6 +279,7 @@ def interface_marker(iface: InterfaceRecord) -> Marker:
         iface.description,
         iface.subnet_id,
         iface.created_at,
+        iface.kind,
     )
 
 

@@ -234,6 +234,9 @@ def edit_interfaces(body: bytes, rnd: random.Random) -> bytes:
             mac.text = rnd.choice(
                 [mac.text.upper(), mac.text.replace(":", "-"), "", "zz", "01:00:5e:00:00:01"]
             )
+        kind = item.find(f"{NS}interfaceType")
+        if kind is not None and rnd.random() < 0.3:
+            kind.text = rnd.choice(["efa", "efa-only", "trunk", "branch", "lambda", ""])
         managed = item.find(f"{NS}requesterManaged")
         if managed is not None and rnd.random() < 0.3:
             managed.text = "true"
@@ -416,6 +419,14 @@ HAND_PICKED = {
         )
     ),
     "pretty": page(eni(1).replace("><", ">\n      <"), eni(2).replace("><", ">\t<")),
+    "interface-types": page(
+        *(
+            eni(n, extra=f"<interfaceType>{kind}</interfaceType>" if kind is not None else "")
+            for n, kind in enumerate(
+                ["interface", "efa", "efa-only", "trunk", "branch", "nat_gateway", "", None, "tr&#117;nk"], 1
+            )
+        )
+    ),
 }
 
 
@@ -437,6 +448,21 @@ def test_an_interface_on_another_card_is_detached_and_keeps_its_card() -> None:
     assert (beyond.device_index, beyond.instance_id, beyond.network_card) == (DETACHED_INDEX, "", 0)
     attached = assert_same_reading(HAND_PICKED["attached"], DNI)[0]
     assert (attached.device_index, attached.network_card) == (1, 0)
+
+
+def test_an_interface_type_reads_as_its_kind_and_an_unknown_one_as_other() -> None:
+    kinds = [i.kind.label for i in assert_same_reading(HAND_PICKED["interface-types"], DNI)]
+    assert kinds == [
+        "interface",
+        "efa",
+        "efa-only",
+        "trunk",
+        "branch",
+        "other",
+        "interface",
+        "interface",
+        "trunk",
+    ]
 
 
 def instance(
@@ -779,7 +805,14 @@ def _outside_lists(shape: Any, path: str = "") -> Iterator[tuple[str, str]]:
     [
         (
             "NetworkInterface",
-            {"networkInterfaceId", "subnetId", "privateIpAddress", "macAddress", "attachment"}
+            {
+                "networkInterfaceId",
+                "subnetId",
+                "privateIpAddress",
+                "macAddress",
+                "interfaceType",
+                "attachment",
+            }
             | {"groupSet", "tagSet", "privateIpAddressesSet", "ipv4PrefixSet"},
             {
                 "/attachment": {
