@@ -11,7 +11,9 @@ enforces:
 ``adapters`` is the maximum number of network interfaces of the *default*
 network card (the ``NetworkCards`` entry whose index is
 ``DefaultNetworkCardIndex``; ``MaximumNetworkInterfaces`` when the type lists no
-cards).  ``hypervisor`` is "nitro", "xen" or "" (bare metal or unknown).
+cards).  ``hypervisor`` is "nitro", "xen" or "" (bare metal or unknown).  A type
+of several network cards also has ``cards``: each card's maximum interfaces, by
+card index.
 
 Inputs (exactly one of):
 
@@ -183,7 +185,7 @@ def render(types: dict[str, dict], source: str) -> str:
     names = sorted(types)
     for n, name in enumerate(names):
         row = types[name]
-        fields = ", ".join(f"{json.dumps(k)}: {json.dumps(row[k])}" for k in ROW_KEYS)
+        fields = ", ".join(f"{json.dumps(k)}: {json.dumps(row[k])}" for k in ROW_KEYS if k in row)
         comma = "," if n < len(names) - 1 else ""
         lines.append(f"    {json.dumps(name)}: {{{fields}}}{comma}")
     lines.append("  }")

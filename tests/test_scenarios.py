@@ -50,6 +50,10 @@ nodes: [{name: node1, instance: i-1}]
         ("steps: [{expect: {node9: {available: 1}}}]", "steps[0].expect.node9"),
         ("steps: [{expect: {node1: {availabel: 1}}}]", "steps[0].expect.node1.availabel"),
         ("steps: [{converge: soon}]", "steps[0].converge"),
+        (
+            "steps: [{expect: {node1: {addresses_by_index: {x/1: 2}}}}]",
+            "steps[0].expect.node1.addresses_by_index.x/1",
+        ),
         ("steps: [{advance: 1s, converge: 1s}]", "steps[0]"),
         ("steps: [{teleport: 1}]", "steps[0].teleport"),
         ("steps: [{set: {node1: {used: -1}}}]", "steps[0].set.node1.used"),
@@ -80,6 +84,9 @@ def test_invalid_scenario_names_the_offending_key(extra, path):
         ),
         (lambda d: d["nodes"][0].update(instance="i-9"), "nodes[0].instance"),
         (lambda d: d["nodes"][0].update(pre_allocate="8"), "nodes[0].pre_allocate"),
+        (lambda d: d["nodes"][0].update(network_cards=[0, 1, 0]), "nodes[0].network_cards"),
+        (lambda d: d["nodes"][0].update(network_cards=[]), "nodes[0].network_cards"),
+        (lambda d: d["nodes"][0].update(network_cards=[256]), "nodes[0].network_cards[0]"),
         (lambda d: d["nodes"].append({"name": "node1", "instance": "i-1"}), "nodes[1].name"),
         (
             lambda d: d["cloud"]["security_groups"].append({"id": "sg-1", "vpc": "vpc-1"}),

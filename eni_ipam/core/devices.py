@@ -172,6 +172,17 @@ def card_of(link: int) -> int:
     return link >> _MAC_BITS & _CARD_MASK
 
 
+def with_card(link: int, network_card: int) -> int:
+    """``link`` with its network card replaced (an interface attached on another card).
+
+    Raises:
+        ValueError: the card is not an integer from 0 to :data:`MAX_NETWORK_CARD`.
+    """
+    if type(network_card) is not int or not 0 <= network_card <= MAX_NETWORK_CARD:
+        raise ValueError(f"network card {network_card!r} is not an integer from 0 to {MAX_NETWORK_CARD}")
+    return link & ~(_CARD_MASK << _MAC_BITS) | network_card << _MAC_BITS
+
+
 def kind_of(link: int) -> Kind:
     """The kind :func:`pack` put in ``link``."""
     return Kind(link >> _KIND_SHIFT)

@@ -48,11 +48,14 @@ longer one, and the node agent never writes one. The largest instance type of th
 holds 24 interfaces of 63 secondary slots, each a /28 when prefix-delegated: 24 × 63 × 16 = 24,192
 addresses (x8i.96xlarge). Azure's largest size holds 8 NICs of 255 configurations (2,040); the generic
 provider's ``max_blocks_per_node`` is bounded by it. A power of two above the largest, so a type with
-a few more interfaces still fits; a test fails when the table holds one that does not."""
+a few more interfaces still fits; a test fails when the table holds one that does not. A pool on
+several network cards could hold more (a trn1n.32xlarge's 80 interfaces of /28s: 62,720): its
+maximum is capped here (:func:`~eni_ipam.core.watermarks.max_allocatable`), far above any node's pods."""
 
-MAX_NODE_INTERFACES = 64
-"""Most interfaces (and so subnets) one node reports: EC2's largest type attaches 24 on network card
-0, Azure's 8 NICs, the generic provider 1."""
+MAX_NODE_INTERFACES = 128
+"""Most interfaces (and so subnets) one node reports: EC2's largest type attaches 80 over its 16
+network cards (trn1n.32xlarge; 24 on card 0 alone), Azure's 8 NICs, the generic provider 1. A power
+of two above the largest; a test fails when the shipped table holds a type that does not fit."""
 
 MAX_INTERFACE_PREFIXES = MAX_NODE_ADDRESSES // PREFIX_SIZE
 """Most /28 prefixes on one interface: the generic provider's single interface may hold a whole
@@ -158,7 +161,7 @@ class InstanceLimits:
     """Network limits of an instance type, as the cloud describes them."""
 
     adapters: int
-    """Maximum network interfaces (of the default network card)."""
+    """Maximum network interfaces of network card 0 (the default card, where the primary is)."""
     ipv4_per_interface: int
     """IPv4 addresses per interface, the primary included."""
     ipv6_per_interface: int = 0
@@ -173,12 +176,26 @@ class InstanceLimits:
     nodes are always prefix delegated."""
     prefixes: bool = False
     """/28 prefixes are offered whatever the hypervisor (the generic provider's blocks)."""
+    cards: tuple[int, ...] = ()
+    """Maximum network interfaces of each network card, by card index, for a type of several cards
+    (EC2's ``NetworkCards[].MaximumNetworkInterfaces``: a p5.48xlarge has 32 cards of 2); empty for a
+    type of one card, whose interfaces are ``adapters``. ``cards[0]`` is ``adapters``."""
     slots_per_interface: int = dataclasses.field(init=False, compare=False, repr=False)
     """Secondary slots per interface: every secondary address or /28 prefix takes one. Stored, not
     derived: the planner reads it several times for every node it plans."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slots_per_interface", max(self.ipv4_per_interface - 1, 0))
+        if self.cards and self.cards[0] != self.adapters:
+            raise ValueError(
+                f"network card 0 holds {self.cards[0]} interfaces, but adapters is {self.adapters}"
+            )
+
+    def adapters_on(self, card: int) -> int:
+        """Maximum interfaces of network card ``card`` (0 for a card the type does not have)."""
+        if card == 0:
+            return self.adapters
+        return self.cards[card] if card < len(self.cards) else 0
 
     @property
     def supports_prefixes(self) -> bool:
@@ -580,14 +597,16 @@ def assignment(interface_id: str, subnet_id: str, count: int, prefixes: bool) ->
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CreateInterface:
     """Create an interface in ``subnet_id`` with ``security_groups``, carrying ``count`` addresses (or
-    /28 prefixes when ``prefixes``), and attach it at ``device_index``: what the planner decides, and
-    the ``request`` a provider's ``create_interface`` takes as it is."""
+    /28 prefixes when ``prefixes``), and attach it at ``device_index`` of ``network_card``: what the
+    planner decides, and the ``request`` a provider's ``create_interface`` takes as it is."""
 
     subnet_id: str
     security_groups: tuple[str, ...]
     device_index: int
     count: int
     prefixes: bool = False
+    network_card: int = 0
+    """The network card to attach on (EC2's ``NetworkCardIndex``); device indexes are per card."""
 
     @property
     def addresses(self) -> int:

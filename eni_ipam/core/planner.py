@@ -49,20 +49,26 @@ from eni_ipam.core.watermarks import excess_ips, max_allocatable, needed_ips
 
 
 def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
-    """Excluded interfaces are neither counted nor filled: below the first index (on card 0), tagged
-    out, on a network card other than 0, or of a kind no pool fills (EFA-only, trunk, …:
-    :data:`~eni_ipam.core.devices.FILLABLE`)."""
+    """Excluded interfaces are neither counted nor filled: on a network card the pool does not use
+    (``network_cards``), below the first index (on card 0), tagged out, or of a kind no pool fills
+    (EFA-only, trunk, …: :data:`~eni_ipam.core.devices.FILLABLE`)."""
+    card = interface.network_card
     return (
         not interface.fillable
-        or interface.network_card != 0
-        or interface.device_index < spec.first_interface_index
+        or card not in spec.network_cards
+        or (card == 0 and interface.device_index < spec.first_interface_index)
         or tags_match(interface.tags, spec.exclude_interface_tags)
     )
 
 
 def managed_interfaces(instance: Instance, spec: NodeSpec) -> Sequence[Interface]:
     """The interfaces of ``instance`` the node's pool counts and fills (:func:`is_excluded`)."""
-    if instance.plain and spec.first_interface_index <= 0 and not spec.exclude_interface_tags:
+    if (
+        instance.plain
+        and spec.first_interface_index <= 0
+        and not spec.exclude_interface_tags
+        and 0 in spec.network_cards
+    ):
         return instance.interfaces  # nothing to exclude (the common case, kept cheap)
     return [i for i in instance.interfaces if not is_excluded(i, spec)]
 
@@ -87,13 +93,22 @@ def is_prefix_delegated(
     return all(i.pool_size == PREFIX_SIZE * i.slots_used for i in interfaces)
 
 
-def usable_free_indexes(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[int]:
-    """Device indexes where a new interface may be attached, lowest first (none where the cloud
-    cannot attach to a running instance)."""
+def usable_free_slots(instance: Instance, spec: NodeSpec, limits: InstanceLimits) -> list[tuple[int, int]]:
+    """(network card, device index) slots where a new interface may be attached: the pool's cards in
+    the spec's order, each lowest index first, card 0 from ``first_interface_index`` (none where the
+    cloud cannot attach to a running instance)."""
     if not limits.hot_attach:
         return []
-    taken = {i.device_index for i in instance.interfaces}
-    return [d for d in range(max(spec.first_interface_index, 0), limits.adapters) if d not in taken]
+    if instance.plain and spec.network_cards == (0,):  # one card (the common case, kept cheap)
+        taken = {i.device_index for i in instance.interfaces}
+        return [(0, d) for d in range(spec.first_interface_index, limits.adapters) if d not in taken]
+    held = {(i.network_card, i.device_index) for i in instance.interfaces}
+    return [
+        (card, d)
+        for card in spec.network_cards
+        for d in range(spec.first_interface_index if card == 0 else 0, limits.adapters_on(card))
+        if (card, d) not in held
+    ]
 
 
 def _room(interface: Interface, limits: InstanceLimits) -> int:
@@ -129,12 +144,15 @@ def node_stats(
         # Leftover prefixes on a node that is no longer delegated still count at their full size:
         # each adds 15 addresses beyond its slot, and nothing else does.
         capacity += available - taken
-    free_indexes = usable_free_indexes(instance, spec, limits)
-    capacity += len(free_indexes) * slots * per_slot
-    remaining = open_interfaces + len(free_indexes)
+    free_slots = usable_free_slots(instance, spec, limits)
+    capacity += len(free_slots) * slots * per_slot
+    remaining = open_interfaces + len(free_slots)
     pre = spec.pre_allocate  # resolved when the spec was parsed (0 is the default already)
     max_allocate = spec.max_allocate or max_allocatable(
-        limits, first_interface_index=spec.first_interface_index, prefix_delegated=pd
+        limits,
+        first_interface_index=spec.first_interface_index,
+        prefix_delegated=pd,
+        network_cards=spec.network_cards,
     )
     needed = needed_ips(
         available=available,
@@ -253,9 +271,9 @@ class _Draft:
     subnets: Mapping[str, Subnet]
     groups: Mapping[str, SecurityGroup]
     free: dict[str, int]
-    free_indexes: list[int] | None = None
-    """Device indexes a new interface may take, found when the first is needed (most plans fit
-    on the interfaces there are)."""
+    free_slots: list[tuple[int, int]] | None = None
+    """(network card, device index) slots a new interface may take, found when the first is needed
+    (most plans fit on the interfaces there are)."""
     assigns: dict[str, AssignAddresses] = dataclasses.field(default_factory=dict)
     creates: list[CreateInterface] = dataclasses.field(default_factory=list)
     reason: str = ""
@@ -312,10 +330,10 @@ class _Draft:
 
     def create_new(self, remaining: int, *, prefixes: bool, skip_subnets: Collection[str]) -> int:
         unit = PREFIX_SIZE if prefixes else 1
-        if remaining > 0 and self.free_indexes is None:
-            self.free_indexes = usable_free_indexes(self.instance, self.spec, self.limits)
+        if remaining > 0 and self.free_slots is None:
+            self.free_slots = usable_free_slots(self.instance, self.spec, self.limits)
         while remaining > 0:
-            if not self.free_indexes:
+            if not self.free_slots:
                 # No adapter slot left: at capacity only when the interfaces are full too; slots
                 # left empty for want of subnet addresses are the subnet's doing.
                 self.reason = "no-subnet" if self._slots_left() else "at-capacity"
@@ -339,13 +357,15 @@ class _Draft:
                 self.reason = "no-security-groups"
                 break
             n = min(remaining, self.limits.slots_per_interface, (self.free[subnet.id] - 1) // unit)
+            card, index = self.free_slots.pop(0)
             self.creates.append(
                 CreateInterface(
                     subnet_id=subnet.id,
                     security_groups=groups,
-                    device_index=self.free_indexes.pop(0),
+                    device_index=index,
                     count=n,
                     prefixes=prefixes,
+                    network_card=card,
                 )
             )
             self.free[subnet.id] -= n * unit + 1

@@ -149,12 +149,13 @@ class Provider(Protocol):
         """Create the interface the planner asked for: in ``request.subnet_id`` with
         ``request.security_groups``, carrying ``request.count`` secondary addresses (or ``count`` /28
         prefixes when ``request.prefixes``) and ``tags``; attach it to the instance at
-        ``request.device_index``, and set delete-on-termination unless ``delete_on_termination`` is
-        false.
+        ``request.device_index`` of network card ``request.network_card``, and set
+        delete-on-termination unless ``delete_on_termination`` is false.
 
         ``request.device_index`` comes from the caller's view, which may be stale: when another
-        interface holds it, the provider tries the following indexes (a bounded number of them) and
-        the returned interface says which index it got.
+        interface holds it, the provider tries the card's following indexes (a bounded number of
+        them) and the returned interface says which index it got. A provider of one network card
+        (Azure, the generic provider) is only ever asked for card 0.
 
         ``token`` is an idempotency token: a retried create with the same token returns the same
         interface instead of creating a second one. If attaching (or marking) fails, the created

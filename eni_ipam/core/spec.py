@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from eni_ipam.config.schema import ConfigModel
+from eni_ipam.core.devices import MAX_NETWORK_CARD
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS, ReleaseState, Tags
 from eni_ipam.core.packed import EMPTY_ADDRESS_SET, AddressSet
@@ -115,8 +116,21 @@ class NodeSpec(ConfigModel):
     max_above_watermark: Count = 0
     """Addresses one pass may add beyond the watermark, to save calls on a growing node."""
     first_interface_index: Annotated[int, Field(ge=0, le=MAX_DEVICE_INDEX)] = 0
-    """Interfaces below this device index are never filled nor counted (1 keeps pods off the primary
-    interface)."""
+    """Interfaces of network card 0 below this device index are never filled nor counted (1 keeps pods
+    off the primary interface)."""
+    network_cards: Annotated[
+        tuple[Annotated[int, Field(ge=0, le=MAX_NETWORK_CARD)], ...],
+        Field(
+            min_length=1,
+            max_length=MAX_NETWORK_CARD + 1,
+            strict=False,
+            json_schema_extra={"x-kubernetes-list-type": "set"},  # the API server refuses a card twice
+        ),
+    ] = (0,)
+    """Network cards whose interfaces the pool fills and where it attaches new ones (EC2's
+    NetworkCardIndex), in order of preference. Default: card 0 only, every instance's one card. A
+    multi-card instance (p5.48xlarge: 32 cards of 2 interfaces) holds many more addresses with more
+    cards; a card the instance type does not have is skipped."""
     subnet_ids: Annotated[tuple[CloudId, ...], Field(max_length=MAX_SUBNETS, strict=False)] = ()
     """Subnets new interfaces are created in, the one with most free addresses first."""
     subnet_tags: SpecTags = EMPTY_TAGS
@@ -136,6 +150,16 @@ class NodeSpec(ConfigModel):
     @classmethod
     def _default_for_zero(cls, value: int) -> int:
         return DEFAULT_PRE_ALLOCATE if value == 0 else value
+
+    @field_validator("network_cards")
+    @classmethod
+    def _cards_once(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        seen: set[int] = set()
+        for card in value:
+            if card in seen:
+                raise ValueError(f"network card {card} is listed twice: list each card once")
+            seen.add(card)
+        return value
 
     def under(self, defaults: NodeSpec) -> NodeSpec:
         """These fields, with ``defaults`` filling in what was not written here."""

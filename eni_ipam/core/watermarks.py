@@ -7,7 +7,9 @@ where the two disagree.
 
 from __future__ import annotations
 
-from eni_ipam.core.model import PREFIX_SIZE, InstanceLimits
+from collections.abc import Sequence
+
+from eni_ipam.core.model import MAX_NODE_ADDRESSES, PREFIX_SIZE, InstanceLimits
 
 
 def needed_ips(
@@ -37,11 +39,22 @@ def excess_ips(
     return max(available - used - pre_allocate - max_above_watermark, 0)
 
 
-def max_allocatable(limits: InstanceLimits, *, first_interface_index: int, prefix_delegated: bool) -> int:
-    """Most addresses a node could hold: every usable adapter full of secondaries (×16 with prefixes)."""
-    adapters = max(limits.adapters - first_interface_index, 0)
+def max_allocatable(
+    limits: InstanceLimits,
+    *,
+    first_interface_index: int,
+    prefix_delegated: bool,
+    network_cards: Sequence[int] = (0,),
+) -> int:
+    """Most addresses a node could hold: every usable adapter of the pool's network cards full of
+    secondaries (×16 with prefixes), at most :data:`~eni_ipam.core.model.MAX_NODE_ADDRESSES` (what
+    a status lists). ``first_interface_index`` holds back card 0's lowest indexes."""
+    adapters = 0
+    for card in network_cards:
+        on_card = limits.adapters_on(card)
+        adapters += max(on_card - first_interface_index, 0) if card == 0 else on_card
     total = adapters * limits.slots_per_interface
-    return total * PREFIX_SIZE if prefix_delegated else total
+    return min(total * PREFIX_SIZE if prefix_delegated else total, MAX_NODE_ADDRESSES)
 
 
 def allocation_budget(*, needed: int, max_above_watermark: int, pending_pods: int) -> tuple[int, int]:

@@ -31,6 +31,7 @@ from eni_ipam.config.schema import (
     config_error,
     join,
     kind,
+    short,
     validate,
 )
 from eni_ipam.core.settings import Settings
@@ -86,6 +87,25 @@ def parse_sample(text: str) -> tuple[str, dict[str, str]]:
     return m.group(1), dict(_LABEL.findall(m.group(2) or ""))
 
 
+_SLOT = re.compile(r"^(0|[1-9][0-9]{0,2})/(0|[1-9][0-9]{0,2})$")
+
+
+def _slot(value: Any) -> Any:
+    """A device index (network card 0), or ``"<card>/<index>"`` for an interface on another card."""
+    if isinstance(value, str):
+        if value.isdigit():
+            return int(value)
+        if _SLOT.fullmatch(value) is None:
+            raise ValueError(f"{short(value)}: write a device index, or <network card>/<device index> (1/0)")
+        card, index = (int(part) for part in value.split("/"))
+        return f"{card}/{index}" if card else index
+    return value
+
+
+Slot = Annotated[NonNegativeInt | str, BeforeValidator(_slot)]
+"""Where an interface is attached, as an expectation names it (:func:`_slot`)."""
+
+
 def _group_or_groups(value: Any) -> Any:
     """One security group id or a list of them: a lone id is a list of one."""
     return [value] if isinstance(value, str) else value
@@ -101,11 +121,11 @@ class NodeExpectation(ConfigModel):
     interfaces: NonNegativeInt | None = None
     prefixes: NonNegativeInt | None = None
     running: bool | None = None
-    addresses_by_index: dict[NonNegativeInt, NonNegativeInt] | None = None
-    subnet_by_index: dict[NonNegativeInt, Name] | None = None
+    addresses_by_index: dict[Slot, NonNegativeInt] | None = None
+    subnet_by_index: dict[Slot, Name] | None = None
     security_groups_by_index: (
         dict[
-            NonNegativeInt,
+            Slot,
             Annotated[tuple[Name, ...], BeforeValidator(_group_or_groups), Field(strict=False)],
         ]
         | None

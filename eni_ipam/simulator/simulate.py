@@ -20,6 +20,7 @@ from typing import Any
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.core.clock import LoopClock
+from eni_ipam.core.model import Interface
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.emulation import emulator
@@ -194,9 +195,9 @@ class Simulation:
             "interfaces": len(interfaces),
             "prefixes": sum(len(i.prefixes) for i in interfaces),
             "running": bool(stats.running) if stats else False,
-            "addresses_by_index": {i.device_index: i.pool_size for i in interfaces},
-            "subnet_by_index": {i.device_index: i.subnet_id for i in interfaces},
-            "security_groups_by_index": {i.device_index: sorted(i.security_groups) for i in interfaces},
+            "addresses_by_index": {slot_key(i): i.pool_size for i in interfaces},
+            "subnet_by_index": {slot_key(i): i.subnet_id for i in interfaces},
+            "security_groups_by_index": {slot_key(i): sorted(i.security_groups) for i in interfaces},
             "release_ips": len(status.release) if status else 0,
             "message": status.message if status else "",
         }
@@ -249,11 +250,27 @@ class Simulation:
         return failures
 
 
+def slot_key(interface: Interface) -> str:
+    """How an expectation names an interface's slot: its device index on network card 0 (``"3"``),
+    and ``"<card>/<index>"`` on another card (docs/scenarios.md, "expect"). Text either way, as JSON
+    writes a key."""
+    card = interface.network_card
+    return f"{card}/{interface.device_index}" if card else str(interface.device_index)
+
+
+def _slot(key: Any) -> str:
+    """A written slot key in the form :func:`slot_key` makes (``3`` and ``"0/3"`` are ``"3"``)."""
+    if isinstance(key, str) and "/" in key:
+        card, index = (int(part) for part in key.split("/", 1))
+        return f"{card}/{index}" if card else str(index)
+    return str(int(key))
+
+
 def _normalise(field: str, value: Any) -> Any:
     if field == "security_groups_by_index":
-        return {int(k): sorted(v) if isinstance(v, list) else [v] for k, v in value.items()}
+        return {_slot(k): sorted(v) if isinstance(v, list) else [v] for k, v in value.items()}
     if field.endswith("_by_index"):
-        return {int(k): v for k, v in value.items()}
+        return {_slot(k): v for k, v in value.items()}
     return value
 
 

@@ -9,14 +9,15 @@ Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet`
 * the primary address is never among ``addresses``;
 * prefixes are ``Ipv4Prefixes[].Ipv4Prefix``;
 * an interface counts as attached only while its attachment is ``attaching`` or ``attached`` to an
-  instance, on network card 0. Interfaces of other cards, or attached to AWS-managed resources
-  (load balancers, Lambda), are reported detached from any instance, so the planner never counts or
-  touches them;
+  instance, on any network card (the pool's spec says which cards it fills: ``network_cards``).
+  Interfaces attached to AWS-managed resources (load balancers, Lambda) are reported detached from
+  any instance, so the planner never counts or touches them;
 * the interface's kind is ``InterfaceType`` (:func:`~eni_ipam.core.devices.kind_named`: a type it
   does not know is one no pool fills);
 * the MAC address is ``MacAddress`` (:func:`~eni_ipam.core.devices.reported`: one that is no
   device's is dropped with a warning), the network card the attachment's ``NetworkCardIndex`` while
-  attached to an instance (kept on an interface of another card, reported detached), else 0.
+  attached to an instance, else 0. A card out of bounds is read as 0 with a warning, and such an
+  interface is reported detached: its slot cannot be known.
 
 The two heavy listings (``DescribeNetworkInterfaces``, ``DescribeInstances``) usually arrive already
 in the model, read from EC2's XML by :mod:`providers.aws.listings` under the same rules.
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from eni_ipam.core.devices import reported
+from eni_ipam.core.devices import MAX_NETWORK_CARD, reported
 from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
 from providers.aws.client import Ec2Client
 from providers.aws.listings import ATTACHED
@@ -86,7 +87,7 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
     attachment = d.get("Attachment") or {}
     on_instance = attachment.get("Status") in ATTACHED and bool(attachment.get("InstanceId"))
     card = int(attachment.get("NetworkCardIndex", 0) or 0) if on_instance else 0
-    attached = on_instance and card == 0
+    attached = on_instance and 0 <= card <= MAX_NETWORK_CARD  # a slot it cannot name is no slot
     iid = d["NetworkInterfaceId"]
     return Interface(
         id=iid,
@@ -216,14 +217,14 @@ class Boto3Api:
         return parse_interface(answer["NetworkInterface"])
 
     async def attach_network_interface(
-        self, *, interface_id: str, instance_id: str, device_index: int
+        self, *, interface_id: str, instance_id: str, device_index: int, network_card: int = 0
     ) -> str:
         answer = await self.client.call(
             "AttachNetworkInterface",
             NetworkInterfaceId=interface_id,
             InstanceId=instance_id,
             DeviceIndex=device_index,
-            NetworkCardIndex=0,
+            NetworkCardIndex=network_card,
         )
         return str(answer["AttachmentId"])
 

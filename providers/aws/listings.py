@@ -63,7 +63,7 @@ from typing import Any, cast
 import botocore.parsers
 from botocore.utils import lowercase_dict
 
-from eni_ipam.core.devices import reported
+from eni_ipam.core.devices import MAX_NETWORK_CARD, reported
 from eni_ipam.core.model import DETACHED_INDEX, EMPTY_TAGS, Interface, Tags, address_key
 from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
 from providers.ec2.provider import InstanceInfo, InstanceState
@@ -76,7 +76,7 @@ MODEL_KEY = "EniIpamModel"
 botocore's own key (``NetworkInterfaces``, ``Reservations``) is then absent."""
 
 ATTACHED = frozenset({"attaching", "attached"})
-"""Attachment states in which an interface counts as attached (with an instance, on card 0)."""
+"""Attachment states in which an interface counts as attached (with an instance, on any card)."""
 
 SHARDS = 64
 """Every table here is split in this many dicts by hash: growing a dict copies it whole while
@@ -588,7 +588,7 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
         instance = attachment.get(b"instanceId")
         if attachment.get(b"status") in ATTACHED and instance:
             card = int(attachment.get(b"networkCardIndex") or 0)
-            if card == 0:
+            if 0 <= card <= MAX_NETWORK_CARD:  # a slot it cannot name is no slot
                 index = attachment.get(b"deviceIndex")
                 device_index = DETACHED_INDEX if index is None else int(index)
                 instance_id = sys.intern(instance)

@@ -6,7 +6,9 @@ limits without network access. Each entry becomes an :class:`~eni_ipam.core.mode
 
 * ``adapters`` — interfaces of the default network card;
 * ``ipv4`` / ``ipv6`` — addresses per interface, the primary included;
-* ``hypervisor`` — ``nitro``, ``xen``, or empty for bare metal (prefix delegation is keyed on it).
+* ``hypervisor`` — ``nitro``, ``xen``, or empty for bare metal (prefix delegation is keyed on it);
+* ``cards`` — for a type of several network cards only: the interfaces of each card, by card index
+  (``NetworkCards[].MaximumNetworkInterfaces``; 0 for an index the type does not list).
 
 The file is read on first use and cached for the life of the process; the mapping returned is
 read-only so no caller can alter another's view of the table.
@@ -55,8 +57,15 @@ def parse_table(document: Mapping[str, Any]) -> dict[str, InstanceLimits]:
                 raise ValueError(f"{TABLE}: types.{name}.{field}: expected a non-negative integer")
         if not isinstance(hypervisor, str):
             raise ValueError(f"{TABLE}: types.{name}.hypervisor: expected a string")
+        cards = entry.get("cards", [])
+        if not isinstance(cards, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cards
+        ):
+            raise ValueError(f"{TABLE}: types.{name}.cards: expected a list of non-negative integers")
+        if cards and cards[0] != adapters:
+            raise ValueError(f"{TABLE}: types.{name}.cards: card 0 holds {cards[0]}, adapters {adapters}")
         out[name] = limits_from_row(
-            {"adapters": adapters, "ipv4": ipv4, "ipv6": ipv6, "hypervisor": hypervisor}
+            {"adapters": adapters, "ipv4": ipv4, "ipv6": ipv6, "hypervisor": hypervisor, "cards": cards}
         )
     return out
 
@@ -79,8 +88,9 @@ def instance_limits(instance_type: str) -> InstanceLimits | None:
 
 
 HYPERVISORS = ("nitro", "xen")
-ROW_KEYS = ("adapters", "ipv4", "ipv6", "hypervisor", "bare_metal")
-"""Fields of one table row, in the order the table file writes them."""
+ROW_KEYS = ("adapters", "ipv4", "ipv6", "hypervisor", "bare_metal", "cards")
+"""Fields of one table row, in the order the table file writes them (``cards`` only where the type
+has several network cards)."""
 
 
 class InstanceTypeError(ValueError):
@@ -193,13 +203,18 @@ def convert_instance_type(record: Any, path: str) -> tuple[str, dict[str, Any]]:
                 )
             adapters = by_index[default_index]
 
-    row = {
+    row: dict[str, Any] = {
         "adapters": adapters,
         "ipv4": ipv4,
         "ipv6": ipv6,
         "hypervisor": hypervisor,
         "bare_metal": bare_metal,
     }
+    # The primary interface is on card 0 (AttachNetworkInterface: "The primary network interface
+    # must be assigned to network card index 0"); a type whose default card is another keeps only
+    # that card's interfaces, as before cards were read.
+    if cards is not None and len(by_index) > 1 and default_index == 0:
+        row["cards"] = [by_index.get(i, 0) for i in range(max(by_index) + 1)]
     return name, row
 
 
@@ -210,4 +225,5 @@ def limits_from_row(row: Mapping[str, Any]) -> InstanceLimits:
         ipv4_per_interface=row["ipv4"],
         ipv6_per_interface=row["ipv6"],
         hypervisor=row["hypervisor"],
+        cards=tuple(row.get("cards") or ()),
     )

@@ -44,7 +44,7 @@ from typing import Literal, Protocol
 
 import structlog
 
-from eni_ipam.core import errors
+from eni_ipam.core import devices, errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
     EMPTY_TAGS,
@@ -167,9 +167,9 @@ class Ec2Api(Protocol):
         ...
 
     async def attach_network_interface(
-        self, *, interface_id: str, instance_id: str, device_index: int
+        self, *, interface_id: str, instance_id: str, device_index: int, network_card: int = 0
     ) -> str:
-        """The attachment id."""
+        """The attachment id (``device_index`` of ``network_card``: EC2's NetworkCardIndex)."""
         ...
 
     async def modify_network_interface_attribute(
@@ -532,9 +532,9 @@ class Ec2Provider:
 
         * CreateNetworkInterface, carrying the addresses or prefixes, the tags, a description, and
           ``token`` as the ClientToken;
-        * AttachNetworkInterface at ``request.device_index``. On an index conflict (our view was
-          stale) it tries the next index, up to :data:`ATTACH_ATTEMPTS` indexes, and the returned
-          interface says which one it got;
+        * AttachNetworkInterface at ``request.device_index`` of ``request.network_card``. On an index
+          conflict (our view was stale) it tries the card's next index, up to :data:`ATTACH_ATTEMPTS`
+          indexes, and the returned interface says which one it got;
         * ModifyNetworkInterfaceAttribute for delete-on-termination, skipped when not wanted.
 
         A retry with the same ``token`` gets back the interface the first attempt created. If that
@@ -569,7 +569,11 @@ class Ec2Provider:
             )
             try:
                 return await self._attach_and_mark(
-                    iface, client_token, instance_id, request.device_index, delete_on_termination
+                    iface,
+                    client_token,
+                    instance_id,
+                    (request.network_card, request.device_index),
+                    delete_on_termination,
                 )
             except errors.NotFound as exc:
                 if exc.code != _INTERFACE_GONE:
@@ -589,10 +593,11 @@ class Ec2Provider:
         iface: Interface,
         client_token: str,
         instance_id: str,
-        device_index: int,
+        slot: tuple[int, int],
         delete_on_termination: bool,
     ) -> Interface:
-        """Attach and mark a created (or adopted) interface; on failure, roll it back and re-raise.
+        """Attach at ``slot`` (network card, device index) and mark a created (or adopted) interface;
+        on failure, roll it back and re-raise.
 
         Raises:
             errors.NotFound: ``InvalidNetworkInterfaceID.NotFound``, the interface no longer exists
@@ -602,13 +607,15 @@ class Ec2Provider:
         attached_here = ""
         try:
             if iface.instance_id != instance_id:
-                index, attached_here = await self._attach(iface.id, instance_id, device_index)
+                card, index = slot
+                index, attached_here = await self._attach(iface.id, instance_id, card, index)
                 iface = dataclasses.replace(
                     iface,
                     instance_id=instance_id,
                     device_index=index,
                     detail=pack_detail(iface.primary_ip, attached_here),
                     delete_on_termination=False,
+                    link=devices.with_card(iface.link, card),
                 )
             if delete_on_termination and not iface.delete_on_termination:
                 await self.api.modify_network_interface_attribute(
@@ -648,19 +655,31 @@ class Ec2Provider:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    async def _attach(self, interface_id: str, instance_id: str, device_index: int) -> tuple[int, str]:
-        """Attach at ``device_index``, or the next free index after a conflict; (index, attachment)."""
+    async def _attach(
+        self, interface_id: str, instance_id: str, network_card: int, device_index: int
+    ) -> tuple[int, str]:
+        """Attach at ``device_index`` of ``network_card``, or the card's next free index after a
+        conflict; (index, attachment)."""
         last = device_index + ATTACH_ATTEMPTS - 1
         for index in range(device_index, last + 1):
             try:
                 attachment = await self.api.attach_network_interface(
-                    interface_id=interface_id, instance_id=instance_id, device_index=index
+                    interface_id=interface_id,
+                    instance_id=instance_id,
+                    device_index=index,
+                    network_card=network_card,
                 )
                 return index, attachment
             except errors.DeviceIndexInUse:
                 if index == last:
                     raise
-                log.info("device_index_in_use", interface=interface_id, instance=instance_id, index=index)
+                log.info(
+                    "device_index_in_use",
+                    interface=interface_id,
+                    instance=instance_id,
+                    index=index,
+                    network_card=network_card,
+                )
         raise AssertionError("ATTACH_ATTEMPTS must be at least 1")
 
     async def _instance_info(self, instance_id: str) -> InstanceInfo | None:

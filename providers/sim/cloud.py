@@ -13,9 +13,8 @@ secondary addresses and /28 prefixes sharing the slots; prefixes on nitro only),
 with AWS's five reserved addresses and an optional free-address cap, deterministic lowest-free
 allocation, device indexes, delete-on-termination, idempotency tokens, filters and pagination,
 MAC addresses (derived from interface ids), interface types (an ``efa-only`` interface has no IP
-address and takes none). Network cards other than the default only as a
-declaration puts interfaces on them (no API call attaches there). Not modelled: IPv6, eventual
-consistency.
+address and takes none), network cards (device indexes per card, each card's interface limit). Not
+modelled: IPv6, eventual consistency.
 
 The class is split by concern: :mod:`~providers.sim.state` (records, inspection, invariants),
 :mod:`~providers.sim.setup` (setup and fault API), :mod:`~providers.sim.describe` (Describe calls),
@@ -246,15 +245,19 @@ class SimCloud(DescribeOps):
         return view
 
     @api("AttachNetworkInterface")
-    def attach_network_interface(self, *, interface_id: str, instance_id: str, device_index: int) -> str:
-        """Attach an interface to an instance at ``device_index``; returns the attachment id.
+    def attach_network_interface(
+        self, *, interface_id: str, instance_id: str, device_index: int, network_card: int = 0
+    ) -> str:
+        """Attach an interface to an instance at ``device_index`` of ``network_card`` (EC2's
+        NetworkCardIndex; device indexes are per card); returns the attachment id.
 
         Raises:
             SimError: ``InvalidNetworkInterfaceID.NotFound``, ``InvalidInstanceID.NotFound``,
                 ``IncorrectInstanceState`` (not running), ``InvalidNetworkInterface.InUse``,
                 ``InvalidParameterValue`` (another zone or VPC; "…interface attached at device
-                index…"; prefixes on a non-nitro type), ``AttachmentLimitExceeded``,
-                ``PrivateIpAddressLimitExceeded`` (more addresses than the type allows per interface).
+                index…"; a network card the type does not have; prefixes on a non-nitro type),
+                ``AttachmentLimitExceeded`` (the card is full), ``PrivateIpAddressLimitExceeded``
+                (more addresses than the type allows per interface).
         """
         iface = self._interface(interface_id)
         instance = self._instances.get(instance_id)
@@ -271,19 +274,30 @@ class SimCloud(DescribeOps):
             )
         if device_index < 0:
             raise SimError("InvalidParameterValue", f"Invalid value '{device_index}' for deviceIndex")
-        if device_index in instance.attached:
+        card_limit = instance.limits.adapters_on(network_card)
+        if network_card < 0 or not card_limit:
+            raise SimError(
+                "InvalidParameterValue",
+                f"Invalid value '{network_card}' for networkCardIndex: instance type {instance.type} "
+                "has no such network card",
+            )
+        if instance.at(network_card, device_index) is not None:
             raise SimError(
                 "InvalidParameterValue",
                 f"Instance '{instance_id}' already has an interface attached at device index "
-                f"'{device_index}'.",
+                f"'{device_index}'" + (f" of network card '{network_card}'." if network_card else "."),
             )
-        if len(instance.attached) >= instance.limits.adapters:
+        on_card = instance.on_card(network_card)
+        if on_card >= card_limit:
             raise SimError(
                 "AttachmentLimitExceeded",
-                f"Interface count {len(instance.attached) + 1} exceeds the limit for {instance.type}",
+                f"Interface count {on_card + 1} exceeds the limit for {instance.type}"
+                + (f" on network card {network_card}" if network_card else ""),
             )
         self._check_fits(iface, instance, 0, 0)
-        return self._attach(iface, instance, device_index, delete_on_termination=False)
+        return self._attach(
+            iface, instance, device_index, delete_on_termination=False, network_card=network_card
+        )
 
     @api("DetachNetworkInterface")
     def detach_network_interface(self, *, attachment_id: str, force: bool = False) -> None:

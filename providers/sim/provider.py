@@ -124,12 +124,15 @@ class SimApi:
         )
 
     async def attach_network_interface(
-        self, *, interface_id: str, instance_id: str, device_index: int
+        self, *, interface_id: str, instance_id: str, device_index: int, network_card: int = 0
     ) -> str:
         return await self._api.call(
             "AttachNetworkInterface",
             lambda: self.cloud.attach_network_interface(
-                interface_id=interface_id, instance_id=instance_id, device_index=device_index
+                interface_id=interface_id,
+                instance_id=instance_id,
+                device_index=device_index,
+                network_card=network_card,
             ),
         )
 

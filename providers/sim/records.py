@@ -94,17 +94,22 @@ class InstanceRecord:
     security_groups: tuple[str, ...]
     state: InstanceState = "running"
     attached: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Interface id by device index, on network card 0: the interfaces the type's ``adapters`` count
-    and the API attaches (AttachNetworkInterface takes card 0 only, as the reconciler asks)."""
+    """Interface id by device index, on network card 0: the interfaces the type's ``adapters`` count."""
     other_cards: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
-    """Interface id by (network card, device index) for the other cards, which only a declaration
-    fills (an EFA card of a GPU instance)."""
+    """Interface id by (network card, device index) for the other cards (each holds the type's
+    ``adapters_on(card)``)."""
 
     def at(self, network_card: int, device_index: int) -> str | None:
         """The interface attached at ``device_index`` of ``network_card``, if any."""
         if network_card:
             return self.other_cards.get((network_card, device_index))
         return self.attached.get(device_index)
+
+    def on_card(self, network_card: int) -> int:
+        """How many interfaces are attached on ``network_card``."""
+        if network_card:
+            return sum(1 for card, _ in self.other_cards if card == network_card)
+        return len(self.attached)
 
     def interface_ids(self) -> list[str]:
         """Every attached interface, card 0 first, each card in device-index order."""
@@ -157,8 +162,8 @@ class InterfaceRecord:
         return mac_address(self.id)
 
     def view(self) -> model.Interface:
-        # Read as the AWS provider reads EC2's answer: attached only on card 0.
-        attached = bool(self.instance_id) and self.network_card == 0
+        # Read as the AWS provider reads EC2's answer: attached on whatever card.
+        attached = bool(self.instance_id)
         return model.Interface(
             id=self.id,
             device_index=self.device_index if attached else DETACHED_INDEX,

@@ -139,8 +139,8 @@ class CloudSetup(CloudState):
                 security_groups, delete_on_termination, type}`` per interface (all optional but ``index``;
                 ``type`` is EC2's InterfaceType: ``interface``, ``efa``, ``efa-only`` or ``trunk``;
                 index 0 of network card 0 is the primary and must be present). Default: one primary
-                interface with no secondaries. Each network card holds the type's ``adapters`` at
-                most (EC2's table gives the default card's; the others are taken as large).
+                interface with no secondaries. Each network card holds the type's interfaces of
+                that card at most (``adapters_on``); a card the type does not have is refused.
             running: ``False`` adds the instance stopped.
 
         Raises:
@@ -158,11 +158,14 @@ class CloudSetup(CloudState):
             raise ValueError(f"instance {id}: duplicate interface index")
         if (0, 0) not in slots:
             raise ValueError(f"instance {id}: interfaces must include the primary (index 0)")
-        for card in {c for c, _ in slots}:
+        for card in sorted({c for c, _ in slots}):
             on_card = sum(1 for c, _ in slots if c == card)
-            if on_card > limits.adapters:
+            holds = limits.adapters_on(card)
+            if not holds:
+                raise ValueError(f"instance {id}: instance type {type} has no network card {card}")
+            if on_card > holds:
                 raise ValueError(
-                    f"instance {id}: {on_card} interfaces exceed the type's {limits.adapters}"
+                    f"instance {id}: {on_card} interfaces exceed the type's {holds}"
                     + (f" on network card {card}" if card else "")
                 )
         record = InstanceRecord(

@@ -8,8 +8,8 @@ the cloud without disturbing what they measure.
 Invariants (checked by :meth:`CloudState.check_invariants`): no address belongs to two interfaces;
 every address is a usable address of its interface's subnet; the subnets' accounting matches what
 the interfaces hold; no attached interface exceeds its instance type's limits or holds prefixes on a
-non-nitro type; no instance has more interfaces on network card 0 than adapters; every attachment
-is recorded on its instance, at its card and device index.
+non-nitro type; no instance has more interfaces on a network card than the card holds; every
+attachment is recorded on its instance, at its card and device index.
 """
 
 from __future__ import annotations
@@ -45,9 +45,12 @@ class CloudState:
         self._max_slots = max((lim.slots_per_interface for lim in self._limits.values()), default=49)
         # An instance of a type the table lacks exists (EC2 launches types newer than any table), but
         # nothing can be known of its limits; the cloud then enforces only the widest ones of any type.
+        widest = max((lim.adapters for lim in self._limits.values()), default=15)
+        cards = max((len(lim.cards) for lim in self._limits.values()), default=1)
         self._unlisted_limits = model.InstanceLimits(
-            adapters=max((lim.adapters for lim in self._limits.values()), default=15),
+            adapters=widest,
             ipv4_per_interface=self._max_slots + 1,
+            cards=(widest,) * cards if cards > 1 else (),
         )
 
     @property
@@ -70,7 +73,7 @@ class CloudState:
             vpc_id=record.vpc_id,
             zone=record.zone,
             subnet_id=record.subnet_id,
-            interfaces=tuple(self._interfaces[i].view() for i in record.attached.values()),
+            interfaces=tuple(self._interfaces[i].view() for i in record.interface_ids()),
             running=record.state == "running",
         )
 
@@ -150,6 +153,11 @@ class CloudState:
                 )
         for inst in self._instances.values():
             assert len(inst.attached) <= inst.limits.adapters, f"{inst.id}: more interfaces than adapters"
+            for card in {c for c, _ in inst.other_cards}:
+                on_card = sum(1 for c, _ in inst.other_cards if c == card)
+                assert on_card <= inst.limits.adapters_on(card) or not inst.limits.cards, (
+                    f"{inst.id}: more interfaces on network card {card} than it holds"
+                )
         for sub_id, held_count in per_subnet.items():
             assigned = self._subnets[sub_id].space.assigned()
             assert assigned == held_count, (

@@ -36,8 +36,15 @@ The patches, checked against moto 5.2.5 (each function says again what moto does
   ``IncorrectInstanceState`` for an instance neither running nor stopped, ``AttachmentLimitExceeded``
   beyond the type's interfaces, ``PrivateIpAddressLimitExceeded`` for an interface holding more than
   the type allows, prefixes on nitro types only.
+* ``NetworkInterfaceBackend.attach_network_interface`` and its handler, for network cards. moto:
+  drops ``NetworkCardIndex`` and attaches on card 0 (device index 0 of another card replaces the
+  primary), answers ``NetworkCardIndex`` 0, and has no per-card limit. EC2: device indexes per card,
+  each card's ``MaximumNetworkInterfaces`` (``AttachmentLimitExceeded``), ``InvalidParameterValue``
+  for a card the type does not have; the attachment's ``NetworkCardIndex`` in every answer. An
+  interface of another card is attached beside moto's ``nics`` (which key card 0's by device index)
+  and is not nested in ``DescribeInstances``.
 * ``NetworkInterfaceBackend.detach_network_interface``. moto: refuses only an instance's last
-  interface. EC2: device index 0 answers ``OperationNotPermitted`` whatever else is attached.
+  interface. EC2: device index 0 of card 0 answers ``OperationNotPermitted`` whatever else is attached.
 * ``NetworkInterfaceBackend.delete_network_interface``. moto: deletes an attached interface and keeps
   an instance primary's address taken forever. EC2: ``InvalidNetworkInterface.InUse`` while attached;
   the addresses return to the subnet.
@@ -83,7 +90,7 @@ moto's backend methods for assign, unassign and modify-attribute are left alone:
 handlers are their only callers, and the layer replaces those.
 
 Not modelled: IPv6 and subnets smaller than a /28, which EC2 refuses to create (both left to moto),
-``AllowReassignment``, network cards other than the default, subnet CIDR reservations for prefixes
+``AllowReassignment``, subnet CIDR reservations for prefixes
 (reserved ranges are simply unavailable).
 
 Invariants: the layer keeps no address state of its own (each operation reads moto's records under
@@ -588,12 +595,16 @@ def _split_explicit(
     return primary, secondaries
 
 
-def _attach_network_interface(self: Any, eni_id: str, instance_id: str, device_index: int) -> Any:
+def _attach_network_interface(
+    self: Any, eni_id: str, instance_id: str, device_index: int, network_card: int = 0
+) -> Any:
     # moto: attaches anything anywhere (overwriting a taken device index, re-attaching an attached
-    # interface, to a terminated instance, beyond the type's limits). EC2 refuses each of these.
+    # interface, to a terminated instance, beyond the type's limits) and on card 0 only, whatever
+    # NetworkCardIndex says (device index 0 of another card replaces the primary). EC2 refuses each
+    # of these, and keeps device indexes per card.
     eni = self.get_network_interface(eni_id)
     instance = self.get_instance(instance_id)
-    index = int(device_index)
+    index, card = int(device_index), int(network_card)
     with _lock:
         if instance.state not in ("running", "stopped"):
             raise _error("IncorrectInstanceState", f"Instance '{instance_id}' is not 'running' or 'stopped'.")
@@ -601,21 +612,78 @@ def _attach_network_interface(self: Any, eni_id: str, instance_id: str, device_i
             raise _error("InvalidNetworkInterface.InUse", f"Interface: [{eni_id}] in use.")
         if index < 0:
             raise _error("InvalidParameterValue", f"Invalid value '{index}' for deviceIndex")
-        if index in instance.nics:
+        limits = _type_limits(instance.instance_type)
+        holds = limits.adapters_on(card) if limits is not None else (None if card == 0 else 0)
+        if card < 0 or holds == 0:
             raise _error(
                 "InvalidParameterValue",
-                f"Instance '{instance_id}' already has an interface attached at device index '{index}'.",
+                f"Invalid value '{card}' for networkCardIndex: instance type {instance.instance_type} "
+                "has no such network card",
             )
-        limits = _type_limits(instance.instance_type)
-        if limits is not None and len(instance.nics) >= limits.adapters:
+        others = _other_cards(instance)
+        if (index in instance.nics) if card == 0 else ((card, index) in others):
+            raise _error(
+                "InvalidParameterValue",
+                f"Instance '{instance_id}' already has an interface attached at device index '{index}'"
+                + (f" of network card '{card}'." if card else "."),
+            )
+        on_card = len(instance.nics) if card == 0 else sum(1 for c, _ in others if c == card)
+        if holds is not None and on_card >= holds:
             raise _error(
                 "AttachmentLimitExceeded",
-                f"Interface count {len(instance.nics) + 1} exceeds the limit for {instance.instance_type}",
+                f"Interface count {on_card + 1} exceeds the limit for {instance.instance_type}"
+                + (f" on network card {card}" if card else ""),
             )
         _check_fits(eni, instance, 0, 0)
-        return _originals["NetworkInterfaceBackend.attach_network_interface"](
-            self, eni_id, instance_id, index
-        )
+        if card == 0:
+            return _originals["NetworkInterfaceBackend.attach_network_interface"](
+                self, eni_id, instance_id, index
+            )
+        # moto's Instance.attach_eni keys its nics by device index alone: another card's interface
+        # is attached here, kept beside them, and read back by the patched ``attachment``.
+        from moto.core.utils import utcnow
+        from moto.ec2.utils import random_eni_attach_id
+
+        eni.instance = instance
+        eni.attachment_id = random_eni_attach_id()
+        eni.attach_time = utcnow()
+        eni.status = "in-use"
+        eni.device_index = index
+        eni.__dict__["_fidelity_card"] = card
+        others[card, index] = eni
+        return eni.attachment
+
+
+def _other_cards(instance: Any) -> dict[tuple[int, int], Any]:
+    """The interfaces attached on network cards other than 0, by (card, device index)."""
+    found: dict[tuple[int, int], Any] = instance.__dict__.setdefault("_fidelity_other_cards", {})
+    return found
+
+
+def _card(eni: Any) -> int:
+    return int(eni.__dict__.get("_fidelity_card", 0))
+
+
+def _detach_other_card(eni: Any) -> None:
+    """Detach an interface of another card (moto's detach would drop card 0's at its index)."""
+    _other_cards(eni.instance).pop((_card(eni), eni.device_index), None)
+    eni.instance = None
+    eni.attachment_id = None
+    eni.attach_time = None
+    eni.status = "available"
+    eni.device_index = None
+    eni.__dict__.pop("_fidelity_card", None)
+
+
+def _attachment(self: Any) -> Any:
+    # moto: the attachment's NetworkCardIndex is always 0. EC2: the card it was attached on.
+    from moto.ec2.models.elastic_network_interfaces import Attachment
+
+    if not self.attachment_id:
+        return None
+    attachment = Attachment(self)
+    attachment.network_card_index = _card(self)
+    return attachment
 
 
 def _detach_network_interface(self: Any, attachment_id: str) -> None:
@@ -624,8 +692,12 @@ def _detach_network_interface(self: Any, attachment_id: str) -> None:
 
     with _lock:
         for eni in list(self.enis.values()):
-            if attachment_id and eni.attachment_id == attachment_id and eni.device_index == 0:
-                raise LastEniDetachError()
+            if attachment_id and eni.attachment_id == attachment_id:
+                if eni.device_index == 0 and not _card(eni):
+                    raise LastEniDetachError()
+                if _card(eni):
+                    _detach_other_card(eni)
+                    return
         _originals["NetworkInterfaceBackend.detach_network_interface"](self, attachment_id)
 
 
@@ -720,6 +792,11 @@ def _terminate(self: Any) -> Any:
     # moto: deletes delete-on-termination interfaces and leaves the others "in-use" on the
     # terminated instance. EC2: deletes the former and detaches the latter (status "available").
     with _lock:
+        for nic in list(_other_cards(self).values()):
+            delete = nic.delete_on_termination
+            _detach_other_card(nic)
+            if delete:
+                nic.ec2_backend.delete_network_interface(nic.id)
         for nic in self.nics.values():
             if nic.instance is self:
                 # Not instance.detach_eni: the terminated instance keeps its nics for DescribeInstances.
@@ -795,6 +872,21 @@ def _resp_create_network_interface(self: Any) -> Any:
     if client_token:
         result["ClientToken"] = client_token
     return ActionResult(result)
+
+
+def _resp_attach_network_interface(self: Any) -> Any:
+    # moto's handler drops NetworkCardIndex (and answers 0); this one passes it on.
+    from moto.core.responses import ActionResult
+
+    eni_id = self._get_param("NetworkInterfaceId")
+    instance_id = self._get_param("InstanceId")
+    device_index = self._get_int_param("DeviceIndex", 0)
+    card = self._get_int_param("NetworkCardIndex", 0)
+
+    self.error_on_dryrun()
+
+    attachment = self.ec2_backend.attach_network_interface(eni_id, instance_id, device_index, card)
+    return ActionResult({"AttachmentId": attachment.attachment_id, "NetworkCardIndex": card})
 
 
 def _resp_assign_private_ip_addresses(self: Any) -> Any:
@@ -882,11 +974,13 @@ def _targets() -> list[tuple[type, str, Any]]:
         (NetworkInterfaceBackend, "delete_network_interface", _delete_network_interface),
         (NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes)),
         (NetworkInterface, "mac_address", property(_mac_address, _keep_moto_mac)),
+        (NetworkInterface, "attachment", property(_attachment)),
         (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
         (Subnet, "available_ip_address_count", property(_available_ip_address_count)),
         (Instance, "prep_nics", _prep_nics),
         (Instance, "terminate", _terminate),
         (ElasticNetworkInterfaces, "create_network_interface", _resp_create_network_interface),
+        (ElasticNetworkInterfaces, "attach_network_interface", _resp_attach_network_interface),
         (ElasticNetworkInterfaces, "assign_private_ip_addresses", _resp_assign_private_ip_addresses),
         (ElasticNetworkInterfaces, "unassign_private_ip_addresses", _resp_unassign_private_ip_addresses),
         (

@@ -27,10 +27,10 @@ def subnet(sid, free=200, zone="z1", vpc="vpc-1", tags=None):
 
 
 def iface(idx, n=0, sid="s-1", prefixes=(), tags=None, sgs=("sg-1",), kind=devices.Kind.PLAIN, card=0):
-    base = f"10.0.{idx}."
+    base = f"10.{card}.{idx}."
     return Interface(
         link=devices.pack("", card, kind),
-        id=f"eni-{idx}",
+        id=f"eni-{card}-{idx}" if card else f"eni-{idx}",
         device_index=idx,
         subnet_id=sid,
         primary_ip=base + "4",
@@ -101,6 +101,49 @@ def test_an_interface_of_a_kind_no_pool_fills_is_neither_filled_nor_counted(kind
     assert plan_release(NodeSpec(), inst, in_use=(), excess=20).candidates() == frozenset(
         inst.interfaces[0].addresses
     )
+
+
+P5 = InstanceLimits(adapters=2, ipv4_per_interface=50, hypervisor="nitro", cards=(2,) * 32)
+
+
+def p5_instance(*ifaces):
+    return Instance(
+        id="i-1", type="p5.48xlarge", vpc_id="vpc-1", zone="z1", subnet_id="s-1", interfaces=ifaces
+    )
+
+
+def test_new_interfaces_go_to_the_pools_cards_in_the_specs_order_lowest_index_first():
+    """Card 0 is full (the primary and an EFA-only device); card 1 holds an EFA-only device at index
+    0. Cards 3 then 1: the spec's order, each card's lowest free index."""
+    inst = p5_instance(
+        iface(0, n=49),
+        iface(1, kind=devices.Kind.EFA_ONLY),
+        iface(0, kind=devices.Kind.EFA_ONLY, card=1),
+    )
+    spec = NodeSpec(network_cards=(0, 3, 1))
+    p = plan(spec, inst, [subnet("s-1", free=1000)], must=100, limits=P5)
+    assert [(c.network_card, c.device_index, c.count) for c in p.actions] == [
+        (3, 0, 49),
+        (3, 1, 49),
+        (1, 1, 2),
+    ]
+    stats = node_stats(spec, inst, P5, used=0, prefix_delegation=False)
+    # The primary, and the five slots the pool may still use (two on card 3, one on card 1).
+    assert (stats.available, stats.capacity, stats.remaining_interfaces) == (49, 49 * 4, 3)
+
+
+def test_interfaces_on_cards_the_pool_does_not_use_are_neither_filled_nor_counted():
+    inst = p5_instance(iface(0, n=49), iface(1, n=2, card=1))
+    assert node_stats(NodeSpec(), inst, P5, used=0, prefix_delegation=False).available == 49
+    p = plan(NodeSpec(), inst, [subnet("s-1")], must=10, limits=P5)
+    assert [(c.network_card, c.device_index) for c in p.actions] == [(0, 1)]
+    with_card_1 = NodeSpec(network_cards=(0, 1))
+    assert node_stats(with_card_1, inst, P5, used=0, prefix_delegation=False).available == 51
+    p = plan(with_card_1, inst, [subnet("s-1")], must=10, limits=P5)
+    assert p.actions == (AssignAddresses(interface_id="eni-1-1", subnet_id="s-1", count=10),)
+    # first_interface_index holds back card 0's indexes only.
+    spec = NodeSpec(network_cards=(0, 1), first_interface_index=1)
+    assert node_stats(spec, inst, P5, used=0, prefix_delegation=False).available == 2
 
 
 def test_an_efa_interface_is_filled_like_a_plain_one():

@@ -64,6 +64,17 @@ def test_max_allocatable_for_m5_large(fii, pd, want):
     assert max_allocatable(m5_large, first_interface_index=fii, prefix_delegated=pd) == want
 
 
+@pytest.mark.parametrize(
+    ("cards", "fii", "want"),
+    [((0,), 0, 98), ((0, 1), 0, 196), ((0, 1), 1, 147), ((1, 2), 1, 196), ((0, 40), 0, 98), ((5,), 0, 98)],
+)
+def test_max_allocatable_counts_the_pools_cards(cards, fii, want):
+    """A p5.48xlarge: 32 cards of 2 interfaces of 49 slots; ``first_interface_index`` holds back card
+    0's lowest indexes only; a card the type does not have adds nothing."""
+    p5 = InstanceLimits(adapters=2, ipv4_per_interface=50, hypervisor="nitro", cards=(2,) * 32)
+    assert max_allocatable(p5, first_interface_index=fii, prefix_delegated=False, network_cards=cards) == want
+
+
 def test_budget_adds_surge_beyond_deficit_and_keeps_watermark_slack_as_bonus():
     assert allocation_budget(needed=4, max_above_watermark=2, pending_pods=10) == (10, 2)
     assert allocation_budget(needed=4, max_above_watermark=2, pending_pods=1) == (4, 2)

@@ -221,6 +221,8 @@ def test_no_shipped_instance_type_holds_more_than_the_bound():
     for name, limits in load_limits().items():
         prefixed = limits.adapters * limits.slots_per_interface * PREFIX_SIZE
         assert prefixed <= MAX_NODE_ADDRESSES and limits.adapters <= MAX_NODE_INTERFACES, name
+        # On every network card: the interfaces fit a status; the addresses are capped (max_allocatable).
+        assert sum(limits.cards) <= MAX_NODE_INTERFACES, name
         assert limits.slots_per_interface <= MAX_INTERFACE_PREFIXES, name
     nics = max(load_table().values())
     assert nics * 255 <= MAX_NODE_ADDRESSES and nics <= MAX_NODE_INTERFACES

@@ -316,12 +316,12 @@ async def test_parsed_answers_are_what_the_cloud_holds(wired: tuple[SimCloud, An
 
 async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them() -> None:
     """The same view through EC2's wire as the in-memory cloud's own: each interface's MAC address,
-    and one on card 1 detached from its instance with its card, while DescribeInstances nests it
-    with ``networkCardIndex`` 1, as EC2 does."""
+    and one on card 1 attached to its instance with its card, while DescribeInstances nests it with
+    ``networkCardIndex`` 1, as EC2 does."""
     cloud = make_cloud()
     cloud.add_instance(
         "i-efa",
-        type="m5.large",
+        type="p4d.24xlarge",
         subnet="subnet-big",
         security_groups=["sg-1"],
         interfaces=[{"index": 0}, {"index": 1}, {"index": 0, "network_card": 1}],
@@ -340,14 +340,14 @@ async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them()
         installed.uninstall()
     held = cloud.instance_view("i-efa").interfaces
     assert listed.interfaces == tuple(dataclasses.replace(i, created_at=0.0) for i in held)
-    assert [i.network_card for i in listed.interfaces] == [0, 0]
+    assert [(i.network_card, i.device_index) for i in listed.interfaces] == [(0, 0), (0, 1), (1, 0)]
     parsed = {d["NetworkInterfaceId"]: parse_interface(d) for d in answer["NetworkInterfaces"]}
     for view in cloud.interfaces():
         assert dataclasses.replace(view, created_at=0.0) == parsed[view.id], view.id
     (other,) = (i for i in parsed.values() if i.network_card)
     assert (other.network_card, other.instance_id, other.mac_address) == (
         1,
-        "",
+        "i-efa",
         cloud.interface_view(other.id).mac_address,
     )
     (instance,) = reservations[0]["Instances"]
@@ -532,8 +532,8 @@ async def test_the_clouds_server_side_bucket_throttles_through_botocore() -> Non
         ("Action=DescribeInstances&InstanceId.1=i-nope", "InvalidInstanceID.NotFound"),
         ("Action=DescribeVpcs&VpcId.1=vpc-nope", "InvalidVpcID.NotFound"),
         (
-            "Action=AttachNetworkInterface&NetworkInterfaceId=e&InstanceId=i&DeviceIndex=1&NetworkCardIndex=1",
-            "UnsupportedOperation",
+            "Action=AttachNetworkInterface&NetworkInterfaceId=e&InstanceId=i&DeviceIndex=1&NetworkCardIndex=x",
+            "InvalidParameterValue",
         ),
     ],
 )

@@ -312,6 +312,62 @@ def test_an_interface_keeps_its_type_and_an_efa_only_one_takes_no_address(ec2: A
     assert len(addresses(describe(ec2, kinds["trunk"]))) == 2
 
 
+def test_device_indexes_are_per_network_card_with_each_cards_limit(ec2: Any) -> None:
+    sub = subnet(ec2, "10.0.0.0/22")
+    inst = instance(ec2, sub, "p4d.24xlarge")  # 4 cards of 15
+    first, second, third = (create(ec2, sub)["NetworkInterfaceId"] for _ in range(3))
+    answer = ec2.attach_network_interface(
+        NetworkInterfaceId=first, InstanceId=inst, DeviceIndex=0, NetworkCardIndex=1
+    )
+    assert answer["NetworkCardIndex"] == 1
+    # Device index 0 of card 1 is not the primary's slot: the primary is still attached at 0 of card 0.
+    attached = ec2.describe_network_interfaces(Filters=[{"Name": "attachment.instance-id", "Values": [inst]}])
+    slots = sorted(
+        (n["Attachment"]["NetworkCardIndex"], n["Attachment"]["DeviceIndex"])
+        for n in attached["NetworkInterfaces"]
+    )
+    assert slots == [(0, 0), (1, 0)]
+    with pytest.raises(ClientError) as exc:
+        ec2.attach_network_interface(
+            NetworkInterfaceId=second, InstanceId=inst, DeviceIndex=0, NetworkCardIndex=1
+        )
+    assert code(exc) == "InvalidParameterValue" and "network card '1'" in str(exc.value)
+    with pytest.raises(ClientError) as exc:
+        ec2.attach_network_interface(
+            NetworkInterfaceId=second, InstanceId=inst, DeviceIndex=0, NetworkCardIndex=4
+        )
+    assert code(exc) == "InvalidParameterValue" and "no such network card" in str(exc.value)
+    attachment = ec2.attach_network_interface(
+        NetworkInterfaceId=second, InstanceId=inst, DeviceIndex=1, NetworkCardIndex=0
+    )["AttachmentId"]
+    assert describe(ec2, second)["Attachment"]["NetworkCardIndex"] == 0
+    # Detaching card 1's interface leaves card 0's at the same device index alone.
+    ec2.detach_network_interface(AttachmentId=describe(ec2, first)["Attachment"]["AttachmentId"])
+    assert describe(ec2, first)["Status"] == "available"
+    assert describe(ec2, second)["Attachment"]["AttachmentId"] == attachment
+    ec2.attach_network_interface(NetworkInterfaceId=third, InstanceId=inst, DeviceIndex=2, NetworkCardIndex=3)
+    ec2.terminate_instances(InstanceIds=[inst])
+    assert describe(ec2, third)["Status"] == "available"  # not delete-on-termination: detached
+
+
+def test_a_full_network_card_is_attachment_limit_exceeded(ec2: Any) -> None:
+    sub = subnet(ec2, "10.0.0.0/22")
+    inst = instance(ec2, sub, "p5.48xlarge")  # 32 cards of 2
+    for index in (0, 1):
+        eni = create(ec2, sub)["NetworkInterfaceId"]
+        ec2.attach_network_interface(
+            NetworkInterfaceId=eni, InstanceId=inst, DeviceIndex=index, NetworkCardIndex=5
+        )
+    with pytest.raises(ClientError) as exc:
+        ec2.attach_network_interface(
+            NetworkInterfaceId=create(ec2, sub)["NetworkInterfaceId"],
+            InstanceId=inst,
+            DeviceIndex=2,
+            NetworkCardIndex=5,
+        )
+    assert code(exc) == "AttachmentLimitExceeded" and "network card 5" in str(exc.value)
+
+
 # -- 8. UnassignPrivateIpAddresses of an address not held ----------------------------------------------
 
 

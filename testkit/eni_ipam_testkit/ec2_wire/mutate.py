@@ -149,19 +149,16 @@ class Mutator:
             {"EnaSrdSpecification", "EnaQueueCount"},
         )
         card = q.integer("NetworkCardIndex", 0)
-        if card != 0:
-            raise SimError(
-                "UnsupportedOperation", f"the in-memory cloud models network card 0 only, not {card}"
-            )
         attachment = await self.cloud.attach_network_interface(
             interface_id=q.text("NetworkInterfaceId"),
             instance_id=q.text("InstanceId"),
             device_index=q.integer("DeviceIndex"),
+            network_card=card,
         )
         return render.document(
             q.action,
             rid,
-            (render.element("attachmentId", attachment), b"<networkCardIndex>0</networkCardIndex>"),
+            (render.element("attachmentId", attachment), render.element("networkCardIndex", str(card))),
         )
 
     async def modify_network_interface_attribute(self, q: Query, rid: str) -> bytes:

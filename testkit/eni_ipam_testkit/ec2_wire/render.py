@@ -333,6 +333,14 @@ class Renderer:
         (:func:`providers.ec2.limits.convert_instance_type`): no hypervisor means bare metal."""
         bare_metal = not limits.hypervisor
         hypervisor = "" if bare_metal else f"<hypervisor>{limits.hypervisor}</hypervisor>"
+        per_card = limits.cards or (limits.adapters,)
+        cards = "".join(
+            f"<item><networkCardIndex>{index}</networkCardIndex>"
+            "<networkPerformance>Up to 10 Gigabit</networkPerformance>"
+            f"<maximumNetworkInterfaces>{count}</maximumNetworkInterfaces></item>"
+            for index, count in enumerate(per_card)
+            if count
+        )
         return (
             f"<item><instanceType>{name}</instanceType><currentGeneration>true</currentGeneration>"
             "<freeTierEligible>false</freeTierEligible><supportedUsageClasses><item>on-demand</item>"
@@ -340,11 +348,9 @@ class Renderer:
             "</supportedRootDeviceTypes><supportedVirtualizationTypes><item>hvm</item>"
             f"</supportedVirtualizationTypes><bareMetal>{_bool(bare_metal)}</bareMetal>{hypervisor}"
             "<networkInfo><networkPerformance>Up to 10 Gigabit</networkPerformance>"
-            f"<maximumNetworkInterfaces>{limits.adapters}</maximumNetworkInterfaces>"
-            "<maximumNetworkCards>1</maximumNetworkCards><defaultNetworkCardIndex>0</defaultNetworkCardIndex>"
-            "<networkCards><item><networkCardIndex>0</networkCardIndex>"
-            "<networkPerformance>Up to 10 Gigabit</networkPerformance>"
-            f"<maximumNetworkInterfaces>{limits.adapters}</maximumNetworkInterfaces></item></networkCards>"
+            f"<maximumNetworkInterfaces>{sum(per_card)}</maximumNetworkInterfaces>"
+            f"<maximumNetworkCards>{sum(1 for c in per_card if c)}</maximumNetworkCards>"
+            f"<defaultNetworkCardIndex>0</defaultNetworkCardIndex><networkCards>{cards}</networkCards>"
             f"<ipv4AddressesPerInterface>{limits.ipv4_per_interface}</ipv4AddressesPerInterface>"
             f"<ipv6AddressesPerInterface>{limits.ipv6_per_interface}</ipv6AddressesPerInterface>"
             f"<ipv6Supported>{_bool(limits.ipv6_per_interface > 0)}</ipv6Supported>"

@@ -106,8 +106,9 @@ class Network:
         return AwsProvider(config, clock=LoopClock(), metrics=metrics or Metrics(), client=self.ec2)
 
 
-def make_network() -> Network:
-    ec2 = ec2_client()
+def make_network(ec2: Any = None) -> Network:
+    """The :class:`Network`, made with ``ec2`` (default: a client of moto in-process)."""
+    ec2 = ec2 if ec2 is not None else ec2_client()
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
 
     def subnet(cidr: str, zone: str = ZONE) -> str:
@@ -141,3 +142,13 @@ def moto_ec2() -> Iterator[None]:
 @pytest.fixture
 def network(moto_ec2: None) -> Network:
     return make_network()
+
+
+@pytest.fixture
+def http_network() -> Iterator[Network]:
+    """The :class:`Network` in moto's EC2 served over HTTP (:class:`~eni_ipam_testkit.moto_ec2.MotoServer`),
+    reached through botocore's HTTP layer as EC2 is."""
+    from eni_ipam_testkit.moto_ec2 import MotoServer
+
+    with MotoServer() as server:
+        yield make_network(ec2_client(endpoint_url=server.endpoint_url))

@@ -84,17 +84,31 @@ def test_interface_parsing_leaves_the_primary_out_and_orders_addresses_and_prefi
             "AttachmentId": "a",
             "InstanceId": "i-1",
             "DeviceIndex": 1,
-            "NetworkCardIndex": 1,
+            "NetworkCardIndex": 256,
             "Status": "attached",
         },
         {"AttachmentId": "a", "InstanceOwnerId": "amazon-elb", "DeviceIndex": 1, "Status": "attached"},
         {"AttachmentId": "a", "InstanceId": "i-1", "DeviceIndex": 1, "Status": "detaching"},
     ],
-    ids=["other-network-card", "aws-managed", "detaching"],
+    ids=["network-card-out-of-bounds", "aws-managed", "detaching"],
 )
 def test_interfaces_the_planner_must_not_count_are_reported_detached(attachment: dict[str, Any]) -> None:
     iface = parse_interface(interface(Attachment=attachment))
     assert (iface.instance_id, iface.device_index, iface.delete_on_termination) == ("", -1, False)
+
+
+def test_an_interface_on_another_card_is_attached_there() -> None:
+    attachment = {
+        "AttachmentId": "a",
+        "InstanceId": "i-1",
+        "DeviceIndex": 0,
+        "NetworkCardIndex": 3,
+        "Status": "attached",
+        "DeleteOnTermination": True,
+    }
+    iface = parse_interface(interface(Attachment=attachment))
+    assert (iface.instance_id, iface.network_card, iface.device_index) == ("i-1", 3, 0)
+    assert iface.delete_on_termination and iface.attachment_id == "a"
 
 
 async def test_listing_follows_next_token_and_sends_the_page_size(stubbed: tuple[Boto3Api, Stubber]) -> None:

@@ -440,11 +440,11 @@ def test_mac_addresses_are_normalised_and_what_no_device_has_is_dropped() -> Non
     assert macs == ["0a:1b:2c:3d:4e:5f", "0a:1b:2c:3d:4e:60", "0a:1b:2c:3d:4e:61", "", "", "", "", ""]
 
 
-def test_an_interface_on_another_card_is_detached_and_keeps_its_card() -> None:
+def test_an_interface_on_another_card_is_attached_there_with_its_card() -> None:
     other, beyond = assert_same_reading(HAND_PICKED["other-card-with-its-own-mac"], DNI)
-    assert (other.device_index, other.instance_id, other.network_card) == (DETACHED_INDEX, "", 3)
+    assert (other.device_index, other.instance_id, other.network_card) == (0, "i-1", 3)
     assert other.mac_address == "0a:00:00:00:00:01"
-    # A card no instance has (above the bound) is refused, read as 0; the interface stays detached.
+    # A card no instance has (above the bound) is refused, read as 0; the interface reads detached.
     assert (beyond.device_index, beyond.instance_id, beyond.network_card) == (DETACHED_INDEX, "", 0)
     attached = assert_same_reading(HAND_PICKED["attached"], DNI)[0]
     assert (attached.device_index, attached.network_card) == (1, 0)

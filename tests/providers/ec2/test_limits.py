@@ -46,6 +46,20 @@ def test_cloud_uses_the_shipped_table_by_default() -> None:
     assert SimCloud(LoopClock()).limits["m5.large"] == instance_limits("m5.large")
 
 
+@pytest.mark.parametrize(
+    ("type_", "cards"),
+    [("p5.48xlarge", (2,) * 32), ("p4d.24xlarge", (15,) * 4), ("trn1.32xlarge", (5,) * 8), ("m5.large", ())],
+)
+def test_a_multi_card_type_holds_each_cards_interfaces(type_: str, cards: tuple[int, ...]) -> None:
+    """EC2's NetworkCards[].MaximumNetworkInterfaces, by card: card 0's are the adapters; a card the
+    type does not have holds none."""
+    limits = instance_limits(type_)
+    assert limits is not None and limits.cards == cards
+    assert limits.adapters_on(0) == limits.adapters
+    assert [limits.adapters_on(c) for c in range(len(cards))] == list(cards)
+    assert limits.adapters_on(len(cards) or 1) == 0
+
+
 def test_parse_table_reads_every_field() -> None:
     parsed = parse_table({"types": {"z1.test": {"adapters": 2, "ipv4": 4, "ipv6": 3, "hypervisor": "xen"}}})
     assert parsed == {
@@ -61,6 +75,8 @@ def test_parse_table_reads_every_field() -> None:
         ({"types": {"z1.test": {"adapters": -1, "ipv4": 4}}}, "z1.test.adapters"),
         ({"types": {"z1.test": {"adapters": 2, "ipv4": "4"}}}, "z1.test.ipv4"),
         ({"types": {"z1.test": {"adapters": 2, "ipv4": 4, "hypervisor": 7}}}, "z1.test.hypervisor"),
+        ({"types": {"z1.test": {"adapters": 2, "ipv4": 4, "cards": [2, "2"]}}}, "z1.test.cards"),
+        ({"types": {"z1.test": {"adapters": 2, "ipv4": 4, "cards": [3, 2]}}}, "z1.test.cards"),
     ],
 )
 def test_malformed_table_is_rejected_naming_the_entry(document: dict[str, Any], names: str) -> None:
