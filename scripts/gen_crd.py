@@ -46,6 +46,7 @@ _KEY_ORDER = (
     "minLength",
     "maxLength",
     "pattern",
+    "enum",
     "minItems",
     "maxItems",
     "x-kubernetes-list-type",

@@ -171,6 +171,10 @@ class FencedProvider:
                 interface_id=interface_id, count=count, prefixes=prefixes
             )
 
+    async def assign_ipv6_prefix(self, *, interface_id: str) -> str:
+        with self._admitted():
+            return await self.inner.assign_ipv6_prefix(interface_id=interface_id)
+
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:

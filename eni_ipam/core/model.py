@@ -41,6 +41,9 @@ from eni_ipam.core.packed import (
 PREFIX_SIZE = 16
 """Addresses in one delegated /28 prefix."""
 
+IPV6_PREFIX_LENGTH = 80
+"""The length of the IPv6 prefix a node gets (EC2 delegates /80s: 2^48 addresses, one per node)."""
+
 MAX_NODE_ADDRESSES = 32_768
 """Most IPv4 addresses one node's pool can hold, and so the bound of the ENIPool status lists and
 maps keyed by address (``used``, ``pool``, ``release``, ``releaseAnswers``): the API server refuses a
@@ -176,6 +179,10 @@ class InstanceLimits:
     nodes are always prefix delegated."""
     prefixes: bool = False
     """/28 prefixes are offered whatever the hypervisor (the generic provider's blocks)."""
+    ipv6_prefixes: bool = False
+    """IPv6 /80 prefixes can be delegated to the type's interfaces (EC2: Nitro types with IPv6). A
+    pool of family ``ipv6`` or ``dual`` gets one; elsewhere (Azure, the generic provider, Xen types)
+    it cannot, and says so."""
     cards: tuple[int, ...] = ()
     """Maximum network interfaces of each network card, by card index, for a type of several cards
     (EC2's ``NetworkCards[].MaximumNetworkInterfaces``: a p5.48xlarge has 32 cards of 2); empty for a
@@ -212,6 +219,9 @@ class Subnet:
     available: int
     """Free addresses the cloud reports for the subnet right now."""
     tags: Mapping[str, str] = EMPTY_TAGS
+    ipv6_cidr: str = ""
+    """The subnet's IPv6 block (EC2: the associated ``Ipv6CidrBlock``, a /64); empty when it has none.
+    Only an interface in a subnet with one can be delegated an IPv6 prefix."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -607,10 +617,35 @@ class CreateInterface:
     prefixes: bool = False
     network_card: int = 0
     """The network card to attach on (EC2's ``NetworkCardIndex``); device indexes are per card."""
+    ipv6_prefixes: int = 0
+    """IPv6 /80 prefixes the interface is created with (EC2's ``Ipv6PrefixCount``): 1 for the node's
+    IPv6 prefix, when no interface of the pool can take it."""
 
     @property
     def addresses(self) -> int:
         return self.count * PREFIX_SIZE if self.prefixes else self.count
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AssignIpv6Prefix:
+    """Delegate one IPv6 /80 prefix to an existing interface (EC2's ``AssignIpv6Addresses`` with
+    ``Ipv6PrefixCount=1``): the node's IPv6 pool, kept for the node's life."""
+
+    interface_id: str
+    subnet_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Ipv6Plan:
+    """What a node of family ``ipv6`` or ``dual`` lacks for its IPv6 prefix
+    (:func:`~eni_ipam.core.planner.plan_ipv6`)."""
+
+    action: AssignIpv6Prefix | CreateInterface | None = None
+    """The call to make; None when the node has its prefix, or when it cannot get one (``reason``)."""
+    reason: str = ""
+    """Why it cannot: ``no-ipv6-prefixes`` (the instance type takes none), ``no-ipv6-subnet`` (no
+    interface of the pool is in a subnet with an IPv6 block, and no such subnet has room for a new
+    one), ``at-capacity`` (no slot for a new interface), ``no-security-groups``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,7 +51,15 @@ from eni_ipam.core.model import (
     shared_stats,
 )
 from eni_ipam.core.observe import Observer
-from eni_ipam.core.planner import managed_interfaces, node_stats, plan_allocation, plan_release
+from eni_ipam.core.planner import (
+    carrying_ipv6_prefix,
+    has_ipv6_prefix,
+    managed_interfaces,
+    node_stats,
+    plan_allocation,
+    plan_ipv6,
+    plan_release,
+)
 from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
@@ -121,6 +129,7 @@ class Node:
         "deficit_since",
         "env",
         "instance",
+        "ipv6_blocked",
         "marked",
         "message",
         "needs_refresh",
@@ -144,6 +153,9 @@ class Node:
         self.needs_refresh = True
         self.blocked = ""
         """Why the last pass could not place the deficit (``at-capacity``, ``no-subnet``); reset on change."""
+        self.ipv6_blocked = ""
+        """Why the last pass could not get the node its IPv6 prefix (:class:`~eni_ipam.core.model.Ipv6Plan`
+        reasons); reset on change."""
         self.shortfall = ""
         """Why the node's allocations fall short (a plan found no room, or the cloud said the subnet
         is full); kept until a pass places the whole deficit, or for :data:`CAPACITY_REASON_HOLD`
@@ -180,7 +192,7 @@ class Node:
             self.instance, self.needs_refresh, self.terminated = None, True, False
             self.view_time = NEVER
         self.resource = resource
-        self.blocked = ""
+        self.blocked = self.ipv6_blocked = ""
 
     def observe(self, instance: Instance | None, *, seen_at: float) -> bool:
         """What a full resync that started at ``seen_at`` saw of this node's instance. Missing from it
@@ -200,7 +212,7 @@ class Node:
             self.needs_refresh = True
         # A node blocked on the last view (no subnet room, at capacity) is planned again on the fresh
         # one: room may have come back (addresses released elsewhere, a node gone).
-        self.blocked = ""
+        self.blocked = self.ipv6_blocked = ""
         return self.instance is not seen and self.instance is not None and self.instance != seen
 
     def set_instance(self, instance: Instance, *, seen_at: float) -> None:
@@ -269,7 +281,10 @@ class Node:
         return max(stats.needed, self._pods_waiting())
 
     def _pods_waiting(self) -> int:
-        """Pods waiting for an address beyond the node's free ones (0 when the free ones cover them)."""
+        """Pods waiting for an address beyond the node's free ones (0 when the free ones cover them,
+        and on an IPv6-only node, whose pods take addresses of its /80)."""
+        if self.resource.spec.address_family == "ipv6":
+            return 0
         stats = self.stats
         return max(self.resource.pending_pods - (stats.available - stats.used), 0)
 
@@ -314,9 +329,19 @@ class Node:
             return False
         if self.stats.needed > 0 and not self.blocked:
             return True
+        if self.wants_ipv6_prefix() and not self.ipv6_blocked:
+            return True
         if self.env.settings.release_excess_ips:
             return self.stats.excess > 0 or bool(self.marked) or bool(self.release_status)
         return False
+
+    def wants_ipv6_prefix(self) -> bool:
+        """The node's family has IPv6 (``ipv6``, ``dual``) and no interface of its pool holds a prefix."""
+        return (
+            self.resource.spec.address_family != "ipv4"
+            and self.instance is not None
+            and not has_ipv6_prefix(self.instance, self.resource.spec)
+        )
 
     def status(self) -> NodeStatus:
         interfaces: tuple[Interface, ...] = ()
@@ -343,6 +368,8 @@ class Node:
             return f"instance {instance_id} no longer exists: nothing is allocated"
         if self.instance is not None and not self.instance.running:
             return f"instance {instance_id} is not running: nothing is allocated until it runs"
+        if self.ipv6_blocked and self.wants_ipv6_prefix():
+            return self._ipv6_message()
         needed = self.demand()
         if self.stats.at_capacity and needed > 0 and not self.blocked:
             # Full, with pods waiting beyond what the pool holds: no plan is made for them.
@@ -376,6 +403,26 @@ class Node:
                 "(spec.securityGroups or spec.securityGroupTags)"
             )
         return f"{needed} more addresses needed, but they cannot be placed ({self.blocked})"
+
+    def _ipv6_message(self) -> str:
+        family = self.resource.spec.address_family
+        why = {
+            "no-ipv6-prefixes": (
+                f"instance type {self.instance.type if self.instance else ''} takes no IPv6 prefixes "
+                "(EC2 delegates them to Nitro types with IPv6 only; Azure and the generic provider to none)"
+            ),
+            "no-ipv6-subnet": (
+                "no interface of the pool is in a subnet with an IPv6 CIDR block, and no subnet the pool "
+                "may use has one (associate an IPv6 block with the node's subnet, or list a dual-stack "
+                "subnet in spec.subnetIDs or spec.subnetTags)"
+            ),
+            "at-capacity": "no interface of the pool can take it and no adapter slot is free",
+            "no-security-groups": (
+                "a new interface would carry it, but no security group was found "
+                "(spec.securityGroups or spec.securityGroupTags)"
+            ),
+        }.get(self.ipv6_blocked, self.ipv6_blocked)
+        return f"address family {family}: the node has no IPv6 prefix and cannot get one: {why}"
 
     # -- the pass ---------------------------------------------------------------------------------
 
@@ -424,6 +471,8 @@ class Node:
             stats = self.recalculate()
             if stats.needed > 0:
                 mutated |= await self._allocate(limits)
+            if self.wants_ipv6_prefix():
+                mutated |= await self._ipv6_prefix(limits)
         except (errors.NotFound, errors.InstanceNotRunning):
             self.needs_refresh = True  # the instance changed under us (stopped, terminated, replaced)
             raise
@@ -550,8 +599,9 @@ class Node:
 
         def plan_on(subnets: Mapping[str, Subnet], must: int, bonus: int) -> AllocationPlan:
             assert self.instance is not None
-            return plan_allocation(
-                self.resource.spec,
+            spec = self.resource.spec
+            plan = plan_allocation(
+                spec,
                 self.instance,
                 limits,
                 subnets,
@@ -561,6 +611,9 @@ class Node:
                 prefix_delegation=m.settings.prefix_delegation,
                 no_prefix_subnets=no_prefix,
             )
+            if spec.address_family == "ipv4" or not plan.actions:
+                return plan
+            return carrying_ipv6_prefix(plan, spec, self.instance, limits, subnets)
 
         whole = m.view.planner_subnets()
         if share <= 0 or must <= 0:
@@ -580,6 +633,45 @@ class Node:
         if all(n <= held[sid].available for sid, n in taken.items() if sid in held):
             return plan, False
         return plan_on(whole, pods, 0), pods < must
+
+    async def _ipv6_prefix(self, limits: InstanceLimits) -> bool:
+        """Get the node its one IPv6 /80 (:func:`~eni_ipam.core.planner.plan_ipv6`): on an interface of
+        the pool, or on a new one. Returns whether a call was made."""
+        m = self.env
+        assert self.instance is not None
+        plan = plan_ipv6(
+            self.resource.spec, self.instance, limits, m.view.planner_subnets(), m.view.security_groups
+        )
+        if plan.reason:
+            if plan.reason != self.ipv6_blocked:
+                log.warning("ipv6_prefix_blocked", node=self.name, reason=plan.reason)
+            self.ipv6_blocked = plan.reason
+            return False
+        action = plan.action
+        if isinstance(action, CreateInterface):
+            await self._create(action)
+            return True
+        if action is None:
+            return False
+        started = m.clock.monotonic()
+        try:
+            prefix = await m.provider.assign_ipv6_prefix(interface_id=action.interface_id)
+        except errors.ProviderError:
+            self._observe_allocation("assign-ipv6-prefix", False, started)
+            raise
+        self._observe_allocation("assign-ipv6-prefix", True, started)
+        iface = self.instance.interface(action.interface_id)
+        if iface is not None:
+            iface = dataclasses.replace(iface, ipv6_prefixes=(*iface.ipv6_prefixes, prefix))
+            self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
+        log.info(
+            "ipv6_prefix_assigned",
+            node=self.name,
+            interface=action.interface_id,
+            prefix=prefix,
+            subnet=action.subnet_id,
+        )
+        return True
 
     async def _assign(self, action: AssignAddresses) -> None:
         m = self.env

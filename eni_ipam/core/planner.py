@@ -28,10 +28,12 @@ from eni_ipam.core.model import (
     PREFIX_SIZE,
     AllocationPlan,
     AssignAddresses,
+    AssignIpv6Prefix,
     CreateInterface,
     Instance,
     InstanceLimits,
     Interface,
+    Ipv6Plan,
     NodeStats,
     ReleasePlan,
     SecurityGroup,
@@ -147,7 +149,10 @@ def node_stats(
     free_slots = usable_free_slots(instance, spec, limits)
     capacity += len(free_slots) * slots * per_slot
     remaining = open_interfaces + len(free_slots)
-    pre = spec.pre_allocate  # resolved when the spec was parsed (0 is the default already)
+    # An IPv6-only pool keeps no IPv4 watermark: its pods take addresses of the node's /80.
+    v4 = spec.address_family != "ipv6"
+    pre = spec.pre_allocate if v4 else 0  # resolved when the spec was parsed (0 is the default already)
+    min_allocate = spec.min_allocate if v4 else 0
     max_allocate = spec.max_allocate or max_allocatable(
         limits,
         first_interface_index=spec.first_interface_index,
@@ -158,14 +163,14 @@ def node_stats(
         available=available,
         used=used,
         pre_allocate=pre,
-        min_allocate=spec.min_allocate,
+        min_allocate=min_allocate,
         max_allocate=max_allocate,
     )
     excess = excess_ips(
         available=available,
         used=used,
         pre_allocate=pre,
-        min_allocate=spec.min_allocate,
+        min_allocate=min_allocate,
         max_above_watermark=spec.max_above_watermark,
     )
     return computed_stats(
@@ -192,15 +197,20 @@ def choose_subnet(
     *,
     minimum: int = 1,
     exclude: Collection[str] = (),
+    ipv6: bool = False,
 ) -> Subnet | None:
     """Subnet for a new interface: ``subnet_ids`` (most free) → ``subnet_tags`` (most free) → the node's
     own subnet if it has room for a full interface → the most free subnet in the same VPC and zone.
-    Only subnets in the instance's VPC and zone qualify; ``minimum`` free addresses are required."""
+    Only subnets in the instance's VPC and zone qualify (with an IPv6 block, when ``ipv6``);
+    ``minimum`` free addresses are required."""
     local = sorted(
         (
             s
             for s in subnets.values()
-            if s.vpc_id == instance.vpc_id and s.zone == instance.zone and s.id not in exclude
+            if s.vpc_id == instance.vpc_id
+            and s.zone == instance.zone
+            and s.id not in exclude
+            and (s.ipv6_cidr or not ipv6)
         ),
         key=lambda s: s.id,
     )
@@ -523,6 +533,84 @@ def _plan(
         draft.reason if remaining > 0 else "",
         pd,
     )
+
+
+# --- IPv6 -----------------------------------------------------------------------------------------
+
+
+def has_ipv6_prefix(instance: Instance, spec: NodeSpec) -> bool:
+    """Whether an interface of the pool holds an IPv6 prefix (the node's IPv6 pool)."""
+    return any(i.ipv6_prefixes for i in managed_interfaces(instance, spec))
+
+
+def plan_ipv6(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    groups: Mapping[str, SecurityGroup],
+) -> Ipv6Plan:
+    """What a node of family ``ipv6`` or ``dual`` lacks for its one IPv6 /80 prefix.
+
+    The prefix goes on the first interface of the pool (card, then device order: the primary when it
+    is the pool's) whose subnet has an IPv6 block, in one call. Without one, a new interface carries
+    it (``Ipv6PrefixCount`` on its create), in a subnet chosen as for any new interface among those
+    with an IPv6 block. The prefix is never planned twice, nor released: it is the node's for its
+    life, as the AWS VPC CNI keeps it."""
+    if spec.address_family == "ipv4" or has_ipv6_prefix(instance, spec):
+        return Ipv6Plan()
+    if not limits.ipv6_prefixes:
+        return Ipv6Plan(reason="no-ipv6-prefixes")
+    for iface in managed_interfaces(instance, spec):
+        subnet = subnets.get(iface.subnet_id)
+        if subnet is not None and subnet.ipv6_cidr:
+            return Ipv6Plan(action=AssignIpv6Prefix(interface_id=iface.id, subnet_id=iface.subnet_id))
+    slots = usable_free_slots(instance, spec, limits)
+    if not slots:
+        return Ipv6Plan(reason="no-ipv6-subnet" if managed_interfaces(instance, spec) else "at-capacity")
+    free = {sid: max(s.available, 0) for sid, s in subnets.items()}
+    subnet = choose_subnet(spec, instance, limits, subnets, free, minimum=1, ipv6=True)
+    if subnet is None:
+        return Ipv6Plan(reason="no-ipv6-subnet")
+    chosen = choose_security_groups(spec, instance, groups)
+    if not chosen:
+        return Ipv6Plan(reason="no-security-groups")
+    card, index = slots[0]
+    create = CreateInterface(
+        subnet_id=subnet.id,
+        security_groups=chosen,
+        device_index=index,
+        count=0,
+        network_card=card,
+        ipv6_prefixes=1,
+    )
+    return Ipv6Plan(action=create)
+
+
+def carrying_ipv6_prefix(
+    plan: AllocationPlan,
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+) -> AllocationPlan:
+    """``plan`` with its first new interface in a subnet with an IPv6 block carrying the node's IPv6
+    prefix, when the node lacks one and no interface it has could take it: one request
+    (``Ipv6PrefixCount`` on the create) where a create and an assign would be two."""
+    if spec.address_family == "ipv4" or not limits.ipv6_prefixes or has_ipv6_prefix(instance, spec):
+        return plan
+    for iface in managed_interfaces(instance, spec):
+        subnet = subnets.get(iface.subnet_id)
+        if subnet is not None and subnet.ipv6_cidr:
+            return plan  # an interface there takes it in its own call (plan_ipv6)
+    actions = list(plan.actions)
+    for n, action in enumerate(actions):
+        if isinstance(action, CreateInterface):
+            subnet = subnets.get(action.subnet_id)
+            if subnet is not None and subnet.ipv6_cidr:
+                actions[n] = dataclasses.replace(action, ipv6_prefixes=1)
+                return dataclasses.replace(plan, actions=tuple(actions))
+    return plan
 
 
 # --- release --------------------------------------------------------------------------------------

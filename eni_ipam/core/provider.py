@@ -126,6 +126,20 @@ class Provider(Protocol):
         """
         ...
 
+    async def assign_ipv6_prefix(self, *, interface_id: str) -> str:
+        """Delegate one IPv6 /80 prefix to the interface (the node's IPv6 pool); returns it in CIDR
+        form (``2600:1f18:…::/80``).
+
+        Raises:
+            errors.InvalidRequest: the provider delegates no IPv6 prefixes (``code``
+                ``Ipv6PrefixesNotSupported``), or the interface's subnet has no IPv6 block.
+            errors.InterfaceLimitExceeded: the interface holds as many IPv6 addresses as its type allows.
+            errors.PrefixesExhausted: the subnet's IPv6 block has no free /80.
+            errors.NotFound: no such interface.
+            errors.Throttled, errors.TransientError: as :meth:`assign_addresses`.
+        """
+        ...
+
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:
@@ -151,6 +165,9 @@ class Provider(Protocol):
         prefixes when ``request.prefixes``) and ``tags``; attach it to the instance at
         ``request.device_index`` of network card ``request.network_card``, and set
         delete-on-termination unless ``delete_on_termination`` is false.
+
+        With ``request.ipv6_prefixes`` (1), the interface is created with an IPv6 /80 prefix too
+        (raising as :meth:`assign_ipv6_prefix` does when it cannot be).
 
         ``request.device_index`` comes from the caller's view, which may be stale: when another
         interface holds it, the provider tries the card's following indexes (a bounded number of

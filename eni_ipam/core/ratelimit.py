@@ -46,6 +46,7 @@ class Bucket:
 EC2_BUCKETS: Mapping[str, Bucket] = {
     "AssignPrivateIpAddresses": Bucket(100, 5),
     "UnassignPrivateIpAddresses": Bucket(100, 5),
+    "AssignIpv6Addresses": Bucket(100, 5),
     "CreateNetworkInterface": Bucket(100, 5),
     "DeleteNetworkInterface": Bucket(100, 5),
     "ModifyNetworkInterfaceAttribute": Bucket(100, 5),

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
@@ -141,6 +141,10 @@ class NodeSpec(ConfigModel):
     """Tags the security groups of new interfaces must all carry (when securityGroups is empty)."""
     exclude_interface_tags: SpecTags = EMPTY_TAGS
     """An interface carrying all of these tags is neither filled nor counted."""
+    address_family: Literal["ipv4", "ipv6", "dual"] = "ipv4"
+    """The pods' addresses: ``ipv4`` (the pool's secondary addresses or /28s), ``ipv6`` (one IPv6 /80
+    prefix, kept for the node's life, and no IPv4 pool), or ``dual`` (both). IPv6 needs a Nitro
+    instance and a subnet with an IPv6 block (docs/aws.md "IPv6")."""
     disable_prefix_delegation: bool = False
     """Plain secondary addresses on this node even where /28 prefixes are enabled."""
     delete_on_termination: bool = True

@@ -131,6 +131,10 @@ class NodeExpectation(ConfigModel):
         | None
     ) = None
     release_ips: NonNegativeInt | None = None
+    ipv6_prefixes: NonNegativeInt | None = None
+    """IPv6 prefixes on the pool's interfaces (1: the node has its /80)."""
+    message_contains: str | None = None
+    """Text the node's status message holds (why it is not progressing)."""
 
 
 _API_CALLS: TypeAdapter[dict[str, int]] = TypeAdapter(dict[str, NonNegativeInt], config={"strict": True})

@@ -199,6 +199,7 @@ class Simulation:
             "subnet_by_index": {slot_key(i): i.subnet_id for i in interfaces},
             "security_groups_by_index": {slot_key(i): sorted(i.security_groups) for i in interfaces},
             "release_ips": len(status.release) if status else 0,
+            "ipv6_prefixes": sum(len(i.ipv6_prefixes) for i in interfaces),
             "message": status.message if status else "",
         }
 
@@ -243,6 +244,12 @@ class Simulation:
             else:
                 state = self.node_state(key)
                 for field, value in wanted.items():
+                    if field == "message_contains":
+                        if value not in state["message"]:
+                            failures.append(
+                                f"{path}.{key}.message_contains: {value!r} is not in {state['message']!r}"
+                            )
+                        continue
                     got = state[field]
                     want = _normalise(field, value)
                     if _normalise(field, got) != want:

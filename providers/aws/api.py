@@ -7,7 +7,8 @@ Each method builds one request in EC2's shape, sends it through :class:`~provide
 Parsing follows botocore's EC2 model (the shapes ``NetworkInterface``, ``Subnet``, ``Instance``…):
 
 * the primary address is never among ``addresses``;
-* prefixes are ``Ipv4Prefixes[].Ipv4Prefix``;
+* prefixes are ``Ipv4Prefixes[].Ipv4Prefix``, IPv6 prefixes ``Ipv6Prefixes[].Ipv6Prefix``;
+* a subnet's IPv6 block is its first ``associated`` ``Ipv6CidrBlockAssociationSet`` entry;
 * an interface counts as attached only while its attachment is ``attaching`` or ``attached`` to an
   instance, on any network card (the pool's spec says which cards it fills: ``network_cards``).
   Interfaces attached to AWS-managed resources (load balancers, Lambda) are reported detached from
@@ -58,6 +59,14 @@ def parse_subnet(d: Mapping[str, Any]) -> Subnet:
         cidr=d.get("CidrBlock", ""),
         available=int(d.get("AvailableIpAddressCount", 0)),
         tags=_tag_map(d.get("Tags")),
+        ipv6_cidr=next(
+            (
+                str(a.get("Ipv6CidrBlock") or "")
+                for a in d.get("Ipv6CidrBlockAssociationSet") or ()
+                if (a.get("Ipv6CidrBlockState") or {}).get("State") == "associated"
+            ),
+            "",
+        ),
     )
 
 
@@ -96,6 +105,9 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
         primary_ip=primary,
         addresses=tuple(sorted(secondaries, key=address_key)),
         prefixes=tuple(sorted((p["Ipv4Prefix"] for p in d.get("Ipv4Prefixes") or ()), key=_prefix_key)),
+        ipv6_prefixes=tuple(
+            sorted(str(p["Ipv6Prefix"]) for p in d.get("Ipv6Prefixes") or () if p.get("Ipv6Prefix"))
+        ),
         security_groups=tuple(g["GroupId"] for g in d.get("Groups") or ()),
         tags=_tag_map(d.get("TagSet")),
         instance_id=attachment.get("InstanceId", "") if attached else "",
@@ -200,6 +212,7 @@ class Boto3Api:
         tags: Mapping[str, str],
         description: str,
         client_token: str,
+        ipv6_prefix_count: int = 0,
     ) -> Interface:
         params: dict[str, Any] = {
             "SubnetId": subnet_id,
@@ -213,8 +226,16 @@ class Boto3Api:
             params["Ipv4PrefixCount"] = prefix_count
         if secondary_count:
             params["SecondaryPrivateIpAddressCount"] = secondary_count
+        if ipv6_prefix_count:
+            params["Ipv6PrefixCount"] = ipv6_prefix_count
         answer = await self.client.call("CreateNetworkInterface", **params)
         return parse_interface(answer["NetworkInterface"])
+
+    async def assign_ipv6_addresses(self, *, interface_id: str, prefix_count: int) -> list[str]:
+        answer = await self.client.call(
+            "AssignIpv6Addresses", NetworkInterfaceId=interface_id, Ipv6PrefixCount=prefix_count
+        )
+        return sorted(str(p) for p in answer.get("AssignedIpv6Prefixes") or ())
 
     async def attach_network_interface(
         self, *, interface_id: str, instance_id: str, device_index: int, network_card: int = 0

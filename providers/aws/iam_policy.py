@@ -183,6 +183,13 @@ def render_policy(
             "Condition": {"ArnEquals": {"ec2:Vpc": vpc, "ec2:Subnet": subnet_arns}},
         },
         {
+            "Sid": "Ipv6PrefixOnClusterSubnetInterfaces",
+            "Effect": "Allow",
+            "Action": ["ec2:AssignIpv6Addresses"],
+            "Resource": interfaces,
+            "Condition": {"ArnEquals": {"ec2:Vpc": vpc, "ec2:Subnet": subnet_arns}},
+        },
+        {
             "Sid": "CreateOnlyClusterTaggedInterfaces",
             "Effect": "Allow",
             "Action": ["ec2:CreateNetworkInterface"],

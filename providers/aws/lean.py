@@ -23,6 +23,7 @@ from typing import Any
 import botocore.loaders
 
 OPERATIONS = (
+    "AssignIpv6Addresses",
     "AssignPrivateIpAddresses",
     "AttachNetworkInterface",
     "CreateNetworkInterface",

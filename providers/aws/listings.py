@@ -602,6 +602,7 @@ def _interface(body: bytes, start: int, end: int, lists: Lists) -> Interface:
         primary_ip=primary,
         addresses=_secondaries(body, lists.get(b"privateIpAddressesSet"), primary, plain),
         prefixes=_prefixes(body, lists.get(b"ipv4PrefixSet")),
+        ipv6_prefixes=_ipv6_prefixes(body, lists.get(b"ipv6PrefixSet")),
         security_groups=_groups(body, lists.get(b"groupSet")),
         tags=_tags(body, lists.get(b"tagSet"), plain),
         instance_id=instance_id,
@@ -658,6 +659,19 @@ def _prefixes(body: bytes, span: Span | None) -> Prefixes:
             raise _fail("a prefix item without ipv4Prefix", a)
         found.append(prefix)
     return Prefixes.of(sorted(found, key=lambda p: address_key(p.split("/", 1)[0])))
+
+
+def _ipv6_prefixes(body: bytes, span: Span | None) -> tuple[str, ...]:
+    """The ``ipv6PrefixSet`` (a node's one /80, on one of its interfaces), sorted as text."""
+    if span is None:
+        return ()
+    found = []
+    for a, b, _ in _items(body, *span):
+        prefix = _text(body, b"ipv6Prefix", a, b, [])
+        if prefix is None:
+            raise _fail("an IPv6 prefix item without ipv6Prefix", a)
+        found.append(prefix)
+    return tuple(sorted(found))
 
 
 # -- DescribeInstances ------------------------------------------------------------------------------

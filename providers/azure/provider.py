@@ -326,6 +326,20 @@ class AzureProvider:
             return []
         return await self.updates.assign(ref, count)
 
+    async def assign_ipv6_prefix(self, *, interface_id: str) -> str:
+        """Azure delegates no IPv6 prefixes to a NIC, and a NIC holds at most one IPv6 address (on a
+        secondary IP configuration): no pool of IPv6 pod addresses can be made of NICs
+        (docs/azure.md "IPv6").
+
+        Raises:
+            errors.InvalidRequest: always (``Ipv6PrefixesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            "Azure delegates no IPv6 prefixes to NICs (docs/azure.md, IPv6)",
+            code="Ipv6PrefixesNotSupported",
+            operation="assign-ipv6-prefix",
+        )
+
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:

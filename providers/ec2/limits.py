@@ -226,4 +226,7 @@ def limits_from_row(row: Mapping[str, Any]) -> InstanceLimits:
         ipv6_per_interface=row["ipv6"],
         hypervisor=row["hypervisor"],
         cards=tuple(row.get("cards") or ()),
+        # IPv6 /80 prefixes, as /28s, on Nitro only ("Network interfaces with prefixes are supported
+        # with instances built on the Nitro System"), and only where the type has IPv6 at all.
+        ipv6_prefixes=row["hypervisor"] == "nitro" and row["ipv6"] > 0,
     )

@@ -152,6 +152,10 @@ class Ec2Api(Protocol):
         self, *, interface_id: str, addresses: Sequence[str], prefixes: Sequence[str]
     ) -> None: ...
 
+    async def assign_ipv6_addresses(self, *, interface_id: str, prefix_count: int) -> list[str]:
+        """``AssignIpv6Addresses`` with ``Ipv6PrefixCount``: only the new /80 prefixes."""
+        ...
+
     async def create_network_interface(
         self,
         *,
@@ -162,6 +166,7 @@ class Ec2Api(Protocol):
         tags: Mapping[str, str],
         description: str,
         client_token: str,
+        ipv6_prefix_count: int = 0,
     ) -> Interface:
         """The new interface; with a ``client_token`` seen before, the one that call created."""
         ...
@@ -502,6 +507,22 @@ class Ec2Provider:
             interface_id=interface_id, secondary_count=secondary, prefix_count=prefix
         )
 
+    async def assign_ipv6_prefix(self, *, interface_id: str) -> str:
+        """One IPv6 /80 prefix in one call (``AssignIpv6Addresses``, ``Ipv6PrefixCount=1``).
+
+        Raises:
+            errors.InvalidRequest, errors.InterfaceLimitExceeded, errors.PrefixesExhausted,
+            errors.NotFound, errors.Throttled, errors.TransientError: see the Provider protocol.
+        """
+        new = await self.api.assign_ipv6_addresses(interface_id=interface_id, prefix_count=1)
+        if len(new) != 1:
+            raise errors.TransientError(
+                f"AssignIpv6Addresses answered {len(new)} prefixes for one: a fresh read tells",
+                code="OutcomeUnknown",
+                operation="AssignIpv6Addresses",
+            )
+        return new[0]
+
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:
@@ -530,8 +551,8 @@ class Ec2Provider:
 
         The calls:
 
-        * CreateNetworkInterface, carrying the addresses or prefixes, the tags, a description, and
-          ``token`` as the ClientToken;
+        * CreateNetworkInterface, carrying the addresses or prefixes (and the IPv6 prefix, when asked),
+          the tags, a description, and ``token`` as the ClientToken;
         * AttachNetworkInterface at ``request.device_index`` of ``request.network_card``. On an index
           conflict (our view was stale) it tries the card's next index, up to :data:`ATTACH_ATTEMPTS`
           indexes, and the returned interface says which one it got;
@@ -566,6 +587,7 @@ class Ec2Provider:
                 tags=dict(tags),
                 description=DESCRIPTION.format(instance=instance_id),
                 client_token=client_token,
+                ipv6_prefix_count=request.ipv6_prefixes,
             )
             try:
                 return await self._attach_and_mark(

@@ -468,6 +468,19 @@ class GenericProvider:
                         return out
         return out
 
+    async def assign_ipv6_prefix(self, *, interface_id: str) -> str:
+        """The generic provider's IPv6 blocks are its own (one per node and IPv6 ``cluster_cidrs``
+        entry, docs/generic.md), not a pool spec's: no prefix is delegated on request.
+
+        Raises:
+            errors.InvalidRequest: always (``Ipv6PrefixesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            "the generic provider hands out IPv6 blocks from its own configuration, not on request",
+            code="Ipv6PrefixesNotSupported",
+            operation="assign-ipv6-prefix",
+        )
+
     async def unassign_addresses(
         self, *, interface_id: str, addresses: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> None:

@@ -12,9 +12,10 @@ Modelled: real instance-type limits (adapters; addresses per interface, the prim
 secondary addresses and /28 prefixes sharing the slots; prefixes on nitro only), CIDR-true subnets
 with AWS's five reserved addresses and an optional free-address cap, deterministic lowest-free
 allocation, device indexes, delete-on-termination, idempotency tokens, filters and pagination,
-MAC addresses (derived from interface ids), interface types (an ``efa-only`` interface has no IP
+MAC addresses (derived from interface ids), IPv6 /80 prefixes (from a subnet's /64, the lowest
+free first), interface types (an ``efa-only`` interface has no IP
 address and takes none), network cards (device indexes per card, each card's interface limit). Not
-modelled: IPv6, eventual consistency.
+modelled: IPv6 addresses other than prefixes, eventual consistency.
 
 The class is split by concern: :mod:`~providers.sim.state` (records, inspection, invariants),
 :mod:`~providers.sim.setup` (setup and fault API), :mod:`~providers.sim.describe` (Describe calls),
@@ -65,6 +66,13 @@ def _no_ip(iface_id: str) -> SimError:
     return SimError(
         "InvalidParameterValue",
         f"The network interface '{iface_id}' is an EFA-only interface, which does not support IP addresses.",
+    )
+
+
+def _no_ipv6_block(subnet_id: str) -> SimError:
+    return SimError(
+        "InvalidParameterValue",
+        f"The subnet '{subnet_id}' has no IPv6 CIDR block associated: an IPv6 prefix cannot be assigned.",
     )
 
 
@@ -185,11 +193,13 @@ class SimCloud(DescribeOps):
         tags: Mapping[str, str] | None = None,
         description: str = "",
         client_token: str = "",
+        ipv6_prefix_count: int = 0,
     ) -> model.Interface:
         """Create a detached interface in ``subnet_id`` with its addresses or prefixes and tags.
 
         The parameters are EC2's SubnetId, Groups, SecondaryPrivateIpAddressCount, Ipv4PrefixCount,
-        TagSpecifications, Description and ClientToken. A repeated ``client_token`` with the same
+        TagSpecifications, Description, ClientToken and Ipv6PrefixCount (IPv6 /80s of the subnet's
+        block). A repeated ``client_token`` with the same
         parameters returns the interface it created (as it is now) without allocating again; with
         different parameters it answers ``IdempotentParameterMismatch``.
 
@@ -207,6 +217,7 @@ class SimCloud(DescribeOps):
             prefix_count,
             sorted((tags or {}).items()),
             description,
+            ipv6_prefix_count,
         )
         if client_token and client_token in self._tokens:
             seen, iface_id, original = self._tokens[client_token]
@@ -229,6 +240,12 @@ class SimCloud(DescribeOps):
                 )
         if secondary_count + prefix_count > self._max_slots:
             raise _over_limit()
+        if ipv6_prefix_count < 0:
+            raise SimError("InvalidParameterValue", "Ipv6PrefixCount must not be negative")
+        if ipv6_prefix_count and subnet.ipv6 is None:
+            raise _no_ipv6_block(subnet_id)
+        if ipv6_prefix_count > 1:
+            raise SimError("InvalidParameterValue", "Ipv6PrefixCount: one /80 at a time in this cloud")
         space = subnet.space
         if space.free < 1 + secondary_count:
             raise _subnet_short()
@@ -239,6 +256,12 @@ class SimCloud(DescribeOps):
                 raise _no_blocks()
             self._grant_prefixes(iface, prefix_count)
         self._grant_addresses(iface, secondary_count)
+        if ipv6_prefix_count:
+            prefix = subnet.take_ipv6_prefix()
+            if prefix is None:
+                self._delete(iface)
+                raise _no_blocks()
+            iface.ipv6_prefixes.append(prefix)
         view = iface.view()
         if client_token:
             self._tokens[client_token] = (params, iface.id, view)
@@ -386,6 +409,38 @@ class SimCloud(DescribeOps):
         if space.free < secondary_count:
             raise _subnet_short()
         return self._grant_addresses(iface, secondary_count)
+
+    @api("AssignIpv6Addresses")
+    def assign_ipv6_addresses(self, *, interface_id: str, prefix_count: int) -> list[str]:
+        """Delegate ``prefix_count`` IPv6 /80 prefixes of the subnet's block (EC2's Ipv6PrefixCount).
+
+        Returns:
+            The new prefixes.
+
+        Raises:
+            SimError: ``InvalidNetworkInterfaceID.NotFound``, ``InvalidParameterValue`` (the subnet
+                has no IPv6 block; a count other than 1; a type that is not nitro; an ``efa-only``
+                interface), ``InsufficientCidrBlocks`` (no free /80).
+        """
+        iface = self._interface(interface_id)
+        if prefix_count != 1:
+            raise SimError("InvalidParameterValue", "Ipv6PrefixCount: one /80 at a time in this cloud")
+        if iface.kind is devices.Kind.EFA_ONLY:
+            raise _no_ip(interface_id)
+        subnet = self._subnets[iface.subnet_id]
+        if subnet.ipv6 is None:
+            raise _no_ipv6_block(subnet.id)
+        instance = self._instances[iface.instance_id] if iface.instance_id else None
+        if instance is not None and not instance.limits.supports_prefixes:
+            raise SimError(
+                "InvalidParameterValue",
+                f"Ipv6 prefixes are not supported on instance type {instance.type} (nitro only)",
+            )
+        prefix = subnet.take_ipv6_prefix()
+        if prefix is None:
+            raise _no_blocks()
+        iface.ipv6_prefixes.append(prefix)
+        return [prefix]
 
     @api("UnassignPrivateIpAddresses")
     def unassign_private_ip_addresses(

@@ -46,6 +46,21 @@ def _ipv4_network(raw: Any) -> ipaddress.IPv4Network:
 Cidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_ipv4_network)]
 
 
+def _ipv6_block(raw: Any) -> ipaddress.IPv6Network:
+    if not isinstance(raw, str) or not raw:
+        raise ValueError(f"expected a non-empty string, got {short(raw)}")
+    try:
+        network = ipaddress.IPv6Network(raw)
+    except ValueError as exc:
+        raise ValueError(f"not an IPv6 CIDR: {exc}") from None
+    if network.prefixlen != 64:
+        raise ValueError(f"{network}: a subnet's IPv6 block is a /64 on EC2")
+    return network
+
+
+Ipv6Cidr = Annotated[ipaddress.IPv6Network, BeforeValidator(_ipv6_block)]
+
+
 class VpcDeclaration(ConfigModel):
     id: Name
     cidr: Cidr
@@ -59,6 +74,9 @@ class SubnetDeclaration(ConfigModel):
     tags: LooseTagMap = EMPTY_TAGS
     available: NonNegativeInt | None = None
     """Caps the free addresses the subnet reports and hands out (after the declared interfaces)."""
+    ipv6_cidr: Ipv6Cidr | None = None
+    """The subnet's IPv6 block, a /64 (EC2 associates one per subnet). Default: none, an IPv4-only
+    subnet, where no interface can be delegated an IPv6 prefix."""
 
 
 class SecurityGroupDeclaration(ConfigModel):
@@ -125,6 +143,8 @@ class CloudDeclaration(ConfigModel):
                     raise FieldError(
                         f"{where}.cidr", f"{s.cidr} overlaps subnets[{m}] {other.id} ({other.cidr})"
                     )
+                if s.ipv6_cidr is not None and s.ipv6_cidr == other.ipv6_cidr:
+                    raise FieldError(f"{where}.ipv6_cidr", f"{s.ipv6_cidr} is subnets[{m}] {other.id}'s too")
         for n, g in enumerate(self.security_groups):
             if g.vpc not in vpcs:
                 raise FieldError(f"security_groups[{n}].vpc", f"unknown VPC {g.vpc!r}")
@@ -178,7 +198,14 @@ def build_cloud(declaration: CloudDeclaration, clock: Clock, *, path: str = "clo
     for v in declaration.vpcs:
         sim.add_vpc(v.id, str(v.cidr))
     for s in declaration.subnets:
-        sim.add_subnet(s.id, vpc=s.vpc, zone=s.zone, cidr=str(s.cidr), tags=s.tags)
+        sim.add_subnet(
+            s.id,
+            vpc=s.vpc,
+            zone=s.zone,
+            cidr=str(s.cidr),
+            tags=s.tags,
+            ipv6_cidr=str(s.ipv6_cidr) if s.ipv6_cidr is not None else "",
+        )
     for g in declaration.security_groups:
         sim.add_security_group(g.id, vpc=g.vpc, tags=g.tags)
     for n, i in enumerate(declaration.instances):

@@ -41,7 +41,12 @@ class InstanceChange(ConfigModel):
 
 BROKEN_CODE = "InternalError"
 """What a call naming a broken instance's interface answers."""
-INTERFACE_OPERATIONS = ("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "AttachNetworkInterface")
+INTERFACE_OPERATIONS = (
+    "AssignPrivateIpAddresses",
+    "UnassignPrivateIpAddresses",
+    "AssignIpv6Addresses",
+    "AttachNetworkInterface",
+)
 """The calls that name an interface of an instance (``calls: failing`` fails them)."""
 QUOTA_OPERATION = "CreateNetworkInterface"
 """The one call the Region's interface quota refuses."""

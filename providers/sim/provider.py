@@ -99,6 +99,12 @@ class SimApi:
             ),
         )
 
+    async def assign_ipv6_addresses(self, *, interface_id: str, prefix_count: int) -> list[str]:
+        return await self._api.call(
+            "AssignIpv6Addresses",
+            lambda: self.cloud.assign_ipv6_addresses(interface_id=interface_id, prefix_count=prefix_count),
+        )
+
     async def create_network_interface(
         self,
         *,
@@ -109,6 +115,7 @@ class SimApi:
         tags: Mapping[str, str],
         description: str,
         client_token: str,
+        ipv6_prefix_count: int = 0,
     ) -> Interface:
         return await self._api.call(
             "CreateNetworkInterface",
@@ -120,6 +127,7 @@ class SimApi:
                 tags=dict(tags),
                 description=description,
                 client_token=client_token,
+                ipv6_prefix_count=ipv6_prefix_count,
             ),
         )
 

@@ -18,6 +18,7 @@ unique in the cloud, locally administered like EC2's.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping
 from typing import Generic, Literal, TypeVar
 
@@ -71,6 +72,10 @@ class SubnetRecord:
     zone: str
     tags: Mapping[str, str]
     space: SubnetSpace
+    ipv6: ipaddress.IPv6Network | None = None
+    """The subnet's IPv6 block (a /64), if it has one."""
+    ipv6_taken: set[int] = dataclasses.field(default_factory=set)
+    """The /80s of ``ipv6`` delegated to an interface, by their index in the block."""
 
     def view(self) -> model.Subnet:
         return model.Subnet(
@@ -80,7 +85,26 @@ class SubnetRecord:
             cidr=str(self.space.network),
             available=self.space.free,
             tags=model.frozen_tags(self.tags),
+            ipv6_cidr=str(self.ipv6) if self.ipv6 is not None else "",
         )
+
+    def take_ipv6_prefix(self) -> str | None:
+        """The lowest free /80 of the IPv6 block, now taken; None when there is none (or no block)."""
+        if self.ipv6 is None:
+            return None
+        shift = model.IPV6_PREFIX_LENGTH - self.ipv6.prefixlen
+        index = next((n for n in range(1 << shift) if n not in self.ipv6_taken), None)
+        if index is None:
+            return None
+        self.ipv6_taken.add(index)
+        base = int(self.ipv6.network_address) + (index << (128 - model.IPV6_PREFIX_LENGTH))
+        return f"{ipaddress.IPv6Address(base)}/{model.IPV6_PREFIX_LENGTH}"
+
+    def give_back_ipv6(self, prefixes: list[str]) -> None:
+        assert self.ipv6 is not None or not prefixes
+        for prefix in prefixes:
+            offset = int(ipaddress.IPv6Network(prefix).network_address) - int(self.ipv6.network_address)  # type: ignore[union-attr]
+            self.ipv6_taken.discard(offset >> (128 - model.IPV6_PREFIX_LENGTH))
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -140,6 +164,7 @@ class InterfaceRecord:
     created_at: float
     addresses: list[str] = dataclasses.field(default_factory=list)
     prefixes: list[str] = dataclasses.field(default_factory=list)
+    ipv6_prefixes: list[str] = dataclasses.field(default_factory=list)
     instance_id: str = ""
     device_index: int = DETACHED_INDEX
     network_card: int = 0
@@ -171,6 +196,7 @@ class InterfaceRecord:
             primary_ip=self.primary_ip,
             addresses=tuple(self.addresses),
             prefixes=tuple(self.prefixes),
+            ipv6_prefixes=tuple(self.ipv6_prefixes),
             security_groups=self.security_groups,
             tags=model.frozen_tags(self.tags),
             instance_id=self.instance_id if attached else "",

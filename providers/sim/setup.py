@@ -82,6 +82,7 @@ class CloudSetup(CloudState):
         cidr: str,
         tags: Mapping[str, str] | None = None,
         available: int | None = None,
+        ipv6_cidr: str = "",
     ) -> None:
         """Add a subnet of ``vpc``.
 
@@ -89,9 +90,11 @@ class CloudSetup(CloudState):
             available: cap on the free addresses the subnet reports and hands out, counted after
                 the interfaces later declared in it by :meth:`add_instance`; never above what the
                 CIDR allows.
+            ipv6_cidr: the subnet's IPv6 block, a /64 as EC2's (empty: none, an IPv4-only subnet).
 
         Raises:
-            ValueError: duplicate id, unknown VPC, or a CIDR outside the VPC or overlapping a sibling.
+            ValueError: duplicate id, unknown VPC, a CIDR outside the VPC or overlapping a sibling,
+                an IPv6 block that is not a /64 or overlaps another subnet's.
         """
         self._fresh(id, self._subnets, "subnet")
         if vpc not in self._vpcs:
@@ -104,7 +107,17 @@ class CloudSetup(CloudState):
                 raise ValueError(f"subnet {id}: CIDR {cidr} overlaps subnet {other.id}")
         if available is not None:
             space.cap(available)
-        self._subnets[id] = SubnetRecord(id=id, vpc_id=vpc, zone=zone, tags=dict(tags or {}), space=space)
+        ipv6 = None
+        if ipv6_cidr:
+            ipv6 = ipaddress.IPv6Network(ipv6_cidr)
+            if ipv6.prefixlen != 64:
+                raise ValueError(f"subnet {id}: IPv6 block {ipv6_cidr} is not a /64, as EC2's are")
+            for other in self._subnets.values():
+                if other.ipv6 is not None and other.ipv6.overlaps(ipv6):
+                    raise ValueError(f"subnet {id}: IPv6 block {ipv6_cidr} overlaps subnet {other.id}")
+        self._subnets[id] = SubnetRecord(
+            id=id, vpc_id=vpc, zone=zone, tags=dict(tags or {}), space=space, ipv6=ipv6
+        )
 
     def add_security_group(self, id: str, *, vpc: str, tags: Mapping[str, str] | None = None) -> None:
         """Add a security group of ``vpc``.

@@ -248,6 +248,7 @@ class CloudState:
 
     def _delete(self, iface: InterfaceRecord) -> None:
         self._release(iface, iface.addresses, iface.prefixes)
+        self._subnets[iface.subnet_id].give_back_ipv6(iface.ipv6_prefixes)
         if iface.primary_ip:
             self._subnets[iface.subnet_id].space.give_back([iface.primary_ip])
         del self._interfaces[iface.id]

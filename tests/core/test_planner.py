@@ -1,5 +1,7 @@
 """The planner: deterministic, fewest calls, exclusion, subnet / group choice, prefixes, release."""
 
+import dataclasses
+
 import hypothesis
 import pytest
 from hypothesis import strategies as st
@@ -7,15 +9,17 @@ from hypothesis import strategies as st
 from eni_ipam.core import devices
 from eni_ipam.core.model import (
     AssignAddresses,
+    AssignIpv6Prefix,
     CreateInterface,
     Instance,
     InstanceLimits,
     Interface,
+    Ipv6Plan,
     SecurityGroup,
     Subnet,
     Tags,
 )
-from eni_ipam.core.planner import node_stats, plan_allocation, plan_release
+from eni_ipam.core.planner import carrying_ipv6_prefix, node_stats, plan_allocation, plan_ipv6, plan_release
 from eni_ipam.core.spec import NodeSpec
 
 M5_XLARGE = InstanceLimits(adapters=4, ipv4_per_interface=15, hypervisor="nitro")
@@ -358,3 +362,67 @@ def test_the_one_call_shortcut_plans_what_the_general_path_plans(
         spec, inst, M5_XLARGE, subnets, SG, must=must, bonus=bonus, pd=False, no_prefix_subnets=(), rooms=None
     )
     assert plan_allocation(spec, inst, M5_XLARGE, subnets, SG, must=must, bonus=bonus) == general
+
+
+# --- IPv6 -----------------------------------------------------------------------------------------
+
+NITRO_V6 = InstanceLimits(
+    adapters=4, ipv4_per_interface=15, ipv6_per_interface=15, hypervisor="nitro", ipv6_prefixes=True
+)
+
+
+def v6_subnet(sid, block, free=200):
+    return Subnet(id=sid, vpc_id="vpc-1", zone="z1", cidr="10.0.0.0/24", available=free, ipv6_cidr=block)
+
+
+def test_the_ipv6_prefix_goes_on_the_first_interface_of_the_pool_in_a_subnet_with_a_block():
+    subs = {"s-1": subnet("s-1"), "s-2": v6_subnet("s-2", "2600::/64")}
+    inst = instance(iface(0), iface(1, sid="s-2"), iface(2, sid="s-2"))
+    for family in ("ipv6", "dual"):
+        plan = plan_ipv6(NodeSpec(address_family=family), inst, NITRO_V6, subs, SG)
+        assert plan == Ipv6Plan(action=AssignIpv6Prefix(interface_id="eni-1", subnet_id="s-2"))
+    assert plan_ipv6(NodeSpec(), inst, NITRO_V6, subs, SG) == Ipv6Plan()  # ipv4: nothing
+
+
+def test_a_node_with_its_prefix_needs_nothing_and_one_without_says_why():
+    subs = {"s-1": v6_subnet("s-1", "2600::/64")}
+    has = instance(dataclasses.replace(iface(0), ipv6_prefixes=("2600::/80",)))
+    assert plan_ipv6(NodeSpec(address_family="ipv6"), has, NITRO_V6, subs, SG) == Ipv6Plan()
+    xen = dataclasses.replace(NITRO_V6, hypervisor="xen", ipv6_prefixes=False)
+    assert (
+        plan_ipv6(NodeSpec(address_family="ipv6"), instance(iface(0)), xen, subs, SG).reason
+        == "no-ipv6-prefixes"
+    )
+    full = instance(*(iface(n) for n in range(4)))
+    v4_only = {"s-1": subnet("s-1")}
+    assert plan_ipv6(NodeSpec(address_family="dual"), full, NITRO_V6, v4_only, SG).reason == "no-ipv6-subnet"
+    assert (
+        plan_ipv6(NodeSpec(address_family="dual"), instance(iface(0)), NITRO_V6, v4_only, SG).reason
+        == "no-ipv6-subnet"
+    )
+
+
+def test_without_an_interface_in_a_dual_stack_subnet_a_new_one_carries_the_prefix():
+    subs = {"s-1": subnet("s-1"), "s-2": v6_subnet("s-2", "2600::/64")}
+    spec = NodeSpec(address_family="ipv6", first_interface_index=1)
+    plan = plan_ipv6(spec, instance(iface(0, sid="s-2")), NITRO_V6, subs, SG)
+    assert plan.action == CreateInterface(
+        subnet_id="s-2", security_groups=("sg-1",), device_index=1, count=0, ipv6_prefixes=1
+    )
+    # A dual node creating an interface for its IPv4 pool anyway: that create carries it.
+    dual = NodeSpec(address_family="dual", first_interface_index=1, subnet_ids=("s-2",))
+    inst = instance(iface(0, sid="s-1"))
+    ipv4 = plan_allocation(dual, inst, NITRO_V6, subs, SG, must=5)
+    carried = carrying_ipv6_prefix(ipv4, dual, inst, NITRO_V6, subs)
+    assert [a.ipv6_prefixes for a in carried.actions] == [1]
+    assert carrying_ipv6_prefix(ipv4, NodeSpec(first_interface_index=1), inst, NITRO_V6, subs) is ipv4
+
+
+def test_an_ipv6_only_pool_keeps_no_ipv4_watermark():
+    inst = instance(iface(0, n=3))
+    stats = node_stats(
+        NodeSpec(address_family="ipv6", min_allocate=10), inst, NITRO_V6, used=0, prefix_delegation=False
+    )
+    assert (stats.needed, stats.excess) == (0, 3)
+    stats = node_stats(NodeSpec(address_family="dual"), inst, NITRO_V6, used=0, prefix_delegation=False)
+    assert stats.needed == 5  # the default watermark of 8, as for ipv4

@@ -59,6 +59,12 @@ STATEMENTS: list[tuple[str, str, set[str], set[str]]] = [
         {"AddressesOnClusterSubnetInterfaces"},
         {"ec2:Vpc", "ec2:Subnet"},
     ),
+    (
+        "ec2:AssignIpv6Addresses",
+        "network-interface",
+        {"Ipv6PrefixOnClusterSubnetInterfaces"},
+        {"ec2:Vpc", "ec2:Subnet"},
+    ),
     ("ec2:CreateNetworkInterface", "network-interface", {"CreateOnlyClusterTaggedInterfaces"}, TAG_KEYS),
     ("ec2:CreateNetworkInterface", "subnet", {"CreateInClusterSubnetsWithClusterGroups"}, {"ec2:Vpc"}),
     (
@@ -231,6 +237,7 @@ REQUESTS: list[tuple[str, Request, bool]] = [
         True,
     ),
     ("unassign", Request("ec2:UnassignPrivateIpAddresses", IFACE, IN_VPC), True),
+    ("ipv6-prefix", Request("ec2:AssignIpv6Addresses", IFACE, IN_VPC), True),
     (
         "create-the-interface",
         Request("ec2:CreateNetworkInterface", f"{ARN}network-interface/*", TAGGED_AT_CREATE),
@@ -280,6 +287,20 @@ REQUESTS: list[tuple[str, Request, bool]] = [
         False,
     ),
     ("assign-without-the-vpc-key", Request("ec2:AssignPrivateIpAddresses", IFACE, REGION), False),
+    (
+        "ipv6-prefix-in-another-vpc",
+        Request("ec2:AssignIpv6Addresses", IFACE, {**IN_VPC, "ec2:Vpc": other(VPC, "vpc-0", "vpc-f")}),
+        False,
+    ),
+    (
+        "ipv6-prefix-in-an-unlisted-subnet",
+        Request(
+            "ec2:AssignIpv6Addresses",
+            IFACE,
+            {**IN_VPC, "ec2:Subnet": f"{ARN}subnet/subnet-0aaaaaaaaaaaaaaaa"},
+        ),
+        False,
+    ),
     (
         "unassign-in-another-vpc",
         Request("ec2:UnassignPrivateIpAddresses", IFACE, {**IN_VPC, "ec2:Vpc": other(VPC, "vpc-0", "vpc-f")}),
