@@ -50,6 +50,12 @@ The patches, checked against moto 5.2.5 (each function says again what moto does
   the addresses return to the subnet.
 * ``NetworkInterface.ipv4_prefixes``. moto: no prefixes. EC2: ``Ipv4Prefixes`` in
   ``DescribeNetworkInterfaces``.
+* IPv6 prefixes: ``ElasticNetworkInterfaces.assign_ipv6_addresses`` and the create handler take
+  ``Ipv6PrefixCount`` (moto drops it, and crashes on an address count in a subnet without IPv6); the
+  interface's ``ipv6_prefixes`` property answers them. EC2: the lowest free /80s of the subnet's
+  associated block (``AssignedIpv6Prefixes``), ``InvalidParameterValue`` when it has none or the type
+  is not nitro, ``InsufficientCidrBlocks`` when it is full. ``Subnet.ipv6_cidr_block_association_set``:
+  moto renders the block's state as the text of a dict; EC2 the state (``associated``).
 * ``NetworkInterface.mac_address``. moto: ``02:00:00`` and three random octets, which two
   interfaces of one instance may share. EC2: a unique one. The layer derives it from the interface
   id, as the in-memory cloud does (:func:`providers.sim.records.mac_address`).
@@ -89,9 +95,9 @@ The patches, checked against moto 5.2.5 (each function says again what moto does
 moto's backend methods for assign, unassign and modify-attribute are left alone: its response
 handlers are their only callers, and the layer replaces those.
 
-Not modelled: IPv6 and subnets smaller than a /28, which EC2 refuses to create (both left to moto),
-``AllowReassignment``, subnet CIDR reservations for prefixes
-(reserved ranges are simply unavailable).
+Not modelled: IPv6 addresses other than prefixes, and subnets smaller than a /28, which EC2 refuses to
+create (both left to moto), ``AllowReassignment``, subnet CIDR reservations for prefixes (reserved
+ranges are simply unavailable).
 
 Invariants: the layer keeps no address state of its own (each operation reads moto's records under
 one lock, so concurrent requests to a :class:`MotoServer` never share an address); a request the
@@ -810,6 +816,80 @@ def _terminate(self: Any) -> Any:
         return _originals["Instance.terminate"](self)
 
 
+def _ipv6_blocks(subnet: Any) -> list[ipaddress.IPv6Network]:
+    """The subnet's associated IPv6 blocks (moto keeps them in ``ipv6_cidr_block_associations``)."""
+    found = []
+    for association in getattr(subnet, "ipv6_cidr_block_associations", {}).values():
+        state = association.get("ipv6CidrBlockState") or {}
+        if state.get("State") == "associated":
+            found.append(ipaddress.IPv6Network(association["ipv6CidrBlock"]))
+    return found
+
+
+def _ipv6_prefix_list(eni: Any) -> list[str]:
+    found: list[str] = eni.__dict__.setdefault("_fidelity_ipv6_prefixes", [])
+    return found
+
+
+IPV6_PREFIX = 80
+"""EC2 delegates IPv6 prefixes of this length."""
+
+
+def _take_ipv6_prefixes(backend: Any, eni: Any, count: int) -> list[str]:
+    """``count`` free /80s of the interface's subnet's IPv6 block, lowest first, now the interface's.
+    EC2: ``InvalidParameterValue`` when the subnet has no IPv6 block, or for a type that is not
+    nitro; ``InsufficientCidrBlocks`` when the block is full; nothing assigned on a refusal."""
+    blocks = _ipv6_blocks(eni.subnet)
+    if not blocks:
+        raise _error(
+            "InvalidParameterValue",
+            f"The subnet '{eni.subnet.id}' has no IPv6 CIDR block associated: "
+            "an IPv6 prefix cannot be assigned.",
+        )
+    if eni.instance is not None:
+        limits = _type_limits(eni.instance.instance_type)
+        if limits is not None and not limits.ipv6_prefixes:
+            raise _error(
+                "InvalidParameterValue",
+                f"Ipv6 prefixes are not supported on instance type {eni.instance.instance_type} (nitro only)",
+            )
+    block = blocks[0]
+    taken = {
+        ipaddress.IPv6Network(p)
+        for other in backend.enis.values()
+        if other.subnet is eni.subnet
+        for p in _ipv6_prefix_list(other)
+    }
+    fresh: list[str] = []
+    for candidate in block.subnets(new_prefix=IPV6_PREFIX):
+        if len(fresh) == count:
+            break
+        if candidate not in taken:
+            fresh.append(str(candidate))
+    if len(fresh) < count:
+        raise _no_blocks(eni.subnet.id)
+    _ipv6_prefix_list(eni).extend(fresh)
+    return fresh
+
+
+def _ipv6_prefixes(self: Any) -> list[dict[str, str]] | None:
+    # moto: no IPv6 prefixes. EC2: DescribeNetworkInterfaces lists Ipv6Prefixes.
+    return [{"Ipv6Prefix": p} for p in _ipv6_prefix_list(self)] or None
+
+
+def _ipv6_cidr_block_association_set(self: Any) -> list[dict[str, Any]]:
+    # moto: the state renders as the text of a dict ("{'State': 'associated'}"). EC2: the state.
+    return [
+        {
+            "ipv6CidrBlock": a["ipv6CidrBlock"],
+            "associationId": a["associationId"],
+            "ipv6CidrBlockState": {"state": (a.get("ipv6CidrBlockState") or {}).get("State", "")},
+        }
+        for a in self.ipv6_cidr_block_associations.values()
+        if (a.get("ipv6CidrBlockState") or {}).get("State") == "associated"
+    ]
+
+
 def _ipv4_prefixes(self: Any) -> list[dict[str, str]] | None:
     # moto: no prefixes. EC2: DescribeNetworkInterfaces lists Ipv4Prefixes.
     found = _prefixes(self)
@@ -849,8 +929,14 @@ def _resp_create_network_interface(self: Any) -> Any:
     prefix_count = self._get_int_param("Ipv4PrefixCount", 0)
     prefixes = self._get_param("Ipv4Prefixes", [])
     interface_type = self._get_param("InterfaceType")
+    ipv6_prefix_count = self._get_int_param("Ipv6PrefixCount", 0)
 
     self.error_on_dryrun()
+    if ipv6_prefix_count and not _ipv6_blocks(subnet):
+        raise _error(
+            "InvalidParameterValue",
+            f"The subnet '{subnet.id}' has no IPv6 CIDR block associated: an IPv6 prefix cannot be assigned.",
+        )
 
     eni = self.ec2_backend.create_network_interface(
         subnet,
@@ -868,6 +954,13 @@ def _resp_create_network_interface(self: Any) -> Any:
         interface_type=interface_type,
         fidelity_strict=True,
     )
+    if ipv6_prefix_count and not _ipv6_prefix_list(eni):  # a repeated token's interface has its own
+        with _lock:
+            try:
+                _take_ipv6_prefixes(self.ec2_backend, eni, ipv6_prefix_count)
+            except Exception:
+                self.ec2_backend.delete_network_interface(eni.id)  # all or nothing, as EC2
+                raise
     result: dict[str, Any] = {"NetworkInterface": eni}
     if client_token:
         result["ClientToken"] = client_token
@@ -887,6 +980,26 @@ def _resp_attach_network_interface(self: Any) -> Any:
 
     attachment = self.ec2_backend.attach_network_interface(eni_id, instance_id, device_index, card)
     return ActionResult({"AttachmentId": attachment.attachment_id, "NetworkCardIndex": card})
+
+
+def _resp_assign_ipv6_addresses(self: Any) -> Any:
+    # moto: drops Ipv6PrefixCount (and crashes for an address count on a subnet without IPv6). EC2:
+    # /80 prefixes of the subnet's block, AssignedIpv6Prefixes; InvalidParameterValue without one.
+    from moto.core.responses import ActionResult
+
+    prefix_count = self._get_int_param("Ipv6PrefixCount", 0)
+    if not prefix_count:
+        return _originals["ElasticNetworkInterfaces.assign_ipv6_addresses"](self)
+    eni_id = self._get_param("NetworkInterfaceId")
+    self.error_on_dryrun()
+    with _lock:
+        eni = self.ec2_backend.get_network_interface(eni_id)
+        if getattr(eni, "interface_type", "interface") == EFA_ONLY:
+            raise _no_ip_on_efa_only()
+        fresh = _take_ipv6_prefixes(self.ec2_backend, eni, prefix_count)
+    return ActionResult(
+        {"NetworkInterfaceId": eni.id, "AssignedIpv6Addresses": [], "AssignedIpv6Prefixes": fresh}
+    )
 
 
 def _resp_assign_private_ip_addresses(self: Any) -> Any:
@@ -973,6 +1086,8 @@ def _targets() -> list[tuple[type, str, Any]]:
         (NetworkInterfaceBackend, "detach_network_interface", _detach_network_interface),
         (NetworkInterfaceBackend, "delete_network_interface", _delete_network_interface),
         (NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes)),
+        (NetworkInterface, "ipv6_prefixes", property(_ipv6_prefixes)),
+        (Subnet, "ipv6_cidr_block_association_set", property(_ipv6_cidr_block_association_set)),
         (NetworkInterface, "mac_address", property(_mac_address, _keep_moto_mac)),
         (NetworkInterface, "attachment", property(_attachment)),
         (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
@@ -981,6 +1096,7 @@ def _targets() -> list[tuple[type, str, Any]]:
         (Instance, "terminate", _terminate),
         (ElasticNetworkInterfaces, "create_network_interface", _resp_create_network_interface),
         (ElasticNetworkInterfaces, "attach_network_interface", _resp_attach_network_interface),
+        (ElasticNetworkInterfaces, "assign_ipv6_addresses", _resp_assign_ipv6_addresses),
         (ElasticNetworkInterfaces, "assign_private_ip_addresses", _resp_assign_private_ip_addresses),
         (ElasticNetworkInterfaces, "unassign_private_ip_addresses", _resp_unassign_private_ip_addresses),
         (

@@ -7,6 +7,7 @@ once the fidelity layer is installed or a :class:`MotoServer` started.
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import socket
 import subprocess
 import sys
@@ -366,6 +367,35 @@ def test_a_full_network_card_is_attachment_limit_exceeded(ec2: Any) -> None:
             NetworkCardIndex=5,
         )
     assert code(exc) == "AttachmentLimitExceeded" and "network card 5" in str(exc.value)
+
+
+def test_ipv6_prefixes_are_the_lowest_free_80s_of_the_subnets_block(ec2: Any) -> None:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16", AmazonProvidedIpv6CidrBlock=True)["Vpc"]
+    block = ipaddress.IPv6Network(vpc["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"])
+    v6 = next(block.subnets(new_prefix=64))
+    dual = ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock="10.0.1.0/24", Ipv6CidrBlock=str(v6))["Subnet"][
+        "SubnetId"
+    ]
+    v4 = ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock="10.0.2.0/24")["Subnet"]["SubnetId"]
+    (association,) = ec2.describe_subnets(SubnetIds=[dual])["Subnets"][0]["Ipv6CidrBlockAssociationSet"]
+    assert association["Ipv6CidrBlockState"]["State"] == "associated"  # moto wrote the text of a dict
+    first, second = (create(ec2, dual)["NetworkInterfaceId"] for _ in range(2))
+    answer = ec2.assign_ipv6_addresses(NetworkInterfaceId=first, Ipv6PrefixCount=1)
+    assert answer["AssignedIpv6Prefixes"] == [f"{v6.network_address}/80"]
+    made = create(ec2, dual, Ipv6PrefixCount=1)
+    expected = [str(n) for n in list(v6.subnets(new_prefix=80))[:2]]
+    assert [p["Ipv6Prefix"] for p in made["Ipv6Prefixes"]] == [expected[1]]
+    assert [p["Ipv6Prefix"] for p in describe(ec2, first)["Ipv6Prefixes"]] == [expected[0]]
+    assert not describe(ec2, second).get("Ipv6Prefixes")
+    plain = create(ec2, v4)["NetworkInterfaceId"]
+    with pytest.raises(ClientError) as exc:
+        ec2.assign_ipv6_addresses(NetworkInterfaceId=plain, Ipv6PrefixCount=1)
+    assert code(exc) == "InvalidParameterValue" and "no IPv6 CIDR block" in str(exc.value)
+    before = len(ec2.describe_network_interfaces()["NetworkInterfaces"])
+    with pytest.raises(ClientError) as exc:
+        create(ec2, v4, Ipv6PrefixCount=1)
+    assert code(exc) == "InvalidParameterValue"
+    assert len(ec2.describe_network_interfaces()["NetworkInterfaces"]) == before  # nothing created
 
 
 # -- 8. UnassignPrivateIpAddresses of an address not held ----------------------------------------------

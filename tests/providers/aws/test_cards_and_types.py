@@ -1,19 +1,22 @@
-"""The AWS provider on multi-card instances and beside interfaces it does not own, against moto's
-EC2 served over HTTP (botocore's HTTP layer, EC2's wire protocol): each request it sends, and no more
-than the fewest that do the work."""
+"""The AWS provider on multi-card instances, beside interfaces it does not own, and delegating IPv6
+prefixes, against moto's EC2 served over HTTP (botocore's HTTP layer, EC2's wire protocol): each
+request it sends, and no more than the fewest that do the work."""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from eni_ipam.core import errors
 from eni_ipam.core.model import CreateInterface
+from eni_ipam.core.planner import has_ipv6_prefix
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
-from tests.providers.aws.conftest import Network
+from tests.providers.aws.conftest import ZONE, Network
 from tests.providers.aws.test_reconciler import reconciling
 from tests.waiting import until
 
@@ -150,3 +153,89 @@ async def test_a_trunk_and_an_efa_only_interface_are_never_filled(http_network: 
         (3, "interface", 6),
     ]
     assert stats.capacity == 2 * 14  # the primary and the new one: no room counted on the other two
+
+
+def dual_stack_subnet(network: Network, cidr: str) -> str:
+    """A new subnet of the network's VPC with an IPv6 /64 (the VPC gets Amazon's /56 first)."""
+    ec2 = network.ec2
+    vpc = ec2.describe_vpcs(VpcIds=[network.vpc_id])["Vpcs"][0]
+    blocks = [a["Ipv6CidrBlock"] for a in vpc.get("Ipv6CidrBlockAssociationSet") or ()]
+    if not blocks:
+        answer = ec2.associate_vpc_cidr_block(VpcId=network.vpc_id, AmazonProvidedIpv6CidrBlock=True)
+        blocks = [answer["Ipv6CidrBlockAssociation"]["Ipv6CidrBlock"]]
+    taken = sum(1 for s in ec2.describe_subnets()["Subnets"] if s.get("Ipv6CidrBlockAssociationSet"))
+    block = list(ipaddress.IPv6Network(blocks[0]).subnets(new_prefix=64))[taken]
+    subnet = ec2.create_subnet(
+        VpcId=network.vpc_id, CidrBlock=cidr, Ipv6CidrBlock=str(block), AvailabilityZone=ZONE
+    )
+    return str(subnet["Subnet"]["SubnetId"])
+
+
+async def test_an_ipv6_node_gets_its_80_in_one_request_and_keeps_it(http_network: Network) -> None:
+    network = http_network
+    subnet = dual_stack_subnet(network, "10.0.64.0/24")
+    instance = network.run_instance("m5.large", subnet_id=subnet)
+    spec = NodeResource(name="v6", instance_id=instance, spec=NodeSpec(address_family="ipv6"))
+    with requests(network) as sent:
+        async with reconciling(network, [spec], Settings(gc_interval=0)) as (manager, provider):
+            await until(
+                lambda: (
+                    manager.nodes["v6"].instance is not None
+                    and has_ipv6_prefix(manager.nodes["v6"].instance, spec.spec)
+                ),
+                limit=30,
+            )
+            snapshot = await provider.resync()
+    assert mutating(sent) == ["AssignIpv6Addresses"]
+    assign = next(params for name, params in sent if name == "AssignIpv6Addresses")
+    assert assign == {"NetworkInterfaceId": assign["NetworkInterfaceId"], "Ipv6PrefixCount": 1}
+    (primary,) = interfaces_of(network, instance)
+    (prefix,) = (p["Ipv6Prefix"] for p in primary["Ipv6Prefixes"])
+    block = ipaddress.IPv6Network(snapshot.subnets[subnet].ipv6_cidr)
+    assert ipaddress.IPv6Network(prefix).prefixlen == 80 and ipaddress.IPv6Network(prefix).subnet_of(block)
+    assert len(primary["PrivateIpAddresses"]) == 1  # no IPv4 pool
+
+
+async def test_a_dual_node_whose_new_interface_carries_the_80_makes_no_extra_request(
+    http_network: Network,
+) -> None:
+    """Pods kept off the primary (its subnet IPv4-only), a dual-stack pod subnet: the interface made
+    for the IPv4 pool is created with the /80 (Ipv6PrefixCount on its create): three requests, as for
+    any new interface."""
+    network = http_network
+    pods = dual_stack_subnet(network, "10.0.80.0/24")
+    instance = network.run_instance("m5.large")
+    spec = NodeResource(
+        name="dual",
+        instance_id=instance,
+        spec=NodeSpec(address_family="dual", first_interface_index=1, subnet_ids=(pods,), pre_allocate=4),
+    )
+    with requests(network) as sent:
+        async with reconciling(network, [spec], Settings(gc_interval=0)) as (manager, _):
+            await until(lambda: manager.nodes["dual"].stats.available >= 4, limit=30)
+            await until(lambda: has_ipv6_prefix(manager.nodes["dual"].instance, spec.spec), limit=30)
+    assert mutating(sent) == [
+        "CreateNetworkInterface",
+        "AttachNetworkInterface",
+        "ModifyNetworkInterfaceAttribute",
+    ]
+    create = next(params for name, params in sent if name == "CreateNetworkInterface")
+    assert create["Ipv6PrefixCount"] == 1 and create["SecondaryPrivateIpAddressCount"] == 4
+    _, made = interfaces_of(network, instance)
+    assert made["SubnetId"] == pods and len(made["Ipv6Prefixes"]) == 1
+
+
+async def test_an_ipv6_prefix_on_an_ipv4_only_subnet_is_refused_and_nothing_changes(
+    http_network: Network,
+) -> None:
+    network = http_network
+    instance = network.run_instance("m5.large")
+    provider = network.provider()
+    try:
+        (primary,) = interfaces_of(network, instance)
+        with pytest.raises(errors.InvalidRequest):
+            await provider.assign_ipv6_prefix(interface_id=primary["NetworkInterfaceId"])
+    finally:
+        provider.close()
+    (primary,) = interfaces_of(network, instance)
+    assert not primary.get("Ipv6Prefixes")

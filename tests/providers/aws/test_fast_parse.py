@@ -419,6 +419,14 @@ HAND_PICKED = {
         )
     ),
     "pretty": page(eni(1).replace("><", ">\n      <"), eni(2).replace("><", ">\t<")),
+    "ipv6-prefixes": page(
+        eni(
+            1,
+            extra="<ipv6PrefixSet><item><ipv6Prefix>2600:1f18:aaaa:1:2::/80</ipv6Prefix></item>"
+            "<item><ipv6Prefix>2600:1f18:aaaa:1:1::/80</ipv6Prefix></item></ipv6PrefixSet>",
+        ),
+        eni(2, extra="<ipv6PrefixSet/>"),
+    ),
     "interface-types": page(
         *(
             eni(n, extra=f"<interfaceType>{kind}</interfaceType>" if kind is not None else "")
@@ -448,6 +456,12 @@ def test_an_interface_on_another_card_is_attached_there_with_its_card() -> None:
     assert (beyond.device_index, beyond.instance_id, beyond.network_card) == (DETACHED_INDEX, "", 0)
     attached = assert_same_reading(HAND_PICKED["attached"], DNI)[0]
     assert (attached.device_index, attached.network_card) == (1, 0)
+
+
+def test_ipv6_prefixes_read_as_botocore_reads_them() -> None:
+    first, second = assert_same_reading(HAND_PICKED["ipv6-prefixes"], DNI)
+    assert first.ipv6_prefixes == ("2600:1f18:aaaa:1:1::/80", "2600:1f18:aaaa:1:2::/80")
+    assert second.ipv6_prefixes == ()
 
 
 def test_an_interface_type_reads_as_its_kind_and_an_unknown_one_as_other() -> None:
@@ -813,7 +827,7 @@ def _outside_lists(shape: Any, path: str = "") -> Iterator[tuple[str, str]]:
                 "interfaceType",
                 "attachment",
             }
-            | {"groupSet", "tagSet", "privateIpAddressesSet", "ipv4PrefixSet"},
+            | {"groupSet", "tagSet", "privateIpAddressesSet", "ipv4PrefixSet", "ipv6PrefixSet"},
             {
                 "/attachment": {
                     "status",
