@@ -283,6 +283,7 @@ class Agent:
                 network_card=p.network_card,
                 subnet=p.cidr,
                 primary_ip=p.primary_ip,
+                ipv6_prefixes=p.ipv6_prefixes,
             )
             for p in pool_interfaces(obj)
         ]

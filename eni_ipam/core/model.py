@@ -133,6 +133,15 @@ def address_key(address: str) -> tuple[int, ...]:
     return tuple(int(part) for part in address.split("."))
 
 
+def ipv6_prefix_key(prefix: str) -> tuple[int, int, str]:
+    """Sort key putting IPv6 prefixes in address order (text that is no prefix last, as written)."""
+    try:
+        network = ipaddress.IPv6Network(prefix)
+    except ValueError:
+        return (1, 0, prefix)
+    return (0, int(network.network_address), prefix)
+
+
 def expand_prefix(prefix: str) -> list[str]:
     """The 16 addresses of a /28 prefix, in address order."""
     return [str(a) for a in ipaddress.IPv4Network(prefix)]

@@ -570,6 +570,8 @@ class PoolInterface:
     cidr: str
     """The subnet's CIDR from ``status.subnets``; ``""`` when the status does not give it."""
     primary_ip: str
+    ipv6_prefixes: tuple[str, ...] = ()
+    """The IPv6 prefixes delegated to it (``ipv6Prefixes``), those that parse."""
 
 
 def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
@@ -603,6 +605,7 @@ def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
         primary = entry.get("primaryIP", "")
         out.append(
             PoolInterface(
+                ipv6_prefixes=_ipv6_prefixes(entry.get("ipv6Prefixes")),
                 id=iid,
                 device_index=index,
                 network_card=card,
@@ -613,6 +616,19 @@ def pool_interfaces(obj: Mapping[str, Any]) -> list[PoolInterface]:
             )
         )
     return out
+
+
+def _ipv6_prefixes(value: object) -> tuple[str, ...]:
+    """The IPv6 networks of a status list, in their canonical form; what does not parse is left out."""
+    if not isinstance(value, list):
+        return ()
+    found = []
+    for text in value:
+        try:
+            found.append(str(ipaddress.IPv6Network(text)))
+        except (TypeError, ValueError):
+            continue
+    return tuple(found)
 
 
 def _integer(value: object) -> TypeGuard[int]:

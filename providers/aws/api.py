@@ -32,7 +32,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from eni_ipam.core.devices import MAX_NETWORK_CARD, reported
-from eni_ipam.core.model import DETACHED_INDEX, Interface, SecurityGroup, Subnet, address_key, frozen_tags
+from eni_ipam.core.model import (
+    DETACHED_INDEX,
+    Interface,
+    SecurityGroup,
+    Subnet,
+    address_key,
+    frozen_tags,
+    ipv6_prefix_key,
+)
 from providers.aws.client import Ec2Client
 from providers.aws.listings import ATTACHED
 from providers.ec2.provider import Filters, InstanceInfo, InstanceState
@@ -106,7 +114,10 @@ def parse_interface(d: Mapping[str, Any]) -> Interface:
         addresses=tuple(sorted(secondaries, key=address_key)),
         prefixes=tuple(sorted((p["Ipv4Prefix"] for p in d.get("Ipv4Prefixes") or ()), key=_prefix_key)),
         ipv6_prefixes=tuple(
-            sorted(str(p["Ipv6Prefix"]) for p in d.get("Ipv6Prefixes") or () if p.get("Ipv6Prefix"))
+            sorted(
+                (str(p["Ipv6Prefix"]) for p in d.get("Ipv6Prefixes") or () if p.get("Ipv6Prefix")),
+                key=ipv6_prefix_key,
+            )
         ),
         security_groups=tuple(g["GroupId"] for g in d.get("Groups") or ()),
         tags=_tag_map(d.get("TagSet")),

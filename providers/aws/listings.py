@@ -64,7 +64,7 @@ import botocore.parsers
 from botocore.utils import lowercase_dict
 
 from eni_ipam.core.devices import MAX_NETWORK_CARD, reported
-from eni_ipam.core.model import DETACHED_INDEX, EMPTY_TAGS, Interface, Tags, address_key
+from eni_ipam.core.model import DETACHED_INDEX, EMPTY_TAGS, Interface, Tags, address_key, ipv6_prefix_key
 from eni_ipam.core.packed import EMPTY_ADDRESSES, EMPTY_PREFIXES, Addresses, Prefixes
 from providers.ec2.provider import InstanceInfo, InstanceState
 
@@ -662,7 +662,7 @@ def _prefixes(body: bytes, span: Span | None) -> Prefixes:
 
 
 def _ipv6_prefixes(body: bytes, span: Span | None) -> tuple[str, ...]:
-    """The ``ipv6PrefixSet`` (a node's one /80, on one of its interfaces), sorted as text."""
+    """The ``ipv6PrefixSet`` (a node's one /80, on one of its interfaces), in address order."""
     if span is None:
         return ()
     found = []
@@ -671,7 +671,7 @@ def _ipv6_prefixes(body: bytes, span: Span | None) -> tuple[str, ...]:
         if prefix is None:
             raise _fail("an IPv6 prefix item without ipv6Prefix", a)
         found.append(prefix)
-    return tuple(sorted(found))
+    return tuple(sorted(found, key=ipv6_prefix_key))
 
 
 # -- DescribeInstances ------------------------------------------------------------------------------

@@ -261,7 +261,7 @@ class SimCloud(DescribeOps):
             if prefix is None:
                 self._delete(iface)
                 raise _no_blocks()
-            iface.ipv6_prefixes.append(prefix)
+            iface.ipv6_prefixes = [*iface.ipv6_prefixes, prefix]
         view = iface.view()
         if client_token:
             self._tokens[client_token] = (params, iface.id, view)
@@ -439,7 +439,7 @@ class SimCloud(DescribeOps):
         prefix = subnet.take_ipv6_prefix()
         if prefix is None:
             raise _no_blocks()
-        iface.ipv6_prefixes.append(prefix)
+        iface.ipv6_prefixes = [*iface.ipv6_prefixes, prefix]  # a new list: records change by assignment
         return [prefix]
 
     @api("UnassignPrivateIpAddresses")

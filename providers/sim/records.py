@@ -196,7 +196,7 @@ class InterfaceRecord:
             primary_ip=self.primary_ip,
             addresses=tuple(self.addresses),
             prefixes=tuple(self.prefixes),
-            ipv6_prefixes=tuple(self.ipv6_prefixes),
+            ipv6_prefixes=tuple(sorted(self.ipv6_prefixes, key=model.ipv6_prefix_key)),
             security_groups=self.security_groups,
             tags=model.frozen_tags(self.tags),
             instance_id=self.instance_id if attached else "",

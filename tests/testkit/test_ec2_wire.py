@@ -86,6 +86,14 @@ def make_cloud(**kwargs: Any) -> SimCloud:
     return cloud
 
 
+IPV6_BLOCK = "2600:1f18:aaaa:bb00::/64"
+
+
+def add_ipv6_subnet(cloud: SimCloud) -> None:
+    """A dual-stack subnet (``subnet-v6``, with :data:`IPV6_BLOCK`) next to the contract's IPv4-only ones."""
+    cloud.add_subnet("subnet-v6", vpc="vpc-1", zone=ZONE, cidr="10.0.32.0/20", ipv6_cidr=IPV6_BLOCK)
+
+
 def provider(ec2: Any, **settings: Any) -> AwsProvider:
     config = AwsSettings(region=REGION, vpc_id="vpc-1", **settings)
     return AwsProvider(config, clock=LoopClock(), metrics=Metrics(), client=ec2)
@@ -266,6 +274,31 @@ async def test_every_operation_answers_elements_botocores_model_knows(
         answer = await frontend.handle(request)
         assert answer.status == 200, answer.body
         assert_conforms(request.split("&")[0].split("=")[1], answer.body)
+    # IPv6: a dual-stack subnet's block, an interface created with a /80 and given another, both
+    # listed and nested in their instance.
+    add_ipv6_subnet(cloud)
+    answer = await frontend.handle(
+        "Action=CreateNetworkInterface&SubnetId=subnet-v6&SecurityGroupId.1=sg-1&Ipv6PrefixCount=1"
+    )
+    assert answer.status == 200, answer.body
+    made = assert_conforms("CreateNetworkInterface", answer.body)["NetworkInterface"]
+    assert len(made["Ipv6Prefixes"]) == 1
+    v6 = made["NetworkInterfaceId"]
+    for request, carries in [
+        (
+            f"Action=AssignIpv6Addresses&NetworkInterfaceId={v6}&Ipv6PrefixCount=1",
+            b"<assignedIpv6PrefixSet><item>",
+        ),
+        (f"Action=AttachNetworkInterface&NetworkInterfaceId={v6}&InstanceId=i-contract&DeviceIndex=1", b""),
+        (f"Action=DescribeNetworkInterfaces&NetworkInterfaceId.1={v6}", b"<ipv6PrefixSet><item><ipv6Prefix>"),
+        ("Action=DescribeInstances&InstanceId.1=i-contract", b"<ipv6PrefixSet><item><ipv6Prefix>"),
+        ("Action=DescribeSubnets&SubnetId.1=subnet-v6&SubnetId.2=subnet-big", b"<ipv6CidrBlock>"),
+    ]:
+        answer = await frontend.handle(request)
+        assert answer.status == 200, answer.body
+        assert_conforms(request.split("&")[0].split("=")[1], answer.body)
+        assert carries in answer.body, answer.body
+    assert len(cloud.interface_view(v6).ipv6_prefixes) == 2  # type: ignore[union-attr]
 
 
 async def test_parsed_answers_are_what_the_cloud_holds(wired: tuple[SimCloud, Any, Ec2Frontend]) -> None:
@@ -394,6 +427,123 @@ async def test_interface_types_read_through_the_wire_as_the_cloud_holds_them() -
     assert listed.interfaces[2].primary_ip == ""
 
 
+async def test_ipv6_prefixes_and_blocks_read_through_the_wire_as_the_cloud_holds_them() -> None:
+    """A /80 delegated over the wire (AssignIpv6Addresses, Ipv6PrefixCount=1) reaches the provider's
+    resync, and a dual-stack subnet its IPv6 block, as the cloud's own view has them; the listing
+    read before the assignment is not served again from the rendered-item cache."""
+    cloud = make_cloud()
+    add_ipv6_subnet(cloud)
+    cloud.add_instance("i-v6", type="m5.large", subnet="subnet-v6", security_groups=["sg-1"])
+    primary = cloud.instance_view("i-v6").interfaces[0]
+    ec2 = ec2_client()
+    installed = install(ec2, cloud)
+    try:
+        aws = provider(ec2)
+        try:
+            before = (await aws.resync()).instances["i-v6"]
+            answer = await call(
+                ec2, "assign_ipv6_addresses", NetworkInterfaceId=primary.id, Ipv6PrefixCount=1
+            )
+            snapshot = await aws.resync()
+        finally:
+            aws.close()
+        listed = (await call(ec2, "describe_network_interfaces"))["NetworkInterfaces"]
+        reservations = (await call(ec2, "describe_instances", InstanceIds=["i-v6"]))["Reservations"]
+    finally:
+        installed.uninstall()
+    held = cloud.instance_view("i-v6").interfaces
+    (prefix,) = held[0].ipv6_prefixes
+    assert prefix == "2600:1f18:aaaa:bb00::/80"
+    assert answer["NetworkInterfaceId"] == primary.id and answer["AssignedIpv6Prefixes"] == [prefix]
+    assert answer.get("AssignedIpv6Addresses", []) == []
+    assert before.interfaces[0].ipv6_prefixes == ()
+    assert snapshot.instances["i-v6"].interfaces == tuple(
+        dataclasses.replace(i, created_at=0.0) for i in held
+    )
+    assert snapshot.instances["i-v6"].interfaces[0].ipv6_prefixes == (prefix,)
+    assert {k: v for k, v in snapshot.subnets.items()} == {s: cloud.subnet_view(s) for s in snapshot.subnets}
+    assert snapshot.subnets["subnet-v6"].ipv6_cidr == IPV6_BLOCK
+    assert snapshot.subnets["subnet-big"].ipv6_cidr == ""
+    parsed = {d["NetworkInterfaceId"]: parse_interface(d) for d in listed}
+    for view in cloud.interfaces():
+        assert dataclasses.replace(view, created_at=0.0) == parsed[view.id], view.id
+    (nested,) = reservations[0]["Instances"][0]["NetworkInterfaces"]
+    assert nested["Ipv6Prefixes"] == [{"Ipv6Prefix": prefix}]
+    cloud.check_invariants()
+
+
+@pytest.mark.usefixtures("instant_retries")
+async def test_an_ipv6_prefix_on_an_ipv4_only_subnet_is_refused_as_an_invalid_request(
+    wired: tuple[SimCloud, Any, Ec2Frontend],
+) -> None:
+    cloud, ec2, _ = wired
+    primary = cloud.instance_view("i-contract").interfaces[0]  # in subnet-big: IPv4 only
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        await call(ec2, "assign_ipv6_addresses", NetworkInterfaceId=primary.id, Ipv6PrefixCount=1)
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert "subnet-big" in refused.value.response["Error"]["Message"]
+    aws = provider(ec2)
+    try:
+        with pytest.raises(errors.InvalidRequest) as translated:
+            await aws.assign_ipv6_prefix(interface_id=primary.id)
+        with pytest.raises(errors.NotFound):
+            await aws.assign_ipv6_prefix(interface_id="eni-0fffffffffffffff0")
+    finally:
+        aws.close()
+    assert translated.value.code == "InvalidParameterValue"
+    assert cloud.interface_view(primary.id).ipv6_prefixes == ()  # type: ignore[union-attr]
+    with pytest.raises(botocore.exceptions.ClientError, match="InvalidParameterValue"):
+        await call(ec2, "create_network_interface", SubnetId="subnet-small", Ipv6PrefixCount=1)
+    cloud.check_invariants()
+
+
+async def test_an_interface_is_created_with_an_ipv6_prefix_over_the_wire(
+    wired: tuple[SimCloud, Any, Ec2Frontend],
+) -> None:
+    cloud, ec2, _ = wired
+    add_ipv6_subnet(cloud)
+    answer = await call(
+        ec2,
+        "create_network_interface",
+        SubnetId="subnet-v6",
+        Groups=["sg-1"],
+        Ipv6PrefixCount=1,
+        ClientToken="v6-1",
+    )
+    wire = answer["NetworkInterface"]
+    held = cloud.interface_view(wire["NetworkInterfaceId"])
+    assert held is not None and held.ipv6_prefixes == ("2600:1f18:aaaa:bb00::/80",)
+    assert wire["Ipv6Prefixes"] == [{"Ipv6Prefix": "2600:1f18:aaaa:bb00::/80"}]
+    assert parse_interface(wire) == dataclasses.replace(held, created_at=0.0)
+    again = await call(
+        ec2,
+        "create_network_interface",
+        SubnetId="subnet-v6",
+        Groups=["sg-1"],
+        Ipv6PrefixCount=1,
+        ClientToken="v6-1",
+    )
+    assert again["NetworkInterface"] == wire, "a repeated token answers the same interface, no second /80"
+    # The product's own path: created with its /80, attached and marked.
+    aws = provider(ec2)
+    try:
+        made = await aws.create_interface(
+            instance_id="i-contract",
+            request=CreateInterface(
+                subnet_id="subnet-v6", security_groups=("sg-1",), device_index=1, count=0, ipv6_prefixes=1
+            ),
+            tags=TAGS,
+            token="v6-2",
+        )
+    finally:
+        aws.close()
+    assert made.ipv6_prefixes == ("2600:1f18:aaaa:bb00:1::/80",)
+    attached = cloud.interface_view(made.id)
+    assert attached is not None and attached.instance_id == "i-contract"
+    assert made == dataclasses.replace(attached, created_at=0.0)
+    cloud.check_invariants()
+
+
 async def test_instance_types_convert_back_to_the_clouds_limits(
     wired: tuple[SimCloud, Any, Ec2Frontend],
 ) -> None:
@@ -512,6 +662,12 @@ async def test_the_clouds_server_side_bucket_throttles_through_botocore() -> Non
             "UnsupportedOperation",
         ),
         ("Action=DescribeVpcs&DryRun=true", "UnsupportedOperation"),
+        ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6AddressCount=1", "UnsupportedOperation"),
+        ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6Addresses.1=2600::1", "UnsupportedOperation"),
+        ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6Prefix.1=2600::/80", "UnsupportedOperation"),
+        ("Action=AssignIpv6Addresses&Ipv6PrefixCount=1", "MissingParameter"),
+        ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6PrefixCount=x", "InvalidParameterValue"),
+        ("Action=CreateNetworkInterface&SubnetId=subnet-big&Ipv6AddressCount=1", "UnsupportedOperation"),
         (
             "Action=CreateNetworkInterface&SubnetId=subnet-big&TagSpecification.1.ResourceType=instance"
             "&TagSpecification.1.Tag.1.Key=k",

@@ -7,7 +7,9 @@ component (:mod:`~eni_ipam.agent.datapath.datapath`) compares it with what the h
 changes only the difference; nothing here reads or changes the host, so every case is a table test.
 
 Family-generic: an IPv6 interface gets its table the same way, its default route through the
-router's link-local address (``fe80::1`` on AWS) instead of the subnet's first address.
+router's link-local address (``fe80::1`` on AWS) instead of the subnet's first address; a dual-stack
+interface (an IPv4 subnet, and a /80 delegated to it) gets both default routes in its one table.
+IPv6 pod addresses are the VPC's own, routed back to the node by the /80: they are never SNATed.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Interface:
     subnet: str
     """The subnet's CIDR (``10.0.2.0/24``)."""
     primary_ip: str
+    ipv6_prefixes: tuple[str, ...] = ()
+    """The IPv6 prefixes delegated to the interface (a node's /80): its pods' IPv6 addresses leave
+    through it, by its table's IPv6 default route through the router's link-local address."""
 
     @property
     def primary(self) -> bool:
@@ -201,6 +206,9 @@ def plan(interfaces: Iterable[Interface], pods: Mapping[str, str], settings: Dat
         default = "::/0" if network.version == 6 else "0.0.0.0/0"
         routes.append(Route(table, str(network), "", interface.mac, interface.primary_ip))
         routes.append(Route(table, default, interface.router, interface.mac))
+        if interface.ipv6_prefixes and network.version == 4:
+            # A dual-stack interface: its IPv6 pods leave through the same device and table.
+            routes.append(Route(table, "::/0", IPV6_ROUTER, interface.mac))
     rules: list[Rule] = []
     unrouted: list[str] = []
     for address, interface_id in sorted(pods.items(), key=lambda item: _key(item[0])):

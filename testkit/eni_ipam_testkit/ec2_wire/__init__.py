@@ -21,12 +21,12 @@ compares parsers on them.
 
 Operations: DescribeVpcs, DescribeSubnets, DescribeSecurityGroups, DescribeInstances,
 DescribeNetworkInterfaces, DescribeInstanceTypes, AssignPrivateIpAddresses,
-UnassignPrivateIpAddresses, CreateNetworkInterface, AttachNetworkInterface,
-ModifyNetworkInterfaceAttribute, DetachNetworkInterface, DeleteNetworkInterface: every call the AWS
-provider makes (:mod:`providers.aws.api`, :mod:`providers.aws.limits`, its VPC check). Not
-emulated: signatures (any credentials pass), IPv6, explicit addresses, attaching on network cards
-other than 0 (only a cloud declaration puts interfaces there),
-DryRun, eventual consistency, and every other EC2 action (``InvalidAction``).
+UnassignPrivateIpAddresses, AssignIpv6Addresses (a count of /80 prefixes), CreateNetworkInterface,
+AttachNetworkInterface, ModifyNetworkInterfaceAttribute, DetachNetworkInterface,
+DeleteNetworkInterface: every call the AWS provider makes (:mod:`providers.aws.api`,
+:mod:`providers.aws.limits`, its VPC check). Not emulated: signatures (any credentials pass), IPv6
+addresses (only /80 prefixes of a subnet's /64), explicit addresses, DryRun, eventual consistency,
+and every other EC2 action (``InvalidAction``).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ applies EC2's semantics; its answer is rendered as EC2's. Nothing here decides a
 addresses, limits or attachments: a wire double that re-implemented them could drift from the
 cloud the simulator and the other tests use.
 
-Parameters EC2 takes but the cloud does not model (explicit addresses, IPv6, ENA Express, other
-network cards, DryRun…) are refused with ``UnsupportedOperation`` naming them, never ignored: a
-provider that starts sending one must fail a test here rather than be half understood.
+Parameters EC2 takes but the cloud does not model (explicit addresses, IPv6 addresses, explicit IPv6
+prefixes — a count of /80 prefixes is modelled —, ENA Express, other network cards, DryRun…) are
+refused with ``UnsupportedOperation`` naming them, never ignored: a provider that starts sending
+one must fail a test here rather than be half understood.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Mutator:
         return {
             "AssignPrivateIpAddresses": self.assign_private_ip_addresses,
             "UnassignPrivateIpAddresses": self.unassign_private_ip_addresses,
+            "AssignIpv6Addresses": self.assign_ipv6_addresses,
             "CreateNetworkInterface": self.create_network_interface,
             "AttachNetworkInterface": self.attach_network_interface,
             "ModifyNetworkInterfaceAttribute": self.modify_network_interface_attribute,
@@ -67,6 +69,31 @@ class Mutator:
             ),
         )
 
+    async def assign_ipv6_addresses(self, q: Query, rid: str) -> bytes:
+        # botocore sends the members by their locationName, capitalised: Ipv6Prefixes as
+        # Ipv6Prefix.N, Ipv6Addresses as Ipv6Addresses.N.
+        q.accept(
+            {"NetworkInterfaceId", "Ipv6PrefixCount"}, {"Ipv6AddressCount", "Ipv6Addresses", "Ipv6Prefix"}
+        )
+        interface_id = q.text("NetworkInterfaceId")
+        prefixes = await self.cloud.assign_ipv6_addresses(
+            interface_id=interface_id, prefix_count=q.integer("Ipv6PrefixCount", 0)
+        )
+        # AssignedIpv6Prefixes is a list of strings (IpPrefixList: bare <item>s), unlike the
+        # ipv6PrefixSet of an interface.
+        items = "".join(f"<item>{p}</item>" for p in prefixes)
+        return render.document(
+            q.action,
+            rid,
+            (
+                render.element("networkInterfaceId", interface_id),
+                b"<assignedIpv6Addresses/>",
+                f"<assignedIpv6PrefixSet>{items}</assignedIpv6PrefixSet>".encode()
+                if items
+                else b"<assignedIpv6PrefixSet/>",
+            ),
+        )
+
     async def unassign_private_ip_addresses(self, q: Query, rid: str) -> bytes:
         q.accept({"NetworkInterfaceId", "PrivateIpAddress", "Ipv4Prefix"})
         await self.cloud.unassign_private_ip_addresses(
@@ -86,6 +113,7 @@ class Mutator:
                 "ClientToken",
                 "SecondaryPrivateIpAddressCount",
                 "Ipv4PrefixCount",
+                "Ipv6PrefixCount",
             },
             {
                 "PrivateIpAddress",
@@ -95,7 +123,6 @@ class Mutator:
                 "Ipv6Addresses",
                 "Ipv6AddressCount",
                 "Ipv6Prefix",
-                "Ipv6PrefixCount",
                 "InterfaceType",
                 "EnablePrimaryIpv6",
                 "ConnectionTrackingSpecification",
@@ -119,6 +146,7 @@ class Mutator:
             tags=specifications.get(_ENI_TAGS, {}),
             description=description,
             client_token=token,
+            ipv6_prefix_count=q.integer("Ipv6PrefixCount", 0),
         )
         # The record as it is now (a repeated token answers the interface as it is now, as EC2
         # does); a view of it when it is already gone again.
@@ -137,6 +165,7 @@ class Mutator:
                 created_at=view.created_at,
                 addresses=list(view.addresses),
                 prefixes=list(view.prefixes),
+                ipv6_prefixes=list(view.ipv6_prefixes),
             )
         parts = [self.renderer.interface(record, tag="networkInterface")]
         if token:

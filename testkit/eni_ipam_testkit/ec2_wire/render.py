@@ -14,11 +14,11 @@ Sizes (compact XML, no indentation; measured by tests/testkit/test_ec2_wire.py, 
 with EC2's id lengths (``eni-`` and 17 hex digits…) in ``us-east-1``:
 
 * a DescribeNetworkInterfaces item of an attached interface with 10 secondary addresses, one
-  security group and no tags: 2,753 bytes, of which 1,551 are the 11 ``privateIpAddressesSet``
+  security group and no tags: 2,769 bytes, of which 1,551 are the 11 ``privateIpAddressesSet``
   entries (141 bytes each: address, DNS name, primary flag); two groups and eni-ipam's three
-  ownership tags make it ~3,040;
+  ownership tags make it ~3,060;
 * a DescribeInstances reservation item of a running instance with 4 such interfaces nested (its
-  ten node-group tags included): 13,843 bytes, ~2,500 per nested interface and ~3,800 for the
+  ten node-group tags included): 13,907 bytes, ~2,500 per nested interface and ~3,800 for the
   instance itself;
 * the envelope of an answer: ~200 bytes.
 
@@ -176,6 +176,15 @@ class Renderer:
         items = "".join(f"<item><ipv4Prefix>{p}</ipv4Prefix></item>" for p in iface.prefixes)
         return f"<ipv4PrefixSet>{items}</ipv4PrefixSet>"
 
+    @staticmethod
+    def ipv6_prefixes(iface: InterfaceRecord) -> str:
+        """``ipv6PrefixSet``: the delegated /80s, in the order the cloud holds them (EC2's
+        ``Ipv6Prefixes[].Ipv6Prefix``, the same ``item/ipv6Prefix`` in both interface shapes)."""
+        if not iface.ipv6_prefixes:
+            return "<ipv6PrefixSet/>"
+        items = "".join(f"<item><ipv6Prefix>{p}</ipv6Prefix></item>" for p in iface.ipv6_prefixes)
+        return f"<ipv6PrefixSet>{items}</ipv6PrefixSet>"
+
     def interface(self, iface: InterfaceRecord, tag: str = "item") -> bytes:
         """One ``NetworkInterface``: a DescribeNetworkInterfaces ``item``, or CreateNetworkInterface's
         ``networkInterface``."""
@@ -198,7 +207,8 @@ class Renderer:
             f"{self.primary(iface)}"
             f"<sourceDestCheck>true</sourceDestCheck>{self.group_set(iface.security_groups)}{attachment}"
             f"{tag_set(iface.tags)}{self.addresses(iface)}{self.prefixes(iface)}"
-            f"<ipv6AddressesSet/><interfaceType>{iface.kind.label}</interfaceType></{tag}>"
+            f"<ipv6AddressesSet/>{self.ipv6_prefixes(iface)}<interfaceType>{iface.kind.label}</interfaceType>"
+            f"</{tag}>"
         ).encode()
 
     def instance_interface(self, iface: InterfaceRecord) -> str:
@@ -214,7 +224,7 @@ class Renderer:
             f"<attachTime>{timestamp(iface.created_at)}</attachTime>"
             f"<deleteOnTermination>{_bool(iface.delete_on_termination)}</deleteOnTermination>"
             f"<networkCardIndex>{iface.network_card}</networkCardIndex></attachment>"
-            f"{self.addresses(iface)}{self.prefixes(iface)}<ipv6AddressesSet/>"
+            f"{self.addresses(iface)}{self.prefixes(iface)}<ipv6AddressesSet/>{self.ipv6_prefixes(iface)}"
             f"<interfaceType>{iface.kind.label}</interfaceType></item>"
         )
 
@@ -291,7 +301,7 @@ class Renderer:
         return (
             f"<item><subnetId>{subnet.id}</subnetId><subnetArn>{arn}</subnetArn><state>available</state>"
             f"<ownerId>{OWNER_ID}</ownerId><vpcId>{subnet.vpc_id}</vpcId>"
-            f"<cidrBlock>{subnet.space.network}</cidrBlock><ipv6CidrBlockAssociationSet/>"
+            f"<cidrBlock>{subnet.space.network}</cidrBlock>{self.subnet_ipv6(subnet)}"
             f"<availableIpAddressCount>{subnet.space.free}</availableIpAddressCount>"
             f"<availabilityZone>{subnet.zone}</availabilityZone>"
             f"<availabilityZoneId>{zone_id(subnet.zone)}</availabilityZoneId>"
@@ -303,6 +313,20 @@ class Renderer:
             "<enableResourceNameDnsAAAARecord>false</enableResourceNameDnsAAAARecord>"
             f"</privateDnsNameOptionsOnLaunch>{tag_set(subnet.tags)}</item>"
         ).encode()
+
+    @staticmethod
+    def subnet_ipv6(subnet: SubnetRecord) -> str:
+        """``ipv6CidrBlockAssociationSet``: the subnet's /64, associated, when it has one."""
+        if subnet.ipv6 is None:
+            return "<ipv6CidrBlockAssociationSet/>"
+        return (
+            "<ipv6CidrBlockAssociationSet><item>"
+            f"<associationId>subnet-cidr-assoc-{digest(subnet.id, 17)}</associationId>"
+            f"<ipv6CidrBlock>{subnet.ipv6}</ipv6CidrBlock>"
+            "<ipv6CidrBlockState><state>associated</state></ipv6CidrBlockState>"
+            "<ipv6AddressAttribute>public</ipv6AddressAttribute><ipSource>amazon</ipSource>"
+            "</item></ipv6CidrBlockAssociationSet>"
+        )
 
     def security_group(self, group: model.SecurityGroup) -> bytes:
         arn = f"arn:aws:ec2:{self.region}:{OWNER_ID}:security-group/{group.id}"

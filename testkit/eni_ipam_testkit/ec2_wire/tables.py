@@ -269,6 +269,7 @@ def interface_marker(iface: InterfaceRecord) -> Marker:
         iface.primary_ip,
         iface.addresses,
         iface.prefixes,
+        iface.ipv6_prefixes,
         iface.instance_id,
         iface.device_index,
         iface.network_card,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 import pytest
@@ -193,3 +194,19 @@ def test_the_pods_gateway_is_the_subnets_reserved_fourth_address(subnet: str, ga
 def test_a_network_without_a_fourth_address_or_of_ipv6_has_no_pods_gateway() -> None:
     assert pod_gateway(ipaddress.ip_network("10.0.0.4/30")) is None
     assert pod_gateway(ipaddress.ip_network("2600:1f14::/64")) is None
+
+
+def test_a_dual_stack_interfaces_ipv6_pods_leave_through_its_table_and_are_never_snated() -> None:
+    """A /80 on device 1: its IPv6 pods get a ``from`` rule to its table, which holds an IPv6 default
+    route through the router's link-local address beside the IPv4 one; the SNAT is for IPv4 only."""
+    dual = dataclasses.replace(ETH1, ipv6_prefixes=("2600:1f18:aaaa:1::/80",))
+    pod = "2600:1f18:aaaa:1::2"
+    done = plan([ETH0, dual], {pod: dual.id, "10.0.1.20": dual.id}, SETTINGS)
+    table = table_id(dual, SETTINGS.route_table_base)
+    assert Route(table, "::/0", "fe80::1", dual.mac) in done.routes
+    assert Route(table, "0.0.0.0/0", "10.0.1.1", dual.mac) in done.routes
+    assert Rule(FROM_POD_PRIORITY, table, source=pod) in done.rules
+    assert Rule(TO_POD_PRIORITY, MAIN_TABLE, destination=pod) in done.rules
+    assert done.snat is not None and all(":" not in c for c in (*done.snat.keep, *done.snat.sources))
+    # Without the prefix, no IPv6 route: nothing of the interface's is IPv6.
+    assert not [r for r in plan([ETH0, ETH1], {}, SETTINGS).routes if ":" in r.destination]
