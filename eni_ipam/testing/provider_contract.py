@@ -58,7 +58,10 @@ class ContractEnv:
     security_group_ids: tuple[str, ...]
     """Security groups of the instance's VPC."""
     capabilities: frozenset[str] = frozenset()
-    """Optional features to check: ``prefixes`` (/28 prefix delegation on this instance type)."""
+    """Optional features to check: ``prefixes`` (/28 prefix delegation on this instance type),
+    ``ipv6_prefixes`` (IPv6 /80 delegation, with ``ipv6_subnet_id``)."""
+    ipv6_subnet_id: str = ""
+    """With ``ipv6_prefixes``: a subnet of the instance's VPC and zone with an IPv6 block."""
     small_interface_id: str = ""
     """Required where ``limits.hot_attach`` is false: an attached interface in ``small_subnet_id``
     with no secondary addresses or prefixes yet (on any instance)."""
@@ -126,9 +129,17 @@ def _tags(check: str) -> dict[str, str]:
 
 
 async def _create(
-    env: ContractEnv, *, check: str, index: int, count: int = 1, subnet: str = "", token: str = ""
+    env: ContractEnv,
+    *,
+    check: str,
+    index: int,
+    count: int = 1,
+    subnet: str = "",
+    token: str = "",
+    ipv6: bool = False,
 ) -> Interface:
-    """Create an interface tagged for ``check``; its token is the check's and the index's unless given."""
+    """Create an interface tagged for ``check`` (with an IPv6 /80 when ``ipv6``); its token is the
+    check's and the index's unless given."""
     return await env.provider.create_interface(
         instance_id=env.instance_id,
         request=CreateInterface(
@@ -136,6 +147,7 @@ async def _create(
             security_groups=env.security_group_ids,
             device_index=index,
             count=count,
+            ipv6_prefixes=1 if ipv6 else 0,
         ),
         tags=_tags(check),
         token=token or f"contract-{check}-{index}",
@@ -559,6 +571,32 @@ async def check_prefixes(env: ContractEnv) -> None:
     assert not after.prefixes and not after.addresses, f"a failed prefix assign left {after}"
 
 
+async def check_ipv6_prefixes(env: ContractEnv) -> None:
+    """assign_ipv6_prefix on an interface whose subnet has no IPv6 block (the env's own subnet) raises
+    InvalidRequest and delegates nothing. (``ipv6_prefixes``) a new interface created with
+    ``ipv6_prefixes=1`` and an interface given one by assign_ipv6_prefix each hold a /80 of their
+    subnet's block, two different ones."""
+    primary = await _primary(env)
+    call = env.provider.assign_ipv6_prefix(interface_id=primary.id)
+    await _raises(errors.InvalidRequest, call, "an IPv6 prefix on an interface of an IPv4-only subnet")
+    assert not (await _primary(env)).ipv6_prefixes, "a refused IPv6 prefix left one on the interface"
+    if "ipv6_prefixes" not in env.capabilities:
+        return
+    assert env.limits.ipv6_prefixes, "capability 'ipv6_prefixes' on an instance type that takes none"
+    block = ipaddress.IPv6Network((await env.provider.resync()).subnets[env.ipv6_subnet_id].ipv6_cidr)
+    carried = await _create(env, check="ipv6", index=1, count=0, subnet=env.ipv6_subnet_id, ipv6=True)
+    later = await _create(env, check="ipv6", index=2, count=0, subnet=env.ipv6_subnet_id)
+    given = await env.provider.assign_ipv6_prefix(interface_id=later.id)
+    held = [
+        *(await _interface(env, carried.id)).ipv6_prefixes,
+        *(await _interface(env, later.id)).ipv6_prefixes,
+    ]
+    assert len(held) == 2 and len(set(held)) == 2 and given in held, f"the two interfaces hold {held}"
+    for prefix in held:
+        network = ipaddress.IPv6Network(prefix)
+        assert network.prefixlen == 80 and network.subnet_of(block), f"{prefix} is no /80 of {block}"
+
+
 async def check_delete_interface(env: ContractEnv) -> None:
     """delete_interface removes an attached interface for good; deleting it again raises NotFound."""
     if not env.limits.hot_attach:
@@ -606,6 +644,7 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_create_retried_after_a_rollback,
     check_subnet_exhaustion,
     check_prefixes,
+    check_ipv6_prefixes,
     check_delete_interface,
     check_delete_without_detach,
 )

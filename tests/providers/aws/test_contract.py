@@ -14,6 +14,7 @@ from eni_ipam.testing.provider_contract import CONTRACT_CHECKS, Check, ContractE
 from providers.aws import AwsProvider
 from providers.ec2.limits import instance_limits
 from tests.providers.aws.conftest import Network
+from tests.providers.aws.test_cards_and_types import dual_stack_subnet
 
 
 def as_provider(provider: AwsProvider) -> Provider:
@@ -33,7 +34,8 @@ def contract_env(network: Network, instance_type: str = "m5.large") -> ContractE
         subnet_id=network.subnet_id,
         small_subnet_id=network.small_subnet_id,
         security_group_ids=network.security_group_ids,
-        capabilities=frozenset({"prefixes"}),
+        capabilities=frozenset({"prefixes", "ipv6_prefixes"}),
+        ipv6_subnet_id=dual_stack_subnet(network, "10.0.96.0/24"),
         out_of_scope_instance_id=network.instance_in_another_vpc(),
     )
 

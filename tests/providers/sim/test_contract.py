@@ -36,7 +36,7 @@ from providers.sim.provider import SimProvider
 
 CONFIGS = {
     # name: (instance type, page size, capabilities)
-    "nitro": ("m5.large", 1000, frozenset({"prefixes"})),
+    "nitro": ("m5.large", 1000, frozenset({"prefixes", "ipv6_prefixes"})),
     "xen-paged": ("m4.xlarge", 1, frozenset()),
 }
 
@@ -55,6 +55,9 @@ async def make_env(
     cloud.add_vpc("vpc-1", "10.0.0.0/16")
     cloud.add_subnet("subnet-big", vpc="vpc-1", zone="us-east-1a", cidr="10.0.0.0/20")
     cloud.add_subnet("subnet-small", vpc="vpc-1", zone="us-east-1a", cidr=small_cidr)
+    cloud.add_subnet(
+        "subnet-dual", vpc="vpc-1", zone="us-east-1a", cidr="10.0.32.0/24", ipv6_cidr="2600:1f18:aaaa:1::/64"
+    )
     cloud.add_security_group("sg-1", vpc="vpc-1")
     cloud.add_security_group("sg-2", vpc="vpc-1")
     cloud.add_instance(
@@ -75,6 +78,7 @@ async def make_env(
         small_subnet_id="subnet-small",
         security_group_ids=("sg-1", "sg-2"),
         capabilities=capabilities,
+        ipv6_subnet_id="subnet-dual",
         out_of_scope_instance_id="i-elsewhere",
     )
 
