@@ -648,16 +648,22 @@ def _secondaries(body: bytes, span: Span | None, primary: str, plain: bool) -> A
     return Addresses.of(sorted(found, key=address_key))
 
 
-def _prefixes(body: bytes, span: Span | None) -> Prefixes:
-    """The ``ipv4PrefixSet``, in address order (rare enough to be read item by item)."""
-    if span is None:
-        return EMPTY_PREFIXES
+def _prefix_texts(body: bytes, span: Span, element: bytes) -> list[str]:
+    """The ``element`` of every item of a prefix set (rare enough to be read item by item)."""
     found = []
     for a, b, _ in _items(body, *span):
-        prefix = _text(body, b"ipv4Prefix", a, b, [])
+        prefix = _text(body, element, a, b, [])
         if prefix is None:
-            raise _fail("a prefix item without ipv4Prefix", a)
+            raise _fail(f"a prefix item without {element.decode()}", a)
         found.append(prefix)
+    return found
+
+
+def _prefixes(body: bytes, span: Span | None) -> Prefixes:
+    """The ``ipv4PrefixSet``, in address order."""
+    if span is None:
+        return EMPTY_PREFIXES
+    found = _prefix_texts(body, span, b"ipv4Prefix")
     return Prefixes.of(sorted(found, key=lambda p: address_key(p.split("/", 1)[0])))
 
 
@@ -665,13 +671,7 @@ def _ipv6_prefixes(body: bytes, span: Span | None) -> tuple[str, ...]:
     """The ``ipv6PrefixSet`` (a node's one /80, on one of its interfaces), in address order."""
     if span is None:
         return ()
-    found = []
-    for a, b, _ in _items(body, *span):
-        prefix = _text(body, b"ipv6Prefix", a, b, [])
-        if prefix is None:
-            raise _fail("an IPv6 prefix item without ipv6Prefix", a)
-        found.append(prefix)
-    return tuple(sorted(found, key=ipv6_prefix_key))
+    return tuple(sorted(_prefix_texts(body, span, b"ipv6Prefix"), key=ipv6_prefix_key))
 
 
 # -- DescribeInstances ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ a big fleet builds fast and pages fast from the rendered-item cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import xml.etree.ElementTree as ET
@@ -347,6 +348,21 @@ async def test_parsed_answers_are_what_the_cloud_holds(wired: tuple[SimCloud, An
     }
 
 
+@contextlib.asynccontextmanager
+async def over_the_wire(cloud: SimCloud) -> AsyncIterator[tuple[Any, AwsProvider]]:
+    """A boto3 client answered by ``cloud`` through the wire front end, and the AWS provider over it."""
+    ec2 = ec2_client()
+    installed = install(ec2, cloud)
+    try:
+        aws = provider(ec2)
+        try:
+            yield ec2, aws
+        finally:
+            aws.close()
+    finally:
+        installed.uninstall()
+
+
 async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them() -> None:
     """The same view through EC2's wire as the in-memory cloud's own: each interface's MAC address,
     and one on card 1 attached to its instance with its card, while DescribeInstances nests it with
@@ -359,18 +375,10 @@ async def test_interfaces_on_another_network_card_read_as_the_cloud_holds_them()
         security_groups=["sg-1"],
         interfaces=[{"index": 0}, {"index": 1}, {"index": 0, "network_card": 1}],
     )
-    ec2 = ec2_client()
-    installed = install(ec2, cloud)
-    try:
-        aws = provider(ec2)
-        try:
-            listed = (await aws.resync()).instances["i-efa"]
-        finally:
-            aws.close()
+    async with over_the_wire(cloud) as (ec2, aws):
+        listed = (await aws.resync()).instances["i-efa"]
         answer = await call(ec2, "describe_network_interfaces")
         reservations = (await call(ec2, "describe_instances", InstanceIds=["i-efa"]))["Reservations"]
-    finally:
-        installed.uninstall()
     held = cloud.instance_view("i-efa").interfaces
     assert listed.interfaces == tuple(dataclasses.replace(i, created_at=0.0) for i in held)
     assert [(i.network_card, i.device_index) for i in listed.interfaces] == [(0, 0), (0, 1), (1, 0)]
@@ -405,17 +413,9 @@ async def test_interface_types_read_through_the_wire_as_the_cloud_holds_them() -
             {"index": 3, "type": "efa", "secondary_ips": 2},
         ],
     )
-    ec2 = ec2_client()
-    installed = install(ec2, cloud)
-    try:
-        aws = provider(ec2)
-        try:
-            listed = (await aws.resync()).instances["i-types"]
-        finally:
-            aws.close()
+    async with over_the_wire(cloud) as (ec2, aws):
+        listed = (await aws.resync()).instances["i-types"]
         answer = await call(ec2, "describe_network_interfaces")
-    finally:
-        installed.uninstall()
     held = cloud.instance_view("i-types").interfaces
     assert listed.interfaces == tuple(dataclasses.replace(i, created_at=0.0) for i in held)
     assert [i.kind.label for i in listed.interfaces] == ["interface", "trunk", "efa-only", "efa"]
@@ -435,22 +435,12 @@ async def test_ipv6_prefixes_and_blocks_read_through_the_wire_as_the_cloud_holds
     add_ipv6_subnet(cloud)
     cloud.add_instance("i-v6", type="m5.large", subnet="subnet-v6", security_groups=["sg-1"])
     primary = cloud.instance_view("i-v6").interfaces[0]
-    ec2 = ec2_client()
-    installed = install(ec2, cloud)
-    try:
-        aws = provider(ec2)
-        try:
-            before = (await aws.resync()).instances["i-v6"]
-            answer = await call(
-                ec2, "assign_ipv6_addresses", NetworkInterfaceId=primary.id, Ipv6PrefixCount=1
-            )
-            snapshot = await aws.resync()
-        finally:
-            aws.close()
+    async with over_the_wire(cloud) as (ec2, aws):
+        before = (await aws.resync()).instances["i-v6"]
+        answer = await call(ec2, "assign_ipv6_addresses", NetworkInterfaceId=primary.id, Ipv6PrefixCount=1)
+        snapshot = await aws.resync()
         listed = (await call(ec2, "describe_network_interfaces"))["NetworkInterfaces"]
         reservations = (await call(ec2, "describe_instances", InstanceIds=["i-v6"]))["Reservations"]
-    finally:
-        installed.uninstall()
     held = cloud.instance_view("i-v6").interfaces
     (prefix,) = held[0].ipv6_prefixes
     assert prefix == "2600:1f18:aaaa:bb00::/80"
