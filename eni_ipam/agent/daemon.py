@@ -328,11 +328,7 @@ class Agent:
 
         def pods() -> dict[str, str]:
             """The held addresses when the reconcile has its turn (an ADD or DEL may be under way)."""
-            return {
-                a.address: a.interface_id
-                for a in self.allocator.allocations(pool=DEFAULT_POOL)
-                if ":" not in a.address
-            }
+            return {a.address: a.interface_id for a in self.allocator.allocations(pool=DEFAULT_POOL)}
 
         try:
             changes = await self.datapath.reconcile(pods)

@@ -27,6 +27,14 @@ What :func:`built` makes, and removes on every way out:
   cgroup hierarchy a runtime needs). Their network is the standard ``ptp`` plugin with
   ``ipam: {type: eni-ipam-cni, socket: <the node's agent socket>}``.
 
+**Dual stack** (``built(dual=True)``; the default world has no IPv6 of the cloud's): each subnet has
+its IPv6 /64 (:func:`ipv6_subnet`) in the cloud, each instance's device-1 interface a /80 of it
+(``AssignIpv6Addresses``, as a pool with ``first_interface_index: 1`` would have it: pods of a
+secondary interface, which only the datapath's rules get past the check); the emulated VPC routes
+and checks them, and gives each node the IPv6 default route of EC2's router advertisements; the
+agents run with ``ipv6: true`` and the pods' network asks for ``family: dual``, so every pod gets
+an IPv4 address and an IPv6 address of its node's /80 (:attr:`Pod.ipv6`).
+
 Pods are reached through their process (``/proc/<pid>/ns/net``), which names their network
 namespace from any mount namespace. Probes (:func:`probe`) are one process per source: it connects
 to every target's echo service at once and prints what each saw as the connection's source address.
@@ -111,6 +119,8 @@ FIRST_INTERFACES = (("subnet-a", 0), ("subnet-b", 1), ("subnet-c", 2))
 """Each instance's interfaces at first: (subnet, device index)."""
 SECONDARIES = 2
 """Secondary addresses per interface at first."""
+IPV6_DEVICE = 1
+"""The device index of the interface that holds each node's IPv6 /80 in a dual-stack world."""
 NETWORK = "eni-pods"
 # The datapath's documented numbers (eni_ipam/agent/datapath/plan.py), written out: the test reads
 # the kernel's tables against them.
@@ -127,10 +137,14 @@ RUN_NETNS = Path("/run/netns")
 CRI = "io.containerd.grpc.v1.cri"
 
 
-def conflist(socket_path: Path) -> dict[str, Any]:
+def conflist(socket_path: Path, *, dual: bool = False) -> dict[str, Any]:
     """The pods' network on every node: ``ptp`` makes the veth pair and the host route; the address
     (with its subnet's prefix, and the subnet's fourth address as gateway, which ``ptp`` puts on the
-    host's end) comes from the node's agent, which adds the pod's rules before it answers."""
+    host's end) comes from the node's agent, which adds the pod's rules before it answers. With
+    ``dual``, an IPv6 address too (of the node's /80, its first address the gateway)."""
+    ipam: dict[str, Any] = {"type": "eni-ipam-cni", "socket": str(socket_path)}
+    if dual:
+        ipam["family"] = "dual"
     return {
         "cniVersion": "1.0.0",
         "name": NETWORK,
@@ -138,7 +152,7 @@ def conflist(socket_path: Path) -> dict[str, Any]:
             {
                 "type": "ptp",
                 "ipMasq": False,
-                "ipam": {"type": "eni-ipam-cni", "socket": str(socket_path)},
+                "ipam": ipam,
             }
         ],
     }
@@ -146,8 +160,9 @@ def conflist(socket_path: Path) -> dict[str, Any]:
 
 def agent_config(node: NodeHost) -> dict[str, Any]:
     """The agent of a Kubernetes node with the datapath on; the sweep off: the fake API server has no
-    Pods, so the sweep's judge (by pod UID) would release every address (its own test is elsewhere)."""
-    return {
+    Pods, so the sweep's judge (by pod UID) would release every address (its own test is elsewhere).
+    A dual-stack node's agent hands out IPv6 addresses too (``ipv6: true``)."""
+    config: dict[str, Any] = {
         "node_source": "kubernetes",
         "kubernetes": {"kubeconfig": str(node.kubeconfig)},
         "socket": str(node.socket),
@@ -158,6 +173,9 @@ def agent_config(node: NodeHost) -> dict[str, Any]:
         "report_interval": "200ms",
         "datapath": {"enabled": True, "vpc_cidrs": [VPC_CIDR], "interval": "2s"},
     }
+    if node.ipv6:
+        config["ipv6"] = True
+    return config
 
 
 # --- skipping ----------------------------------------------------------------------------------------
@@ -291,6 +309,8 @@ class Controller:
     kube: FakeKube
     api: KubeApi
     vpc: EmulatedVpc | None = None
+    dual: bool = False
+    """The cloud holds IPv6 (each subnet's /64, each device-1 interface's /80): read as it is."""
     release: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     """Addresses marked for release, by node."""
 
@@ -301,8 +321,11 @@ class Controller:
     def spec(self) -> VpcSpec:
         """The VPC as the cloud holds it, with IPv6 added (the in-memory cloud has none): each subnet
         ``10.0.N.0/24`` has ``2600:1f14:0:N::/64``, each interface one address of it
-        (:func:`ipv6_of`), so that the check covers IPv6 too."""
+        (:func:`ipv6_of`), so that the check covers IPv6 too. In a dual-stack world, the cloud's own
+        IPv6 (its subnets' blocks, its interfaces' /80s), as it holds it."""
         spec = VpcSpec.from_sim(self.cloud, NODES, vpc_cidrs=[VPC_CIDR])
+        if self.dual:
+            return spec
         subnets = tuple(dataclasses.replace(s, ipv6_cidr=ipv6_subnet(s.cidr)) for s in spec.subnets)
         nodes = tuple(
             dataclasses.replace(
@@ -401,11 +424,14 @@ def ipv6_of(primary_ip: str) -> str:
     return f"2600:1f14:0:{octets[2]:x}::{octets[3]:x}"
 
 
-async def _cloud() -> SimCloud:
+async def _cloud(*, dual: bool = False) -> SimCloud:
     cloud = SimCloud(LoopClock())
     cloud.add_vpc("vpc-1", VPC_CIDR)
     for subnet, cidr in SUBNETS.items():
-        cloud.add_subnet(subnet, vpc="vpc-1", zone="z1", cidr=cidr)
+        if dual:
+            cloud.add_subnet(subnet, vpc="vpc-1", zone="z1", cidr=cidr, ipv6_cidr=ipv6_subnet(cidr))
+        else:
+            cloud.add_subnet(subnet, vpc="vpc-1", zone="z1", cidr=cidr)
     cloud.add_security_group("sg-1", vpc="vpc-1")
     interfaces = [
         {"index": index, "subnet": subnet, "secondary_ips": SECONDARIES} for subnet, index in FIRST_INTERFACES
@@ -414,6 +440,9 @@ async def _cloud() -> SimCloud:
         cloud.add_instance(
             instance, type=INSTANCE_TYPE, subnet="subnet-a", security_groups=["sg-1"], interfaces=interfaces
         )
+        if dual:
+            (eth1,) = [i for i in cloud.instance_view(instance).interfaces if i.device_index == IPV6_DEVICE]
+            await cloud.assign_ipv6_addresses(interface_id=eth1.id, prefix_count=1)
     return cloud
 
 
@@ -428,6 +457,8 @@ class Pod:
     id: str
     address: str
     pid: int
+    ipv6: str = ""
+    """Its IPv6 address, on a dual-stack node (:func:`pod_ipv6_address`)."""
 
     @property
     def netns(self) -> str:
@@ -464,6 +495,8 @@ class NodeHost:
     podman_env: dict[str, str] = dataclasses.field(default_factory=dict)
     echo: dict[str, subprocess.Popen[str]] = dataclasses.field(default_factory=dict)
     """The echo service of each pod (by pod id) and of the node (``""``)."""
+    ipv6: bool = False
+    """A dual-stack node: its agent hands out IPv6 addresses, its pods ask for both families."""
 
     @property
     def socket(self) -> Path:
@@ -562,7 +595,8 @@ class NodeHost:
             raise _refused(f"{self.name}: RunPodSandbox", str(exc.details())) from None
         status = self.cri.pod_sandbox_status(sandbox)
         assert status.pid, f"{self.name}: containerd reports no process for sandbox {sandbox[:12]}"
-        return Pod(self.name, "containerd", sandbox, pod_address(status.pid), status.pid)
+        ipv6 = pod_ipv6_address(status.pid) if self.ipv6 else ""
+        return Pod(self.name, "containerd", sandbox, pod_address(status.pid), status.pid, ipv6)
 
     def stop_sandbox(self, pod: Pod) -> None:
         """StopPodSandbox and RemovePodSandbox, as the kubelet removes a pod.
@@ -596,7 +630,9 @@ class NodeHost:
             raise _refused(f"{self.name}: podman run", done.stderr.strip()[-600:])
         cid = done.stdout.strip()
         pid = int(self.podman("inspect", "-f", "{{.State.Pid}}", cid).stdout.strip())
-        return Pod(self.name, "podman", cid, pod_address(pid), pid)
+        return Pod(
+            self.name, "podman", cid, pod_address(pid), pid, pod_ipv6_address(pid) if self.ipv6 else ""
+        )
 
     def remove_container(self, pod: Pod) -> None:
         """``podman rm -f``: podman runs the DEL once, and never again if it fails."""
@@ -692,6 +728,24 @@ def pod_address(pid: int) -> str:
     assert len(found) == 1, f"pid {pid}: eth0 holds {found}, not one address"
     address, prefix = found[0]
     gateway = str(ipaddress.ip_network(f"{address}/{prefix}", strict=False).network_address + 3)
+    routes = json.loads(run([*enter, "route", "show", "default"], timeout=30).stdout)
+    assert [r.get("gateway") for r in routes] == [gateway], f"pid {pid} ({address}): default routes {routes}"
+    return str(address)
+
+
+def pod_ipv6_address(pid: int) -> str:
+    """The global IPv6 address on eth0 in the process's network namespace (a dual-stack pod's): one
+    address of its node's /80, whose default route is the /80's first address (the pods' IPv6
+    gateway, on the host's end of the veth)."""
+    enter = ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", "-6"]
+    shown = json.loads(run([*enter, "addr", "show", "dev", "eth0", "scope", "global"], timeout=30).stdout)
+    # ip -j lists the addresses the scope filters out as empty objects.
+    found = [
+        (a["local"], a["prefixlen"]) for link in shown for a in link.get("addr_info", []) if "local" in a
+    ]
+    assert len(found) == 1, f"pid {pid}: eth0 holds {found}, not one IPv6 address"
+    address, prefix = found[0]
+    gateway = str(ipaddress.ip_network(f"{address}/{prefix}", strict=False).network_address + 1)
     routes = json.loads(run([*enter, "route", "show", "default"], timeout=30).stdout)
     assert [r.get("gateway") for r in routes] == [gateway], f"pid {pid} ({address}): default routes {routes}"
     return str(address)
@@ -835,7 +889,8 @@ def inspect_datapath(
 ) -> Found:
     """The node's rules, routes and SNAT table of the datapath (protocol 234, table ``ip eni_ipam``)
     against what ``held`` (address → interface id: the agent's allocations) and the pool's
-    ``interfaces`` need."""
+    ``interfaces`` need. On a dual-stack node, IPv6 rules too, and the IPv6 default route of the
+    table of each interface with a /80."""
     attached = {i.id: i for i in interfaces}
     primary = next(i for i in attached.values() if i.device_index == 0 and i.network_card == 0)
     expected_rules = {f"{PRIORITIES['mark']}: fwmark {SNAT_MARK:#x}/{SNAT_MARK:#x} lookup main"}
@@ -853,7 +908,15 @@ def inspect_datapath(
         router = str(ipaddress.ip_network(cidr).network_address + 1)
         expected_routes.add(f"table {table}: {cidr} dev {device} src {iface.primary_ip}")
         expected_routes.add(f"table {table}: default via {router} dev {device}")
-    rules = {_rule_line(r) for r in host.ip_json("-4", "rule", "show") if str(r.get("protocol")) == PROTOCOL}
+        if iface.ipv6_prefixes:  # a dual-stack interface: its IPv6 pods leave through it too
+            expected_routes.add(f"table {table}: default via fe80::1 dev {device}")
+    families = ("-4", "-6") if host.ipv6 else ("-4",)
+    rules = {
+        _rule_line(r)
+        for family in families
+        for r in host.ip_json(family, "rule", "show")
+        if str(r.get("protocol")) == PROTOCOL
+    }
     routes = {
         _route_line(r)
         for family in ("-4", "-6")
@@ -918,10 +981,14 @@ class World:
         """What the node's datapath holds that the agent's allocations do not need, and what they need
         that it lacks (empty: exactly what is needed)."""
         host = self.nodes[node]
-        before = {a: alloc["interfaceID"] for a, alloc in host.allocations().items() if ":" not in a}
+        before = {
+            a: alloc["interfaceID"] for a, alloc in host.allocations().items() if host.ipv6 or ":" not in a
+        }
         interfaces = self.controller.interfaces(node)
         found = inspect_datapath(host, self.vpc, interfaces, before)
-        after = {a: alloc["interfaceID"] for a, alloc in host.allocations().items() if ":" not in a}
+        after = {
+            a: alloc["interfaceID"] for a, alloc in host.allocations().items() if host.ipv6 or ":" not in a
+        }
         # Pods started or stopped while the node was read: only what was held (or free) throughout
         # is judged.
         return found.without(set(before) ^ set(after)).problems()
@@ -938,8 +1005,9 @@ class World:
 
 
 @contextlib.contextmanager
-def built() -> Iterator[World]:
-    """The topology (module description), removed on the way out whatever happened."""
+def built(*, dual: bool = False) -> Iterator[World]:
+    """The topology (module description), removed on the way out whatever happened; with ``dual``,
+    the dual-stack world (IPv6 in the cloud, the VPC, the agents and the pods' network)."""
     require_host()
     root = Path(tempfile.mkdtemp(prefix="eni-dp-"))
     loop = Loop()
@@ -957,18 +1025,19 @@ def built() -> Iterator[World]:
         stack.enter_context(host_paths_restored(*map(Path, [*leftovers, "/run/containerd"])))
         Path("/var/lib/cni").mkdir(parents=True, exist_ok=True)
 
-        cloud = loop.run(_cloud())
+        cloud = loop.run(_cloud(dual=dual))
         kube = FakeKube()
         loop.run(kube.start())
         stack.callback(lambda: loop.run(kube.close()))
         loop.run(kube.apply_manifest(yaml.safe_load(CRD.read_text())))
         api = loop.run(_api(kube))
         stack.callback(lambda: loop.run(api.close()))
-        controller = Controller(loop, cloud, kube, api)
+        controller = Controller(loop, cloud, kube, api, dual=dual)
         for node, instance in NODES.items():
             loop.run(api.create(ENIPOOLS, {"metadata": {"name": node}, "spec": {"instanceID": instance}}))
 
-        vpc = stack.enter_context(EmulatedVpc(controller.spec()))
+        # The default world's nodes configure IPv6 by hand (test_datapath.py): no advertised route.
+        vpc = stack.enter_context(EmulatedVpc(controller.spec(), router_advertisements=dual))
         controller.vpc = vpc
         print(f"emulated VPC {vpc.prefix} (device order seed {vpc.seed})")
         for node in NODES:
@@ -994,6 +1063,7 @@ def built() -> Iterator[World]:
                 mount_ns=namespaces / node,
                 plugin=plugin_dir / "eni-ipam-cni",
                 image_tar=image_tar,
+                ipv6=dual,
             )
             stack.enter_context(node_running(host, world))
         yield world
@@ -1097,7 +1167,7 @@ def start_containerd(host: NodeHost, stack: contextlib.ExitStack) -> None:
     for plugin in CNI_DIR.iterdir():
         (bin_dir / plugin.name).symlink_to(plugin)
     (bin_dir / "eni-ipam-cni").symlink_to(host.plugin)
-    (conf_dir / "10-eni.conflist").write_text(json.dumps(conflist(host.socket), indent=2))
+    (conf_dir / "10-eni.conflist").write_text(json.dumps(conflist(host.socket, dual=host.ipv6), indent=2))
     snapshotter = "overlayfs" if overlay_works(home / "overlay-probe") else "native"
     tables: dict[str, Any] = {
         "version": 2,
@@ -1159,7 +1229,7 @@ def start_podman(host: NodeHost, stack: contextlib.ExitStack) -> None:
     home = host.root / "podman"
     netd = home / "net.d"
     netd.mkdir(parents=True)
-    (netd / "10-eni.conflist").write_text(json.dumps(conflist(host.socket), indent=2))
+    (netd / "10-eni.conflist").write_text(json.dumps(conflist(host.socket, dual=host.ipv6), indent=2))
     tables = sandbox_containers_conf(home, netd, host.plugin.parent)
     tables["network"].update(network_backend="cni", default_network=NETWORK)
     conf = home / "containers.conf"

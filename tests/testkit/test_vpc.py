@@ -13,6 +13,7 @@ tests (``VpcSpec``) need none of them.
 from __future__ import annotations
 
 import gc
+import ipaddress
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import pytest
 
 from eni_ipam.core.clock import LoopClock
 from eni_ipam_testkit.vpc import (
+    OUTSIDE_IPV6,
     InterfaceSpec,
     NodeSpec,
     SubnetSpec,
@@ -434,6 +436,87 @@ def test_ipv6_goes_through_the_router_link_local_address_and_is_checked_too(netn
         assert not vpc.ping(n1, "2600:1f14:0:1::20", source="2600:1f14:0:1:1::5")
         assert vpc.drops() == {"eni-n1-0": 1, "eni-n2-0": 0}
         assert vpc.ping(n1, "2600:1f14:0:1::20", source="2600:1f14:0:1:1::9")
+
+
+async def test_ipv6_blocks_and_prefixes_are_read_from_the_in_memory_cloud() -> None:
+    cloud = SimCloud(LoopClock())
+    cloud.add_vpc("vpc-1", VPC_CIDR)
+    cloud.add_subnet("subnet-a", vpc="vpc-1", zone="z1", cidr="10.0.1.0/24", ipv6_cidr="2600:1f14:0:1::/64")
+    cloud.add_subnet("subnet-b", vpc="vpc-1", zone="z1", cidr="10.0.2.0/24")
+    cloud.add_security_group("sg-1", vpc="vpc-1")
+    cloud.add_instance("i-1", type="m5.large", subnet="subnet-a", security_groups=["sg-1"])
+    eth0 = cloud.instance_view("i-1").interfaces[0]
+    (prefix,) = await cloud.assign_ipv6_addresses(interface_id=eth0.id, prefix_count=1)
+    calls = dict(cloud.calls)
+    spec = VpcSpec.from_sim(cloud, {"n1": "i-1"})
+    assert [(s.id, s.ipv6_cidr) for s in spec.subnets] == [
+        ("subnet-a", "2600:1f14:0:1::/64"),
+        ("subnet-b", ""),
+    ]
+    assert prefix == "2600:1f14:0:1::/80", "the lowest /80 of the block"
+    assert spec.node("n1").primary().addresses == (prefix,)
+    assert cloud.calls == calls, "reading the cloud makes no EC2 call"
+    with pytest.raises(ValueError, match="outside host"):
+        VpcSpec(
+            cidrs=(VPC_CIDR,),
+            subnets=(SubnetSpec(id="subnet-x", cidr="10.0.9.0/24", ipv6_cidr="2001:db8::/64"),),
+            nodes=(),
+        )
+
+
+async def test_ipv6_pods_reach_the_outside_host_through_the_advertised_route(netns_ok: None) -> None:
+    """A dual-stack VPC read from the cloud: each node's primary interface holds a /80 of its subnet's
+    /64. With no IPv6 route configured on the nodes but the one EC2's router advertisements give, an
+    address of a node's /80 reaches the other node's /80 and the outside host's IPv6 address, seen
+    there as itself (no NAT); an address outside the /80 is dropped by the check."""
+    cloud = SimCloud(LoopClock())
+    cloud.add_vpc("vpc-1", VPC_CIDR)
+    cloud.add_subnet("subnet-a", vpc="vpc-1", zone="z1", cidr="10.0.1.0/24", ipv6_cidr="2600:1f14:0:1::/64")
+    cloud.add_security_group("sg-1", vpc="vpc-1")
+    nodes = {"n1": "i-1", "n2": "i-2"}
+    prefixes = {}
+    for node, instance in nodes.items():
+        cloud.add_instance(instance, type="m5.large", subnet="subnet-a", security_groups=["sg-1"])
+        eth0 = cloud.instance_view(instance).interfaces[0]
+        (prefixes[node],) = await cloud.assign_ipv6_addresses(interface_id=eth0.id, prefix_count=1)
+    pod = {n: str(ipaddress.IPv6Network(p).network_address + 5) for n, p in prefixes.items()}
+    with EmulatedVpc(VpcSpec.from_sim(cloud, nodes)) as vpc:
+        assert vpc.outside_ipv6 == OUTSIDE_IPV6
+        for node in nodes:
+            ns, device = vpc.node_ns(node), vpc.device(cloud.instance_view(nodes[node]).interfaces[0].id)
+            routes = json.loads(vpc.run(ns, "ip", "-j", "-6", "route", "show", "default").stdout)
+            assert [(r["gateway"], r["dev"], r["protocol"]) for r in routes] == [("fe80::1", device, "ra")]
+            vpc.run(ns, "ip", "addr", "add", f"{pod[node]}/128", "dev", "lo", "nodad")
+        vpc.serve_echo(vpc.node_ns("n2"))
+        n1 = vpc.node_ns("n1")
+        assert vpc.connect(n1, pod["n2"], source=pod["n1"]) == pod["n1"], "/80 to /80 across nodes"
+        assert vpc.observed_source(n1, source=pod["n1"], family=6) == pod["n1"], "no NAT on the way out"
+        assert vpc.ping(n1, OUTSIDE_IPV6, source=pod["n1"])
+        assert pod["n1"] in vpc.outside_sources()
+        assert set(vpc.drops().values()) == {0}
+        stray = str(ipaddress.IPv6Network(prefixes["n2"]).network_address + 7)  # n2's, not n1's
+        vpc.run(n1, "ip", "addr", "add", f"{stray}/128", "dev", "lo", "nodad")
+        assert vpc.observed_source(n1, source=stray, timeout=0.5, family=6) is None
+        assert sum(vpc.drops().values()) > 0
+
+
+def test_without_ipv6_blocks_the_nodes_and_the_outside_host_have_no_ipv6(vpc: EmulatedVpc) -> None:
+    assert vpc.outside_ipv6 is None
+    for node in SPEC.nodes:
+        routes = vpc.run(vpc.node_ns(node.name), "ip", "-6", "route", "show", "default").stdout
+        assert routes.strip() == ""
+    with pytest.raises(ValueError, match="no IPv6"):
+        vpc.observed_source(vpc.node_ns("n1"), family=6)
+
+
+def test_router_advertisements_may_be_left_out(netns_ok: None) -> None:
+    subnet = SubnetSpec(id="subnet-a", cidr="10.0.1.0/24", ipv6_cidr="2600:1f14:0:1::/64")
+    node = NodeSpec(name="n1", interfaces=(iface("eni-n1-0", 0, "subnet-a", "10.0.1.10"),))
+    spec = VpcSpec(cidrs=(VPC_CIDR,), subnets=(subnet,), nodes=(node,))
+    with EmulatedVpc(spec, router_advertisements=False) as vpc:
+        routes = vpc.run(vpc.node_ns("n1"), "ip", "-6", "route", "show", "default").stdout
+        assert routes.strip() == ""
+        assert vpc.outside_ipv6 == OUTSIDE_IPV6
 
 
 # -- leaving nothing behind -----------------------------------------------------------------------

@@ -7,7 +7,9 @@ What the plugin answers changes too: the address with its subnet's prefix, and a
 subnet's reserved fourth address (:func:`~eni_ipam.agent.datapath.plan.pod_gateway`) instead of its
 router. ``ptp`` puts the gateway on the host's end of the veth and routes the pod's whole subnet and
 its default route through it, so the pod sends everything to the host, which routes it by the
-rules; with the router as gateway the host would take its own router's address.
+rules; with the router as gateway the host would take its own router's address. An IPv6 address
+(of the node's /80) is answered as it is: its pod routes through the link-local gateway ``ptp`` sets,
+and it gets the same rules as an IPv4 one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from eni_ipam.agent.datapath.datapath import Datapath
 from eni_ipam.agent.datapath.errors import DatapathError
 from eni_ipam.agent.datapath.plan import pod_gateway
-from eni_ipam.agent.types import DEFAULT_POOL, Allocation, Family
+from eni_ipam.agent.types import DEFAULT_POOL, Allocation
 
 PREVIOUS_POD_GRACE = 2.0
 """Seconds an ADD waits for the veth of the pod that held its address before (``ptp`` deletes it
@@ -32,7 +34,9 @@ class PodRoutes:
 
     @staticmethod
     def _routed(allocations: Sequence[Allocation]) -> list[Allocation]:
-        return [a for a in allocations if a.pool == DEFAULT_POOL and a.family == Family.IPV4]
+        """The addresses the datapath routes: the default pool's (the cloud's), of either family (an
+        IPv6 pod of a secondary interface needs its rule as an IPv4 one does)."""
+        return [a for a in allocations if a.pool == DEFAULT_POOL]
 
     def present(self, allocation: Allocation) -> Allocation:
         """The allocation as the plugin answers it (unchanged outside the default pool)."""

@@ -4,7 +4,9 @@ source/destination check, an outside host, and the nodes' interfaces as devices 
 * :mod:`~.spec` — what it is built from (:class:`VpcSpec`: VPC CIDRs, subnets, nodes and their
   interfaces), by hand or from the in-memory cloud (:meth:`VpcSpec.from_sim`);
 * :mod:`~.harness` — :class:`EmulatedVpc`: the namespaces, built, changed as the cloud changes
-  (assign, unassign, attach, detach, update) and always removed; drop counters and probes;
+  (assign, unassign, attach, detach, update) and always removed; drop counters and probes; IPv6
+  (subnets' /64s, delegated /80s, the outside host's :data:`OUTSIDE_IPV6`, the nodes' default route
+  as EC2's router advertisements give it) wherever a subnet has an IPv6 block;
 * :mod:`~.fabric` — the router's routes, neighbours, bridges and the nftables check, as commands;
 * :mod:`~.probes` — ping and a TCP echo of the peer's address;
 * :mod:`~.shell` — running ``ip``, ``bridge``, ``nft`` in a namespace; the sweep of stale namespaces.
@@ -23,6 +25,7 @@ from eni_ipam_testkit.vpc.probes import BUSYBOX, ECHO_PORT
 from eni_ipam_testkit.vpc.shell import VpcError, sweep_stale
 from eni_ipam_testkit.vpc.spec import (
     OUTSIDE_IPV4,
+    OUTSIDE_IPV6,
     ROUTER_LINK_LOCAL,
     InterfaceSpec,
     NodeSpec,
@@ -35,6 +38,7 @@ __all__ = [
     "DEFAULT_MTU",
     "ECHO_PORT",
     "OUTSIDE_IPV4",
+    "OUTSIDE_IPV6",
     "ROUTER_LINK_LOCAL",
     "EmulatedVpc",
     "InterfaceSpec",

@@ -23,6 +23,10 @@ How the router emulates the VPC (each decision is what EC2 does, as far as a nod
   Nothing is resolved by asking the nodes, so a node claiming an address it was not assigned gets no
   traffic for it. ICMP redirects are off: the router forwards back out of the bridge a packet came in
   by, and a node must not learn a shortcut that a VPC would not give it.
+* **The outside host** is beyond the router's link ``out``: ``203.0.113.0/24`` and, when a subnet has
+  an IPv6 block, ``2001:db8::/64``, with a default route each way for IPv6 (the router's towards the
+  outside host, the outside host's towards the router). Nothing is translated: IPv6 pods reach it
+  with their own addresses, as a VPC's IPv6 has no NAT.
 * **The source/destination check** (table ``bridge vpc_check``): at the bridge's prerouting hook,
   every frame arriving on a port jumps (a verdict map keyed by port) to that port's chain, which
   drops and counts (a named counter per port) an IPv4 packet whose source is not in the port's
@@ -53,6 +57,8 @@ TABLE = "vpc_check"
 """The nft table of the check (family ``bridge``), in the router namespace."""
 OUTSIDE_ROUTER_IPV4 = "203.0.113.1"
 OUTSIDE_PREFIX = 24
+OUTSIDE_ROUTER_IPV6 = "2001:db8::1"
+OUTSIDE_PREFIX_IPV6 = 64
 OUTSIDE_MTU = 1500
 """Traffic leaving a VPC through its gateway has an MTU of 1500, whatever the VPC's."""
 OUTSIDE_LINK = "out"
@@ -84,10 +90,16 @@ def router_mac(subnet_id: str) -> str:
 
 
 def router_base(
-    subnets: Sequence[tuple[SubnetSpec, str]], vpc_cidrs: Sequence[str], outside_ns: str, mtu: int
+    subnets: Sequence[tuple[SubnetSpec, str]],
+    vpc_cidrs: Sequence[str],
+    outside_ns: str,
+    mtu: int,
+    *,
+    outside_ipv6: str | None = None,
 ) -> list[str]:
     """``ip`` lines for the router namespace: a bridge per subnet (``(subnet, bridge name)``), the
-    VPC's unreachable CIDRs, and the link to the outside host."""
+    VPC's unreachable CIDRs, and the link to the outside host; with ``outside_ipv6`` (the outside
+    host's IPv6 address) the link carries IPv6 too, and the router's IPv6 default route leads there."""
     lines = ["link set lo up"]
     for subnet, bridge in subnets:
         lines += [
@@ -107,6 +119,11 @@ def router_base(
         f"addr add {OUTSIDE_ROUTER_IPV4}/{OUTSIDE_PREFIX} dev {OUTSIDE_LINK}",
         f"link set {OUTSIDE_LINK} up",
     ]
+    if outside_ipv6 is not None:
+        lines += [
+            f"addr add {OUTSIDE_ROUTER_IPV6}/{OUTSIDE_PREFIX_IPV6} dev {OUTSIDE_LINK} nodad",
+            f"route add default via {outside_ipv6} dev {OUTSIDE_LINK}",
+        ]
     return lines
 
 
@@ -135,14 +152,21 @@ def router_sysctls(bridges: Iterable[str], ipv6: bool) -> dict[str, str]:
     return settings
 
 
-def outside_lines(outside_ipv4: str = OUTSIDE_IPV4) -> list[str]:
-    """``ip`` lines for the outside host: its address, and its way back through the router."""
-    return [
+def outside_lines(outside_ipv4: str = OUTSIDE_IPV4, outside_ipv6: str | None = None) -> list[str]:
+    """``ip`` lines for the outside host: its address (and ``outside_ipv6``, when given: see
+    :data:`~eni_ipam_testkit.vpc.spec.OUTSIDE_IPV6`), and its way back through the router."""
+    lines = [
         "link set lo up",
         "link set eth0 up",
         f"addr add {outside_ipv4}/{OUTSIDE_PREFIX} dev eth0",
         f"route add default via {OUTSIDE_ROUTER_IPV4} dev eth0",
     ]
+    if outside_ipv6 is not None:
+        lines += [
+            f"addr add {outside_ipv6}/{OUTSIDE_PREFIX_IPV6} dev eth0 nodad",
+            f"route add default via {OUTSIDE_ROUTER_IPV6} dev eth0",
+        ]
+    return lines
 
 
 def port_links(port: Port, node_ns: str, mtu: int) -> list[str]:

@@ -3,7 +3,9 @@ changed as the cloud changes, and always removed.
 
 Namespaces (``enivpc-<pid>-<token>-<role>``, :mod:`~eni_ipam_testkit.vpc.shell`): ``router`` (the VPC
 fabric and its source/destination check, :mod:`~eni_ipam_testkit.vpc.fabric`), ``outside`` (a host
-beyond the VPC, :data:`~eni_ipam_testkit.vpc.spec.OUTSIDE_IPV4`, answering through the router), one
+beyond the VPC, :data:`~eni_ipam_testkit.vpc.spec.OUTSIDE_IPV4`, and
+:data:`~eni_ipam_testkit.vpc.spec.OUTSIDE_IPV6` when a subnet has an IPv6 block, answering through
+the router, translating nothing), one
 ``node-<name>`` per node, and any a test adds (:meth:`EmulatedVpc.add_namespace`). Nothing is made
 in the namespace the test runs in, so all traffic stays inside the harness's namespaces and removing
 them removes every link and nft table with them.
@@ -15,7 +17,10 @@ Invariants:
   shuffled by :attr:`EmulatedVpc.seed`), and created in name order, so a datapath that guesses a
   device from its index or its ifindex fails: it must find devices by MAC. All are DOWN and
   unaddressed but the primary, which is configured as a node's primary is: its address with the
-  subnet's route, up, and the default route through the subnet's router.
+  subnet's route, up, and the default route through the subnet's router. When the primary's subnet
+  has an IPv6 block, the node also has what EC2's router advertisements give it: an IPv6 default
+  route through the router's link-local address on the primary device (``proto ra``, metric
+  :data:`RA_METRIC`), unless the harness is built with ``router_advertisements=False``.
 * The router's routes, neighbour entries, fdb entries and check sets hold exactly what the
   interfaces hold now (:meth:`~EmulatedVpc.assign`, :meth:`~EmulatedVpc.unassign`,
   :meth:`~EmulatedVpc.attach`, :meth:`~EmulatedVpc.detach`, :meth:`~EmulatedVpc.update`), and every
@@ -50,6 +55,8 @@ from eni_ipam_testkit.vpc import fabric, probes, shell
 from eni_ipam_testkit.vpc.fabric import Port
 from eni_ipam_testkit.vpc.spec import (
     OUTSIDE_IPV4,
+    OUTSIDE_IPV6,
+    ROUTER_LINK_LOCAL,
     InterfaceSpec,
     Network,
     NodeSpec,
@@ -63,6 +70,10 @@ from eni_ipam_testkit.vpc.spec import (
 DEFAULT_MTU = 9001
 """The MTU of every interface in a VPC (jumbo frames), as on EC2."""
 FIRST_DEVICE = 5
+RA_METRIC = 2048
+"""The metric of the IPv6 default route a node learns from the router's advertisements: above the
+1024 of ``ip route add``, so a test may still add its own default route beside it (the kernel refuses
+a second route of one metric) and that one wins."""
 """Node devices are ``ens5``, ``ens6``…, as on Nitro instances."""
 NODE_SYSCTLS: dict[str, str] = {
     "net.ipv4.ip_forward": "1",
@@ -100,6 +111,7 @@ class EmulatedVpc:
         seed: int | None = None,
         echo_port: int = probes.ECHO_PORT,
         node_sysctls: Mapping[str, str] = NODE_SYSCTLS,
+        router_advertisements: bool = True,
     ) -> None:
         """Describe the VPC; :meth:`start` (or ``with``) builds it.
 
@@ -109,6 +121,9 @@ class EmulatedVpc:
             seed: orders the node devices' names; random (and kept in :attr:`seed`) by default.
             echo_port: the port of the outside host's echo service (:meth:`observed_source`).
             node_sysctls: the node namespaces' kernel settings (:data:`NODE_SYSCTLS` by default).
+            router_advertisements: a node whose primary interface's subnet has an IPv6 block gets
+                the IPv6 default route EC2's router advertisements give it (through ``fe80::1`` on
+                its primary device); ``False``: no IPv6 route at all, a test configures its own.
         """
         token = secrets.token_hex(3)
         self.prefix = f"{shell.PREFIX}-{os.getpid()}-{token}"
@@ -120,6 +135,11 @@ class EmulatedVpc:
         self.router_ns = f"{self.prefix}-router"
         self.outside_ns = f"{self.prefix}-outside"
         self.outside_ip = OUTSIDE_IPV4
+        self.ipv6 = any(s.ipv6_cidr for s in spec.subnets)
+        """Whether a subnet has an IPv6 block: the router then forwards IPv6."""
+        self.outside_ipv6: str | None = OUTSIDE_IPV6 if self.ipv6 else None
+        """The outside host's IPv6 address, when a subnet has an IPv6 block (else it has none)."""
+        self._router_advertisements = router_advertisements
         self._vpc_cidrs = spec.cidrs
         self._subnets = {s.id: s for s in spec.subnets}
         self._bridges = {s.id: f"b{n}" for n, s in enumerate(spec.subnets)}
@@ -186,15 +206,22 @@ class EmulatedVpc:
 
     def _build(self) -> None:
         shell.ip_batch(None, [f"netns add {ns}" for ns in self.namespaces()])
-        ipv6 = any(s.ipv6_cidr for s in self._subnets.values())
+        ipv6 = self.ipv6
         if ipv6 and not os.path.isdir("/proc/sys/net/ipv6"):
             raise shell.VpcError("a subnet has an IPv6 CIDR, but this kernel has IPv6 disabled")
+        if ipv6:
+            # The router and the outside host are up long before any node: their devices' link-local
+            # addresses need no duplicate address detection (while it runs, the kernel sends no
+            # neighbour solicitation through the device, and a first packet waits a second).
+            for ns in (self.router_ns, self.outside_ns):
+                shell.sysctl(ns, {"net.ipv6.conf.default.accept_dad": "0"})
         ports = self._initial_ports()
         router = fabric.router_base(
             [(s, self._bridges[s.id]) for s in self._subnets.values()],
             self._vpc_cidrs,
             self.outside_ns,
             self.mtu,
+            outside_ipv6=self.outside_ipv6,
         )
         fdb: list[str] = []
         nft = fabric.nft_base()
@@ -210,9 +237,9 @@ class EmulatedVpc:
         shell.sysctl(self.router_ns, fabric.router_sysctls(self._bridges.values(), ipv6))
         shell.nft(self.router_ns, nft)
         for node in self._nodes.values():
-            shell.sysctl(self.node_ns(node.name), self._node_sysctls)
+            shell.sysctl(self.node_ns(node.name), self._node_sysctls | self._booted(node))
             shell.ip_batch(self.node_ns(node.name), self._node_lines(node))
-        shell.ip_batch(self.outside_ns, fabric.outside_lines(self.outside_ip))
+        shell.ip_batch(self.outside_ns, fabric.outside_lines(self.outside_ip, self.outside_ipv6))
         shell.nft(self.outside_ns, fabric.nft_outside())
         self.serve_echo(self.outside_ns, self.echo_port)
 
@@ -237,16 +264,30 @@ class EmulatedVpc:
             node=node, iface=iface, name=f"p{self._serial}", bridge=self._bridges[iface.subnet], device=device
         )
 
+    def _booted(self, node: NodeSpec) -> dict[str, str]:
+        """The primary device's IPv6 settings as on an instance up for a while: its link-local
+        address past duplicate address detection (without which the node solicits no neighbour,
+        so its first IPv6 packets would wait a second or two). Devices brought up later (by a
+        datapath) go through detection, as on EC2."""
+        if not self.ipv6:
+            return {}
+        return {f"net.ipv6.conf.{self._ports[node.primary().id].device}.accept_dad": "0"}
+
     def _node_lines(self, node: NodeSpec) -> list[str]:
         primary = node.primary()
         subnet = self._subnets[primary.subnet]
         device = self._ports[primary.id].device
-        return [
+        lines = [
             "link set lo up",
             f"addr add {primary.primary_ip}/{subnet.network.prefixlen} dev {device}",
             f"link set {device} up",
             f"route add default via {subnet.router} dev {device}",
         ]
+        if self._router_advertisements and subnet.ipv6_cidr:
+            lines.append(
+                f"route add default via {ROUTER_LINK_LOCAL} dev {device} proto ra metric {RA_METRIC}"
+            )
+        return lines
 
     # -- names -----------------------------------------------------------------------------------
 
@@ -562,11 +603,18 @@ class EmulatedVpc:
         return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
     def observed_source(
-        self, namespace: str, *, source: str | None = None, timeout: float = 1.0
+        self, namespace: str, *, source: str | None = None, timeout: float = 1.0, family: int = 4
     ) -> str | None:
-        """The source address the outside host sees a connection from ``namespace`` come from, or
-        ``None`` when the connection failed."""
-        return self.connect(namespace, self.outside_ip, self.echo_port, source=source, timeout=timeout)
+        """The source address the outside host sees a connection from ``namespace`` come from (to its
+        IPv6 address with ``family=6``), or ``None`` when the connection failed.
+
+        Raises:
+            ValueError: ``family=6`` in a VPC without IPv6 (the outside host has no IPv6 address).
+        """
+        target = self.outside_ip if family == 4 else self.outside_ipv6
+        if target is None or family not in (4, 6):
+            raise ValueError(f"the outside host has no IPv{family} address here")
+        return self.connect(namespace, target, self.echo_port, source=source, timeout=timeout)
 
 
 def _attachment(port: Port) -> tuple[object, ...]:

@@ -7,7 +7,8 @@ not hold.
 
 Invariants (checked on construction, ``ValueError`` naming the culprit otherwise):
 
-* every subnet lies inside one of the VPC's IPv4 CIDRs, and no two subnets overlap;
+* every subnet lies inside one of the VPC's IPv4 CIDRs, and no two subnets overlap; no CIDR (of
+  either family) holds the outside host's address (:data:`OUTSIDE_IPV4`, :data:`OUTSIDE_IPV6`);
 * every node has exactly one interface at device index 0 (its primary), and no two interfaces of
   a node share a device index;
 * every address an interface holds (its primary address, its secondary addresses and prefixes, of
@@ -38,6 +39,9 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 OUTSIDE_IPV4 = "203.0.113.10"
 """The outside host: an address of TEST-NET-3 (RFC 5737), outside any VPC a test declares."""
+OUTSIDE_IPV6 = "2001:db8::10"
+"""The outside host's IPv6 address: of the documentation range (RFC 3849), outside every IPv6 block a
+test declares. A VPC's IPv6 has no NAT: a pod reaches it with its own address."""
 
 ROUTER_LINK_LOCAL = "fe80::1"
 """The VPC router's IPv6 address on every subnet: nodes route IPv6 through a link-local address,
@@ -171,9 +175,9 @@ class VpcSpec:
         vpc_cidrs: Sequence[str] | None = None,
         macs: Mapping[str, str] | None = None,
     ) -> VpcSpec:
-        """The VPC of ``instances`` as ``cloud`` holds it now: every subnet of their VPC, and their
-        attached interfaces with their addresses and prefixes (inspection only: no EC2 call is
-        made or counted).
+        """The VPC of ``instances`` as ``cloud`` holds it now: every subnet of their VPC (with its
+        IPv6 block, if it has one), and their attached interfaces with their addresses and prefixes,
+        IPv6 /80s included (inspection only: no EC2 call is made or counted).
 
         Args:
             instances: instance ids (each node named after its instance), or node name → instance id.
@@ -201,7 +205,7 @@ class VpcSpec:
                         device_index=iface.device_index,
                         subnet=iface.subnet_id,
                         primary_ip=iface.primary_ip,
-                        addresses=(*iface.addresses, *iface.prefixes),
+                        addresses=(*iface.addresses, *iface.prefixes, *iface.ipv6_prefixes),
                         mac=macs.get(iface.id, reported),
                     )
                 )
@@ -217,10 +221,9 @@ class VpcSpec:
         tables = Tables(cloud)
         if vpc_cidrs is None:
             vpc_cidrs = [tables.vpcs.rows[vpc].cidr]
+        views = {s: cloud.subnet_view(s) for s, record in tables.subnets.rows.items() if record.vpc_id == vpc}
         subnets = tuple(
-            SubnetSpec(id=s, cidr=cloud.subnet_view(s).cidr)
-            for s, record in sorted(tables.subnets.rows.items())
-            if record.vpc_id == vpc
+            SubnetSpec(id=s, cidr=view.cidr, ipv6_cidr=view.ipv6_cidr) for s, view in sorted(views.items())
         )
         return cls(cidrs=tuple(vpc_cidrs), subnets=subnets, nodes=tuple(nodes))
 
@@ -233,6 +236,13 @@ def check(spec: VpcSpec) -> None:
     outside = ipaddress.IPv4Address(OUTSIDE_IPV4)
     if any(outside in c for c in vpc):
         raise ValueError(f"the VPC's CIDRs must not hold the outside host's address {OUTSIDE_IPV4}")
+    outside6 = ipaddress.IPv6Address(OUTSIDE_IPV6)
+    for subnet in spec.subnets:
+        block = subnet.ipv6_network
+        if block is not None and outside6 in block:
+            raise ValueError(
+                f"subnet {subnet.id}: {subnet.ipv6_cidr} holds the outside host's address {OUTSIDE_IPV6}"
+            )
     subnets: dict[str, SubnetSpec] = {}
     for subnet in spec.subnets:
         if subnet.id in subnets:

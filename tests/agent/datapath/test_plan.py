@@ -210,3 +210,21 @@ def test_a_dual_stack_interfaces_ipv6_pods_leave_through_its_table_and_are_never
     assert done.snat is not None and all(":" not in c for c in (*done.snat.keep, *done.snat.sources))
     # Without the prefix, no IPv6 route: nothing of the interface's is IPv6.
     assert not [r for r in plan([ETH0, ETH1], {}, SETTINGS).routes if ":" in r.destination]
+
+
+def test_the_default_pools_addresses_of_both_families_are_routed_and_only_ipv4_gets_a_gateway() -> None:
+    """What an ADD hands the datapath: an IPv6 address of the node's /80 gets its rules as an IPv4
+    one does (a pod of a secondary interface would otherwise leave through the primary), and is
+    answered with its own gateway, not the IPv4 subnet's fourth address."""
+    from eni_ipam.agent.datapath.pods import PodRoutes
+    from eni_ipam.agent.types import DEFAULT_POOL, Allocation
+
+    v4 = Allocation(address="10.0.1.20", pool=DEFAULT_POOL, owner="c", prefix_length=24, gateway="10.0.1.1")
+    v6 = Allocation(
+        address="2600:1f14::2", pool=DEFAULT_POOL, owner="c", prefix_length=80, gateway="2600:1f14::1"
+    )
+    other = Allocation(address="10.9.0.2", pool="static", owner="c", prefix_length=24, gateway="10.9.0.1")
+    assert PodRoutes._routed([v4, v6, other]) == [v4, v6]
+    routes = PodRoutes(datapath=None)  # type: ignore[arg-type]
+    assert routes.present(v6) == v6
+    assert routes.present(v4).gateway == "10.0.1.3"
