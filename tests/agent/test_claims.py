@@ -500,14 +500,17 @@ async def test_a_claim_is_not_ready_while_its_ipaddress_could_not_be_created(
 async def test_a_refused_ipaddress_says_why_on_the_claim_and_is_tried_again(
     kube: FakeKube, n2: Served, people: KubeApi
 ) -> None:
-    """A namespace's IPAddress quota is full (the bound on what a compromised agent can create there)."""
+    """A namespace's IPAddress quota is full (the bound on what a compromised agent can create there)
+    until the test has seen the claim say so; then it has room again."""
     quota = "exceeded quota: ipaddresses, requested: count/ipaddresses.ipam.cluster.x-k8s.io=1"
-    kube.faults.append(Fault(verb="create", plural="ipaddresses", status=403, message=quota, times=3))
+    full = Fault(verb="create", plural="ipaddresses", status=403, message=quota, times=1_000_000)
+    kube.faults.append(full)
     await people.create(IPADDRESSCLAIMS, claim("c1", node="n2"))
     await until(lambda: ready(n2.claim("c1")))
     condition = ready(n2.claim("c1"))
     assert (condition["status"], condition["reason"]) == ("False", "IPAddressRefused")
     assert "exceeded quota" in condition["message"]
+    kube.faults.remove(full)  # the quota raised: the next retry creates it
     await until(lambda: ready(n2.claim("c1")).get("status") == "True", limit=60)
     assert n2.address("c1") is not None
 
