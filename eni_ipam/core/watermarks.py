@@ -57,6 +57,36 @@ def max_allocatable(
     return min(total * PREFIX_SIZE if prefix_delegated else total, MAX_NODE_ADDRESSES)
 
 
+HOST_NETWORK_PODS = 2
+"""Pods of a node that take no pool address (host networking): the node agent and kube-proxy, as the
+AWS VPC CNI counts them (its "+2")."""
+
+
+def max_pods(
+    limits: InstanceLimits,
+    *,
+    prefix_delegated: bool = False,
+    first_interface_index: int = 0,
+    network_cards: Sequence[int] = (0,),
+    max_allocate: int = 0,
+    host_network_pods: int = HOST_NETWORK_PODS,
+) -> int:
+    """The most pods a node can run: every address its pool could ever hold (:func:`max_allocatable`,
+    at most ``max_allocate`` when set) plus the pods that take none (``host_network_pods``).
+
+    The AWS VPC CNI's formula, ``interfaces × (addresses per interface − 1) + 2``, is this one for a
+    pool on card 0 from index 0 with plain addresses (docs/aws.md "Max pods" says where they differ)."""
+    addresses = max_allocatable(
+        limits,
+        first_interface_index=first_interface_index,
+        prefix_delegated=prefix_delegated,
+        network_cards=network_cards,
+    )
+    if max_allocate > 0:
+        addresses = min(addresses, max_allocate)
+    return addresses + host_network_pods
+
+
 def allocation_budget(*, needed: int, max_above_watermark: int, pending_pods: int) -> tuple[int, int]:
     """What one maintenance pass may add: ``(must, bonus)``.
 

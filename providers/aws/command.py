@@ -1,4 +1,5 @@
-"""``eni-ipam aws-iam-policy``: the AWS provider's IAM policy, scoped to one cluster (docs/aws.md §2).
+"""``eni-ipam aws-iam-policy``: the AWS provider's IAM policy, scoped to one cluster (docs/aws.md §2);
+``eni-ipam max-pods``: the pods a node of an EC2 instance type can run (docs/aws.md "Max pods").
 
 Registered under the ``eni_ipam.commands`` entry points (pyproject.toml), so the command line finds
 it without importing the provider. This module imports only the standard library at load time: the
@@ -11,6 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eni_ipam.core.model import InstanceLimits
 
 
 def _policy_input(field: str) -> Callable[[str], str]:
@@ -109,3 +114,114 @@ class IamPolicyCommand:
 
 
 IAM_POLICY = IamPolicyCommand()
+
+
+def _cards(text: str) -> tuple[int, ...]:
+    try:
+        cards = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of card indexes") from None
+    if not cards or any(c < 0 or c > 255 for c in cards) or len(set(cards)) != len(cards):
+        raise argparse.ArgumentTypeError(f"{text!r}: each card once, from 0 to 255 (e.g. 0,1,2,3)")
+    return cards
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+class MaxPodsCommand:
+    help = "print the pods a node of an EC2 instance type can run, as a pool spec sizes it (docs/aws.md)"
+
+    def __init__(self) -> None:
+        self.parser: argparse.ArgumentParser | None = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+        parser.add_argument("instance_types", nargs="+", metavar="INSTANCE_TYPE", help="e.g. m5.large")
+        parser.add_argument(
+            "--prefix-delegation", action="store_true", help="/28 prefixes (settings.prefix_delegation)"
+        )
+        parser.add_argument(
+            "--first-interface-index", type=_count, default=0, help="the pool's first_interface_index (0)"
+        )
+        parser.add_argument(
+            "--network-cards", type=_cards, default=(0,), metavar="CARDS", help="the pool's cards (0)"
+        )
+        parser.add_argument(
+            "--max-allocate", type=_count, default=0, help="the pool's max_allocate (0: none)"
+        )
+        parser.add_argument(
+            "--host-network-pods",
+            type=_count,
+            default=2,
+            help="pods without a pool address (2: the node agent and kube-proxy)",
+        )
+        parser.add_argument("--json", action="store_true", help="one JSON object a type")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from eni_ipam.core.watermarks import max_pods
+        from providers.ec2.limits import instance_limits
+
+        assert self.parser is not None
+        unknown = [t for t in args.instance_types if instance_limits(t) is None]
+        if unknown:
+            self.parser.error(
+                f"INSTANCE_TYPE: {', '.join(unknown)} not in the shipped EC2 table (check the name; "
+                "a type newer than the table is described by the controller at run time)"
+            )
+        for name in args.instance_types:
+            limits = instance_limits(name)
+            assert limits is not None
+            pd = args.prefix_delegation and limits.supports_prefixes
+            pods = max_pods(
+                limits,
+                prefix_delegated=pd,
+                first_interface_index=args.first_interface_index,
+                network_cards=args.network_cards,
+                max_allocate=args.max_allocate,
+                host_network_pods=args.host_network_pods,
+            )
+            vpc_cni = limits.adapters * limits.slots_per_interface + 2
+            differs = _why_it_differs(args, limits, pd, pods, vpc_cni)
+            if args.json:
+                found = {
+                    "instance_type": name,
+                    "max_pods": pods,
+                    "vpc_cni_table": vpc_cni,
+                    "differs": differs,
+                }
+                print(json.dumps(found))
+            else:
+                note = f" (VPC CNI table: {vpc_cni}; {'; '.join(differs)})" if differs else ""
+                print(f"{name}\t{pods}{note}")
+        return 0
+
+
+def _why_it_differs(
+    args: argparse.Namespace, limits: InstanceLimits, pd: bool, pods: int, vpc_cni: int
+) -> list[str]:
+    """Why ``pods`` is not the VPC CNI table's figure (``eni-max-pods.txt``), each reason a phrase."""
+    if pods == vpc_cni:
+        return []
+    reasons = []
+    if pd:
+        reasons.append("/28 prefixes: 16 addresses a slot (the VPC CNI's calculator then caps at 110 or 250)")
+    elif args.prefix_delegation:
+        reasons.append("no prefixes on this type (not Nitro)")
+    if args.first_interface_index:
+        reasons.append(f"interfaces below index {args.first_interface_index} held back")
+    if any(limits.adapters_on(card) for card in args.network_cards if card):
+        reasons.append("cards other than 0 counted (the table counts card 0 only)")
+    if 0 not in args.network_cards:
+        reasons.append("card 0 not in the pool")
+    if args.max_allocate:
+        reasons.append(f"max_allocate {args.max_allocate}")
+    if args.host_network_pods != 2:
+        reasons.append(f"{args.host_network_pods} host-network pods, not 2")
+    return reasons
+
+
+MAX_PODS = MaxPodsCommand()
