@@ -70,11 +70,11 @@ from eni_ipam_testkit.vpc.spec import (
 DEFAULT_MTU = 9001
 """The MTU of every interface in a VPC (jumbo frames), as on EC2."""
 FIRST_DEVICE = 5
+"""Node devices are ``ens5``, ``ens6``…, as on Nitro instances."""
 RA_METRIC = 2048
 """The metric of the IPv6 default route a node learns from the router's advertisements: above the
 1024 of ``ip route add``, so a test may still add its own default route beside it (the kernel refuses
 a second route of one metric) and that one wins."""
-"""Node devices are ``ens5``, ``ens6``…, as on Nitro instances."""
 NODE_SYSCTLS: dict[str, str] = {
     "net.ipv4.ip_forward": "1",
     "net.ipv4.conf.all.rp_filter": "1",
