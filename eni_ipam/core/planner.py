@@ -543,6 +543,15 @@ def has_ipv6_prefix(instance: Instance, spec: NodeSpec) -> bool:
     return any(i.ipv6_prefixes for i in managed_interfaces(instance, spec))
 
 
+def _ipv6_home(instance: Instance, spec: NodeSpec, subnets: Mapping[str, Subnet]) -> Interface | None:
+    """The first interface of the pool (card, then device order) whose subnet has an IPv6 block."""
+    for iface in managed_interfaces(instance, spec):
+        subnet = subnets.get(iface.subnet_id)
+        if subnet is not None and subnet.ipv6_cidr:
+            return iface
+    return None
+
+
 def plan_ipv6(
     spec: NodeSpec,
     instance: Instance,
@@ -561,10 +570,9 @@ def plan_ipv6(
         return Ipv6Plan()
     if not limits.ipv6_prefixes:
         return Ipv6Plan(reason="no-ipv6-prefixes")
-    for iface in managed_interfaces(instance, spec):
-        subnet = subnets.get(iface.subnet_id)
-        if subnet is not None and subnet.ipv6_cidr:
-            return Ipv6Plan(action=AssignIpv6Prefix(interface_id=iface.id, subnet_id=iface.subnet_id))
+    home = _ipv6_home(instance, spec, subnets)
+    if home is not None:
+        return Ipv6Plan(action=AssignIpv6Prefix(interface_id=home.id, subnet_id=home.subnet_id))
     slots = usable_free_slots(instance, spec, limits)
     if not slots:
         return Ipv6Plan(reason="no-ipv6-subnet" if managed_interfaces(instance, spec) else "at-capacity")
@@ -599,10 +607,8 @@ def carrying_ipv6_prefix(
     (``Ipv6PrefixCount`` on the create) where a create and an assign would be two."""
     if spec.address_family == "ipv4" or not limits.ipv6_prefixes or has_ipv6_prefix(instance, spec):
         return plan
-    for iface in managed_interfaces(instance, spec):
-        subnet = subnets.get(iface.subnet_id)
-        if subnet is not None and subnet.ipv6_cidr:
-            return plan  # an interface there takes it in its own call (plan_ipv6)
+    if _ipv6_home(instance, spec, subnets) is not None:
+        return plan  # an interface there takes it in its own call (plan_ipv6)
     actions = list(plan.actions)
     for n, action in enumerate(actions):
         if isinstance(action, CreateInterface):

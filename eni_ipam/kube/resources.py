@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from eni_ipam.config.schema import validate
-from eni_ipam.core.devices import FILLABLE, MAC_PATTERN, MAX_NETWORK_CARD, MAX_PLAIN_LINK
+from eni_ipam.core.devices import FILLABLE, MAC_PATTERN, MAX_NETWORK_CARD, Kind
 from eni_ipam.core.model import (
     MAX_NODE_ADDRESSES,
     Interface,
@@ -331,7 +331,7 @@ def _interface(iface: Interface) -> dict[str, Any]:
         **({"ipv6Prefixes": list(iface.ipv6_prefixes)} if iface.ipv6_prefixes else {}),
         **({"macAddress": mac} if (mac := iface.mac_address) else {}),
         **({"networkCard": iface.network_card} if iface.network_card else {}),
-        **({"interfaceType": iface.kind.label} if iface.link > MAX_PLAIN_LINK and iface.kind else {}),
+        **({"interfaceType": iface.kind.label} if iface.kind is not Kind.PLAIN else {}),
     }
 
 

@@ -90,20 +90,23 @@ def parse_sample(text: str) -> tuple[str, dict[str, str]]:
 _SLOT = re.compile(r"^(0|[1-9][0-9]{0,2})/(0|[1-9][0-9]{0,2})$")
 
 
-def _slot(value: Any) -> Any:
-    """A device index (network card 0), or ``"<card>/<index>"`` for an interface on another card."""
-    if isinstance(value, str):
-        if value.isdigit():
-            return int(value)
-        if _SLOT.fullmatch(value) is None:
-            raise ValueError(f"{short(value)}: write a device index, or <network card>/<device index> (1/0)")
-        card, index = (int(part) for part in value.split("/"))
-        return f"{card}/{index}" if card else index
-    return value
+def slot_name(value: Any) -> str:
+    """Where an interface is attached, in one written form: its device index on network card 0
+    (``3``, ``"3"`` and ``"0/3"`` are ``"3"``), ``"<card>/<index>"`` on another card (``"1/0"``).
+
+    Raises:
+        ValueError: neither a non-negative device index nor ``<network card>/<device index>``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and (value.isdigit() or _SLOT.fullmatch(value)):
+        card, _, index = value.rpartition("/")
+        return f"{int(card)}/{int(index)}" if card and int(card) else str(int(index))
+    raise ValueError(f"{short(value)}: write a device index, or <network card>/<device index> (1/0)")
 
 
-Slot = Annotated[NonNegativeInt | str, BeforeValidator(_slot)]
-"""Where an interface is attached, as an expectation names it (:func:`_slot`)."""
+Slot = Annotated[str, BeforeValidator(slot_name)]
+"""Where an interface is attached, as an expectation names it (:func:`slot_name`)."""
 
 
 def _group_or_groups(value: Any) -> Any:

@@ -24,7 +24,7 @@ from eni_ipam.core.model import Interface
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.simulator.cluster import EmbeddedCluster
 from eni_ipam.simulator.emulation import emulator
-from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, Scenario, Step, parse_sample
+from eni_ipam.simulator.scenario import NODE_SPEC_KEYS, Scenario, Step, parse_sample, slot_name
 from eni_ipam.simulator.series import LabelClash, Recording, SeriesOptions, SeriesRecorder
 from eni_ipam.simulator.simloop import run_virtual
 from eni_ipam.store.memory import MemoryStore
@@ -265,19 +265,11 @@ def slot_key(interface: Interface) -> str:
     return f"{card}/{interface.device_index}" if card else str(interface.device_index)
 
 
-def _slot(key: Any) -> str:
-    """A written slot key in the form :func:`slot_key` makes (``3`` and ``"0/3"`` are ``"3"``)."""
-    if isinstance(key, str) and "/" in key:
-        card, index = (int(part) for part in key.split("/", 1))
-        return f"{card}/{index}" if card else str(index)
-    return str(int(key))
-
-
 def _normalise(field: str, value: Any) -> Any:
     if field == "security_groups_by_index":
-        return {_slot(k): sorted(v) if isinstance(v, list) else [v] for k, v in value.items()}
+        return {slot_name(k): sorted(v) if isinstance(v, list) else [v] for k, v in value.items()}
     if field.endswith("_by_index"):
-        return {_slot(k): v for k, v in value.items()}
+        return {slot_name(k): v for k, v in value.items()}
     return value
 
 

@@ -117,13 +117,19 @@ IAM_POLICY = IamPolicyCommand()
 
 
 def _cards(text: str) -> tuple[int, ...]:
+    """The pool's cards as the node spec's ``network_cards`` takes them (its bounds, each card once)."""
+    from eni_ipam.config.schema import validate
+    from eni_ipam.core.spec import NodeSpec
+    from eni_ipam.errors import ConfigError
+
     try:
-        cards = tuple(int(part) for part in text.split(","))
+        cards = [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of card indexes") from None
-    if not cards or any(c < 0 or c > 255 for c in cards) or len(set(cards)) != len(cards):
-        raise argparse.ArgumentTypeError(f"{text!r}: each card once, from 0 to 255 (e.g. 0,1,2,3)")
-    return cards
+    try:
+        return validate(NodeSpec, {"network_cards": cards}).network_cards
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _count(text: str) -> int:
@@ -184,7 +190,7 @@ class MaxPodsCommand:
                 max_allocate=args.max_allocate,
                 host_network_pods=args.host_network_pods,
             )
-            vpc_cni = limits.adapters * limits.slots_per_interface + 2
+            vpc_cni = max_pods(limits)  # its defaults are the VPC CNI's table: card 0, plain, from index 0
             differs = _why_it_differs(args, limits, pd, pods, vpc_cni)
             if args.json:
                 found = {

@@ -25,12 +25,27 @@ than is free is a bug, and asserts).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+
+from eni_ipam.core.model import IPV6_PREFIX_LENGTH
 
 PREFIX_LEN = 28
 BLOCK = 16
 RESERVED_HEAD = 4
 """Network address, router, DNS, and the one AWS keeps for future use."""
+
+
+def free_ipv6_prefixes(block: ipaddress.IPv6Network, taken: Collection[str], count: int) -> list[str]:
+    """The lowest ``count`` /80s of ``block`` not in ``taken`` (their canonical text), fewer when the
+    block has no more: how EC2 delegates IPv6 prefixes here, for the in-memory cloud and the moto
+    layer alike."""
+    fresh: list[str] = []
+    for candidate in block.subnets(new_prefix=IPV6_PREFIX_LENGTH):
+        if len(fresh) == count:
+            break
+        if str(candidate) not in taken:
+            fresh.append(str(candidate))
+    return fresh
 
 
 class SubnetSpace:

@@ -25,7 +25,7 @@ from typing import Generic, Literal, TypeVar
 from eni_ipam.core import devices, model
 from eni_ipam.core.model import DETACHED_INDEX
 from providers.ec2.provider import InstanceInfo
-from providers.sim.addressing import SubnetSpace
+from providers.sim.addressing import SubnetSpace, free_ipv6_prefixes
 
 T = TypeVar("T")
 
@@ -74,8 +74,8 @@ class SubnetRecord:
     space: SubnetSpace
     ipv6: ipaddress.IPv6Network | None = None
     """The subnet's IPv6 block (a /64), if it has one."""
-    ipv6_taken: set[int] = dataclasses.field(default_factory=set)
-    """The /80s of ``ipv6`` delegated to an interface, by their index in the block."""
+    ipv6_taken: set[str] = dataclasses.field(default_factory=set)
+    """The /80s of ``ipv6`` delegated to an interface."""
 
     def view(self) -> model.Subnet:
         return model.Subnet(
@@ -92,19 +92,12 @@ class SubnetRecord:
         """The lowest free /80 of the IPv6 block, now taken; None when there is none (or no block)."""
         if self.ipv6 is None:
             return None
-        shift = model.IPV6_PREFIX_LENGTH - self.ipv6.prefixlen
-        index = next((n for n in range(1 << shift) if n not in self.ipv6_taken), None)
-        if index is None:
-            return None
-        self.ipv6_taken.add(index)
-        base = int(self.ipv6.network_address) + (index << (128 - model.IPV6_PREFIX_LENGTH))
-        return f"{ipaddress.IPv6Address(base)}/{model.IPV6_PREFIX_LENGTH}"
+        fresh = free_ipv6_prefixes(self.ipv6, self.ipv6_taken, 1)
+        self.ipv6_taken.update(fresh)
+        return fresh[0] if fresh else None
 
     def give_back_ipv6(self, prefixes: list[str]) -> None:
-        assert self.ipv6 is not None or not prefixes
-        for prefix in prefixes:
-            offset = int(ipaddress.IPv6Network(prefix).network_address) - int(self.ipv6.network_address)  # type: ignore[union-attr]
-            self.ipv6_taken.discard(offset >> (128 - model.IPV6_PREFIX_LENGTH))
+        self.ipv6_taken.difference_update(prefixes)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

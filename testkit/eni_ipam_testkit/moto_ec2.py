@@ -120,7 +120,7 @@ from typing import TYPE_CHECKING, Any
 
 from eni_ipam.core.model import InstanceLimits
 from providers.ec2.limits import convert_instance_type, instance_limits, limits_from_row
-from providers.sim.addressing import PREFIX_LEN, SubnetSpace
+from providers.sim.addressing import PREFIX_LEN, SubnetSpace, free_ipv6_prefixes
 from providers.sim.records import mac_address
 
 if TYPE_CHECKING:
@@ -831,8 +831,11 @@ def _ipv6_prefix_list(eni: Any) -> list[str]:
     return found
 
 
-IPV6_PREFIX = 80
-"""EC2 delegates IPv6 prefixes of this length."""
+def _no_ipv6_block(subnet_id: str) -> EC2ClientError:
+    return _error(
+        "InvalidParameterValue",
+        f"The subnet '{subnet_id}' has no IPv6 CIDR block associated: an IPv6 prefix cannot be assigned.",
+    )
 
 
 def _take_ipv6_prefixes(backend: Any, eni: Any, count: int) -> list[str]:
@@ -841,11 +844,7 @@ def _take_ipv6_prefixes(backend: Any, eni: Any, count: int) -> list[str]:
     nitro; ``InsufficientCidrBlocks`` when the block is full; nothing assigned on a refusal."""
     blocks = _ipv6_blocks(eni.subnet)
     if not blocks:
-        raise _error(
-            "InvalidParameterValue",
-            f"The subnet '{eni.subnet.id}' has no IPv6 CIDR block associated: "
-            "an IPv6 prefix cannot be assigned.",
-        )
+        raise _no_ipv6_block(eni.subnet.id)
     if eni.instance is not None:
         limits = _type_limits(eni.instance.instance_type)
         if limits is not None and not limits.ipv6_prefixes:
@@ -853,19 +852,10 @@ def _take_ipv6_prefixes(backend: Any, eni: Any, count: int) -> list[str]:
                 "InvalidParameterValue",
                 f"Ipv6 prefixes are not supported on instance type {eni.instance.instance_type} (nitro only)",
             )
-    block = blocks[0]
     taken = {
-        ipaddress.IPv6Network(p)
-        for other in backend.enis.values()
-        if other.subnet is eni.subnet
-        for p in _ipv6_prefix_list(other)
+        p for other in backend.enis.values() if other.subnet is eni.subnet for p in _ipv6_prefix_list(other)
     }
-    fresh: list[str] = []
-    for candidate in block.subnets(new_prefix=IPV6_PREFIX):
-        if len(fresh) == count:
-            break
-        if candidate not in taken:
-            fresh.append(str(candidate))
+    fresh = free_ipv6_prefixes(blocks[0], taken, count)
     if len(fresh) < count:
         raise _no_blocks(eni.subnet.id)
     _ipv6_prefix_list(eni).extend(fresh)
@@ -933,10 +923,7 @@ def _resp_create_network_interface(self: Any) -> Any:
 
     self.error_on_dryrun()
     if ipv6_prefix_count and not _ipv6_blocks(subnet):
-        raise _error(
-            "InvalidParameterValue",
-            f"The subnet '{subnet.id}' has no IPv6 CIDR block associated: an IPv6 prefix cannot be assigned.",
-        )
+        raise _no_ipv6_block(subnet.id)
 
     eni = self.ec2_backend.create_network_interface(
         subnet,

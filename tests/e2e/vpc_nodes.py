@@ -722,30 +722,28 @@ def _refused(what: str, details: str) -> Exception:
 def pod_address(pid: int) -> str:
     """The IPv4 address on eth0 in the process's network namespace: one address of its subnet's
     prefix, whose default route is the subnet's fourth address (the pods' gateway on the host)."""
-    enter = ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", "-4"]
-    shown = json.loads(run([*enter, "addr", "show", "dev", "eth0"], timeout=30).stdout)
-    found = [(a["local"], a["prefixlen"]) for link in shown for a in link.get("addr_info", [])]
-    assert len(found) == 1, f"pid {pid}: eth0 holds {found}, not one address"
-    address, prefix = found[0]
-    gateway = str(ipaddress.ip_network(f"{address}/{prefix}", strict=False).network_address + 3)
-    routes = json.loads(run([*enter, "route", "show", "default"], timeout=30).stdout)
-    assert [r.get("gateway") for r in routes] == [gateway], f"pid {pid} ({address}): default routes {routes}"
-    return str(address)
+    return _pod_eth0(pid, "-4", gateway_offset=3)
 
 
 def pod_ipv6_address(pid: int) -> str:
     """The global IPv6 address on eth0 in the process's network namespace (a dual-stack pod's): one
     address of its node's /80, whose default route is the /80's first address (the pods' IPv6
     gateway, on the host's end of the veth)."""
-    enter = ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", "-6"]
+    return _pod_eth0(pid, "-6", gateway_offset=1)
+
+
+def _pod_eth0(pid: int, family: str, *, gateway_offset: int) -> str:
+    """The one global address of ``family`` on the pod's eth0, its default route checked to go
+    through its network's address ``gateway_offset``."""
+    enter = ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", family]
     shown = json.loads(run([*enter, "addr", "show", "dev", "eth0", "scope", "global"], timeout=30).stdout)
     # ip -j lists the addresses the scope filters out as empty objects.
     found = [
         (a["local"], a["prefixlen"]) for link in shown for a in link.get("addr_info", []) if "local" in a
     ]
-    assert len(found) == 1, f"pid {pid}: eth0 holds {found}, not one IPv6 address"
+    assert len(found) == 1, f"pid {pid}: eth0 holds {found}, not one {family} address"
     address, prefix = found[0]
-    gateway = str(ipaddress.ip_network(f"{address}/{prefix}", strict=False).network_address + 1)
+    gateway = str(ipaddress.ip_network(f"{address}/{prefix}", strict=False).network_address + gateway_offset)
     routes = json.loads(run([*enter, "route", "show", "default"], timeout=30).stdout)
     assert [r.get("gateway") for r in routes] == [gateway], f"pid {pid} ({address}): default routes {routes}"
     return str(address)
