@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The eni-ipam image, controller and node agent: `docker build -t eni-ipam:0.6.0 .` (docs/deploy.md).
+# The eni-ipam image, controller and node agent: `docker build -t eni-ipam:0.7.0 .` (docs/deploy.md).
 #
 # Reproducible: the base is pinned by digest (BASE_IMAGE substitutes it, e.g. a mirror or the Debian
 # base scripts/build_image.py makes where no registry is reachable), and every dependency is installed
@@ -33,7 +33,7 @@ RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/whe
 
 # -- runtime: the interpreter and the virtual environment, nothing to build or install with -----
 FROM ${BASE_IMAGE}
-ARG VERSION=0.6.0
+ARG VERSION=0.7.0
 LABEL org.opencontainers.image.title="eni-ipam" \
       org.opencontainers.image.description="Cluster-level reconciler that keeps per-node pools of cloud secondary IPs and prefixes between watermarks" \
       org.opencontainers.image.version="${VERSION}" \

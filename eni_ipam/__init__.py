@@ -6,4 +6,4 @@ demos); ``simulator``; ``agent`` (the node side) and ``providers`` (a top-level 
 no cloud SDK is imported here.
 """
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
