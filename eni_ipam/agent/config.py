@@ -59,6 +59,24 @@ MAX_SOCKET_PATH = 107
 """Longest unix socket path Linux accepts (``sun_path`` holds 108 bytes with the terminating NUL)."""
 
 
+_TAINT_KEY = re.compile(
+    r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _taint_key(key: str) -> str:
+    """A Kubernetes taint key (a qualified name: an optional DNS prefix and ``/``, then a name of at
+    most 63 characters), or empty."""
+    key = key.strip()
+    if key and (not _TAINT_KEY.match(key) or len(key.partition("/")[0]) > 253):
+        raise ValueError(
+            f"{key!r} is not a taint key: an optional DNS-name prefix and '/', then letters, digits, "
+            "'-', '_' or '.' (at most 63), as eni-ipam.io/not-ready; empty turns the startup taint off"
+        )
+    return key
+
+
 def _socket_path(path: str) -> str:
     if not path.startswith("/"):
         raise ValueError(f"must be an absolute path, got {short(path)}")
@@ -224,6 +242,12 @@ class AgentConfig(ConfigModel):
     kubernetes: KubernetesSection = KubernetesSection()
     claims: bool = True
     """Serve Cluster API IPAddressClaims whose poolRef names this node's ENIPool."""
+    startup_taint: Annotated[str, AfterValidator(_taint_key)] = "eni-ipam.io/not-ready"
+    """With Kubernetes, the taint taken off this node's Node once its pool holds ``minAllocate``
+    addresses and ADDs are served: register nodes with it (``NoSchedule``; Karpenter's
+    ``startupTaints``, the kubelet's ``--register-with-taints``) and no pod is scheduled to a node
+    that cannot give it an address yet. Read once per start, written only when present; empty: the
+    Node is never read or written."""
     log_level: LogLevel = "info"
     pools: Annotated[tuple[StaticPool, ...], BeforeValidator(_pools)] = ()
     exclude: Annotated[tuple[Address, ...], Field(strict=False)] = ()

@@ -56,6 +56,7 @@ from eni_ipam.agent.start import UNREAD_SOURCES, StartReconciler
 from eni_ipam.agent.state import StateFile
 from eni_ipam.agent.sweep import DockerJudge, Judge, NamespaceJudge, PodJudge, Sweeper
 from eni_ipam.agent.types import DEFAULT_POOL, PoolAddress
+from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, LoopClock
 from eni_ipam.core.model import ReleaseState
 from eni_ipam.kube import errors
@@ -90,6 +91,9 @@ def pool_addresses(members: list[tuple[str, str, str, str]], *, reserved: int = 
 
 MISSING_DEVICE_RETRY = 1.0
 """Seconds between two reconciles of the datapath while a device of the pool's interfaces is missing."""
+STARTUP_POLL = 1.0
+"""Seconds between two looks at whether the node is ready for pods (the startup taint waits on it)."""
+
 MAX_BODY = 64 * 1024
 """Largest request body on the socket (413 beyond): every request of the plugin or of Docker fits in a
 few hundred bytes, and what a body holds may end up in the state file."""
@@ -167,6 +171,8 @@ class Agent:
         self.sweeper: Sweeper | None = None
         """Releases what runtimes forgot to release, while running (``sweep_interval`` > 0)."""
         self.pool_seen = asyncio.Event()
+        self.serving = asyncio.Event()
+        """Set once the socket serves the CNI plugin and the libnetwork driver."""
         self.datapath: Any = None
         """The node datapath while running with ``datapath.enabled`` (a
         :class:`~eni_ipam.agent.datapath.datapath.Datapath`; imported only then: it needs pyroute2)."""
@@ -443,6 +449,39 @@ class Agent:
             except errors.KubeError as exc:
                 log.warning("status_report_failed", node=self.node, error=str(exc))
 
+    # -- the startup taint ------------------------------------------------------------------------
+
+    def ready_for_pods(self) -> bool:
+        """Whether a pod scheduled here now gets an address: ADDs are served (the socket is open) and
+        the node's pool holds its ``minAllocate`` (an IPv6-only pool: its /80), of which the
+        allocator has at least one address to hand out."""
+        if not self.serving.is_set() or self._serving() or self._pool is None:
+            return False
+        if not self.allocator.capacity(DEFAULT_POOL):
+            return False
+        spec = self._pool.get("spec") or {}
+        if spec.get("addressFamily") == "ipv6":
+            return True
+        stats = (self._pool.get("status") or {}).get("stats") or {}
+        available, minimum = stats.get("available"), spec.get("minAllocate") or 0
+        return isinstance(available, int) and isinstance(minimum, int) and available >= minimum
+
+    async def _lift_startup_taint(self) -> None:
+        """Take ``startup_taint`` off this node's Node once it is ready for pods; retried (every
+        failure logged) until done, since a taint left on keeps every new pod off the node."""
+        from eni_ipam.kube.nodemarks import lift_startup_taint
+
+        while not self.ready_for_pods():
+            await self.clock.sleep(STARTUP_POLL)
+        backoff = Backoff(initial=1.0, maximum=60.0)
+        while True:
+            try:
+                await lift_startup_taint(self.kube, self.node, key=self.config.startup_taint)
+                return
+            except errors.KubeError as exc:
+                log.warning("startup_taint_lift_failed", node=self.node, error=str(exc))
+            await self.clock.sleep(backoff.next_delay())
+
     # -- running --------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, listening: Listening | None = None) -> None:
@@ -528,6 +567,7 @@ class Agent:
                     refused=lambda reason: self.metrics.agent_socket_refused.labels(reason).inc(),
                 )
                 os.chmod(socket, 0o660)
+                self.serving.set()
                 log.info("agent_serving", node=self.node, socket=str(socket))
                 try:
                     await stop.wait()
@@ -574,6 +614,8 @@ class Agent:
             tg.create_task(pools.run(), name="eni-ipam-agent-pool"),
             tg.create_task(self._report(), name="eni-ipam-agent-report"),
         ]
+        if self.config.startup_taint:
+            tasks.append(tg.create_task(self._lift_startup_taint(), name="eni-ipam-agent-startup-taint"))
         # The pods on this node: what they hold is never handed out (the start), and an address
         # whose pod is gone is released (the sweep).
         pods = Informer(

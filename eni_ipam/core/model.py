@@ -580,6 +580,13 @@ class NodeStatus:
     problem: str = ""
     """A reason the node's pool cannot be maintained at all, for its Ready condition
     (``DuplicateInstance``: another node's pool holds the instance); empty when there is none."""
+    max_pods: int = 0
+    """The most pods the node can run with an address each plus the host-network ones
+    (:func:`~eni_ipam.core.watermarks.max_pods`, what ``eni-ipam max-pods`` says for its type and
+    spec); 0 when it is not known (unknown limits, no instance, an IPv6-only pool)."""
+    no_room: bool = False
+    """No address is free for one more pod and none can come: the pool cannot grow (``limit`` says
+    why) and every address it holds is in use, or an IPv6 pool has no /80 and cannot get one."""
 
 
 # --- plans -------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ from eni_ipam.core.provider import Provider
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
-from eni_ipam.core.watermarks import allocation_budget
+from eni_ipam.core.watermarks import allocation_budget, max_pods
 
 log = structlog.get_logger("eni_ipam.core.node")
 
@@ -359,6 +359,35 @@ class Node:
             subnets={sid: cidr for sid, cidr in cidrs.items() if cidr is not None},
             message=self.message or self._blocked_message(),
             limit=self.capacity_limit(),
+            max_pods=self._max_pods(),
+            no_room=self._no_room(),
+        )
+
+    def _no_room(self) -> bool:
+        """:attr:`NodeStatus.no_room <eni_ipam.core.model.NodeStatus.no_room>`. A node whose instance
+        is gone or stopped runs no pods: it has no room to speak of."""
+        if self.terminated or self.instance is None or not self.instance.running:
+            return False
+        family = self.resource.spec.address_family
+        if family != "ipv4" and self.ipv6_blocked and self.wants_ipv6_prefix():
+            return True
+        if family == "ipv6":
+            return False
+        return bool(self.capacity_limit()) and self.stats.available - self.stats.used <= 0
+
+    def _max_pods(self) -> int:
+        """What the node's Node publishes as its pods' ceiling (0: not known). An IPv6-only pool's
+        pods take addresses of its /80, which no instance limit bounds: none is published."""
+        limits = self.limits()
+        spec = self.resource.spec
+        if limits is None or self.instance is None or spec.address_family == "ipv6":
+            return 0
+        return max_pods(
+            limits,
+            prefix_delegated=self.stats.prefix_delegated,
+            first_interface_index=spec.first_interface_index,
+            network_cards=spec.network_cards,
+            max_allocate=spec.max_allocate,
         )
 
     def _blocked_message(self) -> str:

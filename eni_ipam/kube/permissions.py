@@ -20,6 +20,10 @@ CLUSTER_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "nodes", "get"),
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
+        # Nodes, what eni-ipam writes on them (eni_ipam/kube/nodemarks.py): the eni-ipam.io/max-pods
+        # annotation and the eni-ipam.io/no-room taint; nothing else of a Node is changed
+        # (decision 0052).
+        ("", "nodes", "patch"),
         # Pending pods scheduled to a node drive surge allocation.
         ("", "pods", "list"),
         ("", "pods", "watch"),
@@ -75,6 +79,11 @@ AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         # pod is gone is released by the sweep, whatever happened to the pod's CNI DEL.
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        # Its own Node, once per start: the eni-ipam.io/not-ready startup taint is taken off when the
+        # pool holds its minimum and the agent serves; nothing else of a Node is changed, and with
+        # agent.confineToNode only that, on its own Node (decision 0052).
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
         # Its own node's pool (watched by name): the addresses to hand out and the handshake marks.
         (GROUP, PLURAL, "list"),
         (GROUP, PLURAL, "watch"),

@@ -6,8 +6,9 @@ kubelet's Node is 8–50 KB of JSON (its image cache, managedFields, labels, con
 times that as Python objects; an ENIPool carries an entry per pool address. At 100,000 nodes in one
 process, only what the controller reads may stay.
 
-* :class:`NodeInfo`: name, uid, resourceVersion, ``spec.providerID`` and the two labels a pool is
-  made from (zone, instance type). Nothing else of a Node is read.
+* :class:`NodeInfo`: name, uid, resourceVersion, ``spec.providerID``, the two labels a pool is
+  made from (zone, instance type), and what eni-ipam writes on it (the max-pods annotation, the keys
+  of its own taints). Nothing else of a Node is read.
 * :class:`PendingPod`: the Pod's ``namespace/name``, resourceVersion and the node it waits on (none
   for a host-network Pod, which needs no address).
 * :class:`PoolInfo`: the metadata the controller acts on (generation, creation time, deletion,
@@ -44,6 +45,13 @@ DEFAULTS_ANNOTATION = "eni-ipam.io/defaults"
 """The spec values the controller last wrote from ``node_defaults`` (JSON, ENIPool keys). A field
 holding the value recorded here follows ``node_defaults``; a field someone set to another value is
 theirs, and the controller leaves it alone (docs/configuration.md, ``node_defaults``)."""
+
+MAX_PODS_ANNOTATION = "eni-ipam.io/max-pods"
+"""The most pods the Node can run with an address each, plus the host-network ones, as the
+controller publishes it (:mod:`~eni_ipam.kube.nodemarks`)."""
+
+OWN_TAINT_PREFIX = "eni-ipam.io/"
+"""eni-ipam's taints are under its own domain (:mod:`~eni_ipam.kube.nodemarks`)."""
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -96,18 +104,34 @@ class NodeInfo:
     """``spec.providerID``; empty until the cloud controller has set it."""
     zone: str
     instance_type: str
+    max_pods: str = ""
+    """The ``eni-ipam.io/max-pods`` annotation as it stands (:mod:`~eni_ipam.kube.nodemarks`)."""
+    taints: tuple[str, ...] = ()
+    """The keys of eni-ipam's own taints the Node carries (no other taint is kept)."""
+
+
+def _own_taints(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    taints = spec.get("taints")
+    if not isinstance(taints, list):
+        return ()
+    keys = (t.get("key") for t in taints if isinstance(t, Mapping))
+    return tuple(sorted({_shared(k) for k in keys if isinstance(k, str) and k.startswith(OWN_TAINT_PREFIX)}))
 
 
 def project_node(obj: Mapping[str, Any]) -> NodeInfo:
     meta = _metadata(obj)
     labels = _mapping(meta.get("labels"))
+    spec = _mapping(obj.get("spec"))
+    max_pods = _mapping(meta.get("annotations")).get(MAX_PODS_ANNOTATION)
     return NodeInfo(
         name=str(meta["name"]),
         uid=str(meta.get("uid") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
-        provider_id=str(_mapping(obj.get("spec")).get("providerID") or ""),
+        provider_id=str(spec.get("providerID") or ""),
         zone=_shared(labels.get(ZONE_LABEL)),
         instance_type=_shared(labels.get(INSTANCE_TYPE_LABEL)),
+        max_pods=_shared(max_pods) if isinstance(max_pods, str) else "",
+        taints=_own_taints(spec),
     )
 
 

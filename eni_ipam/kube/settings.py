@@ -86,6 +86,29 @@ class KubeSettings(ConfigModel):
     one CRD. False: an older CRD that would prune the status stops the status writes and makes
     ``/readyz`` fail, naming the command that applies the CRD (docs/deploy.md, section 8)."""
 
+    max_pods_annotation: bool = True
+    """Whether every maintained Node carries ``eni-ipam.io/max-pods``: the most pods it can run with
+    an address each, plus two host-network ones (what ``eni-ipam max-pods`` computes for its type and
+    its pool's spec). Compare it with the kubelet's ``maxPods`` (the Node's ``status.capacity.pods``):
+    a kubelet that admits more pods than that leaves the rest without an address. One patch per Node
+    when the value changes; the controller's ClusterRole grants ``patch`` on Nodes either way."""
+
+    no_room_taint: bool = False
+    """Whether a Node that has no address left for one more pod, and cannot get one (its instance is
+    full, or its subnets or security groups stop it), is tainted ``eni-ipam.io/no-room:NoSchedule``
+    until room returns, so the scheduler places new pods elsewhere (and an autoscaler adds a node)
+    instead of leaving them in ContainerCreating. Off by default: a DaemonSet whose pods run in the
+    host's network needs no address, yet does not tolerate the taint unless told to (docs/node.md,
+    "Scheduling")."""
+
+    no_room_after: PositiveDuration = 30.0
+    """Seconds a Node must have had no room before it is tainted: longer than a pass that lands
+    addresses a moment after the last free one went, so a Node at its watermark does not flap."""
+
+    room_after: PositiveDuration = 60.0
+    """Seconds room must have been back before the taint comes off: twice ``no_room_after``, so a
+    pod that takes the one address freed does not bring the taint straight back."""
+
     @model_validator(mode="after")
     def _timings(self) -> KubeSettings:
         if not self.renew_deadline > self.retry_period:

@@ -54,6 +54,7 @@ from eni_ipam.kube.crd import CrdState, CrdWatch
 from eni_ipam.kube.delivery import Delivery
 from eni_ipam.kube.events import EventRecorder, status_event
 from eni_ipam.kube.informer import Informer
+from eni_ipam.kube.nodemarks import NO_ROOM_TAINT, NodeMarks
 from eni_ipam.kube.pools import PoolWriter
 from eni_ipam.kube.projection import NodeInfo, PendingPod, PoolInfo, project_node, project_pod, project_pool
 from eni_ipam.kube.records import PoolRecords
@@ -150,6 +151,15 @@ class KubeNodeSource:
             writer=self.writer,
             as_node_says=self._as_node_says,
         )
+        self.marks = NodeMarks(
+            api,
+            nodes=self.nodes,
+            settings=settings,
+            clock=clock,
+            rng=self.rng,
+            on_taint=self._on_taint,
+            tainted_gauge=metrics.nodes_no_room_tainted,
+        )
         self.pool_writer = PoolWriter(
             api,
             nodes=self.nodes,
@@ -245,9 +255,11 @@ class KubeNodeSource:
                 tg.create_task(self.writer.run(), name="eni-ipam-status-writer")
                 tg.create_task(self.pool_writer.run(), name="eni-ipam-pool-writer")
                 tg.create_task(self.events.run(), name="eni-ipam-events")
+                tg.create_task(self.marks.run(), name="eni-ipam-node-marks")
         finally:
             self.delivery.end()
             self.pool_writer.clear()
+            self.marks.clear()
             self.events.clear()
             self._problems.clear()
 
@@ -273,6 +285,7 @@ class KubeNodeSource:
             # Gone, or no longer selected: stop maintaining it now (its pool, if the Node is really
             # gone, follows through the garbage collector and the finalizer).
             self.pool_writer.node_gone(name)
+            self.marks.forget(name)
             self._problems.pop(name, None)
             if name in self._foreign:
                 self._foreign.discard(name)
@@ -280,6 +293,7 @@ class KubeNodeSource:
             self.delivery.forget(name)
             return
         self.pool_writer.queue(name, "ensure")
+        self.marks.changed(name)
         pool = self.pools.store.get(name)
         if pool is not None and not pool.deleting:
             self.delivery.deliver(name, pool)  # newly selected, or re-selected
@@ -324,8 +338,23 @@ class KubeNodeSource:
                 if pool is not None and self.manager is not None and not pool.deleting:
                     self.delivery.deliver(node, pool)
 
+    def _on_taint(self, name: str, tainted: bool) -> None:
+        """The no-room taint went on Node ``name`` (an Event says why) or came off."""
+        if not tainted:
+            return
+        node = self.nodes.store.get(name)
+        self.events.warn(
+            name,
+            node.uid if node is not None else "",
+            "NoAddressRoom",
+            f"Node {name} has no address left for another pod and its pool cannot grow: tainted "
+            f"{NO_ROOM_TAINT}:NoSchedule until room returns (kubectl get enipool {name} says why)",
+        )
+
     def _on_status(self, name: str, status: NodeStatus) -> None:
-        """A pool's status is published: an Event when it enters a state someone must act on."""
+        """A pool's status is published: its Node's marks follow it, and an Event is sent when it
+        enters a state someone must act on."""
+        self.marks.observe(name, status)
         event = status_event(status)
         reason = event[0] if event is not None else ""
         if self._problems.get(name, "") == reason:

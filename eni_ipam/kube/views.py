@@ -31,8 +31,13 @@ class _Metadata(msgspec.Struct, omit_defaults=True, frozen=True):
     labels: Any = None
 
 
+class _NodeMetadata(_Metadata, omit_defaults=True, frozen=True):
+    annotations: Any = None
+
+
 class _NodeSpec(msgspec.Struct, omit_defaults=True, frozen=True):
     providerID: Any = None
+    taints: Any = None
 
 
 class NodeView(msgspec.Struct, lk.GlobalResource, omit_defaults=True, frozen=True):
@@ -43,7 +48,7 @@ class NodeView(msgspec.Struct, lk.GlobalResource, omit_defaults=True, frozen=Tru
     )
     apiVersion: Any = None
     kind: Any = None
-    metadata: _Metadata | None = _Metadata()
+    metadata: _NodeMetadata | None = _NodeMetadata()
     spec: _NodeSpec | None = _NodeSpec()
 
 

@@ -13,14 +13,15 @@ import aiohttp
 import pytest
 
 from eni_ipam.agent.config import agent_config_from_mapping
-from eni_ipam.agent.daemon import Agent, pool_addresses
+from eni_ipam.agent.daemon import STARTUP_POLL, Agent, pool_addresses
 from eni_ipam.agent.metrics import AgentMetrics
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
+from eni_ipam.kube.nodemarks import STARTUP_TAINT
 from eni_ipam.kube.permissions import AGENT_PERMISSIONS
 from eni_ipam_testkit.fake_kube import FakeKube
 from tests.agent import agent_paths, unix_server
 from tests.agent.conftest import enipool_status
-from tests.kube.conftest import make_api
+from tests.kube.conftest import make_api, node
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(30)
@@ -445,3 +446,44 @@ async def test_the_socket_serves_within_its_configured_limits(kube: FakeKube, tm
         assert refused == 1
         writer.close()
         second.close()
+
+
+async def test_the_startup_taint_comes_off_once_the_pool_holds_its_minimum_and_adds_are_served(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    registered = node("n1", "i-1")
+    other = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    registered["spec"]["taints"] = [other, {"key": STARTUP_TAINT, "effect": "NoSchedule"}]
+    kube.add_object("nodes", registered)
+    await controller.patch(ENIPOOLS, "n1", {"spec": {"minAllocate": 6}})
+
+    def taints() -> list[dict]:
+        return kube.get_object("nodes", "n1")["spec"].get("taints") or []
+
+    async with running_agent(kube, tmp_path) as agent:
+        await until(lambda: agent.serving.is_set())
+        # The pool holds 4 of its 6: the agent serves, but the taint stays.
+        await controller.patch(
+            ENIPOOLS, "n1", {"status": {**enipool_status(POOL[:4]), "stats": {"available": 4}}}, status=True
+        )
+        await until(lambda: len(agent.allocator.pool_addresses("default")) == 4)
+        await asyncio.sleep(3 * STARTUP_POLL)
+        assert not agent.ready_for_pods() and len(taints()) == 2
+        assert not [r for r in kube.requests if r.plural == "nodes"]  # not even read yet
+        await controller.patch(
+            ENIPOOLS, "n1", {"status": {**enipool_status(POOL), "stats": {"available": 6}}}, status=True
+        )
+        await until(lambda: taints() == [other])
+        assert agent.ready_for_pods()
+    assert [r.verb for r in kube.requests if r.plural == "nodes"] == ["get", "patch"]
+
+
+async def test_no_startup_taint_setting_never_reads_the_node(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    kube.add_object("nodes", node("n1", "i-1"))
+    async with running_agent(kube, tmp_path, startup_taint="") as agent:
+        await set_pool(controller, POOL)
+        await until(lambda: serving(agent) and agent.serving.is_set())
+        await asyncio.sleep(3 * STARTUP_POLL)
+    assert not [r for r in kube.requests if r.plural == "nodes"]

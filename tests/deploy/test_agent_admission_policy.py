@@ -21,6 +21,7 @@ import yaml
 
 from eni_ipam.agent.claims import NODE_LABEL, RELEASE_FINALIZER, address_name, ip_address
 from eni_ipam.agent.types import Allocation
+from eni_ipam.kube.nodemarks import STARTUP_TAINT
 from eni_ipam.kube.resources import agent_status_patch
 from tests.deploy.conftest import CHART, NAMESPACE, RELEASE, HelmError, helm, one, render, with_required
 from tests.deploy.schemas import KUBE_FLOOR, POLICY_KINDS, POLICY_KUBE_FLOOR
@@ -49,6 +50,7 @@ RESOURCES = {
     "enipools": ("eni-ipam.io", "v1alpha1"),
     "ipaddresses": ("ipam.cluster.x-k8s.io", "v1beta1"),
     "ipaddressclaims": ("ipam.cluster.x-k8s.io", "v1beta1"),
+    "nodes": ("", "v1"),
 }
 
 
@@ -192,7 +194,30 @@ def own_status_patch() -> dict[str, Any]:
     return request("UPDATE", "enipools", new=new, old=old, sub="status")
 
 
+STARTUP = {"key": STARTUP_TAINT, "effect": "NoSchedule"}
+GPU = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+
+def kube_node(name: str, *taints: dict[str, Any]) -> dict[str, Any]:
+    """A Node as the kubelet registers it, with ``taints``."""
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "9",
+            "labels": {"kubernetes.io/hostname": name},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"providerID": f"aws:///us-east-1a/i-{name}", **({"taints": list(taints)} if taints else {})},
+    }
+
+
+def node_update(old: dict[str, Any], new: dict[str, Any], sub: str = "", node: str = "n1") -> dict[str, Any]:
+    return request("UPDATE", "nodes", new=new, old=old, sub=sub, node=node)
+
+
 ALLOWED: dict[str, dict[str, Any]] = {
+    "the startup taint off its Node": node_update(kube_node("n1", GPU, STARTUP), kube_node("n1", GPU)),
+    "the startup taint, its only one, off its Node": node_update(kube_node("n1", STARTUP), kube_node("n1")),
     "own pool: the agent's real status patch": own_status_patch(),
     "own pool: used and releaseAnswers": status_update(
         pool("n1"), used=["10.0.0.10", "10.0.0.12"], releaseAnswers={"10.0.0.11": "ready-for-release"}
@@ -254,6 +279,23 @@ ALLOWED: dict[str, dict[str, Any]] = {
 }
 
 FORBIDDEN: dict[str, dict[str, Any]] = {
+    "the startup taint off another Node": node_update(kube_node("n2", STARTUP), kube_node("n2")),
+    "another taint off its Node": node_update(kube_node("n1", GPU, STARTUP), kube_node("n1", STARTUP)),
+    "a taint on its Node": node_update(kube_node("n1"), kube_node("n1", GPU)),
+    "the startup taint back on its Node": node_update(kube_node("n1"), kube_node("n1", STARTUP)),
+    "a label on its Node": node_update(
+        kube_node("n1", STARTUP), changed(kube_node("n1"), metadata__labels={"role": "db"})
+    ),
+    "an annotation off its Node": node_update(
+        kube_node("n1", STARTUP), changed(kube_node("n1"), metadata__annotations=None)
+    ),
+    "its Node cordoned": node_update(kube_node("n1"), changed(kube_node("n1"), spec__unschedulable=True)),
+    "its Node's provider id": node_update(
+        kube_node("n1"), changed(kube_node("n1"), spec__providerID="aws:///us-east-1a/i-other")
+    ),
+    "its Node's status": node_update(kube_node("n1"), kube_node("n1"), sub="status"),
+    "its Node deleted": request("DELETE", "nodes", old=kube_node("n1")),
+    "a Node created under its name": request("CREATE", "nodes", new=kube_node("n1")),
     "another node's pool status": status_update(pool("n2"), used=["10.0.0.10", "10.0.0.99"]),
     "own pool: status.pool changed": status_update(pool("n1"), pool={"10.9.9.9": {"resource": "eni-9"}}),
     "own pool: status.pool removed": status_update(pool("n1"), pool=None),

@@ -189,7 +189,7 @@ async def test_deleted_node_leaves_the_manager_before_its_pool_is_released(
         finalizer = [
             n
             for n, r in enumerate(requests)
-            if r.verb == "patch" and r.name == "n1" and r.subresource is None
+            if r.verb == "patch" and r.plural == "enipools" and r.name == "n1" and r.subresource is None
         ]
         assert len(removed_at) == 1 and len(finalizer) == 1
         assert removed_at[0] <= finalizer[0]  # out of the manager before the finalizer went

@@ -132,6 +132,11 @@ class Metrics(MetricSet):
             "no-provider-id: the Node has no spec.providerID yet)",
             ["reason"],
         )
+        self.nodes_no_room_tainted = self.gauge(
+            "nodes_no_room_tainted",
+            "Nodes the leader keeps tainted eni-ipam.io/no-room:NoSchedule: no address for one more pod "
+            "and no way to get one (kubernetes.no_room_taint)",
+        )
         self.crd_state = self.gauge(
             "crd_state",
             "1 for the state of the cluster's ENIPool CRD as this replica judges it (current, outdated:"

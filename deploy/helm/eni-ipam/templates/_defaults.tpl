@@ -69,6 +69,9 @@ nodeSelector:
 tolerations:
 - key: CriticalAddonsOnly
   operator: Exists
+- key: eni-ipam.io/not-ready
+  operator: Exists
+  effect: NoSchedule
 affinity: {}
 podDisruptionBudget:
   enabled: true
@@ -175,6 +178,7 @@ agent:
     kubernetes:
       kubeconfig: ''
     claims: true
+    startup_taint: eni-ipam.io/not-ready
     log_level: info
     pools: {}
     exclude: []
