@@ -245,7 +245,10 @@ class Operator:
                 await process.wait()
 
 
-def nodes_manifest(instances: dict[str, str], zone: str = "us-east-1a") -> str:
+def nodes_manifest(
+    instances: dict[str, str], zone: str = "us-east-1a", taints: tuple[dict[str, str], ...] = ()
+) -> str:
+    """Nodes as the cloud controller registers them (``taints``: those they register with)."""
     return yaml.safe_dump_all(
         {
             "apiVersion": "v1",
@@ -257,7 +260,10 @@ def nodes_manifest(instances: dict[str, str], zone: str = "us-east-1a") -> str:
                     "node.kubernetes.io/instance-type": "m5.large",
                 },
             },
-            "spec": {"providerID": f"aws:///{zone}/{instance}"},
+            "spec": {
+                "providerID": f"aws:///{zone}/{instance}",
+                **({"taints": list(taints)} if taints else {}),
+            },
         }
         for name, instance in instances.items()
     )

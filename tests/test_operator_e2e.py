@@ -12,7 +12,9 @@ It runs against the in-memory cloud and, in a second test, against moto's EC2 ov
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +100,39 @@ async def test_an_operator_installs_runs_edits_upgrades_and_uninstalls_on_the_in
         assert left.strip() == ""
         stays = await op.kubectl("get", "crd", "-o", "name")
         assert "customresourcedefinition.apiextensions.k8s.io/enipools.eni-ipam.io" in stays.split()
+
+
+async def test_a_node_shows_its_max_pods_and_loses_its_startup_taint_once_its_agent_serves(
+    tmp_path: Path,
+) -> None:
+    columns = (
+        "custom-columns=NODE:.metadata.name,MAXPODS:.metadata.annotations.eni-ipam\\.io/max-pods,"
+        "TAINTS:.spec.taints[*].key"
+    )
+
+    async def row(name: str) -> list[str]:
+        table = await op.kubectl("get", "node", name, "-o", columns)
+        return table.splitlines()[1].split()
+
+    async with operator(tmp_path) as op:
+        await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=sim_values(4))
+        await op.start_controller()
+        startup = {"key": "eni-ipam.io/not-ready", "effect": "NoSchedule"}
+        await op.kubectl("apply", "-f", "-", stdin=nodes_manifest({"n1": "i-0001"}, taints=(startup,)))
+        await op.wait("n1's pool filled", lambda: _available_is(op, "n1", 4))
+        await op.wait("n1's max pods published", lambda: _row_is(row, ["n1", "29", "eni-ipam.io/not-ready"]))
+        # The pool is ready, but no agent serves on the node: the taint stays.
+        await asyncio.sleep(3)
+        assert await row("n1") == ["n1", "29", "eni-ipam.io/not-ready"]
+
+        await op.start_agent("n1")  # under the agent's RBAC and admission policy
+        await op.wait("the startup taint lifted", lambda: _row_is(row, ["n1", "29", "<none>"]))
+        log = (tmp_path / "agent-n1" / "agent.log").read_text()
+        assert log.index("agent_serving") < log.index("startup_taint_lifted")
+
+
+async def _row_is(row: Any, expected: list[str]) -> bool:
+    return bool(await row("n1") == expected)
 
 
 async def _used(op: Operator, name: str, address: str) -> bool:
