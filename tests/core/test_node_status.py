@@ -49,3 +49,42 @@ async def test_a_full_node_says_nothing_until_pods_wait_beyond_it(make_world):
         await world.settle()
         status = world.store.statuses["n1"]
         assert status.message.startswith("3 pods wait for an address, but instance type m5.large")
+
+
+# -- what the Node is told: max pods and no room ---------------------------------------------------
+
+
+async def test_max_pods_follows_the_type_and_the_pools_spec(make_world):
+    async with make_world() as world:
+        world.add_node("plain")
+        world.add_node("custom", first_interface_index=1)
+        world.add_node("bounded", max_allocate=12)
+        world.add_node("unknown", type="x99.hypothetical")
+        await world.settle()
+        max_pods = {name: s.max_pods for name, s in world.store.statuses.items()}
+        # m5.large: 3 interfaces of 10 addresses; the primary's own and custom networking's hold none.
+        assert max_pods == {"plain": 29, "custom": 20, "bounded": 14, "unknown": 0}
+
+
+async def test_a_node_has_no_room_only_while_full_and_every_address_used(make_world):
+    async with make_world() as world:
+        world.add_node("n1", min_allocate=60)  # more than an m5.large holds: it fills to 27
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.limit == "instance-limit" and status.stats.available == 27
+        assert status.no_room is False  # full, but 27 addresses are free
+        resource = world.store.resources["n1"]
+        world.side.add(dataclasses.replace(resource, used=27))
+        await world.settle()
+        assert world.store.statuses["n1"].no_room is True
+        world.side.add(dataclasses.replace(resource, used=26))
+        await world.settle()
+        assert world.store.statuses["n1"].no_room is False
+
+
+async def test_a_node_that_can_still_grow_has_room_whatever_it_uses(make_world):
+    async with make_world() as world:
+        world.add_node("n1", used=8)
+        await world.settle()
+        status = world.store.statuses["n1"]
+        assert status.limit == "" and status.no_room is False
