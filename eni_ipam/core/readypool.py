@@ -18,7 +18,8 @@ Invariants:
   time through the provider, so through the same per-operation bucket as every create.
 * **Bounded.** At most ``ready_interfaces_per_subnet`` per key and ``ready_interfaces_max`` in all;
   no refill while the interfaces the controller knows of (the cluster's instances' and the ready
-  ones) would reach ``region_interface_quota``; a quota refusal stops refills until the next round.
+  ones) would reach ``region_interface_quota``; a quota refusal stops refills until the next round;
+  no refill that would take a subnet's reserve (``subnet_reserve``, the pods').
 * **Surplus goes.** More than the targets, an interface with fewer addresses than its key now asks
   for, a key no node has asked for within :data:`DEMAND_MEMORY`, or the pool disabled: deleted
   (``detach=False``: an interface attached meanwhile survives), one call each, through the delete
@@ -141,6 +142,8 @@ class ReadyPool:
         """The idempotency token of a key's refill that has not succeeded yet (a lost answer is
         retried with the same token, and the cloud returns what it made)."""
         self._published: set[str] = set()
+        self._full: set[PoolKey] = set()
+        """Keys whose subnet had no room left above its reserve at the last look."""
 
     # -- what nodes see ---------------------------------------------------------------------------
 
@@ -308,6 +311,8 @@ class ReadyPool:
             while len(self.ready.get(key, ())) < target:
                 if self.waiting():
                     return created, failed  # nodes first: the next round goes on
+                if not self._room(key):
+                    break  # the subnet's reserve is the pods': the pool never takes from it
                 if known + self.count() + 1 >= self.settings.region_interface_quota:
                     log.warning("ready_pool_at_quota", quota=self.settings.region_interface_quota)
                     return created, failed
@@ -317,6 +322,19 @@ class ReadyPool:
                     return created, failed  # one failure ends the round: the cloud said no
                 created.append(iface.id)
         return created, failed
+
+    def _room(self, key: PoolKey) -> bool:
+        """Whether ``key``'s subnet keeps its reserve (``subnet_reserve``) after one more ready
+        interface: what only a warm pool asks for never takes the addresses pods wait for."""
+        subnet = self.view.planner_subnets(reserve=self.settings.subnet_reserve).get(key.subnet_id)
+        size = self.sizes[key] * (PREFIX_SIZE if key.prefixes else 1) + 1
+        if subnet is not None and subnet.available >= size:
+            self._full.discard(key)
+            return True
+        if key not in self._full:  # once until it has room again, not every round
+            self._full.add(key)
+            log.info("ready_pool_subnet_full", subnet=key.subnet_id, reserve=self.settings.subnet_reserve)
+        return False
 
     async def _create(self, key: PoolKey) -> Interface | None:
         size = self.sizes[key]

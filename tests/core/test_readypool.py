@@ -243,3 +243,17 @@ async def test_an_interface_whose_create_answer_was_lost_is_found_by_the_listing
     done = await pool.run_once()
     assert done.created == () and pool.count() == 1
     assert await world.ready_in_cloud() == [made.id]
+
+
+async def test_refills_leave_the_subnets_reserve_to_the_pods() -> None:
+    cloud = make_cloud(available=40)  # s-1: a /24 whose reserve is 16 (a sixteenth)
+    cloud.add_instance("i-1", type="m5.large", subnet="s-1", security_groups=["sg-1"])
+    provider = SimProvider(cloud, clock=LoopClock(), metrics=Metrics())
+    view = CloudView(provider, clock=LoopClock(), metrics=Metrics())
+    view.apply(await provider.resync())
+    free = view.planner_subnets()["s-1"].available
+    world = World(cloud, provider, view)
+    done = await world.pool(ready_interfaces_per_subnet=8).run_once()
+    # Each ready interface takes 5 addresses (4 and its primary): as many as fit above the reserve.
+    assert len(done.created) == (free - 16) // 5 < 8
+    assert view.planner_subnets()["s-1"].available >= 16
