@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 import structlog
@@ -138,6 +139,9 @@ class ReadyPool:
         """Interfaces handed to a node, and when."""
         self._listed_at: float | None = None
         self._serial = itertools.count()
+        self._nonce = uuid.uuid4().hex
+        """This pool's own: a token is never one an earlier process sent (EC2 would answer it with
+        the interface that create made, which a node may have taken since)."""
         self._tokens: dict[PoolKey, str] = {}
         """The idempotency token of a key's refill that has not succeeded yet (a lost answer is
         retried with the same token, and the cloud returns what it made)."""
@@ -340,7 +344,7 @@ class ReadyPool:
         size = self.sizes[key]
         token = self._tokens.get(key)
         if token is None:
-            seed = f"{self.settings.cluster_name}|{key}|{size}|{id(self)}|{next(self._serial)}"
+            seed = f"{self.settings.cluster_name}|{key}|{size}|{self._nonce}|{next(self._serial)}"
             token = self._tokens[key] = "eni-ipam-" + hashlib.sha256(seed.encode()).hexdigest()[:40]
         addresses = size * PREFIX_SIZE if key.prefixes else size
         with self.view.reserve(key.subnet_id, addresses + 1) as reservation:  # +1: its primary address
@@ -365,6 +369,8 @@ class ReadyPool:
                 return None
             reservation.commit()
         self._tokens.pop(key, None)
+        if iface.instance_id:  # a token's earlier interface, attached since: its instance's, not ready
+            return None
         self.ready.setdefault(key, {})[iface.id] = iface
         self.metrics.ready_interface_refilled(subnet=key.subnet_id, outcome="created")
         self._publish()

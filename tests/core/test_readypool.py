@@ -3,6 +3,7 @@ the nodes, stay within the quota, and nothing is ever lost to a failed call."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ import yaml
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import CreateInterface, ownership_tags, ready_interface_tags
-from eni_ipam.core.readypool import ReadyPool
+from eni_ipam.core.readypool import TAKEN_GRACE, ReadyPool
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.view import CloudView
 from eni_ipam.simulator.scenario import parse_scenario
@@ -257,3 +258,21 @@ async def test_refills_leave_the_subnets_reserve_to_the_pods() -> None:
     # Each ready interface takes 5 addresses (4 and its primary): as many as fit above the reserve.
     assert len(done.created) == (free - 16) // 5 < 8
     assert view.planner_subnets()["s-1"].available >= 16
+
+
+@pytest.mark.looptime
+async def test_a_taken_interface_comes_back_to_the_pool_when_its_instance_terminates(world: World) -> None:
+    pool = world.pool()
+    await pool.run_once()
+    limits = await world.provider.instance_limits(instance_type="m5.large")
+    taken = pool.take(request(), limits=limits)
+    assert taken is not None
+    await world.provider.attach_interface(interface=taken, instance_id="i-1", device_index=1)
+    await pool.relist()
+    assert pool.count() == 2
+    # EC2 detaches an interface that is not delete-on-termination when its instance goes, and keeps
+    # it with its addresses and tags: it is ready again.
+    world.cloud.terminate_instance("i-1")
+    await asyncio.sleep(TAKEN_GRACE)
+    await pool.relist()
+    assert pool.count() == 3 and taken.id in await world.ready_in_cloud()
