@@ -19,6 +19,7 @@ import structlog
 from bench import (
     agent_restart,
     api_efficiency,
+    burst,
     cni_plugin,
     convergence,
     cpu_memory,
@@ -32,6 +33,7 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
 
 FULL: dict[str, tuple[int, ...]] = {
     "api": (100, 1000),
+    "burst": (burst.NODES,),
     "convergence": (1000, 5000),
     "cpu": (1000, 10_000, 100_000),
     "latency": (1000, 300),
@@ -40,6 +42,7 @@ FULL: dict[str, tuple[int, ...]] = {
 }
 QUICK: dict[str, tuple[int, ...]] = {
     "api": (30,),
+    "burst": (60,),
     "convergence": (100,),
     "cpu": (200, 1000),
     "latency": (100, 30),
@@ -58,6 +61,8 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
     phases, steady = api_efficiency.measure(sizes["api"])
     step("convergence under EC2's buckets, and the reference operator")
     converged = convergence.measure(sizes["convergence"])
+    step("a burst of joining nodes, with and without ready interfaces")
+    bursts = burst.measure(sizes["burst"][0])
     step("CPU and memory")
     cpus = [cpu_memory.cpu(n) for n in sizes["cpu"]]
     memories = [cpu_memory.memory(n) for n in sizes["cpu"]]
@@ -81,6 +86,7 @@ def run(sizes: dict[str, tuple[int, ...]], *, progress: bool = True) -> Results:
         plugin=plugin,
         restart=restart,
         datapath=datapath,
+        burst=bursts,
         seconds=time.perf_counter() - started,
     )
 

@@ -9,6 +9,7 @@ import platform
 import sys
 from pathlib import Path
 
+from bench import burst as burst_bench
 from bench import figures, scale_report
 from bench.agent_restart import BUSY_PER_CORE, KUBELET_RESTART, WINDOW_MARGIN, RestartBench
 from bench.api_efficiency import Phase, Steady
@@ -42,6 +43,8 @@ class Results:
     seconds: float
     datapath: DatapathBench | None = None
     """Section 5b, the whole chain with the node datapath (None: not run)."""
+    burst: list[burst_bench.BurstRun] = dataclasses.field(default_factory=list)
+    """Section 2b, a burst of joining nodes with and without ready interfaces (empty: not run)."""
 
     def checks(self) -> list[tuple[str, bool]]:
         out = [
@@ -302,6 +305,7 @@ def render(r: Results) -> str:
     lines += [
         "",
         *figures.link("convergence", "Seconds to converge: eni-ipam, the bucket bound, the reference model"),
+        *([burst_bench.section(r.burst)] if r.burst else []),
         "## 3. CPU and memory",
         "",
         "Nodes with four interfaces of ten addresses each (m5.2xlarge limits), each short of its",

@@ -360,3 +360,20 @@ def test_an_agent_is_set_up_or_down_and_nothing_else() -> None:
     with pytest.raises(ScenarioError) as info:
         parse_scenario(data)
     assert info.value.path == "steps[0].set.node1.agent"
+
+
+def test_the_burst_example_side_by_side_with_the_pool_off() -> None:
+    """burst_ready_interfaces.yaml as it is, and with the pool off: every joining node then creates,
+    attaches and marks its interface (three calls), where with the pool it attaches one (one call)."""
+    data = yaml.safe_load((ROOT / "examples" / "scenarios" / "burst_ready_interfaces.yaml").read_text())
+    steps = [s for s in data["steps"] if "expect" not in s]
+    calls = {}
+    for enabled in (True, False):
+        run = {**data, "settings": {**data["settings"], "ready_interfaces_enabled": enabled}, "steps": steps}
+        outcome = simulate(parse_scenario(run))
+        assert outcome.passed
+        calls[enabled] = outcome.results[-1].state["api_calls"]
+    mutating = ("CreateNetworkInterface", "AttachNetworkInterface", "ModifyNetworkInterfaceAttribute")
+    # Two nodes ran before the burst, ten joined; with the pool, ten of the creates are refills.
+    assert {op: calls[True][op] for op in mutating} == dict(zip(mutating, (20, 12, 2), strict=True))
+    assert {op: calls[False][op] for op in mutating} == dict(zip(mutating, (12, 12, 12), strict=True))

@@ -201,6 +201,37 @@ class FencedProvider:
                 delete_on_termination=delete_on_termination,
             )
 
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        with self._admitted():
+            return await self.inner.create_ready_interface(
+                subnet_id=subnet_id,
+                security_groups=security_groups,
+                count=count,
+                prefixes=prefixes,
+                tags=tags,
+                token=token,
+            )
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        with self._admitted():
+            return await self.inner.attach_interface(
+                interface=interface,
+                instance_id=instance_id,
+                device_index=device_index,
+                network_card=network_card,
+            )
+
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         with self._admitted():
             await self.inner.delete_interface(interface_id=interface_id, detach=detach)

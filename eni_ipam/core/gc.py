@@ -3,7 +3,9 @@
 An interface of ours leaks when a create's rollback fails, when the process dies between create and
 attach, or when someone detaches it. The candidates are the interfaces that are detached and carry
 this cluster's ownership tags (:func:`eni_ipam.core.model.ownership_tags`). Another cluster's interfaces,
-or another tool's, never match. Each run:
+or another tool's, never match. Ready interfaces (the pool tag, :data:`~eni_ipam.core.model.TAG_POOL`)
+are detached on purpose and never candidates: the run hands them to ``ready`` instead (the pool of
+ready interfaces, which deletes them when it is disabled). Each run:
 
 1. **sweeps**: lists the candidates again, and deletes those that the previous run marked and that
    are still detached. It deletes with ``detach=False``, so an interface attached in between survives
@@ -19,12 +21,13 @@ wait on the injected :class:`~eni_ipam.core.clock.Clock`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
 from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
-from eni_ipam.core.model import ownership_tags
+from eni_ipam.core.model import Interface, is_ready_interface, ownership_tags
 from eni_ipam.core.observe import GcObserver
 from eni_ipam.core.provider import Provider
 
@@ -55,6 +58,7 @@ class GarbageCollector:
         metrics: GcObserver,
         interval: float = 300.0,
         max_per_run: int = 25,
+        ready: Callable[[Sequence[Interface]], Awaitable[None]] | None = None,
     ) -> None:
         """Args:
         provider: the cloud.
@@ -64,6 +68,7 @@ class GarbageCollector:
         interval: seconds between runs (an interface stays detached at least this long before it is
             deleted).
         max_per_run: interfaces marked per run, bounding each run's DeleteNetworkInterface burst.
+        ready: handed the ready interfaces each listing found (never collected here).
         """
         self.provider = provider
         self.tags = ownership_tags(cluster_name)
@@ -71,6 +76,7 @@ class GarbageCollector:
         self.metrics = metrics
         self.interval = interval
         self.max_per_run = max_per_run
+        self.ready = ready
         self.marked: set[str] = set()
 
     async def run(self) -> None:
@@ -94,7 +100,9 @@ class GarbageCollector:
         Raises:
             errors.ProviderError: the listing failed (marks are kept; nothing was deleted).
         """
-        detached = {i.id for i in await self.provider.list_detached_interfaces(tags=self.tags)}
+        listed = await self.provider.list_detached_interfaces(tags=self.tags)
+        pooled = [i for i in listed if is_ready_interface(i.tags)]
+        detached = {i.id for i in listed if not is_ready_interface(i.tags)}
         deleted: list[str] = []
         failed: list[str] = []
         survived = sorted(self.marked - detached)
@@ -116,4 +124,6 @@ class GarbageCollector:
             self.metrics.gc_interfaces(action=action, count=len(ids))
         if fresh or deleted or failed:
             log.info("gc_run", marked=len(fresh), deleted=len(deleted), failed=len(failed))
+        if pooled and self.ready is not None:
+            await self.ready(pooled)
         return GcRun(tuple(deleted), tuple(fresh), tuple(failed), tuple(survived))

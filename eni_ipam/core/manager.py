@@ -41,10 +41,12 @@ from eni_ipam.core import errors
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock, Handle
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.model import CloudSnapshot, Instance, NodeStatus
+from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, NodeStatus
 from eni_ipam.core.node import NEVER, Node, NodeEnv, PassResult
 from eni_ipam.core.observe import Observer, failure_reason
+from eni_ipam.core.planner import first_new_interface
 from eni_ipam.core.provider import Provider, SharedViewReader, shared_view_reader
+from eni_ipam.core.readypool import ReadyPool
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
@@ -213,8 +215,25 @@ class NodeManager:
         self.status_sink = status_sink
         self.rng = rng or random.Random()
         self.view = CloudView(provider, clock=clock, metrics=metrics)
+        self.ready_pool = ReadyPool(
+            provider,
+            settings=settings,
+            view=self.view,
+            clock=clock,
+            metrics=metrics,
+            demand=self._ready_demand,
+            waiting=self._nodes_waiting,
+            known_interfaces=self._known_interfaces,
+        )
+        """The pool of ready interfaces; it runs, and nodes take from it, only when enabled (a
+        disabled one deletes what garbage collection finds of an earlier enabled one)."""
         self._env = NodeEnv(
-            provider=provider, view=self.view, settings=settings, metrics=metrics, clock=clock
+            provider=provider,
+            view=self.view,
+            settings=settings,
+            metrics=metrics,
+            clock=clock,
+            ready=self.ready_pool if settings.ready_interfaces_enabled else None,
         )
         self._slots: dict[str, _Slot] = {}
         self.nodes: Mapping[str, Node] = _NodeTable(self._slots)
@@ -294,8 +313,11 @@ class NodeManager:
                     metrics=self.metrics,
                     interval=self.settings.gc_interval,
                     max_per_run=self.settings.gc_max_per_run,
+                    ready=self.ready_pool.drain,
                 )
                 tg.create_task(collector.run(), name="eni-ipam-gc")
+            if self.settings.ready_interfaces_enabled:
+                tg.create_task(self.ready_pool.run(), name="eni-ipam-ready-pool")
 
     async def _shared_view(self, reader: SharedViewReader) -> None:
         """Once a node is admitted (:meth:`_admit`), read the shared view, then serve the nodes
@@ -776,6 +798,53 @@ class NodeManager:
             )
         slot.failure = failure_reason(error)
         return slot.backoff.next_delay()
+
+    # -- the pool of ready interfaces -----------------------------------------------------------
+
+    def _nodes_waiting(self) -> bool:
+        """Whether a node waits for addresses now: a pass queued, or one running for a node in
+        deficit. The pool refills only when none does."""
+        if self._waiting > 0:
+            return True
+        slots = self._slots
+        return any((slot := slots.get(name)) is not None and slot.running for name in self._deficits)
+
+    def _known_interfaces(self) -> int:
+        """Interfaces attached to the nodes' instances, as the view holds them."""
+        return sum(
+            len(s.node.instance.interfaces) for s in self._slots.values() if s.node.instance is not None
+        )
+
+    def _ready_demand(self) -> list[CreateInterface]:
+        """The first new interface a fresh node would get, for every kind of node there is (same
+        spec object, instance type, subnet, zone and primary groups: planned once)."""
+        view = self.view
+        subnets = view.planner_subnets()
+        planned: dict[tuple[object, ...], CreateInterface | None] = {}
+        for slot in self._slots.values():
+            node = slot.node
+            instance = node.instance
+            if instance is None or node.terminated:
+                continue
+            primary = instance.primary()
+            groups = primary.security_groups if primary is not None else ()
+            kind = (id(node.resource.spec), instance.type, instance.subnet_id, instance.zone, groups)
+            if kind in planned:
+                continue
+            limits = view.known_limits(instance.type)
+            planned[kind] = (
+                first_new_interface(
+                    node.resource.spec,
+                    instance,
+                    limits,
+                    subnets,
+                    view.security_groups,
+                    prefix_delegation=self.settings.prefix_delegation,
+                )
+                if limits is not None
+                else None
+            )
+        return [request for request in planned.values() if request is not None]
 
     # -- stats and totals -----------------------------------------------------------------------
 

@@ -160,6 +160,25 @@ def ownership_tags(cluster_name: str) -> dict[str, str]:
     return {TAG_CLUSTER: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
 
 
+TAG_POOL = "eni-ipam/pool"
+"""Carried by the interfaces of the central pool of ready interfaces (:mod:`eni_ipam.core.readypool`),
+with the value :data:`READY`. Garbage collection skips a detached interface that carries it: a ready
+interface is detached on purpose. The tag stays when a node takes the interface (retagging would be a
+second call): once attached, an interface is its instance's whatever its tags say."""
+READY = "ready"
+
+
+def ready_interface_tags(*, cluster_name: str, extra: Mapping[str, str] = EMPTY_TAGS) -> dict[str, str]:
+    """Every tag of a ready interface: the configured extras, the ownership tags and the pool tag.
+    No node or instance tag: no node is known when it is made."""
+    return {**extra, **ownership_tags(cluster_name), TAG_POOL: READY}
+
+
+def is_ready_interface(tags: Mapping[str, str]) -> bool:
+    """Whether an interface carrying ``tags`` was made for the pool of ready interfaces."""
+    return tags.get(TAG_POOL) == READY
+
+
 def interface_tags(
     *, cluster_name: str, node: str, instance_id: str, extra: Mapping[str, str] = EMPTY_TAGS
 ) -> dict[str, str]:

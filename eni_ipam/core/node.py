@@ -61,6 +61,7 @@ from eni_ipam.core.planner import (
     plan_release,
 )
 from eni_ipam.core.provider import Provider
+from eni_ipam.core.readypool import ReadyPool
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource
 from eni_ipam.core.view import CloudView
@@ -98,6 +99,8 @@ class NodeEnv:
     settings: Settings
     metrics: Observer
     clock: Clock
+    ready: ReadyPool | None = None
+    """The pool of ready interfaces a new interface is taken from first (None: disabled)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -738,6 +741,14 @@ class Node:
         m = self.env
         spec = self.resource.spec
         started = m.clock.monotonic()
+        if m.ready is not None and self.instance is not None:
+            limits = m.view.known_limits(self.instance.type)
+            # Never past max_allocate: a ready interface may carry more than this plan asks for.
+            room = spec.max_allocate - self.stats.available if spec.max_allocate > 0 else 0
+            if limits is not None and (spec.max_allocate <= 0 or room > 0):
+                ready = m.ready.take(action, limits=limits, most=room)
+                if ready is not None:
+                    return await self._attach_ready(action, ready, started)
         tags = interface_tags(
             cluster_name=m.settings.cluster_name,
             node=self.name,
@@ -771,6 +782,41 @@ class Node:
             subnet=action.subnet_id,
             count=action.count,
             prefixes=action.prefixes,
+        )
+
+    async def _attach_ready(self, action: CreateInterface, ready: Interface, started: float) -> None:
+        """Attach a ready interface where the plan would have created one: one call instead of
+        create, attach and delete-on-termination. A failure gives it back to the pool (it is still
+        detached; the pool's next listing confirms it) and ends the pass as a create's would."""
+        m = self.env
+        pool = m.ready
+        assert pool is not None and self.instance is not None
+        try:
+            iface = await m.provider.attach_interface(
+                interface=ready,
+                instance_id=self.resource.instance_id,
+                device_index=action.device_index,
+                network_card=action.network_card,
+            )
+        except errors.ProviderError as exc:
+            self._observe_allocation("attach-ready-interface", False, started)
+            pool.taken(ready, ok=False, outcome=exc.code or type(exc).__name__)
+            if not (isinstance(exc, errors.NotFound) and exc.code == "InvalidNetworkInterfaceID.NotFound"):
+                pool.give_back(ready)
+            log.warning("ready_interface_attach_failed", node=self.name, interface=ready.id, error=str(exc))
+            raise
+        self._observe_allocation("attach-ready-interface", True, started)
+        pool.taken(ready, ok=True)
+        m.metrics.addresses_allocated(subnet=ready.subnet_id, count=ready.pool_size)
+        self.set_instance(self.instance.replace_interface(iface), seen_at=m.clock.monotonic())
+        log.info(
+            "ready_interface_attached",
+            node=self.name,
+            interface=iface.id,
+            device_index=iface.device_index,
+            subnet=iface.subnet_id,
+            count=iface.slots_used,
+            prefixes=bool(iface.prefixes),
         )
 
     def _observe_allocation(self, kind: str, ok: bool, started: float) -> None:

@@ -90,6 +90,19 @@ class GcObserver(Protocol):
         """A run whose listing failed."""
 
 
+class ReadyPoolObserver(Protocol):
+    """What the pool of ready interfaces reports (:mod:`eni_ipam.core.readypool`)."""
+
+    def ready_interfaces(self, *, subnet: str, count: int) -> None:
+        """Ready interfaces in ``subnet`` now (``eni_ipam_ready_interfaces{subnet}``)."""
+
+    def ready_interface_taken(self, *, subnet: str, outcome: str) -> None:
+        """A node took one: ``attached``, or the failed attach's error code."""
+
+    def ready_interface_refilled(self, *, subnet: str, outcome: str) -> None:
+        """A refill's create: ``created``, or the error code that refused it."""
+
+
 class PassObserver(Protocol):
     """What one node's maintenance pass did."""
 
@@ -150,5 +163,7 @@ class ManagerObserver(Protocol):
         """This process reconciles: cluster totals are meaningful, zero included."""
 
 
-class Observer(ApiObserver, ViewObserver, GcObserver, PassObserver, ManagerObserver, Protocol):
+class Observer(
+    ApiObserver, ViewObserver, GcObserver, ReadyPoolObserver, PassObserver, ManagerObserver, Protocol
+):
     """Everything the reconciler reports."""

@@ -535,6 +535,46 @@ def _plan(
     )
 
 
+def first_new_interface(
+    spec: NodeSpec,
+    instance: Instance,
+    limits: InstanceLimits,
+    subnets: Mapping[str, Subnet],
+    groups: Mapping[str, SecurityGroup],
+    *,
+    prefix_delegation: bool,
+) -> CreateInterface | None:
+    """The first interface the planner would create for ``instance`` as a fresh node: its primary
+    interface alone, without secondary addresses, no pod running or pending. None when a fresh node
+    of this spec needs no new interface (its primary takes the watermarks), or cannot get one.
+
+    What the pool of ready interfaces makes ahead of nodes (:mod:`eni_ipam.core.readypool`): the same
+    subnet, security groups and number of addresses (or /28 prefixes) the node's first plan asks
+    for, so a joining node takes one as it is."""
+    primary = instance.primary()
+    if primary is None:
+        return None
+    fresh = dataclasses.replace(
+        instance,
+        interfaces=(dataclasses.replace(primary, addresses=(), prefixes=(), ipv6_prefixes=()),),
+        running=True,
+    )
+    stats = node_stats(spec, fresh, limits, used=0, prefix_delegation=prefix_delegation)
+    if stats.needed <= 0:
+        return None
+    plan = plan_allocation(
+        spec,
+        fresh,
+        limits,
+        subnets,
+        groups,
+        must=stats.needed,
+        bonus=max(spec.max_above_watermark, 0),
+        prefix_delegation=prefix_delegation,
+    )
+    return next((a for a in plan.actions if isinstance(a, CreateInterface)), None)
+
+
 # --- IPv6 -----------------------------------------------------------------------------------------
 
 

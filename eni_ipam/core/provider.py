@@ -189,6 +189,65 @@ class Provider(Protocol):
         """
         ...
 
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        """Create an interface for the pool of ready interfaces: in ``subnet_id`` with
+        ``security_groups``, carrying ``count`` secondary addresses (or ``count`` /28 prefixes when
+        ``prefixes``) and ``tags``, and leave it detached (one call on EC2).
+
+        ``token`` is an idempotency token: a retried create with the same token returns the same
+        interface instead of creating a second one.
+
+        Returns:
+            The detached interface (``device_index`` :data:`~eni_ipam.core.model.DETACHED_INDEX`,
+            no ``instance_id``).
+
+        Raises:
+            errors.InvalidRequest: the provider keeps no ready interfaces (``code``
+                ``ReadyInterfacesNotSupported``: a cloud that cannot attach an interface to a
+                running instance), or the parameters were refused.
+            errors.QuotaExceeded: the account's interface quota is reached.
+            errors.SubnetExhausted, errors.PrefixesExhausted, errors.InterfaceLimitExceeded
+            errors.Throttled, errors.TransientError: nothing was created, unless the code is
+                ``OutcomeUnknown`` (the listing of ready interfaces tells).
+        """
+        ...
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        """Attach an existing detached ``interface`` (a ready one) to the instance at
+        ``device_index`` of ``network_card``: one call on EC2. Its addresses, tags and
+        delete-on-termination are left as they are.
+
+        ``device_index`` comes from the caller's view, which may be stale: when another interface
+        holds it, the provider tries the card's following indexes (as :meth:`create_interface`
+        does) and the returned interface says which index it got.
+
+        A failure never deletes the interface: it stays detached, as it was, for the pool to keep
+        (unless the error says it is gone).
+
+        Returns:
+            ``interface`` attached (``instance_id``, ``device_index`` and the attachment set).
+
+        Raises:
+            errors.InvalidRequest: the provider keeps no ready interfaces
+                (``ReadyInterfacesNotSupported``), or the interface is attached already.
+            errors.AttachmentLimitExceeded: no free adapter slot on the instance.
+            errors.DeviceIndexInUse: ``device_index`` and every following index tried were taken.
+            errors.InstanceNotRunning, errors.NotFound (the instance, or the interface),
+            errors.Throttled, errors.TransientError
+        """
+        ...
+
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         """Delete an interface, detaching it first when ``detach`` and it is attached.
 
@@ -202,7 +261,8 @@ class Provider(Protocol):
         ...
 
     async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
-        """Detached interfaces carrying every one of ``tags`` (garbage-collection candidates)."""
+        """Detached interfaces carrying every one of ``tags`` (garbage-collection candidates, and
+        the pool of ready interfaces when the tags include its tag)."""
         ...
 
 

@@ -88,6 +88,34 @@ class Settings(ConfigModel):
     gc_max_per_run: NonNegativeInt = 25
     """Interfaces marked per garbage-collection run, to bound the DeleteNetworkInterface burst."""
 
+    ready_interfaces_enabled: bool = False
+    """Keep a central pool of ready interfaces: created, tagged and detached, with their addresses
+    (or /28 prefixes) already assigned, one pool per (subnet, security groups) that nodes' first new
+    interfaces use, so that such an interface costs a joining node one AttachNetworkInterface
+    instead of create, attach and delete-on-termination (docs/aws.md, "Burst scale-up: ready
+    interfaces"). Off by default: every ready interface holds subnet addresses and counts against
+    the Region's interface quota while no node uses it, a cost only clusters that scale up in
+    bursts should choose to pay."""
+
+    ready_interfaces_per_subnet: PositiveInt = 8
+    """Ready interfaces kept per (subnet, security groups). A joining node takes one, so this is the
+    burst of nodes served by one call each; the rest are served as without the pool while the pool
+    refills behind them. Eight cover a node group's usual step (a few nodes at a time) at the cost
+    of eight interfaces and their addresses per subnet; raise it for larger bursts."""
+
+    ready_interfaces_max: NonNegativeInt = 64
+    """Ready interfaces kept at most, over every (subnet, security groups): bounds what the pool
+    holds whatever the number of subnets, and so what it takes from the Region's interface quota.
+    64 is eight subnets' worth of the per-subnet default, about 1 % of the default quota (5,000);
+    at most ``region_interface_quota``."""
+
+    region_interface_quota: PositiveInt = 5000
+    """The account's Service Quotas quota "Network interfaces per Region" (``L-DF5E4CA3``; 5,000 is
+    AWS's default). The pool refills only while the interfaces the controller knows of (every
+    interface of the cluster's instances, and the ready ones) stay below it, so the pool never takes
+    the account's last interfaces; a create the cloud refuses with the quota stops refills until the
+    next round. Set it to the quota the account has."""
+
     node_series_all_up_to: NonNegativeInt = 1000
     """Clusters of up to this many nodes export every node's series (``eni_ipam_node_ips``,
     ``eni_ipam_node_at_capacity``), as small clusters always have; larger ones only the nodes that
@@ -115,6 +143,12 @@ class Settings(ConfigModel):
                 "node_series_max",
                 f"must be at least node_series_all_up_to ({self.node_series_all_up_to}), "
                 f"got {self.node_series_max}",
+            )
+        if self.ready_interfaces_max > self.region_interface_quota:
+            raise FieldError(
+                "ready_interfaces_max",
+                f"must be at most region_interface_quota ({self.region_interface_quota}), "
+                f"got {self.ready_interfaces_max}",
             )
         if len(self.interface_tags) > MAX_EXTRA_TAGS:
             raise FieldError(

@@ -626,6 +626,72 @@ async def check_delete_without_detach(env: ContractEnv) -> None:
     assert (await _instance(env)).interface(iface.id) is not None, f"{iface.id} is gone or detached"
 
 
+async def _create_ready(env: ContractEnv, check: str, count: int = 2) -> Interface:
+    return await env.provider.create_ready_interface(
+        subnet_id=env.subnet_id,
+        security_groups=env.security_group_ids,
+        count=count,
+        tags=_tags(check),
+        token=f"contract-{check}-ready",
+        **_unit(env),
+    )
+
+
+async def _ready_refused(env: ContractEnv, check: str) -> None:
+    """Where the cloud cannot attach to a running instance, ready interfaces are refused by code."""
+    exc = await _raises(errors.InvalidRequest, _create_ready(env, check), "create_ready_interface")
+    assert exc.code == "ReadyInterfacesNotSupported", f"refused with code {exc.code!r}"
+    primary = await _primary(env)
+    detached = dataclasses.replace(primary, instance_id="", device_index=-1)
+    call = env.provider.attach_interface(interface=detached, instance_id=env.instance_id, device_index=1)
+    exc = await _raises(errors.InvalidRequest, call, "attach_interface")
+    assert exc.code == "ReadyInterfacesNotSupported", f"refused with code {exc.code!r}"
+    await _no_leak(env, check, attached=len((await _instance(env)).interfaces))
+
+
+async def check_ready_interface(env: ContractEnv) -> None:
+    """create_ready_interface leaves a tagged interface detached with its addresses (the same token
+    reuses it); attach_interface attaches it, as it is, in one step."""
+    if not env.limits.hot_attach:
+        return await _ready_refused(env, "ready")
+    iface = await _succeeds(_create_ready(env, "ready"), "create_ready_interface")
+    assert not iface.instance_id and iface.device_index < 0, (
+        f"a ready interface is attached to {iface.instance_id!r} at {iface.device_index}"
+    )
+    assert len(_held(env, iface)) == 2, f"a ready interface carries {_held(env, iface)}, expected 2"
+    assert dict(iface.tags).items() >= _tags("ready").items(), f"a ready interface lacks tags: {iface.tags}"
+    assert set(iface.security_groups) == set(env.security_group_ids), f"groups {iface.security_groups}"
+    listed = [i.id for i in await env.provider.list_detached_interfaces(tags=_tags("ready"))]
+    assert listed == [iface.id], f"the detached listing shows {listed}, expected [{iface.id}]"
+    again = await _succeeds(_create_ready(env, "ready"), "create_ready_interface retried with its token")
+    assert again.id == iface.id, f"a retried create_ready_interface made a second interface {again.id}"
+    attached = await _succeeds(
+        env.provider.attach_interface(interface=iface, instance_id=env.instance_id, device_index=1),
+        "attach_interface of a ready interface",
+    )
+    assert (attached.id, attached.instance_id, attached.device_index) == (iface.id, env.instance_id, 1), (
+        f"attach_interface returned {attached}, expected {iface.id} on {env.instance_id} at index 1"
+    )
+    seen = await _interface(env, iface.id)
+    assert set(_held(env, seen)) == set(_held(env, iface)), (
+        f"the attached interface holds {_held(env, seen)}, it was made with {_held(env, iface)}"
+    )
+    left = await env.provider.list_detached_interfaces(tags=_tags("ready"))
+    assert not left, f"an attached interface is still listed as detached: {[i.id for i in left]}"
+
+
+async def check_ready_interface_failed_attach(env: ContractEnv) -> None:
+    """A failed attach_interface never deletes the interface: it stays detached, with its addresses."""
+    if not env.limits.hot_attach:
+        return await _ready_refused(env, "ready_failed")
+    iface = await _create_ready(env, "ready_failed")
+    call = env.provider.attach_interface(interface=iface, instance_id=UNKNOWN_INSTANCE, device_index=1)
+    await _raises(errors.ProviderError, call, "attach_interface to an unknown instance")
+    left = await env.provider.list_detached_interfaces(tags=_tags("ready_failed"))
+    assert [i.id for i in left] == [iface.id], f"after a failed attach the detached listing shows {left}"
+    assert set(_held(env, left[0])) == set(_held(env, iface)), "a failed attach changed the addresses"
+
+
 CONTRACT_CHECKS: tuple[Check, ...] = (
     check_resync_shape,
     check_shared_view,
@@ -647,6 +713,8 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_ipv6_prefixes,
     check_delete_interface,
     check_delete_without_detach,
+    check_ready_interface,
+    check_ready_interface_failed_attach,
 )
 """Every contract check, in a stable order."""
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
-from eni_ipam.core.model import MANAGED_BY, TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
+from eni_ipam.core.model import MANAGED_BY, TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE, TAG_POOL
 
 DISCOVER_ACTIONS = (
     "ec2:DescribeVpcs",
@@ -42,9 +42,10 @@ PATTERNS = {
         "a security group id such as sg-0123456789abcdef0",
     ),
 }
-OWN_TAG_KEYS = (TAG_CLUSTER, TAG_MANAGED_BY, TAG_NODE, TAG_INSTANCE)
-"""The tag keys eni-ipam writes on every interface it creates (``interface_tags`` in the core); with the
-keys of ``settings.interface_tags``, the only keys a create may carry (``aws:TagKeys``)."""
+OWN_TAG_KEYS = (TAG_CLUSTER, TAG_MANAGED_BY, TAG_NODE, TAG_INSTANCE, TAG_POOL)
+"""The tag keys eni-ipam writes on the interfaces it creates (``interface_tags`` in the core, and
+``eni-ipam/pool`` on ready interfaces, ``ready_interface_tags``); with the keys of
+``settings.interface_tags``, the only keys a create may carry (``aws:TagKeys``)."""
 
 MODIFY_ATTRIBUTE_KEYS = (
     "ec2:Attribute/AssociatePublicIpAddress",

@@ -384,6 +384,42 @@ class AzureProvider:
             operation="create_interface",
         )
 
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        """Always refused: a ready NIC could never be attached to a running VM.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            "Azure attaches NICs only to deallocated VMs, so a NIC made ahead of a node could never "
+            "be attached to it: set settings.ready_interfaces_enabled to false",
+            code="ReadyInterfacesNotSupported",
+            operation="create_ready_interface",
+        )
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        """Always refused: Azure attaches NICs only to deallocated VMs.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            f"cannot attach {interface.id} to {instance_id}: Azure attaches NICs only to deallocated VMs",
+            code="ReadyInterfacesNotSupported",
+            operation="attach_interface",
+        )
+
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         """Delete a detached NIC. An attached one is refused whatever ``detach`` says: Azure detaches
         NICs only from deallocated VMs."""

@@ -78,6 +78,9 @@ NOT_RUNNING: tuple[str, ...] = ("pending", "stopping", "stopped", "shutting-down
 DESCRIPTION = "eni-ipam ({instance})"
 """Description of the interfaces eni-ipam creates (the instance id fills in)."""
 
+READY_DESCRIPTION = "eni-ipam (ready)"
+"""Description of the interfaces made for the pool of ready interfaces (no instance is known yet)."""
+
 ATTACH_ATTEMPTS = 5
 """Device indexes tried by one create: the planned one, then the next ones on an index conflict."""
 
@@ -653,6 +656,67 @@ class Ec2Provider:
                 self._spent.add(client_token)
             raise
         return iface
+
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        """One CreateNetworkInterface carrying the addresses (or prefixes) and the tags, with
+        ``token`` as its ClientToken; nothing else: the interface stays detached.
+
+        Raises:
+            errors.QuotaExceeded, errors.SubnetExhausted, errors.PrefixesExhausted,
+            errors.InterfaceLimitExceeded, errors.InvalidRequest: see the Provider protocol.
+        """
+        secondary, prefix = (0, count) if prefixes else (count, 0)
+        return await self.api.create_network_interface(
+            subnet_id=subnet_id,
+            groups=tuple(security_groups),
+            secondary_count=secondary,
+            prefix_count=prefix,
+            tags=dict(tags),
+            description=READY_DESCRIPTION,
+            client_token=token,
+        )
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        """One AttachNetworkInterface (more only on an index conflict: the card's next indexes, as a
+        create's attach). Delete-on-termination is left off, which saves the second call: when the
+        instance goes, the interface is detached by EC2 and comes back to the pool of ready
+        interfaces (docs/aws.md). A failure leaves the interface detached: nothing is rolled back.
+
+        Raises:
+            errors.InvalidRequest: the interface is attached already.
+            errors.AttachmentLimitExceeded, errors.DeviceIndexInUse, errors.InstanceNotRunning,
+            errors.NotFound: see the Provider protocol.
+        """
+        if interface.instance_id:
+            raise errors.InvalidRequest(
+                f"{interface.id} is attached to {interface.instance_id} already",
+                code="InterfaceAttached",
+                operation="AttachNetworkInterface",
+            )
+        try:
+            index, attachment = await self._attach(interface.id, instance_id, network_card, device_index)
+        except errors.InstanceNotRunning:
+            self._instances.pop(instance_id, None)
+            raise
+        return dataclasses.replace(
+            interface,
+            instance_id=instance_id,
+            device_index=index,
+            detail=pack_detail(interface.primary_ip, attachment),
+            delete_on_termination=False,
+            link=devices.with_card(interface.link, network_card),
+        )
 
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         """Delete an interface; when ``detach``, detach it first if it is attached.

@@ -524,6 +524,42 @@ class GenericProvider:
             operation="CreateInterface",
         )
 
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        """Always refused: the generic provider has no interfaces to make ahead of a node.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            "the generic provider carves per-node blocks and has no interfaces to make ahead of a "
+            "node: set settings.ready_interfaces_enabled to false",
+            code="ReadyInterfacesNotSupported",
+            operation="create_ready_interface",
+        )
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        """Always refused: the generic provider's interfaces are its nodes' own.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            f"cannot attach {interface.id} to {instance_id}: the generic provider attaches nothing",
+            code="ReadyInterfacesNotSupported",
+            operation="attach_interface",
+        )
+
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
         def body() -> None:
             node = self._node_of(interface_id, "DeleteInterface")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -10,7 +11,7 @@ from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core import errors
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.gc import GarbageCollector
-from eni_ipam.core.model import ownership_tags
+from eni_ipam.core.model import Interface, ownership_tags, ready_interface_tags
 from eni_ipam.core.settings import Settings
 from providers.sim.cloud import SimCloud
 from providers.sim.provider import SimProvider
@@ -144,3 +145,21 @@ async def test_a_run_refused_for_a_lapsed_term_is_skipped_and_collection_goes_on
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+
+
+async def test_ready_interfaces_are_never_collected_and_are_handed_to_the_pool(cloud: SimCloud) -> None:
+    ready = await leak(cloud, ready_interface_tags(cluster_name="c1"))
+    leaked = await leak(cloud)
+    handed: list[list[str]] = []
+
+    async def pool(listed: Sequence[Interface]) -> None:
+        handed.append([i.id for i in listed])
+
+    gc = collector(cloud)
+    gc.ready = pool
+    for _ in range(3):
+        run = await gc.run_once()
+        assert ready not in run.marked and ready not in run.deleted
+    assert cloud.interface_view(ready) is not None
+    assert cloud.interface_view(leaked) is None
+    assert handed == [[ready]] * 3

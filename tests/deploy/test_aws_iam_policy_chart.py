@@ -90,6 +90,7 @@ def test_the_keys_of_the_controllers_interface_tags_are_allowed_on_new_interface
         "eni-ipam/instance",
         "eni-ipam/managed-by",
         "eni-ipam/node",
+        "eni-ipam/pool",
         "team",
     ]
 

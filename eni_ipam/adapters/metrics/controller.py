@@ -120,6 +120,22 @@ class Metrics(MetricSet):
             ["action"],
         )
         self.gc_failures = self.counter("gc_run_failures", "Garbage-collection runs whose listing failed")
+        # -- the pool of ready interfaces (off by default) -----------------------------------------
+        self.ready_interfaces_now = self.gauge(
+            "ready_interfaces",
+            "Ready interfaces (created, detached, with their addresses) waiting for a node, by subnet",
+            ["subnet"],
+        )
+        self.ready_interface_takes = self.counter(
+            "ready_interface_takes",
+            "Ready interfaces nodes took, by subnet and outcome (attached, or the attach's error code)",
+            ["subnet", "outcome"],
+        )
+        self.ready_interface_refills = self.counter(
+            "ready_interface_refills",
+            "Ready interfaces created by refills, by subnet and outcome (created, or the error code)",
+            ["subnet", "outcome"],
+        )
         # -- the service (leader election, Kubernetes) ---------------------------------------------
         self.leader = self.gauge("leader", "1 while this replica holds the leader lease (or runs alone)")
         self.ready = self.gauge(
@@ -227,6 +243,17 @@ class Metrics(MetricSet):
 
     def gc_failure(self) -> None:
         self.gc_failures.inc()
+
+    # -- the pool of ready interfaces ------------------------------------------------------------
+
+    def ready_interfaces(self, *, subnet: str, count: int) -> None:
+        self.ready_interfaces_now.labels(subnet=subnet).set(count)
+
+    def ready_interface_taken(self, *, subnet: str, outcome: str) -> None:
+        self.ready_interface_takes.labels(subnet=subnet, outcome=outcome).inc()
+
+    def ready_interface_refilled(self, *, subnet: str, outcome: str) -> None:
+        self.ready_interface_refills.labels(subnet=subnet, outcome=outcome).inc()
 
     # -- nodes: PoolGauges (pools.py) keeps their record, selection and totals in one step -------
 

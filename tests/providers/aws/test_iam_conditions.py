@@ -219,6 +219,14 @@ FOREIGN_TAG = {
     "aws:TagKeys": [*OWN_KEYS, "kubernetes.io/cluster/prod-us"],
 }
 CREATE_TAGS = {**TAGGED_AT_CREATE, "ec2:CreateAction": "CreateNetworkInterface"}
+READY_AT_CREATE: dict[str, str | list[str]] = {
+    **REGION,
+    "aws:RequestTag/eni-ipam/cluster": "prod-eu",
+    "aws:RequestTag/eni-ipam/managed-by": "eni-ipam",
+    "aws:RequestTag/eni-ipam/pool": "ready",
+    "aws:TagKeys": ["eni-ipam/cluster", "eni-ipam/managed-by", "eni-ipam/pool"],
+}
+"""A ready interface's create: the ownership tags and the pool's, no node or instance tag."""
 
 
 def other(arn: str, old: str, new: str) -> str:
@@ -250,6 +258,25 @@ REQUESTS: list[tuple[str, Request, bool]] = [
     ),
     ("create-with-the-group", Request("ec2:CreateNetworkInterface", GROUP, {**REGION, "ec2:Vpc": VPC}), True),
     ("tag-at-creation", Request("ec2:CreateTags", f"{ARN}network-interface/*", CREATE_TAGS), True),
+    (
+        "create-a-ready-interface",
+        Request("ec2:CreateNetworkInterface", f"{ARN}network-interface/*", READY_AT_CREATE),
+        True,
+    ),
+    (
+        "tag-a-ready-interface-at-creation",
+        Request(
+            "ec2:CreateTags",
+            f"{ARN}network-interface/*",
+            {**READY_AT_CREATE, "ec2:CreateAction": "CreateNetworkInterface"},
+        ),
+        True,
+    ),
+    (
+        "attach-a-ready-interface",
+        Request("ec2:AttachNetworkInterface", IFACE, {**OURS, "ec2:ResourceTag/eni-ipam/pool": "ready"}),
+        True,
+    ),
     ("attach-to-the-instance", Request("ec2:AttachNetworkInterface", INSTANCE, OUR_INSTANCE), True),
     ("attach-our-interface", Request("ec2:AttachNetworkInterface", IFACE, OURS), True),
     ("delete-on-termination", Request("ec2:ModifyNetworkInterfaceAttribute", IFACE, OURS), True),

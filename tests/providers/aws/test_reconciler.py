@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.core import readypool
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
-from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE
+from eni_ipam.core.model import TAG_CLUSTER, TAG_INSTANCE, TAG_MANAGED_BY, TAG_NODE, TAG_POOL
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.simulator.cluster import EmbeddedCluster
@@ -102,3 +103,28 @@ async def test_a_restarted_reconciler_adopts_what_the_first_created(network: Net
     )["NetworkInterfaces"]
     assert len(found) == 2, "the second run created another interface"
     assert sum(len(i["PrivateIpAddresses"]) - 1 for i in found) == 8 + 0, "the second run allocated again"
+
+
+@pytest.mark.timeout(60)
+async def test_a_joining_node_attaches_a_ready_interface_made_ahead_on_ec2(
+    network: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(readypool, "ROUND_INTERVAL", 0.1)
+    first, second = network.run_instance("t3.medium"), network.run_instance("t3.medium")
+    spec = NodeSpec(pre_allocate=8)  # 5 on the primary, 3 on a new interface
+    settings = Settings(ready_interfaces_enabled=True, ready_interfaces_per_subnet=1, gc_interval=0)
+    n1 = NodeResource(name="n1", instance_id=first, spec=spec)
+    async with reconciling(network, [n1], settings) as (manager, _):
+        await until(lambda: manager.ready_pool.count() == 1, limit=20)
+        [ready] = [i for found in manager.ready_pool.ready.values() for i in found.values()]
+        manager.upsert(NodeResource(name="n2", instance_id=second, spec=spec))
+        await until(lambda: manager.nodes["n2"].stats.available >= 8, limit=20)
+        attached = manager.metrics.sample(
+            "eni_ipam_api_duration_seconds_count", {"operation": "AttachNetworkInterface", "outcome": "ok"}
+        )
+    found = network.ec2.describe_network_interfaces(NetworkInterfaceIds=[ready.id])["NetworkInterfaces"]
+    [iface] = found
+    assert iface["Attachment"]["InstanceId"] == second and iface["Attachment"]["DeleteOnTermination"] is False
+    assert {t["Key"]: t["Value"] for t in iface["TagSet"]}[TAG_POOL] == "ready"
+    assert iface["Description"] == "eni-ipam (ready)"
+    assert attached == 2  # n1's created interface, and n2's ready one: no create for n2

@@ -27,6 +27,8 @@ from eni_ipam.testing.provider_contract import (
     check_instance_limits,
     check_out_of_scope_instance,
     check_provider,
+    check_ready_interface,
+    check_ready_interface_failed_attach,
     check_subnet_exhaustion,
     check_unassign,
 )
@@ -178,6 +180,20 @@ class DeleteOnlyDetaches(SimProvider):
         await self.api.detach_network_interface(attachment_id=iface.attachment_id)
 
 
+class DeletesOnFailedAttach(SimProvider):
+    async def attach_interface(self, **kwargs: Any) -> Interface:
+        try:
+            return await super().attach_interface(**kwargs)
+        except errors.ProviderError:
+            await self.delete_interface(interface_id=kwargs["interface"].id)
+            raise
+
+
+class ReadyWithoutTags(SimProvider):
+    async def create_ready_interface(self, **kwargs: Any) -> Interface:
+        return await super().create_ready_interface(**{**kwargs, "tags": {}})
+
+
 MUTANTS: list[tuple[type[SimProvider], Callable[[ContractEnv], Awaitable[None]]]] = [
     (ReturnsTooFew, check_assign_exact_count),
     (NoRollback, check_create_past_adapter_limit),
@@ -189,6 +205,8 @@ MUTANTS: list[tuple[type[SimProvider], Callable[[ContractEnv], Awaitable[None]]]
     (UnknownIsAnError, check_describe_instance),
     (ReadsAnyInstance, check_out_of_scope_instance),
     (DeleteOnlyDetaches, check_delete_interface),
+    (DeletesOnFailedAttach, check_ready_interface_failed_attach),
+    (ReadyWithoutTags, check_ready_interface),
 ]
 
 
