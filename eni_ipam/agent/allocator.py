@@ -39,9 +39,10 @@ Invariants:
 * Not thread-safe: calls and timer callbacks run on one event loop.
 
 Pool membership and address order are :mod:`~eni_ipam.agent.members`'s; the handshake's answers and
-holds are :mod:`~eni_ipam.agent.handshake`'s. This class owns what one change touches: the allocations,
-their expiration timers and the serial cursors (undone together when the change fails), and the state
-file that saves the allocations with their timers.
+holds are :mod:`~eni_ipam.agent.handshake`'s; when a released address may come back is
+:mod:`~eni_ipam.agent.quarantine`'s. This class owns what one change touches: the allocations, their
+expiration timers, the serial cursors and the quarantined addresses (undone together when the change
+fails), and the state file that saves them.
 """
 
 from __future__ import annotations
