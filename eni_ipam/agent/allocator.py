@@ -397,12 +397,15 @@ class Allocator:
     def release(self, address: str, pool: str = DEFAULT_POOL, *, quarantine: bool = True) -> Allocation:
         """Release the allocation (and stop its timer); the allocation as it was. The address is
         quarantined unless ``quarantine`` is false: an allocation undone before its owner could use
-        it (no traffic can be on its way to it)."""
+        it (no traffic can be on its way to it), whose address goes back as it was before (in the
+        quarantine, with its earlier release's time, if it was taken from there)."""
         allocation = self._owned(address, pool)
         with self._change():
             self._drop(allocation.address)
             if quarantine:
                 self._quarantine.add(allocation.address)
+            else:
+                self._quarantine.undo(allocation.address)
         log.debug("address_released", address=allocation.address, owner=allocation.owner, pool=pool)
         return allocation
 
@@ -746,14 +749,14 @@ class Allocator:
         if not self._restored:
             raise errors.AllocatorError("the allocator has a state file: restore() must run first")
         before = dict(self._allocations), dict(self._timers), dict(self._cursors)
-        quarantined = dict(self._quarantine.entries)
+        quarantined = dict(self._quarantine.entries), dict(self._quarantine.lifted)
         self._after = []
         self._depth += 1
         try:
             yield
         except BaseException:
             self._allocations, self._timers, self._cursors = before
-            self._quarantine.entries = quarantined
+            self._quarantine.entries, self._quarantine.lifted = quarantined
             self._after = []
             raise
         finally:
@@ -768,7 +771,7 @@ class Allocator:
                 self.state_error = f"{self._state.path}: {exc}"
                 if undo_on_save_error:
                     self._allocations, self._timers, self._cursors = before
-                    self._quarantine.entries = quarantined
+                    self._quarantine.entries, self._quarantine.lifted = quarantined
                     self._after = []
                     raise errors.StateNotWritten(f"state file not written, change undone: {exc}") from exc
             else:
@@ -870,7 +873,8 @@ class Allocator:
         self._after.append(functools.partial(self._reused, why))
         self._after.append(
             functools.partial(
-                log.warning,
+                # Nothing else free is worth a warning; an address asked for by name is the asker's.
+                log.warning if why == "pool_exhausted" else log.info,
                 "quarantined_address_reused",
                 address=address,
                 owner=owner,

@@ -17,6 +17,8 @@ Invariants:
   what is saved is the wall time of the release (``clock.now_utc()``: a monotonic time means nothing to
   the next process). Restored, a wall time in the future, or one that cannot be read, counts as a
   release at the restore (never trust a time that cannot be proven: the full wait again).
+* An allocation undone before its owner had it (:meth:`Quarantine.undo`) leaves its address as it
+  found it: quarantined since its earlier release if it was taken from the quarantine, free otherwise.
 * ``seconds == 0`` disables the quarantine: nothing is recorded, nothing is held.
 """
 
@@ -78,6 +80,10 @@ class Quarantine:
         self.clock = clock
         self.seconds = seconds
         self.entries: dict[str, Entry] = {}
+        self.lifted: dict[str, Entry] = {}
+        """Entries of addresses handed out while quarantined, by address: an allocation undone
+        before its owner had it puts its address back as it was (:meth:`undo`). At most one per
+        address of the node; not saved (a restart keeps the allocation, not the undo)."""
         self.endpoints: Endpoints = _Nothing()
 
     @property
@@ -88,9 +94,19 @@ class Quarantine:
         """``address`` was released now (a new release restarts its wait)."""
         if self.enabled:
             self.entries[address] = Entry(self.clock.monotonic(), self.clock.now_utc())
+            self.lifted.pop(address, None)
 
     def discard(self, address: str) -> None:
-        self.entries.pop(address, None)
+        """``address`` is handed out (or held by a runtime): out of the quarantine, remembered for
+        :meth:`undo`."""
+        if (entry := self.entries.pop(address, None)) is not None:
+            self.lifted[address] = entry
+
+    def undo(self, address: str) -> None:
+        """``address``'s allocation is undone before its owner had it: back in the quarantine with
+        its first release's time if it was taken from there, free otherwise."""
+        if (entry := self.lifted.pop(address, None)) is not None:
+            self.entries[address] = entry
 
     def remaining(self, address: str) -> float:
         """Seconds left of ``address``'s minimum wait (0 when it is not quarantined or has waited)."""
@@ -115,10 +131,6 @@ class Quarantine:
     def oldest(self, addresses: Iterable[str]) -> str | None:
         """Of ``addresses`` (each :data:`WAITING`), the one released first (ties: the first given)."""
         return min(addresses, key=lambda a: self.entries[a].since, default=None)
-
-    def held(self) -> int:
-        """Quarantined addresses the automatic choice passes by now (waiting, listed, or unread)."""
-        return sum(1 for a in self.entries if self.hold(a))
 
     def prune(self) -> None:
         """Forget the addresses that have waited and no EndpointSlice lists (read: synced)."""

@@ -123,6 +123,17 @@ def test_an_undone_allocation_is_released_without_a_quarantine() -> None:
     assert next_address(allocator, "b") == "10.0.0.5"
 
 
+def test_an_undone_early_reuse_puts_the_address_back_with_its_first_release_time() -> None:
+    clock = FakeClock()
+    allocator = start(clock, pool=("10.0.0.5",))
+    next_address(allocator, "a")
+    allocator.release("10.0.0.5")
+    clock.advance(100)
+    assert next_address(allocator, "b") == "10.0.0.5"  # early: nothing else is free
+    allocator.release("10.0.0.5", quarantine=False)  # the ADD failed before the pod had it
+    assert allocator.quarantined() == {"10.0.0.5": pytest.approx(QUARANTINE - 100)}
+
+
 def test_zero_disables_the_quarantine() -> None:
     clock = FakeClock()
     reused: list[str] = []
