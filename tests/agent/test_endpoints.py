@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 from eni_ipam.agent.endpoints import EndpointAddresses, SliceAddresses
+from eni_ipam.agent.state import StateFile
 from eni_ipam.kube.api import ENDPOINTSLICES, KubeApi
 from eni_ipam.kube.permissions import DISCOVERY_GROUP as DISCOVERY
 from eni_ipam_testkit.fake_kube import FakeKube
@@ -96,3 +97,26 @@ async def test_without_a_quarantine_the_daemon_reads_no_endpointslices(
         await asyncio.sleep(0.1)
         assert agent.endpoints is None
     assert not any(r.plural == "endpointslices" for r in kube.requests)
+
+
+async def test_a_restarted_daemon_keeps_a_quarantined_address_for_the_rest_of_its_time(
+    kube: FakeKube, controller: KubeApi, tmp_path: Path
+) -> None:
+    await set_pool(controller, POOL)
+    options = {"reuse_quarantine_seconds": "1h"}
+    async with running_agent(kube, tmp_path, **options) as agent:
+        await until(lambda: serving(agent))
+        agent.allocator.allocate_next("cni:web:eth0")
+        agent.allocator.release_owner("cni:web:eth0")
+    state = StateFile(tmp_path / "state" / "allocations.json")
+    released = state.read().quarantine[POOL[0]]
+    await asyncio.sleep(0.05)
+    async with running_agent(kube, tmp_path, **options) as agent:
+        endpoints = agent.endpoints
+        assert endpoints is not None
+        await until(lambda: serving(agent) and endpoints.synced())
+        assert 3000 < agent.allocator.quarantined()[POOL[0]] < 3600
+        v4, _ = agent.allocator.allocate_next("cni:next:eth0")
+        assert v4 is not None and v4.address == POOL[1]
+        # Saved again with the first release's time: the wait goes on, it did not start over.
+        assert state.read().quarantine == {POOL[0]: released}
