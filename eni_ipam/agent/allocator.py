@@ -12,6 +12,13 @@ Invariants:
   handed out. An owner keeps what it already holds.
 * Handing out is deterministic: the lowest free address first, in numeric order; serially, the first free
   address after the last one the pool handed out for that family, wrapping.
+* A released address (every path: release, release by owner, expiry) is quarantined
+  (:mod:`~eni_ipam.agent.quarantine`): the automatic choice (``allocate_next*``) passes it by until
+  the quarantine's minimum has passed and no EndpointSlice lists it, and hands out no address an
+  EndpointSlice lists. Only when its family has no other free address is a quarantined address whose
+  time has not passed handed out, the oldest release first (an early reuse: counted, logged). An
+  explicit request for an address (``allocate``, ``allocate_addresses``) is served even while it is
+  quarantined (the requester chose it; logged and counted as ``requested``).
 * Restoring never gives away an address a container holds: the state file's newest valid slot, what
   a suspect slot or a corrupt file still says, and every address a runtime reports are kept, even
   where no pool lists the address (yet). Where two of them name different owners for one address, the
@@ -22,6 +29,8 @@ Invariants:
   holds a stale allocation, never a missing one, until the next save.)
 * An expiration timer belongs to one allocation: releasing stops it, a timer releases only the allocation
   it was started for (matched by UUID), and a restored allocation gets its timer back, with its full timeout.
+* The quarantine is saved with the allocations (the wall time of each release): a restart neither
+  frees a quarantined address early nor loses one.
 * Exclusions, holds and withheld ranges are not persisted: they come from configuration, the node's
   ENIPool status and what the start could not read, which the daemon applies (``set_pool``,
   ``exclude``, ``answer_release``, ``withhold``) before serving. The serial
@@ -30,9 +39,10 @@ Invariants:
 * Not thread-safe: calls and timer callbacks run on one event loop.
 
 Pool membership and address order are :mod:`~eni_ipam.agent.members`'s; the handshake's answers and
-holds are :mod:`~eni_ipam.agent.handshake`'s. This class owns what one change touches: the allocations,
-their expiration timers and the serial cursors (undone together when the change fails), and the state
-file that saves the allocations with their timers.
+holds are :mod:`~eni_ipam.agent.handshake`'s; when a released address may come back is
+:mod:`~eni_ipam.agent.quarantine`'s. This class owns what one change touches: the allocations, their
+expiration timers, the serial cursors and the quarantined addresses (undone together when the change
+fails), and the state file that saves them.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ import ipaddress
 import math
 import os
 import uuid as uuid_module
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,6 +68,7 @@ from .files import compact
 from .handshake import ReleaseHolds
 from .members import FAMILY_LABEL, PoolMembers, address_family, address_key, canonical_address, parse_address
 from .mirror import Mirror
+from .quarantine import LISTED, UNREAD, WAITING, Endpoints, Quarantine
 from .state import Reading, RestoreReport, StateFile, read_state
 from .types import DEFAULT_POOL, Allocation, Attachment, Family, PoolAddress, RuntimeEntry
 
@@ -92,9 +103,14 @@ class Allocator:
         state: StateFile | None = None,
         uuids: Callable[[], str] = lambda: str(uuid_module.uuid4()),
         mirror: Mirror | None = None,
+        quarantine: float = 0.0,
+        reused: Callable[[str], None] | None = None,
     ) -> None:
         """``mirror``: a second record of some owners' allocations (Docker's), written around each
-        save of the state file (:mod:`~eni_ipam.agent.mirror`)."""
+        save of the state file (:mod:`~eni_ipam.agent.mirror`). ``quarantine``: seconds a released
+        address waits before the automatic choice hands it out again (0: no quarantine);
+        ``reused``: told of each quarantined address handed out before its time, with why
+        (``pool_exhausted``: nothing else was free; ``requested``: asked for by address)."""
         self._clock = clock
         self._enabled = {Family.IPV4: ipv4, Family.IPV6: ipv6}
         self._state = state
@@ -108,8 +124,12 @@ class Allocator:
         self._withheld: dict[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {}  # by whom
         self._withheld_why: dict[str, str] = {}  # by whom → why, in words
         self._holds = ReleaseHolds()
+        self._quarantine = Quarantine(clock, quarantine)
+        self._reused = reused or (lambda _: None)
         self._restored = state is None
         self._depth = 0
+        self._after: list[Callable[[], object]] = []
+        """What a change says once it holds (saved): counted, logged."""
         self.state_error = ""
         """Why the last write of the state file failed (empty: it succeeded); the agent is not ready
         meanwhile."""
@@ -210,11 +230,14 @@ class Allocator:
         )
 
     def free(self, pool: str = DEFAULT_POOL) -> int:
-        """Members of enabled families that could be handed out now (not excluded, held or allocated)."""
+        """Members of enabled families that could be handed out now (not excluded, held, allocated, nor
+        listed by an EndpointSlice; a quarantined one counts: it is handed out when nothing else is)."""
         return sum(
             1
             for a in self._pool(pool).members
-            if self._enabled[address_family(a)] and not self._refusal(a, pool)
+            if self._enabled[address_family(a)]
+            and not self._refusal(a, pool)
+            and self._quarantine.hold(a) in ("", WAITING)
         )
 
     # -- allocation --------------------------------------------------------------------------------
@@ -278,6 +301,7 @@ class Allocator:
             with self._change():
                 for address in made:
                     self._allocations[address] = self._allocation(address, owner, pool, attachment)
+                    self._unquarantine(address, owner, pool, "requested")
                 for address in stale:
                     self._allocations[address] = self._allocations[address].with_attachment(
                         attachment or Attachment()
@@ -317,6 +341,25 @@ class Allocator:
             log.debug("address_allocated", address=allocation.address, owner=owner, pool=pool, serial=serial)
         return result
 
+    def allocate_among(self, candidates: Sequence[str], owner: str, pool: str = DEFAULT_POOL) -> Allocation:
+        """Allocate one of ``candidates`` (canonical members of ``pool``, one family, in the order to
+        try them: a libnetwork sub-range) as the automatic choice would: quarantined ones last.
+
+        Raises PoolExhausted when none can be handed out, FamilyDisabled for a disabled family."""
+        _check(owner)
+        self._pool(pool)
+        families = {address_family(a) for a in candidates}
+        for family in families:
+            if not self._enabled[family]:
+                raise errors.FamilyDisabled(f"{FAMILY_LABEL[family]} allocation disabled", pool=pool)
+        with self._change():
+            address = self._choose(candidates, owner, pool)
+            if address is None:
+                self._exhausted(pool, next(iter(families), Family.IPV4))
+            allocation = self._allocations[address] = self._allocation(address, owner, pool)
+        log.debug("address_allocated", address=address, owner=owner, pool=pool)
+        return allocation
+
     def allocate_next_with_expiration(
         self, owner: str, pool: str, family: Family | None, timeout: float
     ) -> tuple[Allocation | None, Allocation | None]:
@@ -351,11 +394,18 @@ class Allocator:
             self._allocations[allocation.address] = dataclasses.replace(allocation, expiration_uuid="")
         log.debug("expiration_timer_stopped", address=allocation.address, pool=pool, uuid=uuid)
 
-    def release(self, address: str, pool: str = DEFAULT_POOL) -> Allocation:
-        """Release the allocation (and stop its timer); the allocation as it was."""
+    def release(self, address: str, pool: str = DEFAULT_POOL, *, quarantine: bool = True) -> Allocation:
+        """Release the allocation (and stop its timer); the allocation as it was. The address is
+        quarantined unless ``quarantine`` is false: an allocation undone before its owner could use
+        it (no traffic can be on its way to it), whose address goes back as it was before (in the
+        quarantine, with its earlier release's time, if it was taken from there)."""
         allocation = self._owned(address, pool)
         with self._change():
             self._drop(allocation.address)
+            if quarantine:
+                self._quarantine.add(allocation.address)
+            else:
+                self._quarantine.undo(allocation.address)
         log.debug("address_released", address=allocation.address, owner=allocation.owner, pool=pool)
         return allocation
 
@@ -365,6 +415,7 @@ class Allocator:
             with self._change():
                 for allocation in mine:
                     self._drop(allocation.address)
+                    self._quarantine.add(allocation.address)
             log.debug("owner_released", owner=owner, addresses=[a.address for a in mine])
         return mine
 
@@ -378,6 +429,28 @@ class Allocator:
     def used(self) -> set[str]:
         """Every allocated address, in any pool."""
         return set(self._allocations)
+
+    # -- the quarantine ----------------------------------------------------------------------------
+
+    def set_endpoints(self, endpoints: Endpoints) -> None:
+        """What the EndpointSlices list (the daemon's watch): an address they list is not handed out
+        by the automatic choice, and until they are read every quarantined address counts as listed."""
+        self._quarantine.endpoints = endpoints
+
+    def quarantined(self) -> dict[str, float]:
+        """Quarantined address → seconds left of its minimum wait (0: waited, still held: listed by an
+        EndpointSlice, or the slices not read yet), for those the automatic choice passes by now."""
+        q = self._quarantine
+        return {a: q.remaining(a) for a in sorted(q.entries, key=address_key) if q.hold(a)}
+
+    def knows(self, address: str) -> bool:
+        """Whether ``address`` is this node's: a member of a pool, allocated or quarantined (what the
+        EndpointSlice watch keeps of the cluster's endpoints)."""
+        return (
+            address in self._allocations
+            or address in self._quarantine.entries
+            or any(address in p.members for p in self._pools.values())
+        )
 
     # -- the release handshake ---------------------------------------------------------------------
 
@@ -433,6 +506,8 @@ class Allocator:
         for owner, networks in self.withheld().items():
             why = self._withheld_why.get(owner, "")
             lines += [f"  withheld {network} (every pool) by {owner}: {why}" for network in networks]
+        for address, left in self.quarantined().items():
+            lines.append(f"  quarantined {address}: {self._quarantine.hold(address)}, {left:.0f}s left")
         return "\n".join(lines)
 
     def _status_line(self) -> str:
@@ -510,6 +585,7 @@ class Allocator:
                         self._timers[allocation.address] = _Timer(allocation.expiration_uuid, timeout)
                     self._allocations[allocation.address] = allocation
                 self._cursors.update(_parse_cursors(snapshot.cursors))
+                distrusted = self._quarantine.restore(snapshot.quarantine, allocated=merged.__contains__)
         except BaseException:
             self._restored = False
             raise
@@ -517,7 +593,7 @@ class Allocator:
             k: tuple(a for a in merged.values() if origin[a.address] == k) for k in ("salvaged", "rebuilt")
         }
         # Read back exactly as it is: no write (a start on a full disk must not depend on one).
-        changed = picked["salvaged"] or picked["rebuilt"] or replaced
+        changed = picked["salvaged"] or picked["rebuilt"] or replaced or distrusted
         rewrite = bool(changed or reading.corrupt or reading.suspect)
         unsaved = self._save_restored(reading) if rewrite and self._state is not None else ""
         not_in_pool = tuple(a for a in merged.values() if not self._is_member(a.address, a.pool))
@@ -624,6 +700,7 @@ class Allocator:
                         continue
                     self._drop(current.address)
                 self._allocations[allocation.address] = allocation
+                self._quarantine.discard(allocation.address)  # a runtime holds it: no longer free
                 made.append(allocation)
         if made or conflicts:
             log.warning(
@@ -672,11 +749,15 @@ class Allocator:
         if not self._restored:
             raise errors.AllocatorError("the allocator has a state file: restore() must run first")
         before = dict(self._allocations), dict(self._timers), dict(self._cursors)
+        quarantined = dict(self._quarantine.entries), dict(self._quarantine.lifted)
+        self._after = []
         self._depth += 1
         try:
             yield
         except BaseException:
             self._allocations, self._timers, self._cursors = before
+            self._quarantine.entries, self._quarantine.lifted = quarantined
+            self._after = []
             raise
         finally:
             self._depth -= 1
@@ -690,9 +771,14 @@ class Allocator:
                 self.state_error = f"{self._state.path}: {exc}"
                 if undo_on_save_error:
                     self._allocations, self._timers, self._cursors = before
+                    self._quarantine.entries, self._quarantine.lifted = quarantined
+                    self._after = []
                     raise errors.StateNotWritten(f"state file not written, change undone: {exc}") from exc
             else:
                 self.state_error = ""
+        after, self._after = self._after, []
+        for say in after:
+            say()
         for address, timer in before[1].items():
             if self._timers.get(address) is not timer and timer.handle is not None:
                 timer.handle.cancel()
@@ -702,15 +788,17 @@ class Allocator:
                 timer.handle = self._clock.call_later(timer.timeout, expire)
 
     def _save(self) -> None:
-        """The allocations, their timers and the cursors to the state file (the mirror around it).
-        Raises OSError."""
+        """The allocations, their timers, the cursors and the quarantine to the state file (the mirror
+        around it). Raises OSError."""
         assert self._state is not None
         if self.mirror is not None:
             self.mirror.before(self._allocations)
+        self._quarantine.prune()  # what has waited and no slice lists is not worth a line in the file
         self._state.save(
             self._allocations.values(),
             {a: t.timeout for a, t in self._timers.items()},
             {f"{pool}/{family}": address for (pool, family), address in self._cursors.items()},
+            self._quarantine.saved(),
         )
         if self.mirror is not None:
             self.mirror.after(self._allocations)
@@ -722,6 +810,7 @@ class Allocator:
         allocation = self._allocations[address]
         with self._change(undo_on_save_error=False):
             self._drop(address)
+            self._quarantine.add(address)
         log.info(
             "allocation_expired", address=address, owner=allocation.owner, pool=allocation.pool, uuid=uuid
         )
@@ -746,26 +835,80 @@ class Allocator:
         result: dict[Family, Allocation] = {}
         for f in families:
             cursor = self._cursors.get((pool, f)) if serial else None
-            address = next((a for a in members.walk(f, cursor) if not self._refusal(a, pool)), None)
-            if address is None:
+            if (address := self._choose(members.walk(f, cursor), owner, pool)) is None:
                 self._exhausted(pool, f)
             result[f] = self._allocations[address] = self._allocation(address, owner, pool, attachment)
             self._cursors[(pool, f)] = address
         return result.get(Family.IPV4), result.get(Family.IPV6)
+
+    def _choose(self, candidates: Iterable[str], owner: str, pool: str) -> str | None:
+        """The automatic choice among ``candidates`` (in their order): the first free one the
+        quarantine does not hold, else the oldest quarantined one whose time has not passed (an
+        early reuse), else None. Taken out of the quarantine either way."""
+        waiting: list[str] = []  # quarantined, their time not passed: only if nothing else is free
+        for candidate in candidates:
+            if self._refusal(candidate, pool):
+                continue
+            hold = self._quarantine.hold(candidate)
+            if not hold:
+                self._quarantine.discard(candidate)  # waited out: nothing left to wait for
+                return candidate
+            if hold == WAITING:
+                waiting.append(candidate)
+        if (address := self._quarantine.oldest(waiting)) is not None:
+            self._unquarantine(address, owner, pool, "pool_exhausted")
+        return address
+
+    def _unquarantine(self, address: str, owner: str, pool: str, why: str) -> None:
+        """``address`` is handed out while quarantined (``why``: ``pool_exhausted``, ``requested``):
+        counted and logged, once the change holds (an undone change counts nothing)."""
+        q = self._quarantine
+        if address not in q.entries:
+            return
+        if not (hold := q.hold(address)):
+            q.discard(address)
+            return
+        left = q.remaining(address)
+        q.discard(address)
+        self._after.append(functools.partial(self._reused, why))
+        self._after.append(
+            functools.partial(
+                # Nothing else free is worth a warning; an address asked for by name is the asker's.
+                log.warning if why == "pool_exhausted" else log.info,
+                "quarantined_address_reused",
+                address=address,
+                owner=owner,
+                pool=pool,
+                why=why,
+                hold=hold,
+                remaining=round(left, 3),
+            )
+        )
 
     def _exhausted(self, pool: str, family: Family) -> NoReturn:
         """PoolWithheld when addresses of ``family`` would be free but are withheld (the client must
         hear why and for how long, not that the pool is full), PoolExhausted otherwise."""
         label = FAMILY_LABEL[family]
         waiting = self.withholding(pool, family)
+        held = self._endpoint_holds(pool, family)
         if not waiting:
-            raise errors.PoolExhausted(f"no free {label} address in pool {pool}", pool=pool)
+            raise errors.PoolExhausted(f"no free {label} address in pool {pool}{held}", pool=pool)
         said = "; ".join(f"{n} withheld {why}" for why, n in sorted(waiting.items()))
         raise errors.PoolWithheld(
-            f"no {label} address of pool {pool} can be handed out now: {said}; try again later",
+            f"no {label} address of pool {pool} can be handed out now: {said}{held}; try again later",
             pool=pool,
             waiting=tuple(sorted(waiting)),
         )
+
+    def _endpoint_holds(self, pool: str, family: Family) -> str:
+        """What an exhaustion adds: how many of ``family``'s free addresses the EndpointSlices hold
+        (``" (3 listed by an EndpointSlice)"``), or ""."""
+        counts = {LISTED: 0, UNREAD: 0}
+        for address in self._pool(pool).order[family]:
+            if not self._refusal(address, pool) and (hold := self._quarantine.hold(address)) in counts:
+                counts[hold] += 1
+        said = ", ".join(f"{n} {why}" for why, n in counts.items() if n)
+        return f" ({said})" if said else ""
 
     def _is_member(self, address: str, pool: str) -> bool:
         return pool in self._pools and address in self._pools[pool].members

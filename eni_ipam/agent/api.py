@@ -438,7 +438,7 @@ def add_routes(
                 if not existing:  # undone: an address whose packets would be dropped is not handed out
                     for allocation in allocations:
                         with contextlib.suppress(AllocatorError):
-                            allocator.release(allocation.address, allocation.pool)
+                            allocator.release(allocation.address, allocation.pool, quarantine=False)
                 log.error("cni_add_failed", owner=owner, error=str(exc))
                 return ApiError(
                     503, "datapath_failed", f"the node's routing for the pod failed: {exc}"

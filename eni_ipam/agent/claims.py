@@ -330,7 +330,7 @@ class ClaimReconciler:
         allocation = ipv4 or ipv6
         assert allocation is not None
         if ipv4 is not None and ipv6 is not None:  # a claim is for one address: keep the IPv4 one
-            self.allocator.release(ipv6.address, ipv6.pool)
+            self.allocator.release(ipv6.address, ipv6.pool, quarantine=False)  # never handed over
         log.info("claim_allocated", owner=owner, address=allocation.address, pool=pool)
         return allocation
 

@@ -226,6 +226,17 @@ class AgentConfig(ConfigModel):
     """How long an owner must have been judged gone, at every sweep, before its addresses are released.
     A pod or container being created may not be visible to the judge yet; a minute covers that and a
     slow API server, while a leaked address comes back within two minutes."""
+    reuse_quarantine_seconds: Annotated[Duration, Field(ge=0, le=86_400)] = 150.0
+    """How long a released address waits before the automatic choice hands it out again, unless
+    nothing else is free (docs/node.md, "Freed addresses wait out their traffic"; 0: no quarantine).
+    Traffic still arrives for a deleted pod's address: kube-proxy's rules until its EndpointSlice
+    changes and every node has applied it, and conntrack entries (an unanswered SYN's, SYN_SENT, lives
+    120 s). 150 s outlasts that entry with room for a slow endpoint update; the AWS VPC CNI's 30 s
+    cooldown is known to be too short (aws/amazon-vpc-cni-k8s#3634)."""
+    reuse_quarantine_endpointslices: bool = True
+    """With Kubernetes and a quarantine: watch the cluster's EndpointSlices (as kube-proxy does) and
+    hand out no address one of them still lists, however long ago it was released. False: the time
+    alone (no watch)."""
     socket_max_connections: Annotated[int, Field(ge=1, le=65_536)] = 256
     """Most connections the socket serves at once; more are answered 503 (the plugin: try again later)
     without being read. The plugin opens one per call and Docker a few, so 256 is far above a node's

@@ -18,6 +18,10 @@ It keeps the node's allocator in step with the node's pool and tells the control
 * **Serve** on the unix socket: the CNI plugin's API and the libnetwork remote IPAM driver; on TCP:
   ``/metrics``, ``/healthz``, ``/readyz`` (ready once restored and, with Kubernetes, synced).
 * **Claims**: Cluster API IPAddressClaims naming this node's ENIPool are served from its pool.
+* **Quarantine** (``reuse_quarantine_seconds``): a released address is not handed out again by the
+  automatic choice until its time has passed and, with Kubernetes, no EndpointSlice lists it
+  (:mod:`~eni_ipam.agent.quarantine`); the slices are watched once the node's pool is read, keeping
+  only the node's addresses (:mod:`~eni_ipam.agent.endpoints`).
 * **Datapath** (``datapath.enabled``): the host's routing for pods on every interface of the pool
   (:mod:`~eni_ipam.agent.datapath`), reconciled after the restore and before the socket serves, when
   the pool's interfaces change, and every ``datapath_interval``; an ADD installs its pod's rules
@@ -44,6 +48,7 @@ from eni_ipam.agent import api, libnetwork
 from eni_ipam.agent.allocator import Allocator
 from eni_ipam.agent.config import AgentConfig
 from eni_ipam.agent.docker import DockerApi
+from eni_ipam.agent.endpoints import EndpointAddresses
 from eni_ipam.agent.files import remove_leftovers
 from eni_ipam.agent.guard import serve_unix
 from eni_ipam.agent.libnetwork import OWNER_PREFIX
@@ -128,7 +133,20 @@ class Agent:
             ipv6=config.ipv6,
             state=StateFile(self.state_dir / "allocations.json"),
             mirror=Mirror(mirror, lambda owner: owner.startswith(OWNER_PREFIX)) if mirror else None,
+            quarantine=config.reuse_quarantine_seconds,
+            reused=lambda why: self.metrics.agent_quarantine_early_reuses.labels(reason=why).inc(),
         )
+        self.metrics.report_quarantine(lambda: len(self.allocator.quarantined()))
+        self.endpoints: EndpointAddresses | None = None
+        """The node's addresses the EndpointSlices list (with Kubernetes and a quarantine)."""
+        if (
+            config.node_source == "kubernetes"
+            and config.reuse_quarantine_seconds > 0
+            and config.reuse_quarantine_endpointslices
+        ):
+            # Set before the restore: until the slices are read, every quarantined address is held.
+            self.endpoints = EndpointAddresses(self.allocator.knows)
+            self.allocator.set_endpoints(self.endpoints)
         if config.node_source == "kubernetes":
             # Empty until the ENIPool is read: an ADD meanwhile is "pool exhausted" (try again later),
             # not "no such pool".
@@ -625,4 +643,29 @@ class Agent:
         if self.config.sweep_interval > 0:
             judges.append(PodJudge(self.allocator, pods))
         tasks.append(tg.create_task(pods.run(), name="eni-ipam-agent-pods"))
+        if self.endpoints is not None:
+            tasks.append(tg.create_task(self._watch_endpoints(), name="eni-ipam-agent-endpointslices"))
         return tasks
+
+    async def _watch_endpoints(self) -> None:
+        """List and watch the cluster's EndpointSlices, keeping the node's addresses they list, from
+        the moment the node's pool is read: what the slices are judged against (its members) is known
+        then. Meanwhile every quarantined address is held."""
+        from eni_ipam.agent.endpoints import lists_any, slice_version
+        from eni_ipam.kube.api import ENDPOINTSLICES
+        from eni_ipam.kube.informer import Informer
+
+        assert self.endpoints is not None and self.kube is not None
+        await self.pool_seen.wait()
+        slices = Informer(
+            self.kube,
+            ENDPOINTSLICES,
+            clock=self.clock,
+            metrics=self.metrics,
+            project=self.endpoints.project,
+            version=slice_version,
+            keep=lists_any,
+        )
+        slices.add_handler(self.endpoints.on_slice)
+        self.endpoints.informer = slices
+        await slices.run()

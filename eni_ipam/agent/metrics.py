@@ -76,6 +76,18 @@ class AgentMetrics(MetricSet):
             "prefix or gateway than the allocator holds)",
             ["reason"],
         )
+        self.agent_quarantined_addresses = self.gauge(
+            "agent_quarantined_addresses",
+            "Released addresses the node agent's automatic choice passes by: their quarantine has not "
+            "passed, or an EndpointSlice still lists them (or the slices are not read yet)",
+        )
+        self.agent_quarantine_early_reuses = self.counter(
+            "agent_quarantine_early_reuses",
+            "Quarantined addresses handed out before their time, by reason (pool_exhausted: no other "
+            "address of the family was free, the oldest release went first; requested: asked for by "
+            "address)",
+            ["reason"],
+        )
 
         self.agent_datapath_reconciles = self.counter(
             "agent_datapath_reconciles",
@@ -105,6 +117,10 @@ class AgentMetrics(MetricSet):
 
         for source in sources:
             self.agent_source_unread.labels(source=source).set_function(reading(source))
+
+    def report_quarantine(self, held: Callable[[], int]) -> None:
+        """Export the quarantined addresses held, as they are at each scrape."""
+        self.agent_quarantined_addresses.set_function(lambda: float(held()))
 
     def count_requests(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """An aiohttp middleware counting every CNI and libnetwork request by its outcome."""

@@ -43,10 +43,11 @@ _FIELD = re.compile(r'^   "([a-z_]+)": (.+?)$')
 """An entry's field: three spaces of indent, a key, a JSON value (with a comma unless last)."""
 _STRUCTURE = re.compile(
     r"^(?:\{|\}|  \{|  \},?| \],?| \},?"
-    r'| "allocations": \[(?:\],)?| "cursors": \{(?:\},)?'
+    r'| "allocations": \[(?:\],)?| "cursors": \{(?:\},)?| "quarantine": \{(?:\},)?'
     r'|  "[^"]+": "[^"]*",?| "checksum": "sha256:[0-9a-f]{64}",| "generation": \d+,| "version": \d+)$'
 )
-"""Every other line the writer produces: braces, the top-level keys, the cursors' lines."""
+"""Every other line the writer produces: braces, the top-level keys, the cursors' and the
+quarantine's lines."""
 _GENERATION = re.compile(r'^ "generation": (\d+),$')
 _END = frozenset({" ],", ' "allocations": [],'})
 """The end of the allocations: damage after it hides no entry."""

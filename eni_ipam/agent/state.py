@@ -1,13 +1,17 @@
 """The allocator's state file: which address is allocated to whom, surviving a crash or restart.
 
 Document: one JSON object ``{"version": 3, "generation": n, "checksum": "sha256:<hex>",
-"allocations": [...], "cursors": {...}}`` where the checksum covers the canonical JSON (sorted keys, no
-spaces) of ``{"allocations": ..., "cursors": ..., "generation": ...}``. Each allocation entry holds the
+"allocations": [...], "cursors": {...}, "quarantine": {...}}`` where the checksum covers the canonical
+JSON (sorted keys, no spaces) of ``{"allocations": ..., "cursors": ..., "generation": ...,
+"quarantine": ...}`` (``quarantine`` only when the document has it: files written before it existed
+read with an empty quarantine). Each allocation entry holds the
 fields of an :class:`~eni_ipam.agent.types.Allocation` (what the runtime said of its container
 included), plus ``expiration_timeout`` (seconds) when an expiration timer runs, so that a restored
 allocation gets its timer back. ``cursors`` maps ``<pool>/<family>`` to the last address handed out
 serially, so that serial allocation goes on after a restart instead of handing out the address just
-released. ``generation`` counts the writes.
+released. ``quarantine`` maps each quarantined address to the wall time of its release (RFC 3339,
+:mod:`~eni_ipam.agent.quarantine`), read leniently: a time that cannot be read is the quarantine's to
+distrust, not a reason to refuse the file. ``generation`` counts the writes.
 
 File: two slots of equal size, one after the other; each holds a document padded with spaces (and
 ends with a newline), or only spaces. A change overwrites the slot that does *not* hold the newest
@@ -98,6 +102,8 @@ class Snapshot:
     timeouts: dict[str, float]
     cursors: dict[str, str] = dataclasses.field(default_factory=dict)
     """``<pool>/<family>`` → the last address handed out serially."""
+    quarantine: dict[str, object] = dataclasses.field(default_factory=dict)
+    """Quarantined address → the wall time of its release, as saved (not checked: see the module)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,12 +174,14 @@ class StateFile:
         allocations: Iterable[Allocation],
         timeouts: Mapping[str, float] | None = None,
         cursors: Mapping[str, str] | None = None,
+        quarantine: Mapping[str, str] | None = None,
     ) -> None:
         """Replace the file's content with ``allocations`` atomically and durably.
 
         ``timeouts`` gives, by address, the timeout of each allocation that carries an
         ``expiration_uuid``; an allocation with a UUID but no timeout is a ValueError. ``cursors``:
-        ``<pool>/<family>`` → the last address handed out serially.
+        ``<pool>/<family>`` → the last address handed out serially. ``quarantine``: quarantined
+        address → the wall time of its release.
         """
         timeouts = timeouts or {}
         entries = []
@@ -187,7 +195,13 @@ class StateFile:
         saved_cursors = dict(sorted((cursors or {}).items()))
         layout = self._known()
         generation = layout.generation + 1
-        covered = {"allocations": entries, "cursors": saved_cursors, "generation": generation}
+        saved_quarantine = dict(sorted((quarantine or {}).items(), key=lambda item: _sort_key(item[0])))
+        covered = {
+            "allocations": entries,
+            "cursors": saved_cursors,
+            "generation": generation,
+            "quarantine": saved_quarantine,
+        }
         document = {"version": VERSION, "checksum": checksum(covered), **covered}
         data = json.dumps(document, sort_keys=True, indent=1).encode() + b"\n"
         if layout.slot_size and len(data) <= layout.slot_size:
@@ -317,9 +331,16 @@ class StateFile:
         if version == 2:
             covered = {"allocations": entries, "cursors": cursors}
         elif version >= 3:
-            covered = {"allocations": entries, "cursors": cursors, "generation": generation}
+            # ``quarantine`` is covered when the document has it (written since the quarantine exists).
+            extra = {"quarantine": document["quarantine"]} if "quarantine" in document else {}
+            covered = {"allocations": entries, "cursors": cursors, "generation": generation, **extra}
         if document.get("checksum") != checksum(covered):
             raise self._corrupt("checksum mismatch")
+        quarantine = document.get("quarantine", {}) if version >= 3 else {}
+        if not isinstance(quarantine, dict) or not all(
+            isinstance(k, str) and _canonical(k) for k in quarantine
+        ):
+            raise self._corrupt("quarantine is not a map of addresses")
         allocations: list[Allocation] = []
         timeouts: dict[str, float] = {}
         for index, entry in enumerate(entries):
@@ -329,7 +350,7 @@ class StateFile:
             allocations.append(allocation)
             if timeout is not None:
                 timeouts[allocation.address] = timeout
-        return generation, Snapshot(allocations, timeouts, dict(cursors))
+        return generation, Snapshot(allocations, timeouts, dict(cursors), dict(quarantine))
 
     def _parse(self, index: int, entry: object) -> tuple[Allocation, float | None]:
         def bad(why: str) -> CorruptState:
@@ -439,6 +460,14 @@ def read_state(state: StateFile | None) -> Reading:
 def _pad(data: bytes, size: int) -> bytes:
     """``data`` padded with spaces to ``size`` bytes, the last a newline (JSON allows the spaces)."""
     return data.rstrip(b"\n").ljust(size - 1) + b"\n"
+
+
+def _canonical(text: str) -> bool:
+    """Whether ``text`` is an address in canonical form."""
+    try:
+        return str(ipaddress.ip_address(text)) == text
+    except ValueError:
+        return False
 
 
 def _sort_key(address: str) -> tuple[int, int]:

@@ -83,6 +83,7 @@ IPADDRESSCLAIMS = Kind(
     permissions.CLAIMS_GROUP, "v1beta1", "IPAddressClaim", "ipaddressclaims", namespaced=True
 )
 IPADDRESSES = Kind(permissions.CLAIMS_GROUP, "v1beta1", "IPAddress", "ipaddresses", namespaced=True)
+ENDPOINTSLICES = Kind(permissions.DISCOVERY_GROUP, "v1", "EndpointSlice", "endpointslices", namespaced=True)
 
 _BY_CODE: dict[int, type[errors.KubeError]] = {
     401: errors.KubeForbidden,

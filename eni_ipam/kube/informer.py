@@ -17,6 +17,10 @@
   its page or its event. The store's keys and the resume version are read from the whole object
   first, and ``version`` reads a projection's resourceVersion back (a changed version after a
   relist is a MODIFIED event). Without ``project`` the store holds the objects themselves.
+* **Filter** (client-go's ``FilteringResourceEventHandler``, but on the store): an informer given
+  ``keep`` stores only the projections ``keep`` accepts; one that stops being accepted leaves the
+  store as a DELETED event (the previous projection as ``previous``), so the store — and the memory
+  it takes — holds only what the caller wants of a large kind (the node agent's EndpointSlices).
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ class Informer(Generic[T]):
         metrics: MetricSet,
         project: Callable[[Obj], T],
         version: Callable[[T], str],
+        keep: Callable[[T], bool] | None = None,
         view: type | None = None,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
@@ -115,6 +120,7 @@ class Informer(Generic[T]):
         metrics: MetricSet,
         project: Callable[[Obj], Any] = _same,
         version: Callable[[Any], str] = _version,
+        keep: Callable[[Any], bool] | None = None,
         view: type | None = None,
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
@@ -124,12 +130,14 @@ class Informer(Generic[T]):
         rng: random.Random | None = None,
     ) -> None:
         """``project``: what to keep of each object (default: the object); ``version``: the
-        resourceVersion of what ``project`` keeps; ``view``: a class of :mod:`~eni_ipam.kube.views` to
+        resourceVersion of what ``project`` keeps; ``keep``: whether to store a projection (default:
+        every one); ``view``: a class of :mod:`~eni_ipam.kube.views` to
         decode objects into, when ``project`` reads only its fields."""
         self.api = api
         self.project = project
         self.view = view
         self.version = version
+        self.keep = keep
         self.kind = kind
         self.clock = clock
         self.metrics = metrics
@@ -192,7 +200,7 @@ class Informer(Generic[T]):
             chunk_size=LIST_CHUNK,
         )
         self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
-        fresh = dict(items)
+        fresh = dict(items) if self.keep is None else {k: v for k, v in items if self.keep(v)}
         del items
         old, self.store = self.store, fresh
         self.resource_version = version
@@ -238,9 +246,10 @@ class Informer(Generic[T]):
                     continue  # a BOOKMARK carries a version only
                 key, obj = self._keyed(raw)
                 del raw  # the whole object goes with its event
-                if event_type == "DELETED":
+                if event_type == "DELETED" or (self.keep is not None and not self.keep(obj)):
                     previous = self.store.pop(key, None)
-                    self._emit(key, "DELETED", obj, previous)
+                    if event_type == "DELETED" or previous is not None:
+                        self._emit(key, "DELETED", obj, previous)
                 else:
                     previous = self.store.get(key)
                     self.store[key] = obj

@@ -72,6 +72,9 @@ PERMISSIONS = CLUSTER_PERMISSIONS | NAMESPACED_PERMISSIONS
 CLAIMS_GROUP = "ipam.cluster.x-k8s.io"
 """Cluster API's IPAM group: IPAddressClaim and IPAddress."""
 
+DISCOVERY_GROUP = "discovery.k8s.io"
+"""EndpointSlices' group."""
+
 AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     {
         # The pods on its node (field selector spec.nodeName): an address a pod holds is never handed
@@ -100,6 +103,12 @@ AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
         (CLAIMS_GROUP, "ipaddresses", "create"),
         (CLAIMS_GROUP, "ipaddresses", "patch"),
         (CLAIMS_GROUP, "ipaddresses", "delete"),
+        # EndpointSlices in every namespace, as kube-proxy watches them: a released address that a
+        # Service still lists receives that Service's traffic, so it is not handed out again until no
+        # slice lists it (the reuse quarantine, docs/decisions/0050). Only the node's own addresses
+        # are kept of what is read.
+        (DISCOVERY_GROUP, "endpointslices", "list"),
+        (DISCOVERY_GROUP, "endpointslices", "watch"),
     }
 )
 """(API group, resource, verb) the node agent's ClusterRole grants."""

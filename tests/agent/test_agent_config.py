@@ -92,3 +92,16 @@ def test_a_range_without_an_end_is_refused_rather_than_read_as_one_address() -> 
     with pytest.raises(ConfigError) as info:
         agent_config_from_mapping({"node_source": "memory", "pools": pools})
     assert info.value.field == "pools.default.ranges[0]" and "no end" in info.value.message
+
+
+def test_the_reuse_quarantine_outlasts_conntracks_syn_sent_timeout_by_default() -> None:
+    config = load_agent_config(None)
+    assert config.reuse_quarantine_seconds > 120 and config.reuse_quarantine_endpointslices
+    assert agent_config_from_mapping({"reuse_quarantine_seconds": "5m"}).reuse_quarantine_seconds == 300
+    assert agent_config_from_mapping({"reuse_quarantine_seconds": 0}).reuse_quarantine_seconds == 0
+
+
+@pytest.mark.parametrize("value", [-1, "2d", True])
+def test_a_bad_reuse_quarantine_names_the_field(value: object) -> None:
+    with pytest.raises(ConfigError, match="reuse_quarantine_seconds"):
+        agent_config_from_mapping({"reuse_quarantine_seconds": value})

@@ -4,6 +4,10 @@ Every rule predicts its outcome from the model (which address, which error, whic
 allocator agrees; the invariants check after every step that there is one owner per address, that
 ``used()``, ``dump()`` and the state file agree with the allocations, that no expired allocation is left,
 and that the handshake answers DO_NOT_RELEASE exactly for the marked addresses that are allocated.
+
+The quarantine is modelled too: every release quarantines its address for :data:`QUARANTINE` seconds
+(restarts included), an address the EndpointSlices list is never the automatic choice, and a
+quarantined one is chosen only when nothing else is free, the oldest release first (counted).
 """
 
 from __future__ import annotations
@@ -40,6 +44,20 @@ pools = st.sampled_from(POOLS)
 owners = st.sampled_from(["a", "b", "c"])
 families = st.sampled_from([None, Family.IPV4, Family.IPV6])
 timeouts = st.sampled_from([1.0, 5.0, 30.0])
+QUARANTINE = 20.0
+
+
+class Slices:
+    """The EndpointSlices' listed addresses, as the machine sets them."""
+
+    def __init__(self) -> None:
+        self.addresses: set[str] = set()
+
+    def listed(self, address: str) -> bool:
+        return address in self.addresses
+
+    def synced(self) -> bool:
+        return True
 
 
 @functools.cache
@@ -64,6 +82,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.published: dict[str, set[str]] = {}  # pool -> ready-for-release answers still published
         self.timers: dict[str, tuple[str, float, float]] = {}  # address -> (uuid, deadline, timeout)
         self.cursors: dict[tuple[str, Family], str] = {}
+        self.slices = Slices()  # what the EndpointSlices list (the real view is shared the same way)
+        self.released: dict[str, float] = {}  # address -> when it was last released
+        self.early: list[str] = []  # what the allocator counted
+        self.early_expected = 0  # what the model expects it counted (pool_exhausted)
         self.allocator = self.start()
 
     def teardown(self) -> None:
@@ -72,8 +94,14 @@ class AllocatorMachine(RuleBasedStateMachine):
     def start(self) -> Allocator:
         """An allocator on the state file, configured as the daemon does it: pools, exclusions, marks."""
         allocator = Allocator(
-            clock=self.clock, ipv6=True, state=StateFile(self.path), uuids=lambda: f"u{next(self.numbers)}"
+            clock=self.clock,
+            ipv6=True,
+            state=StateFile(self.path),
+            uuids=lambda: f"u{next(self.numbers)}",
+            quarantine=QUARANTINE,
+            reused=self.early.append,
         )
+        allocator.set_endpoints(self.slices)
         for pool, current in self.members.items():
             allocator.set_pool(pool, [member(a) for a in current])
         for pool, excluded in self.excluded.items():
@@ -97,23 +125,35 @@ class AllocatorMachine(RuleBasedStateMachine):
             and address not in self.held()
         )
 
+    def waiting(self, address: str) -> bool:
+        """Quarantined, its time not passed."""
+        return address in self.released and self.clock.now - self.released[address] < QUARANTINE
+
     def next_free(self, pool: str, family: Family, serial: bool) -> str | None:
+        """The automatic choice: the first free address in order that neither waits nor is listed,
+        else the oldest-released waiting one that is not listed (an early reuse)."""
         version = 4 if family is Family.IPV4 else 6
         free = sorted((a for a in self.members[pool] if key(a)[0] == version and self.free(a, pool)), key=key)
         cursor = self.cursors.get((pool, family)) if serial else None
         if cursor is not None:
             free = [a for a in free if key(a) > key(cursor)] + [a for a in free if key(a) <= key(cursor)]
-        return free[0] if free else None
+        free = [a for a in free if a not in self.slices.addresses]
+        ready = [a for a in free if not self.waiting(a)]
+        if ready:
+            return ready[0]
+        return min(free, key=lambda a: self.released[a], default=None)
 
     def took(self, allocation: Allocation, owner: str, pool: str) -> None:
         """A new allocation was made: it must be of a free, non-excluded, non-held address."""
         assert allocation.owner == owner and allocation.pool == pool
         assert self.free(allocation.address, pool), f"{allocation.address} was not free to hand out"
         self.owners[allocation.address] = (owner, pool)
+        self.released.pop(allocation.address, None)
 
-    def drop(self, address: str) -> None:
+    def drop(self, address: str, when: float | None = None) -> None:
         del self.owners[address]
         self.timers.pop(address, None)
+        self.released[address] = self.clock.now if when is None else when
 
     def expect_next(self, pool: str, family: Family | None, serial: bool) -> dict[Family, str] | None:
         expected = {}
@@ -166,6 +206,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         got = {a.family: a for a in (v4, v6) if a is not None}
         assert {f: a.address for f, a in got.items()} == expected
         assert (v4 is None or v4.family is Family.IPV4) and (v6 is None or v6.family is Family.IPV6)
+        self.early_expected += sum(1 for a in expected.values() if self.waiting(a))
         for f, allocation in got.items():
             self.took(allocation, owner, pool)
             self.cursors[(pool, f)] = allocation.address
@@ -282,8 +323,16 @@ class AllocatorMachine(RuleBasedStateMachine):
         until = self.clock.now + seconds
         for address, (_, deadline, _) in list(self.timers.items()):
             if deadline <= until:
-                self.drop(address)
+                self.drop(address, when=deadline)  # released when its timer fired
         self.clock.advance(seconds)
+
+    @rule(address=addresses, listed=st.booleans())
+    def endpointslice(self, address: str, listed: bool) -> None:
+        """An EndpointSlice starts or stops listing ``address``."""
+        if listed:
+            self.slices.addresses.add(address)
+        else:
+            self.slices.addresses.discard(address)
 
     @rule()
     def restart(self) -> None:
@@ -322,6 +371,12 @@ class AllocatorMachine(RuleBasedStateMachine):
     def no_expired_allocation_is_left(self) -> None:
         assert all(deadline > self.clock.now for _, deadline, _ in self.timers.values())
         assert self.clock.pending() == len(self.timers)
+
+    @invariant()
+    def the_quarantine_holds_what_waits_and_early_reuses_are_counted(self) -> None:
+        waiting = {a for a, left in self.allocator.quarantined().items() if left > 0}
+        assert waiting == {a for a in self.released if self.waiting(a)}
+        assert self.early.count("pool_exhausted") == self.early_expected
 
     @invariant()
     def the_state_file_holds_the_allocations(self) -> None:

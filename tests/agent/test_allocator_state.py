@@ -212,13 +212,15 @@ def checksum(entries: object) -> str:
 
 
 def covered(document: dict) -> object:
-    """What the checksum covers: version 3, the allocations, the cursors and the generation; version 2,
-    the allocations and the cursors; version 1, the allocations."""
+    """What the checksum covers: version 3, the allocations, the cursors, the generation and (when
+    the document has it) the quarantine; version 2, the allocations and the cursors; version 1, the
+    allocations."""
     if document.get("version") == 1:
         return document["allocations"]
     if document.get("version") == 2:
         return {"allocations": document["allocations"], "cursors": document.get("cursors")}
-    return {k: document.get(k) for k in ("allocations", "cursors", "generation")}
+    keys = ("allocations", "cursors", "generation", "quarantine")
+    return {k: document.get(k) for k in keys if k in document or k != "quarantine"}
 
 
 def rewrite(path: Path, change: Callable[[dict], None], *, fix_checksum: bool = True) -> None:

@@ -70,14 +70,6 @@ async def running_agent(kube: FakeKube, tmp_path: Path, **options: Any) -> Async
         await api.close()
 
 
-@pytest.fixture
-async def controller(kube: FakeKube) -> AsyncIterator[KubeApi]:
-    api = make_api(kube)
-    await api.create(ENIPOOLS, {"metadata": {"name": "n1"}, "spec": {"instanceID": "i-1"}})
-    yield api
-    await api.close()
-
-
 async def test_agent_serves_at_once_but_hands_out_addresses_only_from_its_pool(
     kube: FakeKube, tmp_path: Path
 ) -> None:

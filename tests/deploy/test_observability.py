@@ -509,3 +509,18 @@ def test_without_keep_firing_for_the_rules_carry_none_for_an_older_prometheus() 
     docs = render({"prometheusRule": {"enabled": True, "keepFiringFor": ""}})
     rules = [r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
     assert rules and not [r["alert"] for r in rules if "keep_firing_for" in r]
+
+
+def test_dashboard_panels_have_their_own_ids_and_places():
+    """Grafana keys a panel's state (links, edits, a shared URL's ``viewPanel``) by its id, and draws
+    panels that share grid cells over each other."""
+    panels = dashboard_panels()
+    ids = [p["id"] for p in panels]
+    assert sorted(i for i in ids if ids.count(i) > 1) == []
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        grid = panel["gridPos"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                other = cells.setdefault((x, y), panel["title"])
+                assert other == panel["title"], f"{panel['title']!r} overlaps {other!r} at {(x, y)}"

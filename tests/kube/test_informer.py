@@ -229,3 +229,37 @@ async def test_a_projecting_informer_keeps_and_delivers_only_projections(
     assert (events[5][0], events[5][1].name) == ("MODIFIED", "n1")
     assert events[5][1].version == kube.get_object("nodes", "n1")["metadata"]["resourceVersion"]
     task.cancel()
+
+
+async def test_a_filtering_informer_stores_only_what_it_keeps_and_deletes_what_it_stops_keeping(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    inf = Informer(
+        api,
+        NODES,
+        clock=LoopClock(),
+        metrics=Metrics(),
+        project=keep,
+        version=lambda k: k.version,
+        keep=lambda k: k.zone == "us-east-1a",
+    )
+    events: list[tuple[str, str, str | None]] = []
+    inf.add_handler(lambda event, obj, old: events.append((event, obj.zone, old.zone if old else None)))
+    kube.add_object("nodes", node("n1", "i-1"))
+    kube.add_object("nodes", node("n2", "i-2", zone="us-east-1b"))  # never kept
+    task = asyncio.create_task(inf.run())
+    await asyncio.wait_for(inf.synced.wait(), 5)
+    assert set(inf.store) == {"n1"}
+    await until(lambda: any(r.verb == "watch" for r in kube.requests))
+    zone = {"metadata": {"labels": {"topology.kubernetes.io/zone": "us-east-1b"}}}
+    await api.client.patch(NODES.resource(), "n1", zone, patch_type=PatchType.MERGE)  # no longer kept
+    kube.add_object("nodes", node("n3", "i-3", zone="us-east-1c"))  # not kept: no event
+    kube.add_object("nodes", node("n4", "i-4"))
+    await until(lambda: len(events) == 3)
+    assert events == [
+        ("ADDED", "us-east-1a", None),
+        ("DELETED", "us-east-1b", "us-east-1a"),  # the previous projection says what went
+        ("ADDED", "us-east-1a", None),
+    ]
+    assert set(inf.store) == {"n4"}
+    task.cancel()

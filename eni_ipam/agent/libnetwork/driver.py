@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -72,6 +72,7 @@ class AllocatorView(Protocol):
     def pool_addresses(self, name: str) -> list[PoolAddress]: ...
 
     def allocate(self, address: str, owner: str, pool: str = ...) -> Allocation: ...
+    def allocate_among(self, candidates: Sequence[str], owner: str, pool: str = ...) -> Allocation: ...
 
     def allocate_next(
         self, owner: str, pool: str = ..., family: Family | None = ..., *, serial: bool = ...
@@ -404,20 +405,20 @@ class LibnetworkDriver:
         if serial and last:
             cursor = int(ipaddress.ip_address(last))
             inside = [c for c in inside if int(c[0]) > cursor] + [c for c in inside if int(c[0]) <= cursor]
-        used = self._allocator.used()
-        for _, address in inside:
-            if address in used:
-                continue
-            try:
-                allocation = self._allocator.allocate(address, record.owner, record.allocator_pool)
-            except (NotInPool, AlreadyAllocated):
-                continue
-            except FamilyDisabled:
-                raise unavailable(f"address family {family} is disabled on this node") from None
-            if serial:
-                self._registry.set_cursor(record.pool_id, allocation.address)
-            return allocation
-        raise unavailable(ERR_NO_AVAILABLE_IPS)
+        try:
+            # The allocator's automatic choice over the sub-range: a quarantined address last.
+            allocation = self._allocator.allocate_among(
+                [address for _, address in inside], record.owner, record.allocator_pool
+            )
+        except FamilyDisabled:
+            raise unavailable(f"address family {family} is disabled on this node") from None
+        except PoolWithheld as exc:
+            raise unavailable(f"{ERR_NO_AVAILABLE_IPS} now: {exc}") from None
+        except PoolExhausted:
+            raise unavailable(ERR_NO_AVAILABLE_IPS) from None
+        if serial:
+            self._registry.set_cursor(record.pool_id, allocation.address)
+        return allocation
 
     def _allocate_next_in_allocator(self, record: PoolRecord, family: Family, *, serial: bool) -> Allocation:
         try:

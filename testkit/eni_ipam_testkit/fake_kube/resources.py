@@ -345,6 +345,10 @@ BUILTIN_RESOURCES: Final[tuple[ResourceType, ...]] = (
     ),
     _builtin("coordination.k8s.io", "Lease", "leases", "io.k8s.api.coordination.v1.Lease", namespaced=True),
     _builtin(
+        "discovery.k8s.io", "EndpointSlice", "endpointslices", "io.k8s.api.discovery.v1.EndpointSlice",
+        namespaced=True,
+    ),
+    _builtin(
         "policy", "PodDisruptionBudget", "poddisruptionbudgets", "io.k8s.api.policy.v1.PodDisruptionBudget",
         namespaced=True, status=True, short="pdb", initial_status={},
     ),

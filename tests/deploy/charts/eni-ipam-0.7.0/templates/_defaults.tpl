@@ -171,6 +171,8 @@ agent:
     report_interval: 1s
     sweep_interval: 30s
     sweep_grace: 60s
+    reuse_quarantine_seconds: 150s
+    reuse_quarantine_endpointslices: true
     socket_max_connections: 256
     socket_read_timeout: 10s
     docker_socket: ''
