@@ -230,7 +230,7 @@ def _datapath_section(d: DatapathBench | None) -> list[str]:
         "",
         f"The datapath chain's ADD: {datapath:.2f} ms against a budget of {d.budget_ms():.2f} ms "
         f"({standard:.2f} + {d.timings['python3 -I -S -c pass'].median_ms:.2f} + {EXTRA_MS:g}): "
-        f"{_mark(d.met())}.",
+        f"{_mark(d.met()) if d.judged else 'not judged, too few rounds'}.",
         "",
     ]
     return lines

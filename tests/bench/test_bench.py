@@ -105,3 +105,15 @@ def test_the_datapath_soaks_section_shows_its_figures_and_lists_its_violations()
     assert "| pods started (containerd over CRI) | 3 |" in section
     assert "| **probes that failed or saw another source** | 1 |" in section
     assert "- n1/podman 10.0.1.5 -> 203.0.113.10: saw None" in section
+
+
+@pytest.mark.parametrize(("rounds", "said"), [(3, "not judged, too few rounds"), (400, "**missed**")])
+def test_a_datapath_run_too_short_to_judge_is_not_said_missed(rounds: int, said: str) -> None:
+    from bench.cni_plugin import BARE, Timing
+    from bench.datapath_cni import DATAPATH_ADD, STANDARD_ADD, DatapathBench
+    from bench.report import _datapath_section
+
+    slow = {BARE: 7.0, STANDARD_ADD: 8.0, DATAPATH_ADD: 30.0}  # beyond 8 + 7 + 3
+    timings = {name: Timing(name, ms, ms) for name, ms in slow.items()}
+    text = "\n".join(_datapath_section(DatapathBench(rounds, "python3", timings)))
+    assert f"against a budget of 18.00 ms (8.00 + 7.00 + 3): {said}." in text
