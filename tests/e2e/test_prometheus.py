@@ -82,6 +82,11 @@ NO_NODE_AT_CAPACITY = (
     "instance and subnets hold), so no node is full or blocked; tests/adapters/test_metrics.py "
     "checks the series"
 )
+READY_INTERFACES_OFF = (
+    "the stack runs the defaults, and ready interfaces are off by default (decision 0051): "
+    "tests/core/test_readypool.py and bench/burst.py read the pool's counts"
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     'max by (subnet, zone) (eni_ipam_available_ips_per_subnet{namespace=~"$namespace", subnet=~"$subnet"}) / (-deriv(max by (subnet, zone) (eni_ipam_available_ips_per_subnet{namespace=~"$namespace", subnet=~"$subnet"})[1h:1m]) > 0)': (  # noqa: E501
         "no subnet need be draining: the healthy clusters' free addresses go up and down with their "
@@ -124,6 +129,13 @@ ALLOWED_EMPTY: dict[str, str] = {
         "the stack's agents run with the datapath off (it would change this host's own routing); "
         "tests/agent/datapath/test_agent_datapath.py reads the counter from an agent in a network "
         "namespace of its own"
+    ),
+    'sum by (subnet) (eni_ipam_ready_interfaces{namespace=~"$namespace"})': READY_INTERFACES_OFF,
+    'sum by (outcome) (increase(eni_ipam_ready_interface_takes_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
+        READY_INTERFACES_OFF
+    ),
+    'sum by (outcome) (increase(eni_ipam_ready_interface_refills_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
+        READY_INTERFACES_OFF
     ),
 }
 """Dashboard queries (as written in deploy/grafana/eni-ipam.json) that may return nothing here, with
