@@ -227,6 +227,9 @@ class NodeManager:
         self.view = CloudView(provider, clock=clock, metrics=metrics, pressure=thresholds)
         if self.view.pressure is not None:
             self.view.pressure.on_change(self._pressure_changed)
+            self.view.room_back = self._room_back
+        self._room_back_subnets: set[str] = set()
+        """Subnets under pressure that addresses went back to since the blocked nodes were woken."""
         self.ready_pool = ReadyPool(
             provider,
             settings=settings,
@@ -822,6 +825,28 @@ class NodeManager:
             self._recalculate(node)
             if slot.has_work():
                 self._trigger(slot)
+
+    def _room_back(self, subnet_id: str) -> None:
+        """Addresses went back to a subnet under pressure (a node gave its spare back): the nodes
+        blocked on it are woken at once rather than at the next full resync. Once per loop turn
+        whatever the number of unassigns, and only the nodes left unsure (blocked among them) are
+        looked at."""
+        if not self._room_back_subnets:
+            self.clock.call_later(0.0, self._wake_blocked)
+        self._room_back_subnets.add(subnet_id)
+
+    def _wake_blocked(self) -> None:
+        subnets, self._room_back_subnets = self._room_back_subnets, set()
+        for name in list(self._revisit):
+            slot = self._slots.get(name)
+            if slot is None or slot.deleted:
+                continue
+            node = slot.node
+            if node.blocked and any(node.in_subnet(sid) for sid in subnets):
+                node.room_back()
+                self._recalculate(node)
+                if slot.has_work():
+                    self._trigger(slot)
 
     # -- the pool of ready interfaces -----------------------------------------------------------
 

@@ -280,6 +280,11 @@ class Node:
         }
         return tuple(sorted(found)) if found else ()
 
+    def room_back(self) -> None:
+        """Addresses went back to a subnet of the pool: a node blocked on the last view is planned
+        again (as a full resync would have it)."""
+        self.blocked = ""
+
     def in_subnet(self, subnet_id: str) -> bool:
         """Whether an interface of the pool is in ``subnet_id``."""
         if self.instance is None:

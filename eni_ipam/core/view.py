@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import structlog
 
@@ -84,6 +84,8 @@ class CloudView:
         """The subnets whose free counts are exported (:meth:`publish`)."""
         self.pressure = PressureTracker(pressure) if pressure is not None else None
         """Each exported subnet's pressure (None: subnet pressure is disabled)."""
+        self.room_back: Callable[[str], None] | None = None
+        """Called with a subnet under pressure that addresses just went back to (an unassign)."""
 
     def apply(self, snapshot: CloudSnapshot) -> frozenset[str]:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
@@ -209,6 +211,8 @@ class CloudView:
     def returned(self, subnet_id: str, count: int) -> None:
         """``count`` addresses went back to the subnet (an unassign succeeded)."""
         self._adjust(subnet_id, count)
+        if self.room_back is not None and self.under_pressure(subnet_id):
+            self.room_back(subnet_id)
 
     def _adjust(self, subnet_id: str, delta: int) -> None:
         if subnet_id in self._free:

@@ -262,3 +262,19 @@ def test_pressure_ending_aborts_a_handshake_still_under_way_with_release_off() -
         },
     ]
     passed(data)
+
+
+def test_a_node_blocked_on_the_subnet_gets_the_addresses_given_back_without_waiting_for_a_resync() -> None:
+    data = example()
+    data["settings"]["resync_interval"] = "900s"  # no full resync between the burst and the expect
+    data["steps"] = [
+        *until_pressure(data),
+        {"advance": "90s"},  # the release delay (60 s) runs out, a, b and c give back 36
+        {
+            "expect": {
+                "d": {"available": 38, "needed": 0},
+                "metrics": {RELEASED: 36, "eni_ipam_resync_total": 1},
+            }
+        },
+    ]
+    passed(data)
