@@ -20,7 +20,7 @@ import eni_ipam.app.demo as demo_module
 from eni_ipam.adapters.logging import configure, diverted
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.app.demo import _demo, build, local_cluster, render
-from eni_ipam.app.view import Frame, NodeRow, Watcher, screen
+from eni_ipam.app.view import Frame, NodeRow, SubnetGauge, Watcher, screen
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.settings import Settings
 from eni_ipam.simulator.simloop import run_virtual
@@ -150,6 +150,40 @@ def test_a_node_at_capacity_shows_its_reason_and_the_event() -> None:
     assert row.rstrip().endswith("instance-limit")
     assert lines.index(row) == 2, "a node short of addresses comes first"
     assert any("node-004 cannot grow: instance-limit" in e for e in frame.events)
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60)])
+def test_a_subnet_under_pressure_is_marked_on_its_gauge_and_the_view_still_fits(
+    width: int, height: int
+) -> None:
+    subnets = (SubnetGauge("s-calm", 200, 256), SubnetGauge("s-tight", 3, 256, pressure=True))
+    lines = _draw(_frame((_row("n1"),), subnets=subnets), width, height)
+    _fits(lines, width, height)
+    tight = next(line for line in lines if "s-tight" in line)
+    calm = next(line for line in lines if "s-calm" in line)
+    assert tight.rstrip().endswith("3/256 pressure")
+    assert "pressure" not in calm
+
+
+def test_the_watcher_notes_a_subnet_entering_and_leaving_pressure() -> None:
+
+    async def main() -> list[str]:
+        metrics = Metrics(process=False)
+        watcher = Watcher(lambda: None, metrics, clock=LoopClock(measure_cpu=False), title="t")
+        gauge = metrics.subnet_pressure_state.labels(subnet="s-1", zone="z")
+        gauge.set(1)
+        watcher.sample()  # the first sample notes nothing: it is where the view starts
+        for value in (0, 1):
+            await asyncio.sleep(1)
+            gauge.set(value)
+            watcher.sample()
+        return list(watcher.events)
+
+    events: list[str] = run_virtual(main())
+    assert [e.split("s  ", 1)[1] for e in events] == [
+        "subnet s-1 no longer under pressure",
+        "subnet s-1 under pressure: its nodes give spare addresses back",
+    ]
 
 
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60)])

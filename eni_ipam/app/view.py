@@ -76,6 +76,8 @@ class SubnetGauge:
     free: int
     size: int
     """Addresses in the CIDR (0: unknown)."""
+    pressure: bool = False
+    """Under pressure (decision 0054): its nodes give their spare addresses back."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +106,8 @@ class Watcher:
 
     Events are what changed since the last sample: an interface created (or failed), addresses
     offered for release (the handshake starts) and released (it ended), throttled requests, a node
-    that can no longer grow; and, while :meth:`diverting`, the log events at warning and above.
+    that can no longer grow, a subnet entering or leaving pressure; and, while :meth:`diverting`, the
+    log events at warning and above.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Watcher:
         self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self._reasons: dict[str, str] = {}
         self._offered: dict[str, int] = {}
+        self._pressured: set[str] = set()
         self.events: collections.deque[str] = collections.deque(maxlen=EVENTS)
 
     def elapsed(self) -> float:
@@ -204,8 +208,17 @@ class Watcher:
         ready = self._values(m.ready).get((), 0.0) == 1.0
         leader = self._values(m.leader).get((), 0.0) == 1.0
         sizes = {dict(k).get("subnet", ""): v for k, v in self._values(m.subnet_size_ips).items()}
+        pressured = {
+            dict(k).get("subnet", "") for k, v in self._values(m.subnet_pressure_state).items() if v == 1.0
+        }
+        if not first:
+            for subnet in sorted(pressured - self._pressured):
+                self.note(f"subnet {subnet} under pressure: its nodes give spare addresses back")
+            for subnet in sorted(self._pressured - pressured):
+                self.note(f"subnet {subnet} no longer under pressure")
+        self._pressured = pressured
         subnets = tuple(
-            SubnetGauge(subnet, int(free), int(sizes.get(subnet, 0)))
+            SubnetGauge(subnet, int(free), int(sizes.get(subnet, 0)), subnet in pressured)
             for subnet, free in sorted(
                 (dict(k).get("subnet", ""), v) for k, v in self._values(m.available_ips_per_subnet).items()
             )
@@ -343,7 +356,8 @@ def _subnet_lines(frame: Frame, width: int, height: int) -> list[Text]:
     name_w = min(max((len(s.id) for s in frame.subnets), default=6), 24)
     for subnet in frame.subnets[: max(height - 1, 0)]:
         figure = f" {subnet.free}/{subnet.size}" if subnet.size else f" {subnet.free}"
-        gauge_w = max(width - name_w - 1 - len(figure), 4)
+        marker = " pressure" if subnet.pressure else ""
+        gauge_w = max(width - name_w - 1 - len(figure) - len(marker), 4)
         share = subnet.free / subnet.size if subnet.size else 1.0
         full = round(share * gauge_w)
         colour = "green" if share > 0.5 else "yellow" if share > 0.2 else "bold red"
@@ -351,6 +365,8 @@ def _subnet_lines(frame: Frame, width: int, height: int) -> list[Text]:
         line.append("█" * full, colour)
         line.append("·" * (gauge_w - full), "bright_black")
         line.append(figure)
+        if marker:
+            line.append(marker, "bold red")
         lines.append(_fit(line, width))
     return lines[:height]
 

@@ -45,6 +45,7 @@ from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, NodeSt
 from eni_ipam.core.node import NEVER, Node, NodeEnv, PassResult
 from eni_ipam.core.observe import Observer, failure_reason
 from eni_ipam.core.planner import first_new_interface
+from eni_ipam.core.pressure import Thresholds
 from eni_ipam.core.provider import Provider, SharedViewReader, shared_view_reader
 from eni_ipam.core.readypool import ReadyPool
 from eni_ipam.core.settings import Settings
@@ -214,7 +215,21 @@ class NodeManager:
         self.clock = clock
         self.status_sink = status_sink
         self.rng = rng or random.Random()
-        self.view = CloudView(provider, clock=clock, metrics=metrics)
+        thresholds = (
+            Thresholds(
+                enter=settings.subnet_pressure_enter,
+                leave=settings.subnet_pressure_leave,
+                hold=settings.subnet_pressure_hold,
+            )
+            if settings.subnet_pressure_enabled
+            else None
+        )
+        self.view = CloudView(provider, clock=clock, metrics=metrics, pressure=thresholds)
+        if self.view.pressure is not None:
+            self.view.pressure.on_change(self._pressure_changed)
+            self.view.room_back = self._room_back
+        self._room_back_subnets: set[str] = set()
+        """Subnets under pressure that addresses went back to since the blocked nodes were woken."""
         self.ready_pool = ReadyPool(
             provider,
             settings=settings,
@@ -698,7 +713,7 @@ class NodeManager:
         if s.needed > 0 or waiting > 0:
             # Pods waiting for an address count with the deficit: their node is served first.
             rank, key = 0, -(s.needed + waiting)
-        elif s.excess > 0 and self.settings.release_excess_ips:
+        elif s.excess > 0 and (self.settings.release_excess_ips or slot.node.pressured):
             rank, key = 2, -s.excess
         else:
             rank, key = 1, 0
@@ -798,6 +813,40 @@ class NodeManager:
             )
         slot.failure = failure_reason(error)
         return slot.backoff.next_delay()
+
+    def _pressure_changed(self, subnet_id: str, under: bool) -> None:
+        """A subnet entered or left pressure: its nodes' watermarks change (shrink, or are restored),
+        so each is recalculated and, with work, queued; the queue serves those short first, then
+        those with the most spare to give back."""
+        for slot in list(self._slots.values()):
+            node = slot.node
+            if slot.deleted or not node.in_subnet(subnet_id):
+                continue
+            self._recalculate(node)
+            if slot.has_work():
+                self._trigger(slot)
+
+    def _room_back(self, subnet_id: str) -> None:
+        """Addresses went back to a subnet under pressure (a node gave its spare back): the nodes
+        blocked on it are woken at once rather than at the next full resync. Once per loop turn
+        whatever the number of unassigns, and only the nodes left unsure (blocked among them) are
+        looked at."""
+        if not self._room_back_subnets:
+            self.clock.call_later(0.0, self._wake_blocked)
+        self._room_back_subnets.add(subnet_id)
+
+    def _wake_blocked(self) -> None:
+        subnets, self._room_back_subnets = self._room_back_subnets, set()
+        for name in list(self._revisit):
+            slot = self._slots.get(name)
+            if slot is None or slot.deleted:
+                continue
+            node = slot.node
+            if node.blocked and any(node.in_subnet(sid) for sid in subnets):
+                node.room_back()
+                self._recalculate(node)
+                if slot.has_work():
+                    self._trigger(slot)
 
     # -- the pool of ready interfaces -----------------------------------------------------------
 

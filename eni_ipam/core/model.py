@@ -606,6 +606,9 @@ class NodeStatus:
     no_room: bool = False
     """No address is free for one more pod and none can come: the pool cannot grow (``limit`` says
     why) and every address it holds is in use, or an IPv6 pool has no /80 and cannot get one."""
+    pressure: tuple[str, ...] | None = None
+    """The subnets of the pool under pressure (:mod:`~eni_ipam.core.pressure`): the pool keeps only
+    what its pods use or wait for. None while subnet pressure is disabled (no condition is written)."""
 
 
 # --- plans -------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ Invariants:
   continuously excess for ``excess_ip_release_delay``, and it is not reported in use.
 * A cloud error leaves the local view consistent with what the cloud did: successes before the
   error are applied, the failed call changes nothing (the provider rolls back its own creates).
+* While a subnet of its pool is under pressure (:mod:`~eni_ipam.core.pressure`), a node keeps only
+  what its pods use or wait for and releases the rest through the same handshake, whether or not
+  ``release_excess_ips`` is on; when the pressure ends, a handshake under way is aborted unless
+  release is on.
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ class Node:
         "marked",
         "message",
         "needs_refresh",
+        "pressured",
         "release_status",
         "resource",
         "shortfall",
@@ -173,6 +178,8 @@ class Node:
         """Addresses chosen for release → when they were first seen excess."""
         self.release_status: dict[str, ReleaseState] = _NOTHING_RELEASED
         """What the reconciler publishes in the handshake (marked-for-release / released)."""
+        self.pressured: tuple[str, ...] = ()
+        """The subnets of the pool under pressure (empty: none, or pressure is disabled)."""
         self._last_capacity_log = NEVER
         self._again_at: float | None = None
         self._publish = False
@@ -232,6 +239,7 @@ class Node:
     def recalculate(self) -> NodeStats:
         """Recompute stats from the current view; unknown limits or instance leave the node untouched."""
         limits = self.limits()
+        self.pressured = self._pressured() if not self.terminated else ()
         if self.terminated:
             self.stats = NodeStats(used=self.resource.used, limits_known=limits is not None, running=False)
         elif self.instance is None or limits is None:
@@ -246,6 +254,8 @@ class Node:
                 limits,
                 used=self.resource.used,
                 prefix_delegation=self.env.settings.prefix_delegation,
+                pressure=bool(self.pressured),
+                pending_pods=self.resource.pending_pods,
             )
         self.stats = shared_stats(self.stats)
         now = self.env.clock.monotonic()
@@ -257,6 +267,29 @@ class Node:
             self.env.metrics.deficit_resolved(seconds=now - self.deficit_since)
             self.deficit_since = None
         return self.stats
+
+    def _pressured(self) -> tuple[str, ...]:
+        """The subnets of the pool's interfaces that are under pressure now."""
+        view = self.env.view
+        if view.pressure is None or self.instance is None:
+            return ()
+        found = {
+            i.subnet_id
+            for i in managed_interfaces(self.instance, self.resource.spec)
+            if view.under_pressure(i.subnet_id)
+        }
+        return tuple(sorted(found)) if found else ()
+
+    def room_back(self) -> None:
+        """Addresses went back to a subnet of the pool: a node blocked on the last view is planned
+        again (as a full resync would have it)."""
+        self.blocked = ""
+
+    def in_subnet(self, subnet_id: str) -> bool:
+        """Whether an interface of the pool is in ``subnet_id``."""
+        if self.instance is None:
+            return False
+        return any(i.subnet_id == subnet_id for i in managed_interfaces(self.instance, self.resource.spec))
 
     def capacity_limit(self) -> str:
         """Why the pool cannot grow, if it cannot (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`):
@@ -334,9 +367,10 @@ class Node:
             return True
         if self.wants_ipv6_prefix() and not self.ipv6_blocked:
             return True
-        if self.env.settings.release_excess_ips:
+        if self.env.settings.release_excess_ips or self.pressured:
             return self.stats.excess > 0 or bool(self.marked) or bool(self.release_status)
-        return False
+        # A handshake begun under pressure that ended: to be wound down.
+        return bool(self.marked) or bool(self.release_status)
 
     def wants_ipv6_prefix(self) -> bool:
         """The node's family has IPv6 (``ipv6``, ``dual``) and no interface of its pool holds a prefix."""
@@ -364,6 +398,7 @@ class Node:
             limit=self.capacity_limit(),
             max_pods=self._max_pods(),
             no_room=self._no_room(),
+            pressure=self.pressured if self.env.view.pressure is not None else None,
         )
 
     def _no_room(self) -> bool:
@@ -498,8 +533,11 @@ class Node:
         stats = self.recalculate()
         mutated = False
         try:
-            if env.settings.release_excess_ips:
+            if env.settings.release_excess_ips or self.pressured:
                 mutated |= await self._release(stats)
+            elif self.marked or self.release_status:
+                # Pressure ended with release off: abort what is marked (nothing is excess now).
+                await self._release(dataclasses.replace(stats, excess=0))
             stats = self.recalculate()
             if stats.needed > 0:
                 mutated |= await self._allocate(limits)
@@ -567,7 +605,7 @@ class Node:
             stats = self.recalculate()
             must, bonus = allocation_budget(
                 needed=stats.needed,
-                max_above_watermark=spec.max_above_watermark,
+                max_above_watermark=0 if self.pressured else spec.max_above_watermark,
                 pending_pods=self.resource.pending_pods,
             )
             if spec.max_allocate > 0:

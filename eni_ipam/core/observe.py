@@ -79,6 +79,10 @@ class ViewObserver(Protocol):
     def set_subnet_free(self, subnet: Subnet, free: int) -> None:
         """The free addresses of one subnet now, net of the passes since the resync."""
 
+    def subnet_pressure(self, subnet: Subnet, *, under: bool, changed: bool) -> None:
+        """Whether one subnet is under pressure now; ``changed``: it just entered or left it (only
+        reported with subnet pressure enabled)."""
+
 
 class GcObserver(Protocol):
     """Garbage collection of leaked interfaces."""

@@ -46,6 +46,7 @@ from eni_ipam.core.model import (
     expand_prefix,
     tags_match,
 )
+from eni_ipam.core.pressure import pressure_watermarks
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.core.watermarks import excess_ips, max_allocatable, needed_ips
 
@@ -125,10 +126,13 @@ def node_stats(
     *,
     used: int,
     prefix_delegation: bool,
+    pressure: bool = False,
+    pending_pods: int = 0,
 ) -> NodeStats:
     """Pool size, watermarks and capacity of one node as the given view shows it. Called for every
     node at every change and, at start, for every node of the cluster: kept to one loop over the
-    interfaces."""
+    interfaces. ``pressure``: a subnet of the pool is under pressure, and the watermarks keep only
+    what pods use or wait for (``pending_pods``; :func:`~eni_ipam.core.pressure.pressure_watermarks`)."""
     managed = managed_interfaces(instance, spec)
     pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
         spec, instance, limits, enabled=prefix_delegation, managed=managed
@@ -159,6 +163,15 @@ def node_stats(
         prefix_delegated=pd,
         network_cards=spec.network_cards,
     )
+    slack = spec.max_above_watermark
+    if pressure and v4:
+        pre, min_allocate, slack = pressure_watermarks(
+            pre_allocate=pre,
+            min_allocate=min_allocate,
+            max_above_watermark=slack,
+            used=used,
+            waiting=pending_pods,
+        )
     needed = needed_ips(
         available=available,
         used=used,
@@ -171,7 +184,7 @@ def node_stats(
         used=used,
         pre_allocate=pre,
         min_allocate=min_allocate,
-        max_above_watermark=spec.max_above_watermark,
+        max_above_watermark=slack,
     )
     return computed_stats(
         available, used, needed, excess, capacity, remaining, remaining == 0, instance.running, pd

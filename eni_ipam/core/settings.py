@@ -45,6 +45,37 @@ class Settings(ConfigModel):
     ``minAllocate: 16384`` by mistake or by malice — from taking a shared subnet's last addresses
     while the other nodes' pods wait. 0 turns the reserve off (first come, first served)."""
 
+    subnet_pressure_enabled: bool = False
+    """Let a subnet under pressure take back its nodes' spare addresses (decision 0054): while a
+    subnet's free addresses are down to ``subnet_pressure_enter`` of its CIDR, every node with an
+    interface in it keeps only what its pods use or wait for (``pre_allocate`` becomes the pods
+    waiting, ``min_allocate`` to what is used and waited for, ``max_above_watermark`` to nothing)
+    and gives the rest back through the release handshake, even with ``release_excess_ips`` off,
+    so that pods of other nodes in the subnet get them. Off by default: it releases addresses on
+    clusters that chose not to release, and a node under pressure makes its pods wait for a cloud
+    call instead of a warm address, a trade a cluster whose subnets run full should choose."""
+
+    subnet_pressure_enter: Annotated[Number, Field(gt=0.0, le=0.5)] = 0.05
+    """Share of a subnet's CIDR that, once its free addresses are down to it (12 of a /24, 25 of a
+    /23), puts the subnet under pressure. Below the default ``subnet_reserve`` (a sixteenth), where
+    warm pools stop: a subnet gets there only when pods (or the cloud's other users) have taken a
+    fifth of the reserve, i.e. when pods of some node are about to wait. Must be below
+    ``subnet_reserve`` while pressure is enabled, so that the warm pools that regrow when pressure
+    ends (they stop at the reserve) never bring it back."""
+
+    subnet_pressure_leave: Annotated[Number, Field(gt=0.0, le=0.5)] = 0.10
+    """Share of a subnet's CIDR its free addresses must be at or above (26 of a /24) for
+    ``subnet_pressure_hold`` before the subnet leaves pressure. Twice ``subnet_pressure_enter`` and
+    above the reserve: a subnet leaves when it has room to spare, not when it is a few addresses
+    past the line it entered at. Must be above ``subnet_pressure_enter``."""
+
+    subnet_pressure_hold: Duration = 300.0
+    """Seconds a subnet's free addresses must stay at ``subnet_pressure_leave`` or above before it
+    leaves pressure: a subnet under pod churn stays under pressure throughout, rather than leaving
+    with each pod that goes and entering with the next (the same five minutes a node keeps its
+    ``subnet`` capacity reason). Judged at each change of the subnet's free count and at each full
+    resync, so leaving takes up to one ``resync_interval`` longer."""
+
     parallel_workers: PositiveInt = 50
     """Nodes maintained at once. Bounds memory and concurrent cloud calls; the per-operation rate
     limiter, not this, is what protects the cloud's API budget."""
@@ -144,6 +175,20 @@ class Settings(ConfigModel):
                 f"must be at least node_series_all_up_to ({self.node_series_all_up_to}), "
                 f"got {self.node_series_max}",
             )
+        if self.subnet_pressure_enabled:
+            if self.subnet_pressure_leave <= self.subnet_pressure_enter:
+                raise FieldError(
+                    "subnet_pressure_leave",
+                    f"must be above subnet_pressure_enter ({self.subnet_pressure_enter}), "
+                    f"got {self.subnet_pressure_leave}",
+                )
+            if self.subnet_pressure_enter >= self.subnet_reserve:
+                raise FieldError(
+                    "subnet_pressure_enter",
+                    f"must be below subnet_reserve ({self.subnet_reserve}) while subnet pressure is "
+                    "enabled: warm pools stop at the reserve, and above it their regrowth would put a "
+                    f"subnet back under pressure as soon as it left, got {self.subnet_pressure_enter}",
+                )
         if self.ready_interfaces_max > self.region_interface_quota:
             raise FieldError(
                 "ready_interfaces_max",

@@ -12,6 +12,9 @@ Invariants:
   planned on a view that was never synced. Before it, a :meth:`apply_shared` (subnets and groups
   alone) makes ``shared`` true: only a pass that reads its own instance fresh may plan on it.
 * An unknown instance type is asked about at most once per :data:`LIMITS_RETRY_INTERVAL`.
+* With subnet pressure enabled (``pressure``), every subnet whose free count is exported is judged
+  (:mod:`~eni_ipam.core.pressure`) each time that count changes and at each full resync; only those
+  subnets are ever under pressure.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import structlog
 
@@ -28,6 +31,7 @@ from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import CloudSnapshot, InstanceLimits, SecurityGroup, Subnet
 from eni_ipam.core.observe import ViewObserver
+from eni_ipam.core.pressure import PressureTracker, Thresholds
 from eni_ipam.core.provider import Provider
 
 log = structlog.get_logger("eni_ipam.core.view")
@@ -48,7 +52,14 @@ class Reservation:
 class CloudView:
     """What every node's pass reads of the cloud, and the subnet accounting they share."""
 
-    def __init__(self, provider: Provider, *, clock: Clock, metrics: ViewObserver) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        clock: Clock,
+        metrics: ViewObserver,
+        pressure: Thresholds | None = None,
+    ) -> None:
         self._provider = provider
         self._clock = clock
         self._metrics = metrics
@@ -71,6 +82,10 @@ class CloudView:
         """Addresses of each subnet's CIDR (0 when it cannot be read), found on first use."""
         self._published: frozenset[str] = frozenset()
         """The subnets whose free counts are exported (:meth:`publish`)."""
+        self.pressure = PressureTracker(pressure) if pressure is not None else None
+        """Each exported subnet's pressure (None: subnet pressure is disabled)."""
+        self.room_back: Callable[[str], None] | None = None
+        """Called with a subnet under pressure that addresses just went back to (an unassign)."""
 
     def apply(self, snapshot: CloudSnapshot) -> frozenset[str]:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
@@ -125,6 +140,10 @@ class CloudView:
 
     def held_back(self, subnet_id: str, reserve: float) -> int:
         """The addresses of ``subnet_id`` that ``reserve`` (a share of its CIDR) keeps for pods."""
+        return math.ceil(self.size(subnet_id) * reserve)
+
+    def size(self, subnet_id: str) -> int:
+        """Addresses in ``subnet_id``'s CIDR (0 when unknown)."""
         size = self._sizes.get(subnet_id)
         if size is None:
             subnet = self.subnets.get(subnet_id)
@@ -133,7 +152,7 @@ class CloudView:
             except ValueError:
                 size = 0
             self._sizes[subnet_id] = size
-        return math.ceil(size * reserve)
+        return size
 
     def publish(self, in_use: Iterable[str]) -> None:
         """Export the free counts of the subnets eni-ipam fills, ``in_use`` (those some node has an
@@ -143,6 +162,35 @@ class CloudView:
         view = self.planner_subnets()
         self._published = frozenset(sid for sid in in_use if sid in view)
         self._metrics.replace_subnets(view[sid] for sid in sorted(self._published))
+        if self.pressure is not None:
+            self.pressure.forget(self._published)
+            for sid in sorted(self._published):
+                self._judge(sid)
+
+    def under_pressure(self, subnet_id: str) -> bool:
+        """Whether ``subnet_id`` is under pressure now (never, with pressure disabled)."""
+        return self.pressure is not None and self.pressure.under(subnet_id)
+
+    def _judge(self, subnet_id: str) -> None:
+        """Judge one exported subnet's pressure on its free count now, and export it."""
+        tracker = self.pressure
+        assert tracker is not None
+        changed = tracker.see(
+            subnet_id,
+            free=self._free.get(subnet_id, 0),
+            size=self.size(subnet_id),
+            now=self._clock.monotonic(),
+        )
+        self._metrics.subnet_pressure(
+            self.subnets[subnet_id], under=tracker.under(subnet_id), changed=changed
+        )
+        if changed:
+            log.info(
+                "subnet_pressure" if tracker.under(subnet_id) else "subnet_pressure_ended",
+                subnet=subnet_id,
+                free=self._free.get(subnet_id, 0),
+                size=self.size(subnet_id),
+            )
 
     def cidr(self, subnet_id: str) -> str | None:
         subnet = self.subnets.get(subnet_id)
@@ -163,6 +211,8 @@ class CloudView:
     def returned(self, subnet_id: str, count: int) -> None:
         """``count`` addresses went back to the subnet (an unassign succeeded)."""
         self._adjust(subnet_id, count)
+        if self.room_back is not None and self.under_pressure(subnet_id):
+            self.room_back(subnet_id)
 
     def _adjust(self, subnet_id: str, delta: int) -> None:
         if subnet_id in self._free:
@@ -170,6 +220,8 @@ class CloudView:
             self._planner_view = self._held_view = None
             if subnet_id in self._published:
                 self._metrics.set_subnet_free(self.subnets[subnet_id], self._free[subnet_id])
+                if self.pressure is not None:
+                    self._judge(subnet_id)
 
     # -- instance-type limits ---------------------------------------------------------------------
 

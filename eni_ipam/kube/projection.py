@@ -69,7 +69,7 @@ CONTROLLER_FIELDS = (
 """The status fields the controller owns and writes whole; ``used`` and ``releaseAnswers`` are the
 node agent's and never among them."""
 
-CONDITION_TYPES = ("Ready", "AtCapacity")
+CONDITION_TYPES = ("Ready", "AtCapacity", "SubnetPressure")
 """The conditions the controller writes; their transition times are kept to be carried over."""
 
 _EMPTY: Mapping[str, Any] = {}

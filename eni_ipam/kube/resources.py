@@ -353,7 +353,24 @@ def _conditions(status: NodeStatus) -> list[tuple[str, bool, str, str]]:
         if s.at_capacity
         else (False, "RoomLeft", "the instance can take more addresses")
     )
-    return [("Ready", *ready), ("AtCapacity", *capacity)]
+    conditions = [("Ready", *ready), ("AtCapacity", *capacity)]
+    if status.pressure is not None:  # written only while subnet pressure is enabled
+        conditions.append(("SubnetPressure", *_pressure(status.pressure)))
+    return conditions
+
+
+def _pressure(subnets: tuple[str, ...]) -> tuple[bool, str, str]:
+    """The ``SubnetPressure`` condition: whether a subnet of the pool is under pressure (decision
+    0054), and what that does to the pool."""
+    if not subnets:
+        return (False, "NoPressure", "no subnet of the pool is under pressure")
+    named = ("subnets " if len(subnets) > 1 else "subnet ") + ", ".join(subnets)
+    return (
+        True,
+        "SubnetPressure",
+        f"{named} {'are' if len(subnets) > 1 else 'is'} short of free addresses: the pool keeps only "
+        "what its pods use or wait for and gives its spare addresses back (settings.subnet_pressure_*)",
+    )
 
 
 def _pool(pool: Sequence[PoolEntry]) -> dict[str, Any]:

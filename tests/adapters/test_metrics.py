@@ -53,6 +53,27 @@ def test_subnet_size_is_the_cidrs_address_count_and_free_never_shows_negative() 
     assert metrics.sample("eni_ipam_available_ips_per_subnet", {"subnet": "s-1", "zone": "z"}) == 0
 
 
+def test_a_subnets_pressure_is_a_gauge_and_its_transitions_a_counter_of_their_own() -> None:
+    metrics = Metrics()
+    where = {"subnet": "s-1", "zone": "z"}
+    metrics.replace_subnets([subnet("s-1", 10)])
+    assert metrics.sample("eni_ipam_subnet_pressure", where) is None  # disabled: no series
+    metrics.subnet_pressure(subnet("s-1", 10), under=False, changed=False)
+    assert metrics.sample("eni_ipam_subnet_pressure", where) == 0
+    assert metrics.sample("eni_ipam_subnet_pressure_transitions_total", where) is None
+    metrics.subnet_pressure(subnet("s-1", 10), under=True, changed=True)
+    metrics.subnet_pressure(subnet("s-1", 9), under=True, changed=False)
+    metrics.subnet_pressure(subnet("s-1", 40), under=False, changed=True)
+    assert metrics.sample("eni_ipam_subnet_pressure", where) == 0
+    assert metrics.sample("eni_ipam_subnet_pressure_transitions_total", where) == 2
+    metrics.replace_subnets([subnet("s-2", 10)])  # s-1 no longer filled: its state goes, its count stays
+    assert metrics.sample("eni_ipam_subnet_pressure", where) is None
+    assert metrics.sample("eni_ipam_subnet_pressure_transitions_total", where) == 2
+    metrics.subnet_pressure(subnet("s-2", 10), under=True, changed=True)
+    metrics.clear_pool_state()  # a standby exports no pool state
+    assert metrics.sample("eni_ipam_subnet_pressure", {"subnet": "s-2", "zone": "z"}) is None
+
+
 def test_clearing_pool_state_leaves_counters_alone() -> None:
     metrics = Metrics()
     metrics.set_node("n1", NodeStats(available=4), capacity="subnet")

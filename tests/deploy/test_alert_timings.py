@@ -179,6 +179,19 @@ INCIDENTS: list[Incident] = [
         lambda: [*subnet(during(40, 600)), TOTALS],
     ),
     Incident(
+        "EniIpamSubnetUnderPressure",
+        "a subnet under pressure for an hour",
+        lambda: [
+            (
+                f'eni_ipam_subnet_pressure{{{CONTROLLER}, subnet="s-1", zone="z"}}',
+                during(1, 0, start=10, end=70, length=120),
+            )
+        ],
+        start=10,
+        end=70,
+        length=120,
+    ),
+    Incident(
         "EniIpamSubnetExhaustionPredicted",
         "a /22 drained steadily in 6 h, then given back",
         lambda: subnet(drain_6h(), DRAIN_LENGTH),

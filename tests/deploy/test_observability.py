@@ -203,6 +203,7 @@ THIS = SEL + r"\}"
 SUM = r"sum by \(namespace, job"
 FREE = gauge("eni_ipam_available_ips_per_subnet", "subnet, zone")
 SIZE = gauge("eni_ipam_subnet_size_ips", "subnet, zone")
+PRESSURE = gauge("eni_ipam_subnet_pressure", "subnet, zone")
 NEEDED = gauge("eni_ipam_node_ips", "node", 'type="needed"')
 AT_CAPACITY = gauge("eni_ipam_node_at_capacity", "node")
 FAILING = gauge("eni_ipam_node_failing", "node", 'reason!="Throttled"')
@@ -233,6 +234,8 @@ FULL_NODE = gauge("eni_ipam_node_at_capacity", "node, reason", 'reason="instance
             [rf"^{FREE} < 64\s+and", rf"{FREE}{SHARE}{SIZE}\s*\) < 0.25$"],
             "10m",
         ),
+        # The subnet's own judgement (decision 0054), held for half an hour.
+        ("EniIpamSubnetUnderPressure", [rf"^{PRESSURE} > 0$"], "30m"),
         (
             "EniIpamSubnetExhaustionPredicted",
             # Time to empty: something left, the hour's trend reaching 0 within 4 hours, and still
@@ -347,6 +350,7 @@ THRESHOLDS: dict[str, Any] = {
     "subnetFreeAddressesBelow": 7,
     "subnetLowFreeShareBelow": 0.31,
     "subnetLowFor": "11m",
+    "subnetPressureFor": "47m",
     "subnetTrendWindow": "12h",
     "subnetRecentWindow": "7m",
     "subnetTrendResolution": "10m",
@@ -392,6 +396,7 @@ EXPECTED: dict[str, tuple[str | None, list[str], str]] = {
     "EniIpamSubnetFull": ("30s", ["< bool 3", "[4m:30s]", ">= 3", *GAUGE], "wake-up"),
     "EniIpamSubnetLow": ("11m", ["< 7\n", "< 0.31", *GAUGE], "page"),
     "EniIpamSubnetExhaustionPredicted": ("2h", ["[12h:10m]", "[7m:10m]", "7200", *GAUGE], "wake-up"),
+    "EniIpamSubnetUnderPressure": ("47m", ["eni_ipam_subnet_pressure", "> 0", *GAUGE], "page"),
     "EniIpamNodesInDeficit": ("9m", ["max by (cluster, job, node)", "[360s:30s]", ">= 12", *GAUGE], "page"),
     "EniIpamNodesAtCapacity": ("17m", ["max by (cluster, job, node, reason)", *GAUGE], "page"),
     "EniIpamCloudApiThrottled": (

@@ -506,6 +506,46 @@ def test_a_problem_becomes_the_ready_conditions_reason() -> None:
     )
 
 
+def conditions_of(status: NodeStatus, obj: dict | None = None, *, now: datetime.datetime = NOW) -> dict:
+    obj = obj or {"metadata": {"name": "n1", "resourceVersion": "1"}}
+    return _apply(obj, _write(status, obj, now=now))
+
+
+@pytest.mark.parametrize(
+    ("pressure", "want"),
+    [
+        (None, None),  # pressure disabled: no condition at all, pools written as before
+        ((), ("False", "NoPressure")),
+        (("s-1",), ("True", "SubnetPressure")),
+        (("s-1", "s-2"), ("True", "SubnetPressure")),
+    ],
+)
+def test_a_pool_in_a_subnet_under_pressure_says_so_in_a_condition(
+    pressure: tuple[str, ...] | None, want: tuple[str, str] | None
+) -> None:
+    obj = conditions_of(dataclasses.replace(_status(["10.0.0.5"]), pressure=pressure))
+    found = {c["type"]: c for c in obj["status"]["conditions"]}
+    if want is None:
+        assert set(found) == {"Ready", "AtCapacity"}
+        return
+    condition = found["SubnetPressure"]
+    assert (condition["status"], condition["reason"]) == want
+    for subnet in pressure or ():
+        assert subnet in condition["message"]
+
+
+def test_the_pressure_conditions_transition_time_moves_only_when_it_changes() -> None:
+    status = dataclasses.replace(_status(["10.0.0.5"]), pressure=())
+    obj = conditions_of(status)
+    obj = conditions_of(dataclasses.replace(status, pressure=("s-1",)), obj, now=LATER)
+    condition = next(c for c in obj["status"]["conditions"] if c["type"] == "SubnetPressure")
+    assert (condition["status"], condition["lastTransitionTime"]) == ("True", "2026-11-21T08:01:00Z")
+    later = LATER + datetime.timedelta(minutes=1)
+    obj = conditions_of(dataclasses.replace(status, pressure=("s-1",), message="x"), obj, now=later)
+    condition = next(c for c in obj["status"]["conditions"] if c["type"] == "SubnetPressure")
+    assert condition["lastTransitionTime"] == "2026-11-21T08:01:00Z"
+
+
 def test_a_pools_instance_id_is_the_one_interned_string_the_cloud_listing_names_too() -> None:
     import sys
 

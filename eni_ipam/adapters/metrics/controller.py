@@ -62,6 +62,17 @@ class Metrics(MetricSet):
             "Addresses in the subnet's CIDR (the cloud reserves a few of them)",
             ["subnet", "zone"],
         )
+        self.subnet_pressure_state = self.gauge(
+            "subnet_pressure",
+            "1 while the subnet is under pressure (its nodes keep only what pods use or wait for and give"
+            " the rest back), 0 otherwise; only with subnet_pressure_enabled",
+            ["subnet", "zone"],
+        )
+        self.subnet_pressure_transitions = self.counter(
+            "subnet_pressure_transitions",
+            "Times the subnet entered or left pressure",
+            ["subnet", "zone"],
+        )
         self.resync = self.counter("resync", "Full resyncs of the cloud view that succeeded")
         self.resync_failures = self.counter("resync_failures", "Full resyncs that failed")
         self.node_passes = self.counter(
@@ -281,6 +292,7 @@ class Metrics(MetricSet):
         listed are dropped, not left stale."""
         self.available_ips_per_subnet.clear()
         self.subnet_size_ips.clear()
+        self.subnet_pressure_state.clear()  # set again for the subnets listed, when pressure is enabled
         for subnet in subnets:
             self.set_subnet_free(subnet, subnet.available)
             size = _cidr_size(subnet.cidr)
@@ -290,10 +302,15 @@ class Metrics(MetricSet):
     def set_subnet_free(self, subnet: Subnet, free: int) -> None:
         self.available_ips_per_subnet.labels(subnet=subnet.id, zone=subnet.zone).set(max(free, 0))
 
+    def subnet_pressure(self, subnet: Subnet, *, under: bool, changed: bool) -> None:
+        self.subnet_pressure_state.labels(subnet=subnet.id, zone=subnet.zone).set(1 if under else 0)
+        if changed:
+            self.subnet_pressure_transitions.labels(subnet=subnet.id, zone=subnet.zone).inc()
+
     def clear_pool_state(self) -> None:
         """Drop the gauges that describe pools (this replica stopped reconciling: a standby must not
         export its last leader term's numbers next to the new leader's)."""
-        for gauge in (self.available_ips_per_subnet, self.subnet_size_ips):
+        for gauge in (self.available_ips_per_subnet, self.subnet_size_ips, self.subnet_pressure_state):
             gauge.clear()
         self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float)  # nothing scheduled here
         self._pools.clear()

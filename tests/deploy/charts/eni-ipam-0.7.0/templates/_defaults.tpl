@@ -116,6 +116,7 @@ prometheusRule:
   subnetFreeAddressesBelow: 64
   subnetLowFreeShareBelow: 0.25
   subnetLowFor: 10m
+  subnetPressureFor: 30m
   subnetExhaustionSeconds: 14400
   subnetTrendWindow: 1h
   subnetRecentWindow: 15m
