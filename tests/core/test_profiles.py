@@ -189,3 +189,22 @@ def test_a_valid_configuration_orders_its_profiles_most_specific_first() -> None
     assert [p.name for p in chosen.profiles] == ["web-a", "web"]
     assert chosen.choose({"group": "web", ZONE: "a"})[1] == NodeSpec(pre_allocate=4)
 
+
+def test_the_examples_of_the_profiles_docs_are_valid_configurations() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = page[page.index("## `profiles:`") :]
+    section = section[: section.index("\n## ")]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        config = load_config_mapping({**BASE, **yaml.safe_load(block)})
+        assert config.profiles
+    zonal = load_config_mapping({**BASE, **yaml.safe_load(blocks[1])}).profile_set()
+    labels = {"eks.amazonaws.com/nodegroup": "web", ZONE: "us-east-1b"}
+    name, spec = zonal.choose(labels)
+    assert name == "web-us-east-1b" and spec is not None and spec.subnet_ids == ("subnet-0b2c3d4e5f6071829",)
