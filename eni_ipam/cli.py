@@ -309,7 +309,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
         return 2
     if args.check:
-        print(f"configuration OK: provider {config.provider}, node source {config.node_source}")
+        chosen = config.profile_set().profiles
+        profiles = f", profiles {', '.join(p.name for p in chosen)} (in the order tried)" if chosen else ""
+        print(f"configuration OK: provider {config.provider}, node source {config.node_source}{profiles}")
         return 0
     configure(level=args.log_level or config.log_level)
     view = None

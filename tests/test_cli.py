@@ -50,6 +50,31 @@ def test_an_invalid_run_configuration_exits_2_naming_the_field(
     assert "settings.gc_interval" in capsys.readouterr().err
 
 
+PROFILES_CONFIG = """\
+provider: sim
+sim: {cloud: {vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]}}
+profiles:
+  - {name: web, node_selector: {match_labels: {group: web}}, spec: {pre_allocate: 6}}
+  - {name: web-a, node_selector: {match_labels: {group: web, zone: a}}}
+"""
+
+
+def test_check_lists_the_profiles_in_the_order_they_are_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(PROFILES_CONFIG)
+    assert main(["run", "--config", str(config), "--check"]) == 0
+    assert "profiles web-a, web (in the order tried)" in capsys.readouterr().out
+
+
+def test_check_names_a_bad_profiles_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(PROFILES_CONFIG.replace("pre_allocate: 6", "pre_allocat: 6"))
+    assert main(["run", "--config", str(config), "--check"]) == 2
+    assert "profiles[0].spec.pre_allocat" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("10s", 10.0), ("5m", 300.0), ("90", 90.0), ("0", 0.0)])
 def test_durations_on_the_command_line_are_written_as_in_files(text: str, seconds: float) -> None:
     assert _duration(text) == seconds

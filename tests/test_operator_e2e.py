@@ -13,6 +13,7 @@ It runs against the in-memory cloud and, in a second test, against moto's EC2 ov
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,28 @@ async def test_an_operator_installs_runs_edits_upgrades_and_uninstalls_on_the_in
         # The printer columns, with real values.
         table = await op.kubectl("get", "enipools")
         header, *rows = table.splitlines()
-        assert header.split() == ["NAME", "INSTANCE", "TYPE", "AVAILABLE", "USED", "NEEDED", "READY", "AGE"]
-        assert rows[0].split()[:7] == ["n1", "i-0001", "m5.large", "4", "0", "0", "True"]
+        assert header.split() == [
+            "NAME",
+            "INSTANCE",
+            "TYPE",
+            "PROFILE",
+            "AVAILABLE",
+            "USED",
+            "NEEDED",
+            "READY",
+            "AGE",
+        ]
+        first = _cells(header, rows[0])
+        assert [first[k] for k in header.split()[:8]] == [
+            "n1",
+            "i-0001",
+            "m5.large",
+            "",
+            "4",
+            "0",
+            "0",
+            "True",
+        ]
 
         # An edit to a pool's spec is acted on (a merge patch, as a cluster needs for a custom resource).
         await op.kubectl("patch", "enipool", "n1", "--type", "merge", "-p", '{"spec":{"preAllocate":6}}')
@@ -129,6 +150,39 @@ async def test_a_node_shows_its_max_pods_and_loses_its_startup_taint_once_its_ag
         await op.wait("the startup taint lifted", lambda: _row_is(row, ["n1", "29", "<none>"]))
         log = (tmp_path / "agent-n1" / "agent.log").read_text()
         assert log.index("agent_serving") < log.index("startup_taint_lifted")
+
+
+async def test_a_relabelled_node_moves_its_pool_to_its_profile_as_kubectl_shows(tmp_path: Path) -> None:
+    values = sim_values(4)
+    values["config"]["profiles"] = [
+        {"name": "big", "node_selector": {"match_labels": {"node-group": "big"}}, "spec": {"pre_allocate": 6}}
+    ]
+
+    async def profile_column() -> str:
+        header, row = (await op.kubectl("get", "enipool", "n1")).splitlines()
+        return _cells(header, row)["PROFILE"]
+
+    async with operator(tmp_path) as op:
+        await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=values)
+        await op.start_controller()
+        await op.kubectl("apply", "-f", "-", stdin=nodes_manifest({"n1": "i-0001"}))
+        await op.wait("n1's pool filled from node_defaults", lambda: _available_is(op, "n1", 4))
+        assert await profile_column() == ""  # node_defaults alone
+
+        await op.kubectl("label", "node", "n1", "node-group=big")
+        await op.wait("n1's pool follows profile big", lambda: _available_is(op, "n1", 6))
+        assert await profile_column() == "big"
+        listed = await op.kubectl("get", "enipools", "-l", "eni-ipam.io/profile=big", "-o", "name")
+        assert listed.split() == ["enipool.eni-ipam.io/n1"]
+
+
+def _cells(header: str, row: str) -> dict[str, str]:
+    """A row of kubectl's table by column, cut where the header's columns start (an empty cell
+    leaves no word to split on)."""
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    ends = [*starts[1:], None]
+    return {name: row[a:b].strip() for name, a, b in zip(names, starts, ends, strict=True)}
 
 
 async def _row_is(row: Any, expected: list[str]) -> bool:

@@ -377,3 +377,53 @@ def test_the_burst_example_side_by_side_with_the_pool_off() -> None:
     # Two nodes ran before the burst, ten joined; with the pool, ten of the creates are refills.
     assert {op: calls[True][op] for op in mutating} == dict(zip(mutating, (20, 12, 2), strict=True))
     assert {op: calls[False][op] for op in mutating} == dict(zip(mutating, (12, 12, 12), strict=True))
+
+
+PROFILED = (
+    BASE
+    + """
+node_defaults: {pre_allocate: 2}
+profiles:
+  - {name: big, node_selector: {match_labels: {size: big}}, spec: {pre_allocate: 6}}
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (
+            {
+                "profiles": [
+                    {"name": "big", "node_selector": {}},
+                    {"name": "big", "node_selector": {"match_labels": {"a": "b"}}},
+                ]
+            },
+            "profiles[1].name",
+        ),
+        (
+            {"profiles": [{"name": "big", "node_selector": {}, "spec": {"pre_alocate": 1}}]},
+            "profiles[0].spec.pre_alocate",
+        ),
+        ({"nodes": [{"name": "node1", "instance": "i-1", "labels": {"size": 7}}]}, "nodes[0].labels.size"),
+        ({"steps": [{"set": {"node1": {"labels": ["size"]}}}]}, "steps[0].set.node1.labels"),
+    ],
+)
+def test_a_bad_profile_or_label_in_a_scenario_names_its_key(change: dict, path: str) -> None:
+    data = {**yaml.safe_load(PROFILED), **change}
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert info.value.path == path
+
+
+def test_a_relabelled_node_follows_its_new_profile_and_node_defaults_otherwise() -> None:
+    data = yaml.safe_load(PROFILED)
+    data["steps"] = [
+        {"converge": "60s"},
+        {"expect": {"node1": {"available": 2}}},  # no label: node_defaults
+        {"set": {"node1": {"labels": {"size": "big"}}}},
+        {"converge": "60s"},
+        {"expect": {"node1": {"available": 6}}},
+    ]
+    outcome = simulate(parse_scenario(data))
+    assert outcome.passed, [f for r in outcome.results for f in r.failures]

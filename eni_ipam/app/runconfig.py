@@ -43,6 +43,7 @@ from eni_ipam.config.schema import (
     PositiveDuration,
     config_error,
 )
+from eni_ipam.core.profiles import Profile, ProfileSet, check_profiles
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
@@ -135,6 +136,10 @@ class RunConfigBase(BaseSettings):
     node_defaults: NodeSpec = NodeSpec()
     """The spec every node starts from: the ENIPools created for Nodes, and the ``nodes`` entries
     (whose own keys win)."""
+    profiles: Annotated[tuple[Profile, ...], Field(strict=False)] = ()
+    """Node spec keys by Node labels: each a ``name``, a ``node_selector`` and a ``spec`` merged over
+    ``node_defaults``; a Node's pool follows the most specific profile that matches it
+    (:mod:`eni_ipam.core.profiles`). ``node_source: kubernetes`` only."""
     nodes: Annotated[tuple[StaticNode, ...], Field(strict=False)] = ()
     """``node_source: memory`` only: the nodes, each with ``name``, ``instance`` and spec keys."""
 
@@ -165,6 +170,11 @@ class RunConfigBase(BaseSettings):
             )
         if self.nodes and self.node_source != "memory":
             raise FieldError("nodes", "only used with node_source: memory (Kubernetes nodes come from Nodes)")
+        if self.profiles and self.node_source != "kubernetes":
+            raise FieldError(
+                "profiles", "only used with node_source: kubernetes (they select Nodes by label)"
+            )
+        check_profiles(self.profiles)
         names: dict[str, int] = {}
         instances: dict[str, str] = {}
         for n, node in enumerate(self.nodes):
@@ -185,6 +195,10 @@ class RunConfigBase(BaseSettings):
         """The selected provider's section (its defaults when not written)."""
         section = getattr(self, self.provider)
         return section if section is not None else plugins()[self.provider].SETTINGS()
+
+    def profile_set(self) -> ProfileSet:
+        """``profiles`` ordered for choosing, each merged over ``node_defaults``."""
+        return ProfileSet(self.profiles, self.node_defaults)
 
     def static_nodes(self) -> list[NodeResource]:
         """The ``nodes`` entries (``node_defaults`` applied), with their used addresses."""

@@ -302,6 +302,7 @@ class Service:
             api,
             settings=ks,
             node_defaults=self.config.node_defaults,
+            profiles=self.config.profiles,
             clock=self.clock,
             metrics=metrics,
             provider_id_schemes=plugin(self.config.provider).PROVIDER_ID_SCHEMES,

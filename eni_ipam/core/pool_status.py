@@ -101,12 +101,14 @@ class StatsStatus(_Schema):
 
 class ConditionStatus(_Schema):
     type: str
-    """Ready (the pool is within its watermarks) or AtCapacity (the instance holds no more)."""
+    """Ready (the pool is within its watermarks), AtCapacity (the instance holds no more) or
+    SubnetPressure (a subnet of the pool is short of free addresses: only while
+    settings.subnet_pressure_enabled)."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str = ""
     """Why, in one CamelCase word (PoolReady, Deficit, AtCapacity, LimitsUnknown, InstanceNotRunning,
-    DuplicateInstance, NoFreeSlot, RoomLeft)."""
+    DuplicateInstance, NoFreeSlot, RoomLeft, SubnetPressure, NoPressure)."""
     message: str = ""
     """Why, as a sentence."""
     last_transition_time: Annotated[str, Field(json_schema_extra={"format": "date-time"})] = ""
@@ -140,4 +142,4 @@ class PoolStatus(_Schema):
     observed_generation: Count = 0
     """The spec's generation the status was computed from."""
     conditions: Annotated[list[ConditionStatus], Field(max_length=MAX_CONDITIONS)] = []
-    """Ready and AtCapacity."""
+    """Ready and AtCapacity, and SubnetPressure while subnet pressure is enabled."""

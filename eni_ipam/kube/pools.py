@@ -4,10 +4,13 @@ Role: the source's handlers (:mod:`~eni_ipam.kube.source`) only queue work by po
 leading, :meth:`PoolWriter.run` does the writes, one at a time and in order, and retries the ones
 that failed after a backoff.
 
-* ``ensure``: every Node with an instance id gets an ENIPool (spec from ``node_defaults``, owned by
-  the Node, carrying the :data:`~eni_ipam.kube.resources.FINALIZER`). Of an existing pool only the
-  Node-derived fields (instance, type, zone) and the fields that still follow ``node_defaults`` are
-  brought up to date: people's edits to the rest of the spec stay. A pool deleted by hand while its
+* ``ensure``: every Node with an instance id gets an ENIPool (spec from the Node's defaults: the
+  most specific profile matching its labels merged over ``node_defaults``, or ``node_defaults``
+  alone; owned by the Node, carrying the :data:`~eni_ipam.kube.resources.FINALIZER`). Of an
+  existing pool only the Node-derived fields (instance, type, zone), the fields that still follow
+  the Node's defaults and the profile it follows are brought up to date: people's edits to the rest
+  of the spec stay. A relabelled Node's pool so moves to its new profile's values, field by field,
+  through the same ownership as a change of ``node_defaults``. A pool deleted by hand while its
   Node exists is made again, and an event on the Node says so. A Node without an instance id (no
   ``spec.providerID`` yet) gets no pool: it is logged at warning and said in an Event once it
   becomes so, and counted in ``eni_ipam_nodes_ignored{reason="no-provider-id"}`` while it is.
@@ -32,6 +35,7 @@ import structlog
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.backoff import Backoff
 from eni_ipam.core.clock import Clock
+from eni_ipam.core.profiles import ProfileSet
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.kube import errors
 from eni_ipam.kube.api import ENIPOOLS, KubeApi
@@ -39,7 +43,15 @@ from eni_ipam.kube.delivery import Delivery
 from eni_ipam.kube.events import EventRecorder
 from eni_ipam.kube.informer import EMIT_SLICE, Informer
 from eni_ipam.kube.projection import NodeInfo, PoolInfo, project_pool
-from eni_ipam.kube.resources import FINALIZER, defaults_patch, node_fields_patch, owned_by, pool_for_node
+from eni_ipam.kube.resources import (
+    FINALIZER,
+    defaults_patch,
+    merge_patches,
+    node_fields_patch,
+    owned_by,
+    pool_for_node,
+    profile_patch,
+)
 from eni_ipam.kube.status import StatusWriter
 
 log = structlog.get_logger("eni_ipam.kube.pools")
@@ -61,7 +73,8 @@ class PoolWriter:
         clock: Clock,
         rng: random.Random,
         instance_ids: str,
-        node_defaults: NodeSpec | None,
+        node_defaults: NodeSpec | None = None,
+        profiles: ProfileSet | None = None,
         events: EventRecorder,
         metrics: Metrics,
     ) -> None:
@@ -75,8 +88,8 @@ class PoolWriter:
         self.clock = clock
         self.rng = rng
         self.instance_ids = instance_ids
-        self.node_defaults = node_defaults
-        """The spec keys a new ENIPool starts with (``node_defaults`` of the run configuration)."""
+        self.profiles = profiles if profiles is not None else ProfileSet((), node_defaults)
+        """The spec keys pools follow: ``node_defaults`` and the profiles merged over them."""
         self._todo: dict[str, str] = {}  # pool name → "ensure" or "finalize"
         self._wake = asyncio.Event()
         self._deleted_by_hand: set[str] = set()
@@ -85,6 +98,15 @@ class PoolWriter:
         self._metrics = metrics
         self._without_id: set[str] = set()
         """Nodes seen without an instance id (no provider id yet): they get no pool."""
+
+    @property
+    def node_defaults(self) -> NodeSpec | None:
+        """The spec keys a pool no profile matches starts with (``node_defaults``)."""
+        return self.profiles.defaults
+
+    @node_defaults.setter
+    def node_defaults(self, value: NodeSpec | None) -> None:
+        self.profiles = ProfileSet(self.profiles.profiles, value)
 
     def queue(self, name: str, action: str) -> None:
         """Ask for ``action`` (``ensure`` or ``finalize``) on pool ``name``."""
@@ -146,8 +168,9 @@ class PoolWriter:
         if self._foreign(node):
             return  # a Node of another cloud: no pool
         pool = self._pools.store.get(name)
+        profile, defaults = self.profiles.choose(dict(node.labels))
         if pool is None:
-            body = pool_for_node(node, self.node_defaults, instance_ids=self.instance_ids)
+            body = pool_for_node(node, defaults, instance_ids=self.instance_ids, profile=profile)
             self._has_id(name, body is not None, node)
             if body is None:
                 return
@@ -155,21 +178,25 @@ class PoolWriter:
                 created = await self.api.create(ENIPOOLS, body)
             except errors.KubeConflict:
                 return  # created meanwhile; its event follows
-            log.info("pool_created", pool=name, instance=created["spec"]["instanceID"])
+            log.info("pool_created", pool=name, instance=created["spec"]["instanceID"], profile=profile)
             if name in self._deleted_by_hand:
                 self._deleted_by_hand.discard(name)
                 await self._recreated(node)
             return
         if pool.deleting or not owned_by(pool, node):
             return  # a pool of an earlier Node of this name: the GC deletes it, then a new one is made
-        patch = node_fields_patch(pool, node, instance_ids=self.instance_ids) or {}
-        defaults = defaults_patch(pool, self.node_defaults)
-        if defaults is not None:
-            patch = {**defaults, "spec": {**patch.get("spec", {}), **defaults.get("spec", {})}}
+        moved = profile_patch(pool, profile)
+        patch = merge_patches(
+            node_fields_patch(pool, node, instance_ids=self.instance_ids),
+            defaults_patch(pool, defaults),
+            moved,
+        )
         if patch.get("spec") or patch.get("metadata"):
             if not patch.get("spec"):
                 patch.pop("spec", None)
             await self.api.patch(ENIPOOLS, name, patch)
+            if moved is not None:
+                log.info("pool_profile_changed", pool=name, profile=profile, was=pool.profile)
             log.info("pool_updated", pool=name, fields=sorted(patch.get("spec", {})))
 
     async def _recreated(self, node: NodeInfo) -> None:
@@ -181,7 +208,7 @@ class PoolWriter:
             node.uid,
             "PoolRecreated",
             f"ENIPool {name} was deleted while its Node exists; eni-ipam created it again from "
-            "node_defaults (edits made to the deleted pool are not restored)",
+            "node_defaults and the Node's profile (edits made to the deleted pool are not restored)",
         )
 
     def _has_id(self, name: str, has: bool, node: NodeInfo | None = None) -> None:

@@ -7,15 +7,17 @@ times that as Python objects; an ENIPool carries an entry per pool address. At 1
 process, only what the controller reads may stay.
 
 * :class:`NodeInfo`: name, uid, resourceVersion, ``spec.providerID``, the two labels a pool is
-  made from (zone, instance type), and what eni-ipam writes on it (the max-pods annotation, the keys
-  of its own taints). Nothing else of a Node is read.
+  made from (zone, instance type), the labels the profiles' selectors name (those keys only, none
+  without profiles), and what eni-ipam writes on it (the max-pods annotation, the keys of its own
+  taints). Nothing else of a Node is read.
 * :class:`PendingPod`: the Pod's ``namespace/name``, resourceVersion and the node it waits on (none
   for a host-network Pod, which needs no address).
 * :class:`PoolInfo`: the metadata the controller acts on (generation, creation time, deletion,
-  finalizers, the Node owners' uids, the defaults annotation), the whole spec, the node agent's
-  ``used`` and ``releaseAnswers``, the handshake's ``release`` marks, the prefixes the interfaces
-  publish (the generic provider's records), the conditions' status and transition time, and a
-  digest of the controller-owned status fields (:func:`status_digest`) instead of their content.
+  finalizers, the Node owners' uids, the defaults annotation, the profile label), the whole spec,
+  the node agent's ``used`` and ``releaseAnswers``, the handshake's ``release`` marks, the
+  prefixes the interfaces publish (the generic provider's records), the conditions' status and
+  transition time, and a digest of the controller-owned status fields (:func:`status_digest`)
+  instead of their content.
 
 Invariants:
 
@@ -45,6 +47,10 @@ DEFAULTS_ANNOTATION = "eni-ipam.io/defaults"
 """The spec values the controller last wrote from ``node_defaults`` (JSON, ENIPool keys). A field
 holding the value recorded here follows ``node_defaults``; a field someone set to another value is
 theirs, and the controller leaves it alone (docs/configuration.md, ``node_defaults``)."""
+
+PROFILE_LABEL = "eni-ipam.io/profile"
+"""The profile a pool follows (:mod:`~eni_ipam.core.profiles`), on pools the controller keeps in
+step with their defaults; absent when the pool follows ``node_defaults`` alone."""
 
 MAX_PODS_ANNOTATION = "eni-ipam.io/max-pods"
 """The most pods the Node can run with an address each, plus the host-network ones, as the
@@ -108,6 +114,9 @@ class NodeInfo:
     """The ``eni-ipam.io/max-pods`` annotation as it stands (:mod:`~eni_ipam.kube.nodemarks`)."""
     taints: tuple[str, ...] = ()
     """The keys of eni-ipam's own taints the Node carries (no other taint is kept)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """``(key, value)`` of the labels the profiles' selectors name, sorted (no other label is kept).
+    Nodes of one group share one tuple."""
 
 
 def _own_taints(spec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -118,7 +127,29 @@ def _own_taints(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted({_shared(k) for k in keys if isinstance(k, str) and k.startswith(OWN_TAINT_PREFIX)}))
 
 
-def project_node(obj: Mapping[str, Any]) -> NodeInfo:
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+_LABEL_SETS_MAX = 65536
+
+
+def _selected_labels(labels: Mapping[str, Any], keys: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The labels of ``keys`` a Node carries, as one tuple shared by the Nodes that carry the same
+    (a node group's Nodes: 8 bytes a Node rather than a tuple each; the table is bounded as
+    :func:`_transitions`'s)."""
+    if not keys:
+        return ()
+    found = tuple(
+        sorted((_shared(k), _shared(v)) for k, v in labels.items() if k in keys and isinstance(v, str))
+    )
+    if not found:
+        return ()
+    if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
+        _LABEL_SETS.clear()
+    return _LABEL_SETS.setdefault(found, found)
+
+
+def project_node(obj: Mapping[str, Any], label_keys: frozenset[str] = frozenset()) -> NodeInfo:
+    """What is kept of a Node; ``label_keys``: the labels kept besides zone and instance type (the
+    profiles' selectors' keys)."""
     meta = _metadata(obj)
     labels = _mapping(meta.get("labels"))
     spec = _mapping(obj.get("spec"))
@@ -132,6 +163,7 @@ def project_node(obj: Mapping[str, Any]) -> NodeInfo:
         instance_type=_shared(labels.get(INSTANCE_TYPE_LABEL)),
         max_pods=_shared(max_pods) if isinstance(max_pods, str) else "",
         taints=_own_taints(spec),
+        labels=_selected_labels(labels, label_keys),
     )
 
 
@@ -206,6 +238,8 @@ class PoolInfo:
     """``(type, status, lastTransitionTime)`` of the controller's conditions."""
     digest: bytes
     """:func:`status_digest` of the status as stored."""
+    profile: str = ""
+    """The :data:`PROFILE_LABEL` as written (``""`` when absent)."""
     listed: int | None = None
     """``status.stats.available``: the addresses the pool held when its status was last written
     (None when absent or not a count). A hint of which pools are short when a term begins, never
@@ -325,7 +359,12 @@ def project_pool(obj: Mapping[str, Any]) -> PoolInfo:
         transitions=_transitions(status.get("conditions")),
         digest=status_digest(status),
         listed=_count(_mapping(status.get("stats")).get("available")),
+        profile=_profile(_mapping(meta.get("labels")).get(PROFILE_LABEL)),
     )
+
+
+def _profile(value: object) -> str:
+    return _shared(value) if isinstance(value, str) else ""
 
 
 def _count(value: object) -> int | None:

@@ -48,6 +48,7 @@ from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import ENIPOOLS, Obj
 from eni_ipam.kube.projection import (
     DEFAULTS_ANNOTATION,
+    PROFILE_LABEL,
     NodeInfo,
     PoolInfo,
     as_node,
@@ -226,11 +227,16 @@ def differs_from_node(pool: PoolInfo, wanted: Mapping[str, str]) -> bool:
 
 
 def pool_for_node(
-    node: NodeInfo | Mapping[str, Any], defaults: NodeSpec | None, *, instance_ids: str = "provider-id"
+    node: NodeInfo | Mapping[str, Any],
+    defaults: NodeSpec | None,
+    *,
+    instance_ids: str = "provider-id",
+    profile: str = "",
 ) -> Obj | None:
     """The ENIPool to create for ``node`` (spec from ``defaults``, the keys written there, recorded in
     :data:`DEFAULTS_ANNOTATION`), or None while the Node has no instance id. Owned by the Node, so it
-    goes when the Node goes."""
+    goes when the Node goes. ``profile``: the profile ``defaults`` come from (:data:`PROFILE_LABEL`;
+    ``""``: ``node_defaults`` alone)."""
     info = as_node(node)
     spec: dict[str, Any] = node_fields(info, instance_ids)
     if not spec:
@@ -242,7 +248,10 @@ def pool_for_node(
         "kind": ENIPOOLS.kind,
         "metadata": {
             "name": info.name,
-            "labels": {"app.kubernetes.io/managed-by": "eni-ipam"},
+            "labels": {
+                "app.kubernetes.io/managed-by": "eni-ipam",
+                **({PROFILE_LABEL: profile} if profile else {}),
+            },
             "annotations": {DEFAULTS_ANNOTATION: json.dumps(written, sort_keys=True)},
             "finalizers": [FINALIZER],
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": info.name, "uid": info.uid}],
@@ -294,6 +303,29 @@ def defaults_patch(pool: PoolInfo | Mapping[str, Any], defaults: NodeSpec | None
     if changes:
         patch["spec"] = changes
     return patch
+
+
+def profile_patch(pool: PoolInfo | Mapping[str, Any], profile: str) -> Obj | None:
+    """A merge patch recording that ``pool`` follows ``profile`` (``""``: ``node_defaults`` alone,
+    the label removed), or None when it says so already, or when the pool follows no defaults at
+    all (no :data:`DEFAULTS_ANNOTATION`: every field of it is people's)."""
+    info = as_pool(pool)
+    if info.profile == profile or recorded_defaults(info) is None:
+        return None
+    return {"metadata": {"labels": {PROFILE_LABEL: profile or None}}}
+
+
+def merge_patches(*patches: Obj | None) -> Obj:
+    """Merge patches as one: mappings merged key by key (``metadata.labels`` of one and
+    ``metadata.annotations`` of another both kept), other values the later patch's."""
+    out: Obj = {}
+    for patch in patches:
+        for key, value in (patch or {}).items():
+            old = out.get(key)
+            out[key] = (
+                merge_patches(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+            )
+    return out
 
 
 def node_fields_patch(

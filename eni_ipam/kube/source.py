@@ -7,9 +7,10 @@ Role: :class:`KubeNodeSource` follows the informers and decides what each event 
 itself is done by one module per job, built here and fed by the handlers:
 
 * :mod:`~eni_ipam.kube.pools`: the one writer of ENIPool objects. Every Node with a provider id
-  gets an ENIPool; only its Node-derived fields (and the fields following ``node_defaults``) are
-  kept up to date; a pool being deleted leaves the manager before its finalizer goes, once no pass
-  of the node is running.
+  gets an ENIPool; only its Node-derived fields (and the fields following ``node_defaults``, or the
+  profile the Node's labels choose: every Node event re-ensures its pool) are kept up to date; a
+  pool being deleted leaves the manager before its finalizer goes, once no pass of the node is
+  running.
 * :mod:`~eni_ipam.kube.delivery`: the ENIPool of every selected Node handed to the manager
   (``upsert``) when what the manager sees changes (the spec, the addresses the agent reports used,
   its handshake answers, the node's pending pods), never for the controller's own status writes.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import random
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -46,6 +48,7 @@ from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import NodeStatus
+from eni_ipam.core.profiles import Profile, ProfileSet
 from eni_ipam.core.provider import reads_node_store
 from eni_ipam.core.records import NodeRecord
 from eni_ipam.core.spec import NodeSpec
@@ -82,6 +85,7 @@ class KubeNodeSource:
         *,
         settings: KubeSettings,
         node_defaults: NodeSpec | None = None,
+        profiles: Collection[Profile] = (),
         clock: Clock,
         metrics: Metrics,
         rng: random.Random | None = None,
@@ -90,7 +94,8 @@ class KubeNodeSource:
     ) -> None:
         """``provider_id_schemes``: the ``spec.providerID`` schemes of the configured provider's Nodes
         (``aws``); a Node of another cloud gets no pool. Empty: any scheme (and ``node-name`` ids).
-        ``identity``: this replica's name, in the Events it sends."""
+        ``identity``: this replica's name, in the Events it sends. ``profiles``: node spec keys by
+        Node labels (:mod:`~eni_ipam.core.profiles`): the Nodes keep the labels they name."""
         self.api = api
         self.settings = settings
         self.schemes = frozenset(provider_id_schemes)
@@ -99,10 +104,11 @@ class KubeNodeSource:
         self.clock = clock
         self.rng = rng or random.Random()
         common: dict[str, Any] = {"clock": clock, "metrics": metrics, "watch_timeout": settings.watch_timeout}
+        chosen = ProfileSet(tuple(profiles), node_defaults)
         self.nodes = Informer(
             api,
             NODES,
-            project=project_node,
+            project=functools.partial(project_node, label_keys=chosen.label_keys),
             version=_version,
             view=NodeView,
             labels=settings.node_selector,
@@ -170,7 +176,7 @@ class KubeNodeSource:
             clock=clock,
             rng=self.rng,
             instance_ids=self.instance_ids,
-            node_defaults=node_defaults,
+            profiles=chosen,
             events=self.events,
             metrics=metrics,
         )

@@ -34,8 +34,9 @@ from eni_ipam.config.schema import (
     short,
     validate,
 )
+from eni_ipam.core.profiles import LabelKey, LabelValue, Profile, ProfileSet, check_profiles
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec
+from eni_ipam.core.spec import DEFAULT_SPEC, SPEC_FIELDS, NodeResource, NodeSpec
 from eni_ipam.errors import ConfigError
 from eni_ipam.simulator.emulation import Emulator, emulator
 
@@ -60,6 +61,8 @@ class NodeDocument(NodeSpec):
     """Addresses the node's pods use (may exceed the pool)."""
     pending_pods: NonNegativeInt = 0
     """Pods scheduled to the node, waiting for an address (drive surge allocation)."""
+    labels: dict[LabelKey, LabelValue] = {}
+    """The Node's labels: they choose its profile (``profiles``)."""
 
 
 class NodeChange(NodeSpec):
@@ -70,9 +73,11 @@ class NodeChange(NodeSpec):
     agent: Literal["up", "down"] | None = None
     """``down``: the node's agent stops answering the release handshake (nothing of the node is
     released) until a later step says ``up``."""
+    labels: dict[LabelKey, LabelValue] | None = None
+    """The Node's labels from now on (all of them): a relabelled node follows its new profile."""
 
     def changes(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.model_fields_set}
+        return {key: getattr(self, key) for key in self.model_fields_set if key != "labels"}
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?$")
@@ -219,6 +224,12 @@ class ScenarioDocument(ConfigModel):
     """The in-memory EC2 (exactly one of ``cloud`` and ``generic``)."""
     generic: Annotated[Mapping[str, Any], BeforeValidator(_mapping)] | None = None
     """The generic provider's section instead of a cloud."""
+    node_defaults: NodeSpec = NodeSpec()
+    """Spec keys of every node that neither its profile nor its entry writes, as in the run
+    configuration."""
+    profiles: Annotated[tuple[Profile, ...], Field(strict=False)] = ()
+    """Spec keys by node labels, as in the run configuration: a node follows the most specific
+    profile its ``labels`` match; the keys its entry (or a ``set`` step) writes win over both."""
     nodes: Annotated[tuple[NodeDocument, ...], Field(strict=False)] = ()
     steps: Annotated[tuple[StepDocument, ...], Field(strict=False)] = ()
     seed: NonNegativeInt = 0
@@ -228,6 +239,7 @@ class ScenarioDocument(ConfigModel):
     def _one_section(self) -> ScenarioDocument:
         if (self.cloud is None) == (self.generic is None):
             raise FieldError("cloud", "required: exactly one of cloud (the in-memory EC2) and generic")
+        check_profiles(self.profiles)
         return self
 
     @property
@@ -238,9 +250,16 @@ class ScenarioDocument(ConfigModel):
 class _LiveNodes:
     """The nodes that exist at each step, for the references steps make."""
 
-    def __init__(self, emulator: Emulator, declaration: Any) -> None:
+    def __init__(self, emulator: Emulator, declaration: Any, profiles: ProfileSet | None = None) -> None:
         self.emulator = emulator
         self.declaration = declaration
+        self.profiles = profiles or ProfileSet()
+        self.written: dict[str, dict[str, Any]] = {}
+        """Node name → the spec keys its entry and its ``set`` steps wrote (they win over profiles)."""
+        self.labels: dict[str, dict[str, str]] = {}
+        """Node name → its labels as they stand."""
+        self.specs: dict[str, NodeSpec] = {}
+        """A node entry's or a step's path and the node's name → its spec, profiles applied."""
         self.declared = emulator.instances(declaration)
         """The instances a node may name; None: any (a node is its own instance)."""
         self.instances: dict[str, str] = {}
@@ -266,6 +285,14 @@ class _LiveNodes:
                 "hand out the same addresses",
             )
         self.instances[node.name] = instance
+        self.written[node.name] = {key: getattr(node, key) for key in node.model_fields_set & NODE_SPEC_KEYS}
+        self.labels[node.name] = dict(node.labels)
+        self.specs[f"{path}/{node.name}"] = self.resolve(node.name)
+
+    def resolve(self, name: str) -> NodeSpec:
+        """Node ``name``'s spec: the keys written for it over its profile's (or ``node_defaults``)."""
+        _, defaults = self.profiles.choose(self.labels[name])
+        return (defaults or DEFAULT_SPEC).replace(**self.written[name]).fields()
 
     def known(self, name: str, path: str) -> None:
         if name not in self.instances:
@@ -279,8 +306,14 @@ class _LiveNodes:
             self.known(step.remove_node, where)
             del self.instances[step.remove_node]
         elif step.set is not None:
-            for name in step.set:
+            for name, changed in step.set.items():
                 self.known(name, f"{where}.{name}")
+                self.written[name].update(
+                    {key: getattr(changed, key) for key in changed.model_fields_set & NODE_SPEC_KEYS}
+                )
+                if changed.labels is not None:
+                    self.labels[name] = dict(changed.labels)
+                self.specs[f"{where}/{name}"] = self.resolve(name)
         elif step.expect is not None:
             for key in step.expect:
                 if key not in ("api_calls", "metrics") and key not in self.instances:
@@ -332,25 +365,33 @@ class Scenario:
         return self.declaration if self.section == "generic" else None
 
 
-def _entry(node: NodeDocument) -> NodeResource:
+def _entry(node: NodeDocument, spec: NodeSpec) -> NodeResource:
     return NodeResource(
         name=node.name,
         instance_id=node.instance or node.name,
-        spec=node.fields(),
+        spec=spec,
         used=node.used,
         pending_pods=node.pending_pods,
     )
 
 
-def _step(step: StepDocument, path: str, changes: Mapping[str, Any]) -> Step:
+def _step(step: StepDocument, path: str, live: _LiveNodes) -> Step:
     kind_ = step.kind
     where = join(path, kind_)
     if step.cloud is not None:
-        return Step(kind_, changes[where], where)
+        return Step(kind_, live.changes[where], where)
     if step.add_node is not None:
-        return Step(kind_, _entry(step.add_node), where)
+        return Step(kind_, _entry(step.add_node, live.specs[f"{where}/{step.add_node.name}"]), where)
     if step.set is not None:
-        return Step(kind_, {name: change.changes() for name, change in step.set.items()}, where)
+        # The spec as it stands after the step (keys written, labels and profiles applied).
+        return Step(
+            kind_,
+            {
+                name: {**change.changes(), "spec": live.specs[f"{where}/{name}"]}
+                for name, change in step.set.items()
+            },
+            where,
+        )
     return Step(kind_, getattr(step, kind_), where)
 
 
@@ -369,7 +410,7 @@ def parse_scenario(data: Any) -> Scenario:
     section = document.section
     cloud = emulator(section)
     declaration = validate(cloud.DECLARATION, getattr(document, section), path=section)
-    live = _LiveNodes(cloud, declaration)
+    live = _LiveNodes(cloud, declaration, ProfileSet(document.profiles, document.node_defaults))
     try:
         for n, node in enumerate(document.nodes):
             live.add(node, f"nodes[{n}]")
@@ -381,8 +422,10 @@ def parse_scenario(data: Any) -> Scenario:
         settings=document.settings,
         section=section,
         declaration=declaration,
-        nodes=tuple(_entry(n) for n in document.nodes),
-        steps=tuple(_step(s, f"steps[{n}]", live.changes) for n, s in enumerate(document.steps)),
+        nodes=tuple(
+            _entry(node, live.specs[f"nodes[{n}]/{node.name}"]) for n, node in enumerate(document.nodes)
+        ),
+        steps=tuple(_step(s, f"steps[{n}]", live) for n, s in enumerate(document.steps)),
         seed=document.seed,
     )
 

@@ -168,11 +168,16 @@ class Simulation:
         return []
 
     def _set(self, name: str, fields: Mapping[str, Any]) -> None:
-        spec_changes = {k: v for k, v in fields.items() if k in NODE_SPEC_KEYS}
-        spec = self.store.resources[name].spec
+        spec = fields.get("spec")  # the spec after the step, resolved by the reader
+        if spec is None:
+            spec_changes = {k: v for k, v in fields.items() if k in NODE_SPEC_KEYS}
+            old = self.store.resources[name].spec
+            spec = old.replace(**spec_changes).fields() if spec_changes else None
+        elif spec == self.store.resources[name].spec:
+            spec = None
         self.node_side.update(
             name,
-            spec=spec.replace(**spec_changes).fields() if spec_changes else None,
+            spec=spec,
             used=fields.get("used"),
             pending_pods=fields.get("pending_pods"),
             agent=fields.get("agent"),

@@ -20,7 +20,16 @@ SECTIONS = {
     "aws": AwsSettings,
     "kubernetes": KubeSettings,
 }
-TOP_KEYS = {"provider", "node_source", "log_level", "shutdown_timeout", "server", *SECTIONS, "node_defaults"}
+TOP_KEYS = {
+    "provider",
+    "node_source",
+    "log_level",
+    "shutdown_timeout",
+    "server",
+    *SECTIONS,
+    "node_defaults",
+    "profiles",
+}
 
 
 def field_names(cls: type) -> set[str]:
@@ -62,6 +71,23 @@ def test_every_config_key_is_commented():
     for key in TOP_KEYS:
         n = lines.index(next(line for line in lines if re.match(rf"^  {key}:", line)))
         assert lines[n - 1].lstrip().startswith("#"), f"config.{key} has no comment"
+
+
+def test_the_commented_profiles_example_is_a_valid_configuration():
+    """The example above ``profiles: []`` in values.yaml, uncommented, loads and chooses as it says."""
+    from eni_ipam.app.runconfig import load_config_mapping
+
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    end = lines.index("  profiles: []")
+    start = next(n for n in range(end, 0, -1) if lines[n].strip() == "#   profiles:")
+    example = yaml.safe_load("\n".join(line.removeprefix("  #   ") for line in lines[start:end]))
+    sim = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
+    config = load_config_mapping({"provider": "sim", "sim": sim, **example})
+    chosen = config.profile_set()
+    zone = {"eks.amazonaws.com/nodegroup": "web", "topology.kubernetes.io/zone": "us-east-1a"}
+    assert chosen.choose(zone)[0] == "web-us-east-1a"
+    assert chosen.choose({**zone, "topology.kubernetes.io/zone": "us-east-1b"})[0] == ""
+    assert chosen.choose({"karpenter.sh/nodepool": "batch"})[0] == "batch"
 
 
 def _load(docs):

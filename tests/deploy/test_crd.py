@@ -29,7 +29,7 @@ from eni_ipam.core.model import (
 from eni_ipam.core.pool_status import PoolStatus
 from eni_ipam.core.spec import CRD_DEFAULTS, POOL_ONLY_FIELDS, SPEC_FIELDS, PoolSpec
 from eni_ipam.kube.permissions import GROUP, KIND, PLURAL, VERSION
-from eni_ipam.kube.projection import CONDITION_TYPES, CONTROLLER_FIELDS
+from eni_ipam.kube.projection import CONDITION_TYPES, CONTROLLER_FIELDS, PROFILE_LABEL
 from eni_ipam.kube.resources import StatusTooLarge, agent_status_patch, desired_status
 from scripts import gen_crd
 from tests.deploy.conftest import CHART
@@ -169,7 +169,10 @@ def test_wide_output_adds_where_the_pool_can_grow_and_why_it_is_not_ready():
     (version,) = CRD["spec"]["versions"]
     columns = {c["name"]: (c["jsonPath"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]}
     default = [name for name, (_, priority) in columns.items() if priority == 0]
-    assert default == ["Instance", "Type", "Available", "Used", "Needed", "Ready", "Age"]
+    assert default == ["Instance", "Type", "Profile", "Available", "Used", "Needed", "Ready", "Age"]
+    assert columns["Profile"][0] == ".metadata.labels." + PROFILE_LABEL.replace(
+        ".", "\\."
+    )  # the label written
     wide = {name: path for name, (path, priority) in columns.items() if priority == 1}
     assert wide["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
     assert wide["Message"] == ".status.message"

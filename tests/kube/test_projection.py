@@ -211,3 +211,16 @@ def test_a_kept_pool_hints_at_the_addresses_its_status_last_listed_only_from_a_c
     if status is not None:
         obj["status"] = status
     assert project_pool(obj).listed == listed
+
+
+def test_a_kept_node_holds_only_the_labels_the_profiles_name_one_tuple_a_group() -> None:
+    keys = frozenset({"node-group", "topology.kubernetes.io/zone", "absent.example.com/key"})
+    kept = []
+    for n in range(2):
+        whole = as_read(realistic_node(f"{NAME}-{n}", f"aws:///us-east-1a/i-0{n}"))
+        whole["metadata"]["labels"]["node-group"] = "batch"
+        kept.append(project_node(whole, label_keys=keys))
+    assert kept[0].labels == (("node-group", "batch"), ("topology.kubernetes.io/zone", "us-east-1a"))
+    assert kept[0].labels is kept[1].labels  # one tuple for the group's Nodes
+    assert deep_size(kept[0]) <= 1024
+    assert project_node(whole).labels == ()  # no profiles: no label kept

@@ -20,6 +20,7 @@ from lightkube.types import PatchType
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
+from eni_ipam.core.profiles import Profile
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.errors import ConfigError
@@ -37,7 +38,15 @@ from tests.waiting import until
 
 
 class Cluster:
-    def __init__(self, kube: FakeKube, api: KubeApi, **kube_settings: Any) -> None:
+    def __init__(
+        self,
+        kube: FakeKube,
+        api: KubeApi,
+        *,
+        profiles: tuple[Profile, ...] = (),
+        node_defaults: NodeSpec | None = None,
+        **kube_settings: Any,
+    ) -> None:
         self.kube, self.api = kube, api
         self.clock = LoopClock()
         self.metrics = Metrics()
@@ -48,7 +57,8 @@ class Cluster:
         self.source = KubeNodeSource(
             api,
             settings=KubeSettings(**kube_settings),
-            node_defaults=NodeSpec(pre_allocate=4),
+            node_defaults=NodeSpec(pre_allocate=4) if node_defaults is None else node_defaults,
+            profiles=profiles,
             clock=self.clock,
             metrics=self.metrics,
         )

@@ -279,6 +279,7 @@ async def test_a_table_of_pools_evaluates_the_printer_columns(
         "Name",
         "Instance",
         "Type",
+        "Profile",
         "Available",
         "Used",
         "Needed",
@@ -290,9 +291,9 @@ async def test_a_table_of_pools_evaluates_the_printer_columns(
         "Reason",
         "Message",
     ]
-    assert [c["priority"] for c in answer["columnDefinitions"]] == [0] * 8 + [1] * 5
+    assert [c["priority"] for c in answer["columnDefinitions"]] == [0] * 9 + [1] * 5
     row = answer["rows"][0]
-    assert row["cells"][:7] == ["p1", "i-1", "m5.large", 4, None, None, "False"]
+    assert row["cells"][:8] == ["p1", "i-1", "m5.large", None, 4, None, None, "False"]
     assert row["object"]["kind"] == "PartialObjectMetadata" and row["object"]["metadata"]["name"] == "p1"
 
 
@@ -302,6 +303,8 @@ def test_jsonpath_and_ages_are_evaluated_like_the_real_server() -> None:
     assert jsonpath(obj, ".status.conditions[*].type") == ["A", "Ready"]
     assert jsonpath(obj, ".status.conditions[0]['status']") == ["x"]
     assert jsonpath(obj, ".missing.field") == []
+    labelled = {"metadata": {"labels": {"eni-ipam.io/profile": "gpu", "eni-ipam": {"io/profile": "no"}}}}
+    assert jsonpath(labelled, ".metadata.labels.eni-ipam\\.io/profile") == ["gpu"]  # a dot escaped
     seconds = datetime.timedelta
     cases = [
         (seconds(seconds=59), "59s"),

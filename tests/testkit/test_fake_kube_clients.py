@@ -76,10 +76,11 @@ async def test_kubectl_get_enipools_prints_the_printer_columns_with_values(
         }
     }
     await tools.ok("patch", "enipool", "n1", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    await tools.ok("label", "enipool", "n1", "eni-ipam.io/profile=web")  # the profile it follows
     rows = table(await tools.ok("get", "enipools"))
-    assert rows[0] == ["NAME", "INSTANCE", "TYPE", "AVAILABLE", "USED", "NEEDED", "READY", "AGE"]
-    assert rows[1][:7] == ["n1", "i-1", "m5.large", "5", "2", "0", "True"]
-    assert rows[1][7].endswith("s")  # seconds old
+    assert rows[0] == ["NAME", "INSTANCE", "TYPE", "PROFILE", "AVAILABLE", "USED", "NEEDED", "READY", "AGE"]
+    assert rows[1][:8] == ["n1", "i-1", "m5.large", "web", "5", "2", "0", "True"]
+    assert rows[1][8].endswith("s")  # seconds old
     # -o wide adds the columns of priority 1: why a pool cannot grow, at a glance.
     blocked = {
         "status": {
@@ -92,8 +93,8 @@ async def test_kubectl_get_enipools_prints_the_printer_columns_with_values(
     await tools.ok(*patch, json.dumps(blocked), "--subresource=status")
     await tools.ok(*patch, '{"spec": {"zone": "us-east-1a"}}')
     wide = table(await tools.ok("get", "enipools", "-o", "wide"))
-    assert wide[0][8:] == ["ZONE", "CAPACITY", "INTERFACES LEFT", "REASON", "MESSAGE"]
-    assert wide[1][8:] == ["us-east-1a", "30", "0", "SubnetFull", "no room in the subnets"]
+    assert wide[0][9:] == ["ZONE", "CAPACITY", "INTERFACES LEFT", "REASON", "MESSAGE"]
+    assert wide[1][9:] == ["us-east-1a", "30", "0", "SubnetFull", "no room in the subnets"]
 
 
 async def test_kubectl_patch_of_a_pool_needs_type_merge_as_on_a_cluster(

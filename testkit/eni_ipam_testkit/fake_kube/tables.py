@@ -13,8 +13,9 @@ or ``None``), the object as ``PartialObjectMetadata`` or whole.
 * Custom resources get ``Name`` and their CRD version's ``additionalPrinterColumns``, each evaluated
   by its JSONPath, with the first result converted by the column's type as the real server does
   (``integer``, ``number``, ``boolean``, ``date`` as an age such as ``5m``, ``string`` as printed).
-  The JSONPath subset: ``.a.b``, ``['a.b']``, ``[0]``, ``[*]`` and filters ``[?(@.type=="Ready")]``
-  (``==`` and ``!=`` against a quoted string or a number).
+  The JSONPath subset: ``.a.b``, ``.a\\.b`` (an escaped dot in a name, as in a label key),
+  ``['a.b']``, ``[0]``, ``[*]`` and filters ``[?(@.type=="Ready")]`` (``==`` and ``!=`` against a
+  quoted string or a number).
 
 Ages are durations from ``creationTimestamp`` to the server's now, printed like apimachinery's
 ``HumanDuration`` (``59s``, ``5m3s``, ``3h``, ``2d4h``, ``3y``).
@@ -88,7 +89,7 @@ def _age(value: Any, now: datetime.datetime) -> str:
 # -- a small JSONPath ------------------------------------------------------------------------------
 
 _TOKEN: Final = re.compile(
-    r"""\.(?P<name>[^.\[\]]+)"""
+    r"""\.(?P<name>(?:[^.\[\]\\]|\\.)+)"""
     r"""|\[(?P<index>-?\d+|\*)\]"""
     r"""|\[['"](?P<quoted>[^'"]+)['"]\]"""
     r"""|\[\?\((?P<filter>[^)]*)\)\]"""
@@ -116,7 +117,7 @@ def jsonpath(obj: Any, path: str) -> list[Any]:
 
 
 def _step(value: Any, match: re.Match[str]) -> list[Any]:
-    name = match["name"] or match["quoted"]
+    name = match["quoted"] if match["name"] is None else re.sub(r"\\(.)", r"\1", match["name"])
     if name is not None:
         return [value[name]] if isinstance(value, dict) and name in value else []
     if match["index"] is not None:
