@@ -79,6 +79,9 @@ class ViewObserver(Protocol):
     def set_subnet_free(self, subnet: Subnet, free: int) -> None:
         """The free addresses of one subnet now, net of the passes since the resync."""
 
+    def set_subnet_free_blocks(self, subnet: Subnet, blocks: int) -> None:
+        """The free aligned /28 blocks of one subnet now (counted, :mod:`eni_ipam.core.blocks`)."""
+
 
 class GcObserver(Protocol):
     """Garbage collection of leaked interfaces."""

@@ -45,6 +45,7 @@ from typing import Literal, Protocol
 import structlog
 
 from eni_ipam.core import devices, errors
+from eni_ipam.core.blocks import count_blocks
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
     EMPTY_TAGS,
@@ -379,11 +380,25 @@ class Ec2Provider:
         else:
             interfaces = await self.api.describe_network_interfaces(filters=scope.vpc())
         attached: dict[str, list[Interface]] = collections.defaultdict(list)
+        # Every interface of the VPC is listed (not only the cluster's): the used addresses of each
+        # subnet, hence its free /28 blocks, are known. An instance-tag scope lists only its own.
+        blocks = None if scope.instance_tags else count_blocks(shared.subnets, ())
         for n, iface in enumerate(interfaces, 1):
             if iface.instance_id:
                 attached[iface.instance_id].append(iface)
+            if blocks is not None:
+                counted = blocks.get(iface.subnet_id)
+                if counted is not None:
+                    counted.add(iface)
             if not n % ASSEMBLY_SLICE:
                 await asyncio.sleep(0)  # 400,000 interfaces at 100,000 nodes: the loop runs between
+        subnets = shared.subnets
+        if blocks is not None:
+            subnets = dict(subnets)
+            for sid, of_subnet in blocks.items():
+                # A subnet holds at most its size in addresses (65,536 for a /16): a few ms each.
+                subnets[sid] = dataclasses.replace(subnets[sid], free_blocks=of_subnet.free_blocks)
+                await asyncio.sleep(0)
         if not whole:
             # New instances (attached to, unknown yet), and known ones whose primary interface is
             # gone: described now, so neither is missed nor kept past its termination.
@@ -417,11 +432,12 @@ class Ec2Provider:
                 await asyncio.sleep(0)
         self._snapshot = instances
         return CloudSnapshot(
-            subnets=shared.subnets,
+            subnets=subnets,
             security_groups=shared.security_groups,
             instances=instances,
             limits=await self.limits.known({info.type for info in live.values()}),
             changes=Changes(since=previous, instance_ids=frozenset(changed)),
+            blocks=blocks,
         )
 
     def _reuse(

@@ -57,6 +57,12 @@ class Metrics(MetricSet):
             "Free addresses per subnet: the cloud's count at the last resync, net of the passes since",
             ["subnet", "zone"],
         )
+        self.free_prefix_blocks_per_subnet = self.gauge(
+            "free_prefix_blocks_per_subnet",
+            "Aligned /28 blocks with no used address per subnet, counted from the listing of every "
+            "interface of the VPC (absent when not counted)",
+            ["subnet", "zone"],
+        )
         self.subnet_size_ips = self.gauge(
             "subnet_size_ips",
             "Addresses in the subnet's CIDR (the cloud reserves a few of them)",
@@ -281,8 +287,11 @@ class Metrics(MetricSet):
         listed are dropped, not left stale."""
         self.available_ips_per_subnet.clear()
         self.subnet_size_ips.clear()
+        self.free_prefix_blocks_per_subnet.clear()
         for subnet in subnets:
             self.set_subnet_free(subnet, subnet.available)
+            if subnet.free_blocks >= 0:
+                self.set_subnet_free_blocks(subnet, subnet.free_blocks)
             size = _cidr_size(subnet.cidr)
             if size is not None:
                 self.subnet_size_ips.labels(subnet=subnet.id, zone=subnet.zone).set(size)
@@ -290,10 +299,17 @@ class Metrics(MetricSet):
     def set_subnet_free(self, subnet: Subnet, free: int) -> None:
         self.available_ips_per_subnet.labels(subnet=subnet.id, zone=subnet.zone).set(max(free, 0))
 
+    def set_subnet_free_blocks(self, subnet: Subnet, blocks: int) -> None:
+        self.free_prefix_blocks_per_subnet.labels(subnet=subnet.id, zone=subnet.zone).set(max(blocks, 0))
+
     def clear_pool_state(self) -> None:
         """Drop the gauges that describe pools (this replica stopped reconciling: a standby must not
         export its last leader term's numbers next to the new leader's)."""
-        for gauge in (self.available_ips_per_subnet, self.subnet_size_ips):
+        for gauge in (
+            self.available_ips_per_subnet,
+            self.subnet_size_ips,
+            self.free_prefix_blocks_per_subnet,
+        ):
             gauge.clear()
         self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float)  # nothing scheduled here
         self._pools.clear()
