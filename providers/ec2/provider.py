@@ -147,9 +147,10 @@ class Ec2Api(Protocol):
         ...
 
     async def assign_private_ip_addresses(
-        self, *, interface_id: str, secondary_count: int, prefix_count: int
+        self, *, interface_id: str, secondary_count: int, prefix_count: int, addresses: Sequence[str] = ()
     ) -> list[str]:
-        """Only the newly assigned addresses (or prefixes), in address order."""
+        """Only the newly assigned addresses (or prefixes), in address order. ``addresses``: the
+        ``PrivateIpAddresses`` to assign, named (then ``secondary_count`` is 0)."""
         ...
 
     async def unassign_private_ip_addresses(
@@ -512,13 +513,28 @@ class Ec2Provider:
 
     # -- mutations -------------------------------------------------------------------------------
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         """Assign exactly ``count`` addresses (or /28 prefixes) in one call; returns the new ones.
+        Named ``addresses`` go as ``PrivateIpAddresses``, never with reassignment.
 
         Raises:
+            errors.AddressInUse, errors.InvalidRequest (named addresses),
             errors.InterfaceLimitExceeded, errors.SubnetExhausted, errors.PrefixesExhausted,
             errors.NotFound, errors.Throttled, errors.TransientError: see the Provider protocol.
         """
+        if addresses:
+            if prefixes or count != len(addresses):
+                raise errors.InvalidRequest(
+                    f"{len(addresses)} named addresses for a count of {count}"
+                    + (" of prefixes" if prefixes else ""),
+                    code="InvalidParameterCombination",
+                    operation="AssignPrivateIpAddresses",
+                )
+            return await self.api.assign_private_ip_addresses(
+                interface_id=interface_id, secondary_count=0, prefix_count=0, addresses=tuple(addresses)
+            )
         if count == 0:
             return []
         secondary, prefix = (0, count) if prefixes else (count, 0)
