@@ -30,6 +30,7 @@ FAILURE_REASONS = (
     "InstanceOutOfScope",
     "DeviceIndexInUse",
     "InvalidRequest",
+    "AddressInUse",
     "Unauthorized",
     "CapacityError",
     "InterfaceLimitExceeded",
