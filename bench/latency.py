@@ -14,6 +14,7 @@ import dataclasses
 import random
 import statistics
 import time
+from collections.abc import Sequence
 
 from bench.cluster import MIXED_TYPES, SUBNETS_PER_ZONE, ZONES, build_cloud, subnet_name
 from eni_ipam.adapters.metrics.controller import Metrics
@@ -47,11 +48,15 @@ class _Timed(SimProvider):
         self.started: dict[str, float] = {}
         self._owner: dict[str, str] = {}
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         view = self.cloud.interface_view(interface_id)
         if view is not None:
             self.started.setdefault(view.instance_id, time.perf_counter())
-        return await super().assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
+        return await super().assign_addresses(
+            interface_id=interface_id, count=count, prefixes=prefixes, addresses=addresses
+        )
 
     async def create_interface(self, **kwargs):  # type: ignore[no-untyped-def]
         self.started.setdefault(kwargs["instance_id"], time.perf_counter())

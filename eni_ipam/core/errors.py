@@ -99,6 +99,11 @@ class InvalidRequest(ProviderError):
     """The cloud rejected the request's parameters."""
 
 
+class AddressInUse(InvalidRequest):
+    """An address named in the request is held by another interface (EC2's
+    ``InvalidIPAddress.InUse``): taken meanwhile, or by an interface the listing cannot see."""
+
+
 class Unauthorized(ProviderError):
     """The credentials lack a permission the call needs."""
 

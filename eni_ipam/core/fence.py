@@ -165,8 +165,14 @@ class FencedProvider:
     async def list_detached_interfaces(self, *, tags: Mapping[str, str]) -> list[Interface]:
         return await self.inner.list_detached_interfaces(tags=tags)
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         with self._admitted():
+            if addresses:  # only named when asked: a wrapped provider of an older shape still works
+                return await self.inner.assign_addresses(
+                    interface_id=interface_id, count=count, prefixes=prefixes, addresses=addresses
+                )
             return await self.inner.assign_addresses(
                 interface_id=interface_id, count=count, prefixes=prefixes
             )

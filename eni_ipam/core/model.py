@@ -250,6 +250,11 @@ class Subnet:
     ipv6_cidr: str = ""
     """The subnet's IPv6 block (EC2: the associated ``Ipv6CidrBlock``, a /64); empty when it has none.
     Only an interface in a subnet with one can be delegated an IPv6 prefix."""
+    free_blocks: int = dataclasses.field(default=-1, compare=False)
+    """Aligned /28 blocks with no used address, counted from the listing of every interface of the
+    VPC (:mod:`eni_ipam.core.blocks`); -1 when not counted (the provider lists only some interfaces,
+    or none yet: the shared view of a new leader). An upper bound: interfaces the listing cannot see
+    (another account's) are not in it. Derived from the listing, not the subnet's own: not compared."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -622,6 +627,9 @@ class AssignAddresses:
     subnet_id: str
     count: int
     prefixes: bool = False
+    chosen: tuple[str, ...] = ()
+    """The addresses to assign, named (dense placement: inside /28 blocks already broken, so whole
+    blocks stay free for prefixes); ``count`` of them. Empty: the cloud chooses."""
 
     @property
     def addresses(self) -> int:
@@ -639,6 +647,7 @@ def assignment(interface_id: str, subnet_id: str, count: int, prefixes: bool) ->
     s[1](action, subnet_id)
     s[2](action, count)
     s[3](action, prefixes)
+    s[4](action, ())
     return action
 
 
@@ -761,6 +770,10 @@ class CloudSnapshot:
     changes: Changes | None = None
     """What changed since an earlier snapshot, when the provider knows (None: it does not say, and
     every instance is looked at)."""
+    blocks: Mapping[str, Any] | None = None
+    """The used addresses and free /28 blocks of each subnet
+    (:class:`~eni_ipam.core.blocks.SubnetBlocks`, a layer above this vocabulary), when the provider
+    listed every interface of the VPC (None: it did not, and nothing is counted)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

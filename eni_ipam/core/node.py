@@ -16,7 +16,8 @@ Invariants:
 * The local instance view is only ever replaced by a fresher one (``view_time`` guards against a
   full resync that started before a mutation overwriting what the mutation returned).
 * An address is unassigned only after the node side answered ``ready-for-release`` for it, it was
-  continuously excess for ``excess_ip_release_delay``, and it is not reported in use.
+  continuously excess for ``excess_ip_release_delay`` (or it is a single address of a node returning
+  to prefixes, none of whose single addresses is in use), and it is not reported in use.
 * A cloud error leaves the local view consistent with what the cloud did: successes before the
   error are applied, the failed call changes nothing (the provider rolls back its own creates).
 * While a subnet of its pool is under pressure (:mod:`~eni_ipam.core.pressure`), a node keeps only
@@ -30,12 +31,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import cast
 
 import structlog
 
 from eni_ipam.core import errors
+from eni_ipam.core.blocks import SubnetBlocks
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
     AllocationPlan,
@@ -50,6 +52,7 @@ from eni_ipam.core.model import (
     ReleaseState,
     Subnet,
     UnassignAddresses,
+    address_key,
     expand_prefix,
     interface_tags,
     shared_stats,
@@ -120,6 +123,7 @@ class PassResult:
     """Why the pass stopped early; the manager backs off (or, for :class:`~errors.Fenced`, stops)."""
 
 
+_NO_ADDRESSES: frozenset[str] = frozenset()
 _NOTHING_MARKED = cast(dict[str, float], types.MappingProxyType({}))
 _NOTHING_RELEASED = cast(dict[str, ReleaseState], types.MappingProxyType({}))
 
@@ -143,6 +147,7 @@ class Node:
         "pressured",
         "release_status",
         "resource",
+        "return_blocked",
         "shortfall",
         "shortfall_at",
         "stats",
@@ -164,6 +169,9 @@ class Node:
         self.ipv6_blocked = ""
         """Why the last pass could not get the node its IPv6 prefix (:class:`~eni_ipam.core.model.Ipv6Plan`
         reasons); reset on change."""
+        self.return_blocked = False
+        """The last pass found the node could not return to prefixes (:meth:`_returning`); reset on
+        change, as ``blocked`` is."""
         self.shortfall = ""
         """Why the node's allocations fall short (a plan found no room, or the cloud said the subnet
         is full); kept until a pass places the whole deficit, or for :data:`CAPACITY_REASON_HOLD`
@@ -203,6 +211,7 @@ class Node:
             self.view_time = NEVER
         self.resource = resource
         self.blocked = self.ipv6_blocked = ""
+        self.return_blocked = False
 
     def observe(self, instance: Instance | None, *, seen_at: float) -> bool:
         """What a full resync that started at ``seen_at`` saw of this node's instance. Missing from it
@@ -223,6 +232,7 @@ class Node:
         # A node blocked on the last view (no subnet room, at capacity) is planned again on the fresh
         # one: room may have come back (addresses released elsewhere, a node gone).
         self.blocked = self.ipv6_blocked = ""
+        self.return_blocked = False
         return self.instance is not seen and self.instance is not None and self.instance != seen
 
     def set_instance(self, instance: Instance, *, seen_at: float) -> None:
@@ -340,6 +350,7 @@ class Node:
         still without its instance."""
         return (
             bool(self.blocked or self.shortfall)
+            or self.return_blocked
             or self.needs_refresh
             or self.terminated
             or self.instance is None
@@ -366,6 +377,11 @@ class Node:
         if self.stats.needed > 0 and not self.blocked:
             return True
         if self.wants_ipv6_prefix() and not self.ipv6_blocked:
+            return True
+        if self.env.settings.return_to_prefixes and (
+            # A return under way (its handshake), or one that may begin.
+            self.marked or self.release_status or (not self.return_blocked and self._idle_single_addresses())
+        ):
             return True
         if self.env.settings.release_excess_ips or self.pressured:
             return self.stats.excess > 0 or bool(self.marked) or bool(self.release_status)
@@ -533,14 +549,15 @@ class Node:
         stats = self.recalculate()
         mutated = False
         try:
-            if env.settings.release_excess_ips or self.pressured:
-                mutated |= await self._release(stats)
-            elif self.marked or self.release_status:
-                # Pressure ended with release off: abort what is marked (nothing is excess now).
-                await self._release(dataclasses.replace(stats, excess=0))
+            returning = self._returning(limits)
+            release = env.settings.release_excess_ips or self.pressured
+            if release or returning or self.marked or self.release_status:
+                # With release off and no pressure, only a handshake under way is wound down (a
+                # pressure that ended aborts its marks: nothing is excess then).
+                mutated |= await self._release(stats, returning)
             stats = self.recalculate()
-            if stats.needed > 0:
-                mutated |= await self._allocate(limits)
+            if stats.needed > 0 or (returning and self._return_need(limits) > 0):
+                mutated |= await self._allocate(limits, returning=bool(returning))
             if self.wants_ipv6_prefix():
                 mutated |= await self._ipv6_prefix(limits)
         except (errors.NotFound, errors.InstanceNotRunning):
@@ -594,7 +611,10 @@ class Node:
 
     # -- allocation -------------------------------------------------------------------------------
 
-    async def _allocate(self, limits: InstanceLimits) -> bool:
+    async def _allocate(self, limits: InstanceLimits, *, returning: bool = False) -> bool:
+        """Place the deficit. ``returning``: the node returns to prefixes (:meth:`_returning`): its
+        deficit is what it lacks without its single addresses, placed in prefixes only; a plan that
+        cannot be ends the return for this view (``return_blocked``) and the node is planned as it is."""
         spec = self.resource.spec
         no_prefix: set[str] = set()
         mutated = False
@@ -604,14 +624,26 @@ class Node:
             assert self.instance is not None
             stats = self.recalculate()
             must, bonus = allocation_budget(
-                needed=stats.needed,
+                needed=self._return_need(limits) if returning else stats.needed,
                 max_above_watermark=0 if self.pressured else spec.max_above_watermark,
                 pending_pods=self.resource.pending_pods,
             )
-            if spec.max_allocate > 0:
+            if spec.max_allocate > 0 and not returning:
                 must = min(must, max(spec.max_allocate - stats.available, 0))
                 bonus = min(bonus, max(spec.max_allocate - stats.available - must, 0))
-            plan, then = self._plan(limits, must=must, bonus=bonus, no_prefix=no_prefix)
+            plan, then = self._plan(limits, must=must, bonus=bonus, no_prefix=no_prefix, returning=returning)
+            for action in plan.actions:
+                if isinstance(action, AssignAddresses) and action.chosen:
+                    # Claimed before any call: a node planned while this one's call runs does not
+                    # name them too (a refused call would cost both a retry).
+                    self.env.view.took(action.subnet_id, addresses=action.chosen)
+            if returning and (plan.shortfall or not all(a.prefixes for a in plan.actions)):
+                self.return_blocked, returning = True, False
+                log.info("return_to_prefixes_blocked", node=self.name)
+                if stats.needed <= 0:
+                    return mutated
+                rounds += 1
+                continue
             if then:
                 rounds += 1  # the watermark's part, planned once the pods' is placed: not a replan
             # Short even after what the plan places: nothing more until the view changes (a resync,
@@ -649,12 +681,14 @@ class Node:
             except errors.PrefixesExhausted:
                 no_prefix.add(subnet)  # fall back in this same pass: sibling subnets, then plain addresses
                 log.info("prefixes_exhausted", node=self.name, subnet=subnet)
+                if returning:  # the count missed what EC2 sees: no return on this view
+                    self.return_blocked, returning = True, False
             except (errors.DeviceIndexInUse, errors.AttachmentLimitExceeded, errors.InterfaceLimitExceeded):
                 await self.refresh()  # our view of the attachments or the addresses was stale
         return mutated
 
     def _plan(
-        self, limits: InstanceLimits, *, must: int, bonus: int, no_prefix: set[str]
+        self, limits: InstanceLimits, *, must: int, bonus: int, no_prefix: set[str], returning: bool = False
     ) -> tuple[AllocationPlan, bool]:
         """The allocation plan of one round, and whether another round is to follow.
 
@@ -666,6 +700,7 @@ class Node:
         m = self.env
         assert self.instance is not None
         share = m.settings.subnet_reserve
+        dense = self._dense_subnets()
 
         def plan_on(subnets: Mapping[str, Subnet], must: int, bonus: int) -> AllocationPlan:
             assert self.instance is not None
@@ -680,6 +715,9 @@ class Node:
                 bonus=bonus,
                 prefix_delegation=m.settings.prefix_delegation,
                 no_prefix_subnets=no_prefix,
+                placement=m.settings.prefix_placement,
+                dense=dense,
+                returning=returning,
             )
             if spec.address_family == "ipv4" or not plan.actions:
                 return plan
@@ -703,6 +741,103 @@ class Node:
         if all(n <= held[sid].available for sid, n in taken.items() if sid in held):
             return plan, False
         return plan_on(whole, pods, 0), pods < must
+
+    def _dense_subnets(self) -> Mapping[str, SubnetBlocks] | None:
+        """The subnets where plans name single addresses (``dense_placement``): every counted one
+        but those where the cloud refused a named address lately; None when dense placement is off
+        or nothing is counted."""
+        m = self.env
+        if not m.settings.dense_placement or not m.view.blocks:
+            return None
+        refused = m.view.dense_refused()
+        if not refused:
+            return m.view.blocks
+        return {sid: b for sid, b in m.view.blocks.items() if sid not in refused}
+
+    # -- return to prefixes -----------------------------------------------------------------------
+
+    def _idle_single_addresses(self) -> frozenset[str]:
+        """The single addresses of a node that could be prefix delegated but holds single addresses
+        (it fell back, or delegation was turned on under it), when none of them is in use; empty
+        otherwise."""
+        instance, spec = self.instance, self.resource.spec
+        if (
+            instance is None
+            or self.stats.prefix_delegated
+            or not self.env.settings.prefix_delegation
+            or spec.disable_prefix_delegation
+        ):
+            return _NO_ADDRESSES
+        limits = self.limits()
+        if limits is None or not (limits.supports_prefixes and limits.addresses):
+            return _NO_ADDRESSES
+        plain = [a for i in managed_interfaces(instance, spec) for a in i.addresses]
+        in_use = self.resource.in_use
+        if not plain or any(a in in_use for a in plain):
+            return _NO_ADDRESSES
+        return frozenset(plain)
+
+    def _returning(self, limits: InstanceLimits) -> frozenset[str]:
+        """The single addresses of a node returning to prefix delegation (empty: it is not).
+
+        The rule (``return_to_prefixes``; docs/aws.md, "Return to prefixes"): the node is not prefix
+        delegated only because it holds single addresses, none of them is in use, the free /28
+        blocks are counted, and a plan for what the node lacks without them (at least one address:
+        its next growth) is made of prefixes alone, on the count. Then its growth takes prefixes and
+        its single addresses go through the release handshake at once (no release delay: they are
+        not excess, they are being replaced). A return already under way (addresses marked) and
+        needing no growth goes on without asking for a free block again."""
+        m = self.env
+        if not m.settings.return_to_prefixes or not m.view.blocks or self.return_blocked:
+            return _NO_ADDRESSES
+        plain = self._idle_single_addresses()
+        if not plain:
+            return _NO_ADDRESSES
+        need = self._return_need(limits)
+        if need <= 0 and any(a in self.marked for a in plain):
+            return plain
+        assert self.instance is not None
+        plan = plan_allocation(
+            self.resource.spec,
+            self.instance,
+            limits,
+            m.view.planner_subnets(),
+            m.view.security_groups,
+            must=max(need, 1),
+            prefix_delegation=True,
+            placement=True,
+            returning=True,
+        )
+        if plan.shortfall or not plan.actions or not all(a.prefixes for a in plan.actions):
+            self.return_blocked = True
+            return _NO_ADDRESSES
+        return plain
+
+    def _return_need(self, limits: InstanceLimits) -> int:
+        """What the node lacks for its watermarks without its single addresses."""
+        instance, spec = self.instance, self.resource.spec
+        assert instance is not None
+        managed = {i.id for i in managed_interfaces(instance, spec)}
+        stripped = dataclasses.replace(
+            instance,
+            interfaces=tuple(
+                dataclasses.replace(i, addresses=()) if i.id in managed and i.addresses else i
+                for i in instance.interfaces
+            ),
+        )
+        return node_stats(spec, stripped, limits, used=self.resource.used, prefix_delegation=True).needed
+
+    def _return_unassigns(self, returning: frozenset[str]) -> list[UnassignAddresses]:
+        """One unassign per interface holding single addresses of a return."""
+        assert self.instance is not None
+        out = []
+        for iface in managed_interfaces(self.instance, self.resource.spec):
+            mine = tuple(sorted((a for a in iface.addresses if a in returning), key=address_key))
+            if mine:
+                out.append(
+                    UnassignAddresses(interface_id=iface.id, subnet_id=iface.subnet_id, addresses=mine)
+                )
+        return out
 
     async def _ipv6_prefix(self, limits: InstanceLimits) -> bool:
         """Get the node its one IPv6 /80 (:func:`~eni_ipam.core.planner.plan_ipv6`): on an interface of
@@ -749,13 +884,20 @@ class Node:
         started = m.clock.monotonic()
         with m.view.reserve(action.subnet_id, action.addresses) as reservation:
             try:
-                new = await m.provider.assign_addresses(
-                    interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
-                )
+                if action.chosen:
+                    new = await self._assign_named(action)
+                else:
+                    new = await m.provider.assign_addresses(
+                        interface_id=action.interface_id, count=action.count, prefixes=action.prefixes
+                    )
             except errors.ProviderError:
                 self._observe_allocation(kind, False, started)
                 raise
             reservation.commit()
+        if action.prefixes:
+            m.view.took(action.subnet_id, prefixes=new)
+        else:
+            m.view.took(action.subnet_id, addresses=new)
         self._observe_allocation(kind, True, started)
         m.metrics.addresses_allocated(subnet=action.subnet_id, count=action.addresses)
         assert self.instance is not None
@@ -774,6 +916,27 @@ class Node:
             prefixes=action.prefixes,
             subnet=action.subnet_id,
         )
+
+    async def _assign_named(self, action: AssignAddresses) -> list[str]:
+        """Assign the plan's named addresses; when the cloud refuses them (one is held by someone,
+        maybe by an interface the listing cannot see, or the provider names none), once more letting
+        the cloud choose, and the subnet is left to the cloud's choice for a while
+        (:meth:`~eni_ipam.core.view.CloudView.refuse_dense`)."""
+        m = self.env
+        try:
+            return await m.provider.assign_addresses(
+                interface_id=action.interface_id, count=action.count, addresses=action.chosen
+            )
+        except errors.InvalidRequest as exc:
+            m.view.refuse_dense(action.subnet_id)
+            log.info(
+                "named_addresses_refused",
+                node=self.name,
+                interface=action.interface_id,
+                subnet=action.subnet_id,
+                code=exc.code,
+            )
+        return await m.provider.assign_addresses(interface_id=action.interface_id, count=action.count)
 
     async def _create(self, action: CreateInterface) -> None:
         m = self.env
@@ -807,6 +970,11 @@ class Node:
                 m.metrics.interface_created(subnet=action.subnet_id, outcome=exc.code or "error")
                 raise
             reservation.commit()
+        m.view.took(
+            action.subnet_id,
+            addresses=(*([iface.primary_ip] if iface.primary_ip else ()), *iface.addresses),
+            prefixes=iface.prefixes,
+        )
         self._observe_allocation("create-interface", True, started)
         m.metrics.interface_created(subnet=action.subnet_id, outcome="success")
         m.metrics.addresses_allocated(subnet=action.subnet_id, count=action.addresses)
@@ -886,15 +1054,23 @@ class Node:
 
     # -- release ----------------------------------------------------------------------------------
 
-    async def _release(self, stats: NodeStats) -> bool:
-        """One step of the release handshake; returns whether anything was unassigned."""
+    async def _release(self, stats: NodeStats, returning: frozenset[str] = frozenset()) -> bool:
+        """One step of the release handshake; returns whether anything was unassigned.
+
+        Candidates: the excess (``release_excess_ips``, or a subnet of the node under pressure), and
+        the single addresses of a node returning to prefixes (``returning``), which wait no release
+        delay. Marks of addresses that are neither any more are aborted."""
         m = self.env
         assert self.instance is not None
         now = m.clock.monotonic()
-        plan = plan_release(
-            self.resource.spec, self.instance, in_use=self.resource.in_use, excess=stats.excess
-        )
-        chosen = plan.candidates()
+        excess = stats.excess if m.settings.release_excess_ips or self.pressured else 0
+        in_use: Collection[str] = self.resource.in_use
+        if returning:
+            # The excess is what the node holds beyond its watermarks once the single addresses are gone.
+            excess = max(excess - len(returning), 0)
+            in_use = frozenset(self.resource.in_use) | returning
+        plan = plan_release(self.resource.spec, self.instance, in_use=in_use, excess=excess)
+        chosen = plan.candidates() | returning
         answers: Mapping[str, ReleaseState] = self.resource.release_answers
         self._own_release_state()
         # Addresses no longer excess: abort their handshake (released ones stay until the node side clears).
@@ -910,7 +1086,7 @@ class Node:
         next_due = float("inf")
         for address in sorted(chosen):
             first_seen = self.marked.setdefault(address, now)
-            due = first_seen + m.settings.excess_ip_release_delay
+            due = first_seen + (0.0 if address in returning else m.settings.excess_ip_release_delay)
             if due > now:
                 next_due = min(next_due, due)
                 continue
@@ -933,7 +1109,7 @@ class Node:
         if not ready:
             return False
         mutated = False
-        for action in plan.actions:
+        for action in (*plan.actions, *self._return_unassigns(returning)):
             addresses = tuple(a for a in action.addresses if a in ready)
             prefixes = tuple(p for p in action.prefixes if all(a in ready for a in expand_prefix(p)))
             if addresses or prefixes:

@@ -30,6 +30,7 @@ FAILURE_REASONS = (
     "InstanceOutOfScope",
     "DeviceIndexInUse",
     "InvalidRequest",
+    "AddressInUse",
     "Unauthorized",
     "CapacityError",
     "InterfaceLimitExceeded",
@@ -82,6 +83,9 @@ class ViewObserver(Protocol):
     def subnet_pressure(self, subnet: Subnet, *, under: bool, changed: bool) -> None:
         """Whether one subnet is under pressure now; ``changed``: it just entered or left it (only
         reported with subnet pressure enabled)."""
+
+    def set_subnet_free_blocks(self, subnet: Subnet, blocks: int) -> None:
+        """The free aligned /28 blocks of one subnet now (counted, :mod:`eni_ipam.core.blocks`)."""
 
 
 class GcObserver(Protocol):

@@ -282,6 +282,16 @@ def detail_ip(detail: Detail) -> str:
     return f"{detail >> 24 & 255}.{detail >> 16 & 255}.{detail >> 8 & 255}.{detail & 255}"
 
 
+def detail_address(detail: Detail) -> int:
+    """The primary address of ``detail`` as an integer; 0 when there is none (or it is not IPv4)."""
+    if isinstance(detail, tuple):
+        try:
+            return int.from_bytes(socket.inet_aton(detail[0]), "big") if detail[0].count(".") == 3 else 0
+        except OSError:
+            return 0
+    return detail & 0xFFFFFFFF if detail & _IP_FLAG else 0
+
+
 def detail_attachment(detail: Detail) -> str:
     if isinstance(detail, tuple):
         return detail[1]

@@ -14,6 +14,10 @@ Decisions it makes, and why:
   delegated, skipping subnets known to have no free aligned /28 (``no_prefix_subnets``): first
   prefixes on existing interfaces, then prefixes on new interfaces in eligible subnets, and only
   then plain addresses — which ends the node's prefix delegation.
+* **Placed where they fit** (``placement``): a subnet gets at most as many prefixes as its counted
+  free /28 blocks (``Subnet.free_blocks``, :mod:`eni_ipam.core.blocks`), so a fragmented subnet is
+  skipped before the cloud refuses it. ``dense``: single addresses on existing interfaces are named
+  inside broken blocks, keeping whole blocks for prefixes (:func:`dense_plan`).
 * **Release** takes only pool addresses that are not in use (the primary is never in the pool),
   interface with the most candidates first, one call per interface, whole unused prefixes first.
 """
@@ -24,6 +28,7 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 
+from eni_ipam.core.blocks import SubnetBlocks
 from eni_ipam.core.model import (
     PREFIX_SIZE,
     AllocationPlan,
@@ -49,6 +54,9 @@ from eni_ipam.core.model import (
 from eni_ipam.core.pressure import pressure_watermarks
 from eni_ipam.core.spec import NodeSpec
 from eni_ipam.core.watermarks import excess_ips, max_allocatable, needed_ips
+
+_UNCOUNTED = 1 << 30
+"""The prefix room of a subnet whose free /28 blocks are not counted: bounded by nothing else."""
 
 
 def is_excluded(interface: Interface, spec: NodeSpec) -> bool:
@@ -300,6 +308,30 @@ class _Draft:
     assigns: dict[str, AssignAddresses] = dataclasses.field(default_factory=dict)
     creates: list[CreateInterface] = dataclasses.field(default_factory=list)
     reason: str = ""
+    blocks_left: dict[str, int] | None = None
+    """Free /28 blocks per subnet this plan has not taken yet, read from ``Subnet.free_blocks`` on
+    first use (None: placement by the count is off, and every subnet may take prefixes)."""
+
+    def block_room(self, subnet_id: str) -> int:
+        """Prefixes ``subnet_id`` can still take by the count (unbounded when not counted)."""
+        left = self.blocks_left
+        if left is None:
+            return _UNCOUNTED
+        if subnet_id not in left:
+            subnet = self.subnets.get(subnet_id)
+            counted = subnet.free_blocks if subnet is not None else -1
+            left[subnet_id] = counted if counted >= 0 else _UNCOUNTED
+        return left[subnet_id]
+
+    def take_blocks(self, subnet_id: str, n: int) -> None:
+        if self.blocks_left is not None and self.block_room(subnet_id) != _UNCOUNTED:
+            self.blocks_left[subnet_id] -= n
+
+    def no_blocks(self) -> set[str]:
+        """Subnets the count says have no free /28 left for this plan."""
+        if self.blocks_left is None:
+            return set()
+        return {sid for sid in self.subnets if self.block_room(sid) <= 0}
 
     def fill_existing(
         self,
@@ -323,6 +355,8 @@ class _Draft:
                     continue
                 available = free[subnet_id] if subnet_id in free else free.get(subnet_id, 0)
                 room = min(slots - iface.slots_used, available // unit)
+                if prefixes:
+                    room = min(room, self.block_room(subnet_id))
                 if room >= remaining:
                     single = (iface, room)  # the first interface taking it all: one call, no sort
                     break
@@ -335,10 +369,14 @@ class _Draft:
             # Interfaces sharing a subnet share its free addresses: the rooms were each found
             # against the whole count, so what the ones before took is taken off here.
             n = min(room, remaining, free.get(iface.subnet_id, 0) // unit)
+            if prefixes:
+                n = min(n, self.block_room(iface.subnet_id))
             if n <= 0:
                 continue
             assigns[iface.id] = assignment(iface.id, iface.subnet_id, n, prefixes)
             free[iface.subnet_id] -= n * unit
+            if prefixes:
+                self.take_blocks(iface.subnet_id, n)
             remaining -= n
         return remaining
 
@@ -370,7 +408,7 @@ class _Draft:
                 self.subnets,
                 self.free,
                 minimum=unit + 1,
-                exclude=skip_subnets,
+                exclude={*skip_subnets, *self.no_blocks()} if prefixes else skip_subnets,
             )
             if subnet is None:
                 self.reason = "no-subnet"
@@ -380,6 +418,9 @@ class _Draft:
                 self.reason = "no-security-groups"
                 break
             n = min(remaining, self.limits.slots_per_interface, (self.free[subnet.id] - 1) // unit)
+            if prefixes:
+                n = min(n, self.block_room(subnet.id))
+                self.take_blocks(subnet.id, n)
             card, index = self.free_slots.pop(0)
             self.creates.append(
                 CreateInterface(
@@ -404,17 +445,25 @@ class _Draft:
             unit = PREFIX_SIZE if action.prefixes else 1
             room = _room(iface, self.limits) - action.count if iface else 0
             extra = min(bonus, room, self.free.get(action.subnet_id, 0) // unit)
+            if action.prefixes:
+                extra = min(extra, self.block_room(action.subnet_id))
             if extra > 0:
                 self.assigns[iface_id] = dataclasses.replace(action, count=action.count + extra)
                 self.free[action.subnet_id] -= extra * unit
+                if action.prefixes:
+                    self.take_blocks(action.subnet_id, extra)
                 bonus -= extra
         for n, create in enumerate(self.creates):
             unit = PREFIX_SIZE if create.prefixes else 1
             room = self.limits.slots_per_interface - create.count
             extra = min(bonus, room, self.free.get(create.subnet_id, 0) // unit)
+            if create.prefixes:
+                extra = min(extra, self.block_room(create.subnet_id))
             if extra > 0:
                 self.creates[n] = dataclasses.replace(create, count=create.count + extra)
                 self.free[create.subnet_id] -= extra * unit
+                if create.prefixes:
+                    self.take_blocks(create.subnet_id, extra)
                 bonus -= extra
 
 
@@ -429,24 +478,33 @@ def plan_allocation(
     bonus: int = 0,
     prefix_delegation: bool = False,
     no_prefix_subnets: Collection[str] = (),
+    placement: bool = False,
+    dense: Mapping[str, SubnetBlocks] | None = None,
+    returning: bool = False,
 ) -> AllocationPlan:
     """Plan how to add ``must`` addresses (plus up to ``bonus`` riding along) to a node.
 
     ``subnets[...].available`` must already account for addresses other nodes are about to take.
+
+    ``placement``: prefixes go only where ``Subnet.free_blocks`` (when counted) leaves a whole /28
+    for each, existing interfaces and new ones alike; ``no_prefix_subnets`` (what the cloud refused
+    in this pass) is skipped as well. ``dense``: the subnets where single addresses are named inside
+    broken /28 blocks (:func:`dense_plan`). ``returning``: plan prefixes for a node that holds single
+    addresses (the return to prefix delegation: the node's single addresses are on their way out).
     """
     if must <= 0:
         return AllocationPlan()
     # Plain addresses offered and delegation off (the common case): no need to look further.
-    pd = (prefix_delegation or not limits.addresses) and is_prefix_delegated(
-        spec, instance, limits, enabled=prefix_delegation
+    pd = (prefix_delegation or not limits.addresses) and (
+        returning or is_prefix_delegated(spec, instance, limits, enabled=prefix_delegation)
     )
     rooms: list[tuple[Interface, int]] | None = None
     if not pd:
         single = _one_call(spec, instance, limits, subnets, must=must, bonus=bonus)
         if isinstance(single, AllocationPlan):
-            return single
+            return dense_plan(single, dense) if dense else single
         rooms = single
-    return _plan(
+    plan = _plan(
         spec,
         instance,
         limits,
@@ -457,7 +515,35 @@ def plan_allocation(
         pd=pd,
         no_prefix_subnets=no_prefix_subnets,
         rooms=rooms,
+        placement=placement,
     )
+    return dense_plan(plan, dense) if dense else plan
+
+
+def dense_plan(plan: AllocationPlan, dense: Mapping[str, SubnetBlocks]) -> AllocationPlan:
+    """``plan`` with the single addresses of its assigns on existing interfaces named, in subnets of
+    ``dense``: the free addresses of the fullest broken /28 blocks first
+    (:meth:`~eni_ipam.core.blocks.SubnetBlocks.pick`), so whole blocks stay free for prefixes. An
+    assign the subnet cannot name all of (fewer free addresses known than asked) is left to the
+    cloud's choice; so are new interfaces (EC2 chooses their addresses)."""
+    actions = list(plan.actions)
+    named: dict[str, list[str]] = {}
+    changed = False
+    for n, action in enumerate(actions):
+        if not isinstance(action, AssignAddresses) or action.prefixes or action.chosen:
+            continue
+        blocks = dense.get(action.subnet_id)
+        if blocks is None:
+            continue
+        taken = named.setdefault(action.subnet_id, [])
+        chosen = blocks.pick(action.count, taken=taken)
+        if len(chosen) == action.count:
+            taken.extend(chosen)
+            actions[n] = dataclasses.replace(action, chosen=tuple(chosen))
+            changed = True
+    if not changed:
+        return plan
+    return dataclasses.replace(plan, actions=tuple(actions))
 
 
 def _one_call(
@@ -502,6 +588,7 @@ def _plan(
     pd: bool,
     no_prefix_subnets: Collection[str],
     rooms: list[tuple[Interface, int]] | None,
+    placement: bool = False,
 ) -> AllocationPlan:
     """The general plan: fill the interfaces there are, then create new ones, then add the bonus.
     ``rooms``: the plain-address room of the interfaces, when :func:`_one_call` found it."""
@@ -512,6 +599,7 @@ def _plan(
         subnets=subnets,
         groups=groups,
         free=_Free(subnets),
+        blocks_left={} if placement and pd else None,
     )
     if pd:
         want = math.ceil(must / PREFIX_SIZE)

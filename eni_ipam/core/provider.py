@@ -110,12 +110,24 @@ class Provider(Protocol):
         """
         ...
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         """Assign exactly ``count`` new secondary addresses (or ``count`` /28 prefixes when ``prefixes``)
         to the interface, all or nothing. Returns only the new ones (addresses, or prefixes in CIDR
         form), in address order.
 
+        ``addresses`` (optional, single addresses only): exactly these ``count`` addresses of the
+        interface's subnet, named (dense placement; EC2's ``PrivateIpAddresses``, never with
+        ``AllowReassignment``: an address another interface holds is refused, never moved). The
+        result is then those addresses. A provider that cannot name addresses refuses with
+        ``errors.InvalidRequest`` code ``ExplicitAddressesNotSupported`` and assigns nothing; the
+        caller lets the cloud choose instead.
+
         Raises:
+            errors.AddressInUse: a named address is held by another interface (nothing is assigned).
+            errors.InvalidRequest: ``addresses`` with ``prefixes``, a count other than their number, an
+                address outside the subnet or reserved, or ``ExplicitAddressesNotSupported``.
             errors.InterfaceLimitExceeded: the interface would exceed its limit.
             errors.SubnetExhausted: the subnet has fewer than ``count`` free addresses.
             errors.PrefixesExhausted: no free aligned /28 is left (``prefixes`` only).

@@ -37,6 +37,29 @@ class Settings(ConfigModel):
     """Allocate /28 prefixes (16 addresses a slot) on Nitro instances. Off by default because it
     needs subnets with free aligned /28 blocks, which fragmented subnets often lack."""
 
+    prefix_placement: bool = True
+    """Place /28 prefixes only in subnets whose counted free blocks (every interface of the VPC is
+    listed at each resync: docs/aws.md, "Prefixes placed where they fit") can take them, instead of
+    learning of a fragmented subnet from EC2's ``InsufficientCidrBlocks``. On by default: it only
+    skips a subnet EC2 would refuse, and the count is an upper bound (interfaces the listing cannot
+    see, another account's, make EC2 refuse still, and the fallback stays). Without a count (an
+    instance-tag scope, Azure, the generic provider) nothing changes."""
+
+    dense_placement: bool = False
+    """Name the single addresses a node is assigned (``AssignPrivateIpAddresses`` with
+    ``PrivateIpAddresses``) inside /28 blocks already broken, so whole blocks stay free for prefix
+    nodes. Off by default: in a subnet shared with another account, an address held by an interface
+    the listing cannot see is refused (one failed call, then EC2 chooses and the subnet is left to
+    its choice for an hour), and explicit addresses are a choice a mixed cluster should make, not
+    one every cluster pays a call for."""
+
+    return_to_prefixes: bool = False
+    """A node that fell back to single addresses returns to prefix delegation once none of its
+    single addresses is in use and a subnet it may use has free /28 blocks again: its growth takes
+    prefixes, and its single addresses leave through the release handshake (docs/aws.md, "Return to
+    prefixes"). Off by default: it releases addresses (never one in use) even with
+    ``release_excess_ips`` off, which a cluster should choose."""
+
     subnet_reserve: Annotated[Number, Field(ge=0.0, le=0.5)] = 0.0625
     """Share of each subnet's addresses (its CIDR's size) that allocations made only to reach a
     node's watermarks (``pre_allocate``, ``min_allocate``, ``max_above_watermark``) leave free, for

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import structlog
 
 from eni_ipam.core import errors
+from eni_ipam.core.blocks import SubnetBlocks
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import CloudSnapshot, InstanceLimits, SecurityGroup, Subnet
 from eni_ipam.core.observe import ViewObserver
@@ -38,6 +39,13 @@ log = structlog.get_logger("eni_ipam.core.view")
 
 LIMITS_RETRY_INTERVAL = 60.0
 """An unknown instance type is asked about again at most once a minute."""
+
+DENSE_REFUSAL_HOLD = 3600.0
+"""Seconds a subnet where the cloud refused a named address is left to the cloud's choice. A refusal
+means someone the listing cannot see holds addresses there (another account in a shared subnet), or
+a race with another writer; either may last, and each refusal costs a failed call and a retry. An
+hour bounds that to one failed call an hour per subnet, while a subnet freed of its invisible tenant
+gets dense placement back without a restart."""
 
 
 class Reservation:
@@ -68,7 +76,7 @@ class CloudView:
         self.shared = False
         """Subnets and security groups are known (a full resync or :meth:`apply_shared` applied):
         a pass that reads its instance fresh may plan on them before ``ready``."""
-        self.subnets: Mapping[str, Subnet] = {}
+        self.subnets: dict[str, Subnet] = {}
         """Subnets as the last resync saw them (free counts as reported then)."""
         self.security_groups: Mapping[str, SecurityGroup] = {}
         self._free: dict[str, int] = {}
@@ -86,6 +94,12 @@ class CloudView:
         """Each exported subnet's pressure (None: subnet pressure is disabled)."""
         self.room_back: Callable[[str], None] | None = None
         """Called with a subnet under pressure that addresses just went back to (an unassign)."""
+        self.blocks: Mapping[str, SubnetBlocks] = {}
+        """Used addresses and free /28 blocks per subnet, from the last full resync's listing of every
+        interface of the VPC, with what this process's calls took since (:meth:`took`); empty when
+        the provider does not list them all."""
+        self._dense_refused: dict[str, float] = {}
+        """Subnets where a named address was refused (:meth:`refuse_dense`) → when."""
 
     def apply(self, snapshot: CloudSnapshot) -> frozenset[str]:
         """Replace the view with a full resync's (reservations in flight are forgotten with the old
@@ -108,6 +122,7 @@ class CloudView:
     def _take_shared(self, snapshot: CloudSnapshot) -> None:
         """The subnets, with their free counts as listed, and the security groups of ``snapshot``."""
         self.subnets = dict(snapshot.subnets)
+        self.blocks = dict(snapshot.blocks) if snapshot.blocks is not None else {}
         self._free = {sid: s.available for sid, s in snapshot.subnets.items()}
         self._planner_view = self._held_view = None
         self.security_groups = dict(snapshot.security_groups)
@@ -213,6 +228,37 @@ class CloudView:
         self._adjust(subnet_id, count)
         if self.room_back is not None and self.under_pressure(subnet_id):
             self.room_back(subnet_id)
+
+    def took(self, subnet_id: str, *, addresses: Iterable[str] = (), prefixes: Iterable[str] = ()) -> None:
+        """A call of this process assigned ``addresses`` and ``prefixes`` in ``subnet_id``: counted
+        as used until the next full resync lists them, so the next plan neither names them again nor
+        counts their blocks free."""
+        blocks = self.blocks.get(subnet_id)
+        subnet = self.subnets.get(subnet_id)
+        if blocks is None or subnet is None:
+            return
+        blocks.mark(addresses, prefixes)
+        if blocks.free_blocks != subnet.free_blocks:
+            self.subnets[subnet_id] = dataclasses.replace(subnet, free_blocks=blocks.free_blocks)
+            self._planner_view = self._held_view = None
+            if subnet_id in self._published:
+                self._metrics.set_subnet_free_blocks(self.subnets[subnet_id], blocks.free_blocks)
+
+    def refuse_dense(self, subnet_id: str) -> None:
+        """The cloud refused an address a plan named in ``subnet_id`` (taken meanwhile, or held by an
+        interface the listing cannot see): plans let the cloud choose there for
+        :data:`DENSE_REFUSAL_HOLD`."""
+        self._dense_refused[subnet_id] = self._clock.monotonic()
+
+    def dense_refused(self) -> frozenset[str]:
+        """The subnets where plans must not name addresses now (:meth:`refuse_dense`)."""
+        if not self._dense_refused:
+            return frozenset()
+        now = self._clock.monotonic()
+        for sid, at in list(self._dense_refused.items()):
+            if now - at >= DENSE_REFUSAL_HOLD:
+                del self._dense_refused[sid]
+        return frozenset(self._dense_refused)
 
     def _adjust(self, subnet_id: str, delta: int) -> None:
         if subnet_id in self._free:

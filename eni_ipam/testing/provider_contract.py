@@ -29,7 +29,7 @@ import dataclasses
 import ipaddress
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from eni_ipam.core import errors
 from eni_ipam.core.devices import MAC_PATTERN, MAX_NETWORK_CARD
@@ -163,7 +163,7 @@ async def _no_leak(env: ContractEnv, check: str, attached: int) -> None:
     )
 
 
-def _unit(env: ContractEnv) -> dict[str, bool]:
+def _unit(env: ContractEnv) -> dict[str, Any]:
     """Keyword arguments for assigning in the provider's unit: addresses, or /28 prefixes."""
     return {} if env.limits.addresses else {"prefixes": True}
 
@@ -375,6 +375,51 @@ async def check_assign_exact_count(env: ContractEnv) -> None:
     assert after == held - {primary.primary_ip}, (
         f"the interface holds {sorted(after)}, expected {sorted(held - {primary.primary_ip})}"
     )
+
+
+async def check_assign_named_addresses(env: ContractEnv) -> None:
+    """assign with named ``addresses`` assigns exactly those, or is refused with
+    ``ExplicitAddressesNotSupported`` changing nothing; a named address another interface holds
+    raises AddressInUse, assigning nothing."""
+    primary = await _primary(env)
+    cidr = await _cidr(env, primary.subnet_id)
+    held: set[str] = set()
+    for instance in (await env.provider.resync()).instances.values():
+        for iface in instance.interfaces:
+            if iface.subnet_id == primary.subnet_id:
+                held.update((iface.primary_ip, *iface.addresses))
+    # From the top of the subnet (below the broadcast, which the cloud reserves): clouds hand out
+    # the lowest addresses first, so these are free.
+    candidates = [str(a) for a in list(cidr.hosts())[-40:][::-1] if str(a) not in held]
+    named = sorted(candidates[:2], key=lambda a: int(ipaddress.IPv4Address(a)))
+    call = env.provider.assign_addresses(interface_id=primary.id, count=2, addresses=named)
+    if not env.limits.addresses:
+        refused = await _raises(errors.InvalidRequest, call, "named addresses on a prefix-only provider")
+        assert refused.code == "ExplicitAddressesNotSupported", f"refused with code {refused.code!r}"
+        return
+    try:
+        new = await call
+    except errors.InvalidRequest as exc:
+        assert exc.code == "ExplicitAddressesNotSupported", (
+            f"named free addresses {named} were refused: {type(exc).__name__}: {exc}"
+        )
+        after = await _primary(env)
+        assert after.addresses == primary.addresses, f"a refused assign changed the interface to {after}"
+        return
+    assert new == named, f"asked for {named}, assign returned {new}"
+    holds = set((await _primary(env)).addresses)
+    assert holds == set(primary.addresses) | set(named), f"the interface holds {sorted(holds)}"
+    if not env.limits.hot_attach:
+        return
+    other = await _create(env, check="named", index=1, count=0)
+    taken = await _raises(
+        errors.AddressInUse,
+        env.provider.assign_addresses(interface_id=other.id, count=1, addresses=[named[0]]),
+        f"assign of {named[0]}, which another interface holds",
+    )
+    assert isinstance(taken, errors.InvalidRequest)
+    seen = await _interface(env, other.id)
+    assert not seen.addresses, f"a refused named assign left {seen.addresses} on {other.id}"
 
 
 async def check_assign_beyond_interface_limit(env: ContractEnv) -> None:
@@ -701,6 +746,7 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
     check_out_of_scope_instance,
     check_instance_limits,
     check_assign_exact_count,
+    check_assign_named_addresses,
     check_assign_beyond_interface_limit,
     check_assign_unknown_interface,
     check_unassign,

@@ -188,13 +188,16 @@ class Boto3Api:
         return [i if isinstance(i, Interface) else parse_interface(i) for i in items]
 
     async def assign_private_ip_addresses(
-        self, *, interface_id: str, secondary_count: int, prefix_count: int
+        self, *, interface_id: str, secondary_count: int, prefix_count: int, addresses: Sequence[str] = ()
     ) -> list[str]:
         params: dict[str, Any] = {"NetworkInterfaceId": interface_id}
         if prefix_count:
             params["Ipv4PrefixCount"] = prefix_count
         if secondary_count:
             params["SecondaryPrivateIpAddressCount"] = secondary_count
+        if addresses:
+            # Never with reassignment: an address another interface holds must be refused, not moved.
+            params["PrivateIpAddresses"] = list(addresses)
         answer = await self.client.call("AssignPrivateIpAddresses", **params)
         if prefix_count:
             return sorted(

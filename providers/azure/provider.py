@@ -306,13 +306,25 @@ class AzureProvider:
 
     # -- addresses ---------------------------------------------------------------------------------
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         """``count`` new secondary IP configurations in one update; their addresses
         (:meth:`NicUpdates.assign <providers.azure.updates.NicUpdates.assign>`).
+
+        Named ``addresses`` are refused (``InvalidRequest``, code ``ExplicitAddressesNotSupported``),
+        nothing assigned: Azure has no prefix delegation, so packing single addresses buys nothing,
+        and no count of free /28s is made for it (docs/azure.md).
 
         Raises (besides the contract's): ``TransientError(code="OutcomeUnknown")`` when the update may
         have landed but that could not be settled before the deadline; the next resync shows it.
         """
+        if addresses:
+            raise errors.InvalidRequest(
+                "Azure NICs are given addresses Azure chooses here: named addresses are not supported",
+                code="ExplicitAddressesNotSupported",
+                operation="assign",
+            )
         if prefixes:
             raise errors.InvalidRequest(
                 "Azure has no prefix delegation on NICs", code="PrefixesNotSupported", operation="assign"

@@ -83,13 +83,13 @@ EC2_ERRORS: Mapping[str, type[errors.ProviderError]] = MappingProxyType(
             "UnknownParameter",
             "IdempotentParameterMismatch",
             "InvalidNetworkInterface.InUse",
-            "InvalidIPAddress.InUse",
             "OperationNotPermitted",
             "UnsupportedOperation",
             "InvalidNextToken",
             "InvalidInstanceType",
             "ValidationError",
         ),
+        **_codes(errors.AddressInUse, "InvalidIPAddress.InUse"),
         **_codes(
             errors.Unauthorized,
             "UnauthorizedOperation",
@@ -113,6 +113,10 @@ MESSAGE_RULES: tuple[tuple[str, str, type[errors.ProviderError]], ...] = (
     ),
     ("InvalidParameterValue", "interface attached at device", errors.DeviceIndexInUse),
     ("InvalidParameterValue", "is not 'running'", errors.InstanceNotRunning),
+    # An address named in PrivateIpAddresses that another interface holds (EC2's documented code is
+    # InvalidIPAddress.InUse; some answers say it under InvalidParameterValue).
+    ("InvalidParameterValue", "already in use", errors.AddressInUse),
+    ("InvalidParameterValue", "already been assigned", errors.AddressInUse),
 )
 """Messages that give an overloaded code a specific meaning, checked before :data:`EC2_ERRORS`."""
 

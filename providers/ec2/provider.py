@@ -45,6 +45,7 @@ from typing import Literal, Protocol
 import structlog
 
 from eni_ipam.core import devices, errors
+from eni_ipam.core.blocks import count_blocks
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import (
     EMPTY_TAGS,
@@ -62,6 +63,10 @@ from eni_ipam.core.packed import pack_detail
 from eni_ipam.errors import EniIpamError
 
 log = structlog.get_logger("eni_ipam.core.provider")
+
+BLOCKS_SLICE = 4
+"""Subnets whose free /28 blocks are counted between two yields to the event loop: a subnet holds at
+most its size in addresses (65,536 for a /16, a few ms to count), so four keep a stall under 20 ms."""
 
 Filters = Mapping[str, Sequence[str]]
 """EC2 filters: name → accepted values (a value matches when any one does)."""
@@ -146,9 +151,10 @@ class Ec2Api(Protocol):
         ...
 
     async def assign_private_ip_addresses(
-        self, *, interface_id: str, secondary_count: int, prefix_count: int
+        self, *, interface_id: str, secondary_count: int, prefix_count: int, addresses: Sequence[str] = ()
     ) -> list[str]:
-        """Only the newly assigned addresses (or prefixes), in address order."""
+        """Only the newly assigned addresses (or prefixes), in address order. ``addresses``: the
+        ``PrivateIpAddresses`` to assign, named (then ``secondary_count`` is 0)."""
         ...
 
     async def unassign_private_ip_addresses(
@@ -379,11 +385,25 @@ class Ec2Provider:
         else:
             interfaces = await self.api.describe_network_interfaces(filters=scope.vpc())
         attached: dict[str, list[Interface]] = collections.defaultdict(list)
+        # Every interface of the VPC is listed (not only the cluster's): the used addresses of each
+        # subnet, hence its free /28 blocks, are known. An instance-tag scope lists only its own.
+        blocks = None if scope.instance_tags else count_blocks(shared.subnets, ())
         for n, iface in enumerate(interfaces, 1):
             if iface.instance_id:
                 attached[iface.instance_id].append(iface)
+            if blocks is not None:
+                counted = blocks.get(iface.subnet_id)
+                if counted is not None:
+                    counted.add(iface)
             if not n % ASSEMBLY_SLICE:
                 await asyncio.sleep(0)  # 400,000 interfaces at 100,000 nodes: the loop runs between
+        subnets = shared.subnets
+        if blocks is not None:
+            subnets = dict(subnets)
+            for n, (sid, of_subnet) in enumerate(blocks.items(), 1):
+                subnets[sid] = dataclasses.replace(subnets[sid], free_blocks=of_subnet.free_blocks)
+                if not n % BLOCKS_SLICE:
+                    await asyncio.sleep(0)
         if not whole:
             # New instances (attached to, unknown yet), and known ones whose primary interface is
             # gone: described now, so neither is missed nor kept past its termination.
@@ -417,11 +437,12 @@ class Ec2Provider:
                 await asyncio.sleep(0)
         self._snapshot = instances
         return CloudSnapshot(
-            subnets=shared.subnets,
+            subnets=subnets,
             security_groups=shared.security_groups,
             instances=instances,
             limits=await self.limits.known({info.type for info in live.values()}),
             changes=Changes(since=previous, instance_ids=frozenset(changed)),
+            blocks=blocks,
         )
 
     def _reuse(
@@ -496,13 +517,28 @@ class Ec2Provider:
 
     # -- mutations -------------------------------------------------------------------------------
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
         """Assign exactly ``count`` addresses (or /28 prefixes) in one call; returns the new ones.
+        Named ``addresses`` go as ``PrivateIpAddresses``, never with reassignment.
 
         Raises:
+            errors.AddressInUse, errors.InvalidRequest (named addresses),
             errors.InterfaceLimitExceeded, errors.SubnetExhausted, errors.PrefixesExhausted,
             errors.NotFound, errors.Throttled, errors.TransientError: see the Provider protocol.
         """
+        if addresses:
+            if prefixes or count != len(addresses):
+                raise errors.InvalidRequest(
+                    f"{len(addresses)} named addresses for a count of {count}"
+                    + (" of prefixes" if prefixes else ""),
+                    code="InvalidParameterCombination",
+                    operation="AssignPrivateIpAddresses",
+                )
+            return await self.api.assign_private_ip_addresses(
+                interface_id=interface_id, secondary_count=0, prefix_count=0, addresses=tuple(addresses)
+            )
         if count == 0:
             return []
         secondary, prefix = (0, count) if prefixes else (count, 0)

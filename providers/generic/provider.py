@@ -417,7 +417,18 @@ class GenericProvider:
             raise errors.LimitsUnknown(instance_type)
         return self.limits
 
-    async def assign_addresses(self, *, interface_id: str, count: int, prefixes: bool = False) -> list[str]:
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
+        """``count`` /28 blocks of the node's range. Named ``addresses`` are refused
+        (``InvalidRequest``, code ``ExplicitAddressesNotSupported``), nothing assigned: the generic
+        provider hands out whole blocks only."""
+        if addresses:
+            raise errors.InvalidRequest(
+                "the generic provider hands out /28 prefixes only: named addresses are not supported",
+                code="ExplicitAddressesNotSupported",
+                operation="AssignPrefixes",
+            )
         return await self._call("AssignPrefixes", lambda: self._assign(interface_id, count, prefixes))
 
     def _assign(self, interface_id: str, count: int, prefixes: bool) -> list[str]:

@@ -69,6 +69,11 @@ class SubnetSpace:
         self._low = 0
         self._low_block = 0
         self.blocked = 0
+        self.spread = False
+        """Secondary addresses assigned by count (and declared ones, at setup) come from the
+        emptiest /28 block (the lowest on ties) instead of being the lowest free ones: a cloud whose
+        choice breaks whole blocks, as EC2's may (the scenario file's ``address_choice: spread``).
+        Primary addresses and prefixes are the lowest either way."""
         for offset in (*range(RESERVED_HEAD), self.size - 1):
             self._mark(offset, True)
 
@@ -98,15 +103,21 @@ class SubnetSpace:
 
     # -- taking and giving back ------------------------------------------------------------------
 
-    def take_addresses(self, count: int, *, from_blocked: bool = False) -> list[str]:
+    def take_addresses(self, count: int, *, from_blocked: bool = False, spread: bool = False) -> list[str]:
         """Hand out the ``count`` lowest free addresses, in address order.
 
         ``from_blocked`` (setup only): the addresses come out of the blocked ones first, so a cap
         given for a subnet counts the free addresses *after* the interfaces declared in it.
+        ``spread``: chosen as :attr:`spread` says, when it is set.
         """
         assert count <= (self.cidr_free if from_blocked else self.free), "caller checks capacity"
         out: list[str] = []
         for _ in range(count):
+            if spread and self.spread:
+                offset = self._spread_offset()
+                self._mark(offset, True)
+                out.append(self._address(offset))
+                continue
             offset = self._used.find(0, self._low)
             self._mark(offset, True)
             self._low = offset + 1
@@ -114,6 +125,30 @@ class SubnetSpace:
         if from_blocked:
             self.blocked = max(self.blocked - count, 0)
         return out
+
+    def _spread_offset(self) -> int:
+        """The lowest free offset of the block with the fewest used addresses (lowest on ties)."""
+        used = self._blocks_used
+        best = min((n for n in range(len(used)) if used[n] < BLOCK), key=lambda n: (used[n], n))
+        return self._used.find(0, best * BLOCK)
+
+    def take_named(self, addresses: Iterable[str]) -> list[str]:
+        """Hand out exactly ``addresses`` (EC2's ``PrivateIpAddresses``), all or nothing.
+
+        Raises:
+            ValueError: one lies outside the subnet or is reserved (``InvalidParameterValue``).
+            LookupError: one is in use already (``InvalidIPAddress.InUse``).
+        """
+        wanted = list(dict.fromkeys(addresses))
+        for address in wanted:
+            if not self.contains(address) or not self.usable(address):
+                raise ValueError(f"Address {address} is not a usable address of the subnet's range")
+            if self.in_use(address):
+                raise LookupError(f"The specified address {address} is already in use.")
+        assert len(wanted) <= self.free, "caller checks capacity"
+        for address in wanted:
+            self._mark(self._offset(address), True)
+        return sorted(wanted, key=lambda a: self._offset(a))
 
     def take_blocks(self, count: int, *, from_blocked: bool = False) -> list[str]:
         """Hand out the ``count`` lowest whole aligned /28 blocks, as CIDR strings in address order."""

@@ -377,9 +377,16 @@ class SimCloud(DescribeOps):
 
     @api("AssignPrivateIpAddresses")
     def assign_private_ip_addresses(
-        self, *, interface_id: str, secondary_count: int = 0, prefix_count: int = 0
+        self,
+        *,
+        interface_id: str,
+        secondary_count: int = 0,
+        prefix_count: int = 0,
+        addresses: Sequence[str] = (),
     ) -> list[str]:
-        """Assign ``secondary_count`` addresses or ``prefix_count`` /28 prefixes, all or nothing.
+        """Assign ``secondary_count`` addresses or ``prefix_count`` /28 prefixes, or exactly the named
+        ``addresses`` (EC2's ``PrivateIpAddresses``, never reassigned from another interface), all or
+        nothing.
 
         Returns:
             The new addresses (or prefixes in CIDR form), in address order.
@@ -389,12 +396,30 @@ class SimCloud(DescribeOps):
                 ``InvalidParameterValue`` (prefixes on a non-nitro type; an ``efa-only`` interface,
                 which has no IP address), ``InvalidParameterCombination``,
                 ``PrivateIpAddressLimitExceeded``, ``InsufficientFreeAddressesInSubnet``,
-                ``InsufficientCidrBlocks``.
+                ``InsufficientCidrBlocks``; for named addresses ``InvalidIPAddress.InUse`` (held by
+                any interface, or by someone the listing does not show) and ``InvalidParameterValue``
+                (outside the subnet, or reserved).
         """
         iface = self._interface(interface_id)
         _counts(secondary_count, prefix_count)
         if iface.kind is devices.Kind.EFA_ONLY:
             raise _no_ip(interface_id)
+        if addresses:
+            if secondary_count or prefix_count:
+                raise SimError(
+                    "InvalidParameterCombination",
+                    "PrivateIpAddresses cannot be specified with SecondaryPrivateIpAddressCount or "
+                    "Ipv4PrefixCount",
+                )
+            instance = self._instances[iface.instance_id] if iface.instance_id else None
+            fresh = [a for a in dict.fromkeys(addresses) if a not in iface.addresses]
+            self._check_fits(iface, instance, len(fresh), 0)
+            try:
+                return self._grant_named(iface, fresh)
+            except LookupError as exc:
+                raise SimError("InvalidIPAddress.InUse", str(exc.args[0])) from None
+            except ValueError as exc:
+                raise SimError("InvalidParameterValue", str(exc)) from None
         if not secondary_count and not prefix_count:
             raise SimError(
                 "MissingParameter", "Either SecondaryPrivateIpAddressCount or Ipv4PrefixCount is required"
@@ -408,7 +433,7 @@ class SimCloud(DescribeOps):
             return self._grant_prefixes(iface, prefix_count)
         if space.free < secondary_count:
             raise _subnet_short()
-        return self._grant_addresses(iface, secondary_count)
+        return self._grant_addresses(iface, secondary_count, spread=True)
 
     @api("AssignIpv6Addresses")
     def assign_ipv6_addresses(self, *, interface_id: str, prefix_count: int) -> list[str]:

@@ -77,6 +77,13 @@ class SubnetDeclaration(ConfigModel):
     ipv6_cidr: Ipv6Cidr | None = None
     """The subnet's IPv6 block, a /64 (EC2 associates one per subnet). Default: none, an IPv4-only
     subnet, where no interface can be delegated an IPv6 prefix."""
+    address_choice: Literal["lowest", "spread"] = "lowest"
+    """How the cloud chooses single addresses it is not told: the lowest free one (default), or
+    ``spread``: from the emptiest /28 block, breaking whole blocks as EC2's choice may (what
+    fragments a subnet for prefix delegation)."""
+    hidden: Annotated[tuple[str, ...], Field(strict=False)] = ()
+    """Addresses held by someone no listing shows (another account's interfaces in a shared
+    subnet): in use for the cloud, invisible to the reconciler's count of free /28 blocks."""
 
 
 class SecurityGroupDeclaration(ConfigModel):
@@ -206,6 +213,8 @@ def build_cloud(declaration: CloudDeclaration, clock: Clock, *, path: str = "clo
             tags=s.tags,
             ipv6_cidr=str(s.ipv6_cidr) if s.ipv6_cidr is not None else "",
         )
+        if s.address_choice != "lowest":
+            sim.set_subnet_address_choice(s.id, s.address_choice)
     for g in declaration.security_groups:
         sim.add_security_group(g.id, vpc=g.vpc, tags=g.tags)
     for n, i in enumerate(declaration.instances):
@@ -233,7 +242,12 @@ def build_cloud(declaration: CloudDeclaration, clock: Clock, *, path: str = "clo
         except ValueError as exc:  # what the cloud itself refuses: unknown type, no room, too many interfaces
             raise ConfigError(f"{path}.instances[{n}]", str(exc)) from None
     # `available` counts free addresses after the declared interfaces took theirs.
-    for s in declaration.subnets:
+    for m, s in enumerate(declaration.subnets):
+        if s.hidden:
+            try:
+                sim.hide_addresses(s.id, s.hidden)
+            except ValueError as exc:  # not an address, or not one of the subnet's
+                raise ConfigError(f"{path}.subnets[{m}].hidden", str(exc)) from None
         if s.available is not None:
             sim.set_subnet_available(s.id, s.available)
     return sim

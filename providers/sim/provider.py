@@ -80,12 +80,15 @@ class SimApi:
         )
 
     async def assign_private_ip_addresses(
-        self, *, interface_id: str, secondary_count: int, prefix_count: int
+        self, *, interface_id: str, secondary_count: int, prefix_count: int, addresses: Sequence[str] = ()
     ) -> list[str]:
         return await self._api.call(
             "AssignPrivateIpAddresses",
             lambda: self.cloud.assign_private_ip_addresses(
-                interface_id=interface_id, secondary_count=secondary_count, prefix_count=prefix_count
+                interface_id=interface_id,
+                secondary_count=secondary_count,
+                prefix_count=prefix_count,
+                addresses=tuple(addresses),
             ),
         )
 

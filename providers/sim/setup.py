@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eni_ipam.core import devices, model
@@ -207,7 +207,7 @@ class CloudSetup(CloudState):
                 self._room(id, d.subnet, blocks=d.prefixes)
                 self._grant_prefixes(iface, d.prefixes, from_blocked=True)
                 self._room(id, d.subnet, addresses=d.secondaries)
-                self._grant_addresses(iface, d.secondaries, from_blocked=True)
+                self._grant_addresses(iface, d.secondaries, from_blocked=True, spread=True)
                 self._attach(
                     iface,
                     record,
@@ -307,6 +307,26 @@ class CloudSetup(CloudState):
             ValueError: unknown subnet.
         """
         self._subnet_for_setup("set_subnet_available", id).space.cap(available)
+
+    def set_subnet_address_choice(self, id: str, choice: str) -> None:
+        """How subnet ``id`` chooses single addresses it is not told: ``lowest`` or ``spread``
+        (:attr:`~providers.sim.addressing.SubnetSpace.spread`).
+
+        Raises:
+            ValueError: unknown subnet or choice.
+        """
+        if choice not in ("lowest", "spread"):
+            raise ValueError(f"address choice {choice!r}: expected lowest or spread")
+        self._subnet_for_setup("set_subnet_address_choice", id).space.spread = choice == "spread"
+
+    def hide_addresses(self, id: str, addresses: Iterable[str]) -> None:
+        """Mark ``addresses`` of subnet ``id`` in use by someone no listing shows (another account's
+        interfaces in a shared subnet).
+
+        Raises:
+            ValueError: unknown subnet, or an address outside it.
+        """
+        self._subnet_for_setup("hide_addresses", id).space.occupy(addresses)
 
     def set_subnet_tags(self, id: str, tags: Mapping[str, str]) -> None:
         """Replace the tags of subnet ``id``.

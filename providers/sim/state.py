@@ -199,9 +199,16 @@ class CloudState:
         return iface
 
     def _grant_addresses(
-        self, iface: InterfaceRecord, count: int, *, from_blocked: bool = False
+        self, iface: InterfaceRecord, count: int, *, from_blocked: bool = False, spread: bool = False
     ) -> list[str]:
-        new = self._subnets[iface.subnet_id].space.take_addresses(count, from_blocked=from_blocked)
+        new = self._subnets[iface.subnet_id].space.take_addresses(
+            count, from_blocked=from_blocked, spread=spread
+        )
+        iface.addresses = _by_address(iface.addresses + new)
+        return new
+
+    def _grant_named(self, iface: InterfaceRecord, addresses: Sequence[str]) -> list[str]:
+        new = self._subnets[iface.subnet_id].space.take_named(addresses)
         iface.addresses = _by_address(iface.addresses + new)
         return new
 

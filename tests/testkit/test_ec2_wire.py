@@ -652,6 +652,11 @@ async def test_the_clouds_server_side_bucket_throttles_through_botocore() -> Non
             "UnsupportedOperation",
         ),
         ("Action=DescribeVpcs&DryRun=true", "UnsupportedOperation"),
+        (
+            "Action=AssignPrivateIpAddresses&NetworkInterfaceId=e&PrivateIpAddress.1=10.0.0.9"
+            "&AllowReassignment=true",
+            "UnsupportedOperation",
+        ),
         ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6AddressCount=1", "UnsupportedOperation"),
         ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6Addresses.1=2600::1", "UnsupportedOperation"),
         ("Action=AssignIpv6Addresses&NetworkInterfaceId=e&Ipv6Prefix.1=2600::/80", "UnsupportedOperation"),

@@ -57,6 +57,12 @@ class Metrics(MetricSet):
             "Free addresses per subnet: the cloud's count at the last resync, net of the passes since",
             ["subnet", "zone"],
         )
+        self.free_prefix_blocks_per_subnet = self.gauge(
+            "free_prefix_blocks_per_subnet",
+            "Aligned /28 blocks with no used address per subnet, counted from the listing of every "
+            "interface of the VPC (absent when not counted)",
+            ["subnet", "zone"],
+        )
         self.subnet_size_ips = self.gauge(
             "subnet_size_ips",
             "Addresses in the subnet's CIDR (the cloud reserves a few of them)",
@@ -293,8 +299,11 @@ class Metrics(MetricSet):
         self.available_ips_per_subnet.clear()
         self.subnet_size_ips.clear()
         self.subnet_pressure_state.clear()  # set again for the subnets listed, when pressure is enabled
+        self.free_prefix_blocks_per_subnet.clear()
         for subnet in subnets:
             self.set_subnet_free(subnet, subnet.available)
+            if subnet.free_blocks >= 0:
+                self.set_subnet_free_blocks(subnet, subnet.free_blocks)
             size = _cidr_size(subnet.cidr)
             if size is not None:
                 self.subnet_size_ips.labels(subnet=subnet.id, zone=subnet.zone).set(size)
@@ -307,10 +316,18 @@ class Metrics(MetricSet):
         if changed:
             self.subnet_pressure_transitions.labels(subnet=subnet.id, zone=subnet.zone).inc()
 
+    def set_subnet_free_blocks(self, subnet: Subnet, blocks: int) -> None:
+        self.free_prefix_blocks_per_subnet.labels(subnet=subnet.id, zone=subnet.zone).set(max(blocks, 0))
+
     def clear_pool_state(self) -> None:
         """Drop the gauges that describe pools (this replica stopped reconciling: a standby must not
         export its last leader term's numbers next to the new leader's)."""
-        for gauge in (self.available_ips_per_subnet, self.subnet_size_ips, self.subnet_pressure_state):
+        for gauge in (
+            self.available_ips_per_subnet,
+            self.subnet_size_ips,
+            self.subnet_pressure_state,
+            self.free_prefix_blocks_per_subnet,
+        ):
             gauge.clear()
         self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float)  # nothing scheduled here
         self._pools.clear()

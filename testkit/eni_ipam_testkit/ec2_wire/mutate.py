@@ -47,9 +47,11 @@ class Mutator:
         }
 
     async def assign_private_ip_addresses(self, q: Query, rid: str) -> bytes:
+        # PrivateIpAddress.N (botocore's PrivateIpAddresses) names the addresses (dense placement);
+        # AllowReassignment, which would move an address from another interface, is not modelled.
         q.accept(
-            {"NetworkInterfaceId", "SecondaryPrivateIpAddressCount", "Ipv4PrefixCount"},
-            {"PrivateIpAddress", "Ipv4Prefix", "AllowReassignment"},
+            {"NetworkInterfaceId", "SecondaryPrivateIpAddressCount", "Ipv4PrefixCount", "PrivateIpAddress"},
+            {"Ipv4Prefix", "AllowReassignment"},
         )
         interface_id = q.text("NetworkInterfaceId")
         prefix_count = q.integer("Ipv4PrefixCount", 0)
@@ -57,6 +59,7 @@ class Mutator:
             interface_id=interface_id,
             secondary_count=q.integer("SecondaryPrivateIpAddressCount", 0),
             prefix_count=prefix_count,
+            addresses=tuple(q.strings("PrivateIpAddress")),
         )
         addresses, prefixes = ([], new) if prefix_count else (new, [])
         return render.document(

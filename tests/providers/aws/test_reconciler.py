@@ -40,25 +40,28 @@ async def reconciling(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(("placement", "refusals"), [(False, 1), (True, 0)], ids=["asked", "counted"])
 async def test_prefix_delegation_falls_back_to_addresses_when_the_subnet_has_no_free_28(
-    network: Network,
+    network: Network, placement: bool, refusals: int
 ) -> None:
     # A /27 has 27 free addresses but no free aligned /28: each half holds reserved addresses
-    # (.0-.3 in the first, the broadcast in the second). The counts say "a prefix fits"; EC2 says
-    # InsufficientCidrBlocks, and the pass falls back to plain addresses.
+    # (.0-.3 in the first, the broadcast in the second). The free address count says "a prefix
+    # fits"; EC2 says InsufficientCidrBlocks, and the pass falls back to plain addresses. With the
+    # free /28 blocks counted (prefix_placement) the prefix is never asked for.
     fragmented = network.ec2.create_subnet(
         VpcId=network.vpc_id, CidrBlock="10.0.48.0/27", AvailabilityZone=ZONE
     )
     subnet = fragmented["Subnet"]["SubnetId"]
     instance = network.run_instance("m5.large", subnet_id=subnet)
     spec = NodeResource(name="n1", instance_id=instance, spec=NodeSpec(pre_allocate=4, subnet_ids=(subnet,)))
-    async with reconciling(network, [spec], Settings(prefix_delegation=True, gc_interval=0)) as (manager, _):
+    settings = Settings(prefix_delegation=True, prefix_placement=placement, gc_interval=0)
+    async with reconciling(network, [spec], settings) as (manager, _):
         await until(lambda: manager.nodes["n1"].stats.available >= 4, limit=20)
         refused = manager.metrics.sample(
             "eni_ipam_api_duration_seconds_count",
             {"operation": "AssignPrivateIpAddresses", "outcome": "InsufficientCidrBlocks"},
         )
-    assert refused == 1, "the prefix was never asked for: the fallback path did not run"
+    assert (refused or 0) == refusals, f"the prefix was asked for {refused} times"
     found = network.ec2.describe_network_interfaces(
         Filters=[{"Name": "attachment.instance-id", "Values": [instance]}]
     )["NetworkInterfaces"]

@@ -17,6 +17,7 @@ from eni_ipam.testing.provider_contract import (
     Check,
     ContractEnv,
     check_assign_exact_count,
+    check_assign_named_addresses,
     check_create_interface,
     check_create_on_occupied_index,
     check_create_past_adapter_limit,
@@ -113,6 +114,13 @@ class ReturnsTooFew(SimProvider):
         return (await super().assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes))[1:]
 
 
+class IgnoresNamedAddresses(SimProvider):
+    async def assign_addresses(
+        self, *, interface_id: str, count: int, prefixes: bool = False, addresses: Sequence[str] = ()
+    ) -> list[str]:
+        return await super().assign_addresses(interface_id=interface_id, count=count, prefixes=prefixes)
+
+
 class NoRollback(SimProvider):
     async def _roll_back(self, interface_id: str, attachment_id: str, cause: BaseException) -> None:
         return None
@@ -196,6 +204,7 @@ class ReadyWithoutTags(SimProvider):
 
 MUTANTS: list[tuple[type[SimProvider], Callable[[ContractEnv], Awaitable[None]]]] = [
     (ReturnsTooFew, check_assign_exact_count),
+    (IgnoresNamedAddresses, check_assign_named_addresses),
     (NoRollback, check_create_past_adapter_limit),
     (NoIndexRetry, check_create_on_occupied_index),
     (DeleteAlwaysDetaches, check_delete_without_detach),
