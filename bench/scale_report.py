@@ -307,7 +307,13 @@ def kept_section(text: str) -> str:
 
 
 def splice(report: str, section: str) -> str:
-    """``report`` with its section 6 replaced by ``section`` (added at the end when it has none)."""
+    """``report`` with its section 6 replaced by ``section`` (added at the end when it has none). The
+    sections after section 6 (their own ``## `` headings: section 7, written by hand from
+    ``python -m bench.placement``) are kept after it."""
     at = report.find(HEADING)
     head = report if at < 0 else report[:at]
-    return head.rstrip("\n") + "\n\n" + section
+    after = -1 if at < 0 else report.find("\n## ", at + len(HEADING))
+    tail = report[after + 1 :] if after >= 0 else ""
+    if tail and tail.split("\n", 1)[0] in section:
+        tail = ""  # the new section carries it already
+    return head.rstrip("\n") + "\n\n" + section + ("\n" + tail if tail else "")

@@ -81,6 +81,10 @@ def test_the_report_judges_every_target_and_keeps_the_other_sections(run) -> Non
     assert spliced.startswith(report.rstrip("\n")) and spliced.endswith(section)
     assert scale_report.splice(spliced, "## 6. One process for a large cluster\n\nnew\n").count("## 6.") == 1
     assert scale_report.kept_section(spliced) == section
+    # A section of its own after section 6 stays where it is when section 6 is written again.
+    seventh = "## 7. Free /28 blocks: the count's cost\n\nfigures\n"
+    again = scale_report.splice(spliced + "\n" + seventh, "## 6. One process for a large cluster\n\nnew\n")
+    assert again.endswith("## 6. One process for a large cluster\n\nnew\n\n" + seventh)
 
 
 async def test_own_time_leaves_out_what_ran_while_the_coroutine_waited() -> None:
