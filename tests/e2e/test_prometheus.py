@@ -87,6 +87,11 @@ READY_INTERFACES_OFF = (
     "tests/core/test_readypool.py and bench/burst.py read the pool's counts"
 )
 
+PRESSURE_OFF = (
+    "the stack runs the defaults, and subnet pressure is off by default (decision 0054): "
+    "tests/core/test_pressure.py and examples/scenarios/subnet_pressure.yaml read its series"
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     'max by (subnet, zone) (eni_ipam_available_ips_per_subnet{namespace=~"$namespace", subnet=~"$subnet"}) / (-deriv(max by (subnet, zone) (eni_ipam_available_ips_per_subnet{namespace=~"$namespace", subnet=~"$subnet"})[1h:1m]) > 0)': (  # noqa: E501
         "no subnet need be draining: the healthy clusters' free addresses go up and down with their "
@@ -129,6 +134,10 @@ ALLOWED_EMPTY: dict[str, str] = {
         "the stack's agents run with the datapath off (it would change this host's own routing); "
         "tests/agent/datapath/test_agent_datapath.py reads the counter from an agent in a network "
         "namespace of its own"
+    ),
+    'max by (subnet) (eni_ipam_subnet_pressure{namespace=~"$namespace"})': PRESSURE_OFF,
+    'sum by (subnet) (increase(eni_ipam_subnet_pressure_transitions_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
+        PRESSURE_OFF
     ),
     'sum by (subnet) (eni_ipam_ready_interfaces{namespace=~"$namespace"})': READY_INTERFACES_OFF,
     'sum by (outcome) (increase(eni_ipam_ready_interface_takes_total{namespace=~"$namespace"}[$__rate_interval]))': (  # noqa: E501
