@@ -36,6 +36,7 @@ from eni_ipam.config.schema import (
     short,
     validate,
 )
+from eni_ipam.core.profiles import LABEL_KEY
 from eni_ipam.errors import ConfigError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -59,17 +60,11 @@ MAX_SOCKET_PATH = 107
 """Longest unix socket path Linux accepts (``sun_path`` holds 108 bytes with the terminating NUL)."""
 
 
-_TAINT_KEY = re.compile(
-    r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-
-
 def _taint_key(key: str) -> str:
     """A Kubernetes taint key (a qualified name: an optional DNS prefix and ``/``, then a name of at
     most 63 characters), or empty."""
     key = key.strip()
-    if key and (not _TAINT_KEY.match(key) or len(key.partition("/")[0]) > 253):
+    if key and not LABEL_KEY.fullmatch(key):
         raise ValueError(
             f"{key!r} is not a taint key: an optional DNS-name prefix and '/', then letters, digits, "
             "'-', '_' or '.' (at most 63), as eni-ipam.io/not-ready; empty turns the startup taint off"

@@ -29,13 +29,15 @@ from eni_ipam.config.schema import ConfigModel, FieldError
 from eni_ipam.core.spec import NodeSpec
 
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+"""A Kubernetes qualified name: a label's key, and a taint's (an optional DNS prefix and ``/``, then a
+name of 1 to 63 characters)."""
 _LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
 _PROFILE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _label_key(key: str) -> str:
-    if not _LABEL_KEY.fullmatch(key):
+    if not LABEL_KEY.fullmatch(key):
         raise ValueError(
             f"{key!r} is not a label key (an optional DNS prefix and '/', then 1 to 63 letters, digits, "
             "'-', '_' or '.', starting and ending with a letter or digit)"

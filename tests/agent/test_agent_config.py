@@ -105,3 +105,14 @@ def test_the_reuse_quarantine_outlasts_conntracks_syn_sent_timeout_by_default() 
 def test_a_bad_reuse_quarantine_names_the_field(value: object) -> None:
     with pytest.raises(ConfigError, match="reuse_quarantine_seconds"):
         agent_config_from_mapping({"reuse_quarantine_seconds": value})
+
+
+@pytest.mark.parametrize("value", ["bad key", "-leading", "a/" + "x" * 64, "Upper.Domain/x"])
+def test_a_startup_taint_that_is_no_taint_key_names_the_field(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"startup_taint: .* is not a taint key"):
+        agent_config_from_mapping({"startup_taint": value})
+
+
+@pytest.mark.parametrize("value", ["eni-ipam.io/not-ready", "node.example.com/starting", "plain", ""])
+def test_a_startup_taint_key_or_nothing_is_taken(value: str) -> None:
+    assert agent_config_from_mapping({"startup_taint": value}).startup_taint == value
