@@ -24,13 +24,23 @@ if TYPE_CHECKING:
     from eni_ipam.simulator.series import SeriesOptions
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""What ``--log-level`` takes: the levels the configuration's ``log_level`` takes (a test keeps them
+equal; the configuration's models are not imported before a command needs them)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="eni-ipam", description=__doc__.splitlines()[0] if __doc__ else None
     )
     parser.add_argument("--version", action="version", version=f"eni-ipam {__version__}")
     parser.add_argument(
-        "--log-level", default=None, help="debug, info, warning (default: warning for simulate)"
+        "--log-level",
+        default=None,
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="debug, info, warning or error (default: the configuration's log_level for run and agent, "
+        "warning for simulate)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

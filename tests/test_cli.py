@@ -183,3 +183,30 @@ def test_without_the_test_kit_its_commands_say_where_they_come_from(
     monkeypatch.setattr(eni_ipam.cli, "_plugins", lambda group: {})
     assert main(argv) == 2
     assert f"{what} comes with eni-ipam-testkit, which is not installed" in capsys.readouterr().err
+
+
+def test_log_level_takes_what_the_configuration_takes() -> None:
+    import typing
+
+    from eni_ipam.cli import LOG_LEVELS
+    from eni_ipam.config.schema import LogLevel
+
+    assert typing.get_args(LogLevel) == LOG_LEVELS
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("command", [["demo", "--duration", "1s"], ["run", "--check"], ["simulate"]])
+def test_an_unknown_log_level_is_a_usage_error_naming_the_levels_not_a_traceback(command: list[str]) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "eni_ipam.cli", "--log-level", "verbose", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "argument --log-level: invalid choice: 'verbose'" in done.stderr
+    assert "'debug', 'info', 'warning', 'error'" in done.stderr
