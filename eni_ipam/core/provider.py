@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from eni_ipam.config.schema import ConfigModel
+from eni_ipam.core import errors
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import CloudSnapshot, CreateInterface, Instance, InstanceLimits, Interface
 from eni_ipam.core.observe import ApiObserver
@@ -280,6 +281,50 @@ class Provider(Protocol):
 
 PLUGIN_GROUP = "eni_ipam.providers"
 """The entry-point group providers register under (``aws = "providers.aws.service"``)."""
+
+
+class RefusesReadyInterfaces:
+    """The ready-interface operations of a provider whose interfaces cannot be made ahead of a node
+    and attached to it later (decision 0051): both refuse, ``InvalidRequest`` with the code
+    ``ReadyInterfacesNotSupported``, saying why in :attr:`ready_interfaces_refused`."""
+
+    ready_interfaces_refused: ClassVar[str]
+    """Why this provider has no ready interfaces, as the end of a sentence."""
+
+    async def create_ready_interface(
+        self,
+        *,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        count: int,
+        prefixes: bool = False,
+        tags: Mapping[str, str],
+        token: str,
+    ) -> Interface:
+        """Always refused.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            f"{self.ready_interfaces_refused}: set settings.ready_interfaces_enabled to false",
+            code="ReadyInterfacesNotSupported",
+            operation="create_ready_interface",
+        )
+
+    async def attach_interface(
+        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
+    ) -> Interface:
+        """Always refused.
+
+        Raises:
+            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
+        """
+        raise errors.InvalidRequest(
+            f"cannot attach {interface.id} to {instance_id}: {self.ready_interfaces_refused}",
+            code="ReadyInterfacesNotSupported",
+            operation="attach_interface",
+        )
 
 
 class ProviderPlugin(Protocol):

@@ -22,6 +22,7 @@ a time, under a token bucket, and retries a failed write after a backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import random
 import sys
@@ -287,11 +288,9 @@ class NodeMarks:
             await self._wake.wait()
             return
         delay = max(0.0, self._due[0][0] - self.clock.monotonic())
-        waiter = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait([waiter], timeout=delay)
-        finally:
-            waiter.cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):  # the loop's clock, which the injected one reads
+                await self._wake.wait()
 
     async def _write(self, name: str) -> None:
         node = self._nodes.store.get(name)

@@ -47,6 +47,7 @@ from eni_ipam.core.model import (
     tags_match,
 )
 from eni_ipam.core.observe import ApiObserver
+from eni_ipam.core.provider import RefusesReadyInterfaces
 from eni_ipam.errors import ConfigError
 from providers.azure import ids
 from providers.azure import resources as r
@@ -62,11 +63,16 @@ _GONE = frozenset({"resourcenotfound", "notfound"})
 """404 codes that say the resource read does not exist (others name a missing subscription or group)."""
 
 
-class AzureProvider:
+class AzureProvider(RefusesReadyInterfaces):
     """The :class:`~eni_ipam.core.provider.Provider` protocol on Azure (its contract is in
     :mod:`eni_ipam.core.provider`)."""
 
     name: str = "azure"
+
+    ready_interfaces_refused = (
+        "Azure attaches NICs only to deallocated VMs, so a NIC made ahead of a node could never be "
+        "attached to it"
+    )
 
     def __init__(
         self,
@@ -394,42 +400,6 @@ class AzureProvider:
             "eni-ipam fills the NICs a VM already has",
             code="HotAttachNotSupported",
             operation="create_interface",
-        )
-
-    async def create_ready_interface(
-        self,
-        *,
-        subnet_id: str,
-        security_groups: Sequence[str],
-        count: int,
-        prefixes: bool = False,
-        tags: Mapping[str, str],
-        token: str,
-    ) -> Interface:
-        """Always refused: a ready NIC could never be attached to a running VM.
-
-        Raises:
-            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
-        """
-        raise errors.InvalidRequest(
-            "Azure attaches NICs only to deallocated VMs, so a NIC made ahead of a node could never "
-            "be attached to it: set settings.ready_interfaces_enabled to false",
-            code="ReadyInterfacesNotSupported",
-            operation="create_ready_interface",
-        )
-
-    async def attach_interface(
-        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
-    ) -> Interface:
-        """Always refused: Azure attaches NICs only to deallocated VMs.
-
-        Raises:
-            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
-        """
-        raise errors.InvalidRequest(
-            f"cannot attach {interface.id} to {instance_id}: Azure attaches NICs only to deallocated VMs",
-            code="ReadyInterfacesNotSupported",
-            operation="attach_interface",
         )
 
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:

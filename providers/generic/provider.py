@@ -52,6 +52,7 @@ from eni_ipam.core.model import (
     address_key,
 )
 from eni_ipam.core.observe import ApiObserver
+from eni_ipam.core.provider import RefusesReadyInterfaces
 from eni_ipam.core.ratelimit import Bucket, RateLimiter
 from eni_ipam.core.records import NodeRecord, NodeRecords
 from providers.generic.blocks import BlockSet, Network
@@ -84,11 +85,16 @@ class _Node:
     ipv6: list[Network] = dataclasses.field(default_factory=list)
 
 
-class GenericProvider:
+class GenericProvider(RefusesReadyInterfaces):
     name = "generic"
     reads_node_store = True
     """Its view is built from the node store's records: a listing is only valid once the store was
     read in full for the current term (see :data:`eni_ipam.core.provider.READS_NODE_STORE`)."""
+
+    ready_interfaces_refused = (
+        "the generic provider carves per-node blocks and has no interfaces to make ahead of a node or "
+        "to attach"
+    )
 
     def __init__(
         self,
@@ -533,42 +539,6 @@ class GenericProvider:
             "a generic node has one virtual interface; its pool grows by blocks, not interfaces",
             code="VirtualInterfaceOnly",
             operation="CreateInterface",
-        )
-
-    async def create_ready_interface(
-        self,
-        *,
-        subnet_id: str,
-        security_groups: Sequence[str],
-        count: int,
-        prefixes: bool = False,
-        tags: Mapping[str, str],
-        token: str,
-    ) -> Interface:
-        """Always refused: the generic provider has no interfaces to make ahead of a node.
-
-        Raises:
-            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
-        """
-        raise errors.InvalidRequest(
-            "the generic provider carves per-node blocks and has no interfaces to make ahead of a "
-            "node: set settings.ready_interfaces_enabled to false",
-            code="ReadyInterfacesNotSupported",
-            operation="create_ready_interface",
-        )
-
-    async def attach_interface(
-        self, *, interface: Interface, instance_id: str, device_index: int, network_card: int = 0
-    ) -> Interface:
-        """Always refused: the generic provider's interfaces are its nodes' own.
-
-        Raises:
-            errors.InvalidRequest: always (``ReadyInterfacesNotSupported``).
-        """
-        raise errors.InvalidRequest(
-            f"cannot attach {interface.id} to {instance_id}: the generic provider attaches nothing",
-            code="ReadyInterfacesNotSupported",
-            operation="attach_interface",
         )
 
     async def delete_interface(self, *, interface_id: str, detach: bool = True) -> None:
