@@ -406,9 +406,8 @@ def _check_path(model: type[BaseModel], keys: list[str], variable: str) -> None:
         if key not in fields:
             known = ", ".join(sorted(fields))
             close = closest(key, fields)
-            hint = (
-                f" (did you mean {ENV_PREFIX}{'__'.join([*keys[:depth], close]).upper()}?)" if close else ""
-            )
+            meant = "__".join([*keys[:depth], close, *keys[depth + 1 :]]).upper() if close else ""
+            hint = f" (did you mean {ENV_PREFIX}{meant}?)" if close else ""
             raise ConfigError(
                 ".".join(keys[: depth + 1]), f"unknown key {key!r}{hint} (known: {known}) (set by {variable})"
             )
