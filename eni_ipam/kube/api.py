@@ -180,11 +180,16 @@ def load_kubeconfig(path: str = "") -> lightkube.KubeConfig:
             ("tokenFile", single.user.token_file if single.user else None),
         )
         for key, name in named:
-            if name and not os.path.isfile(single.abs_file(name)):
+            if not name:
+                continue
+            try:
+                file = str(single.abs_file(name))
+            except lightkube.ConfigError:  # relative, in a configuration of no file: as written
+                file = str(name)
+            if not os.path.isfile(file):
                 raise ConfigError(
                     "kubernetes.kubeconfig",
-                    f"{where} names a {key} file {single.abs_file(name)!s} that does not exist: "
-                    f"{KUBECONFIG_FIX}",
+                    f"{where} names a {key} file {file} that does not exist: {KUBECONFIG_FIX}",
                 )
     return config
 
