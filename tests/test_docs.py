@@ -46,3 +46,25 @@ def test_every_field_is_on_its_reference_page(model: type[BaseModel], page: str)
 def test_every_field_says_why_in_its_docstring(model: type[BaseModel]) -> None:
     undocumented = [name for name, field in model.model_fields.items() if not field.description]
     assert not undocumented, f"{model.__name__}: no docstring for {undocumented}"
+
+
+ROOT = DOCS.parent
+PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "examples").rglob("*.md")])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_table_row_belongs_to_a_table_with_a_header(page: Path) -> None:
+    """A table row cut off from its table by a paragraph renders as a stray line of pipes: every run
+    of `|` lines outside code blocks starts with a header and its separator."""
+    lines = page.read_text().splitlines()
+    fenced = False
+    stray = []
+    for n, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not line.startswith("|") or (n and lines[n - 1].startswith("|")):
+            continue
+        following = lines[n + 1] if n + 1 < len(lines) else ""
+        if not re.match(r"^\|\s*:?-", following):
+            stray.append(f"line {n + 1}: {line[:60]}")
+    assert not stray, stray
