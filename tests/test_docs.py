@@ -68,3 +68,41 @@ def test_every_table_row_belongs_to_a_table_with_a_header(page: Path) -> None:
         if not re.match(r"^\|\s*:?-", following):
             stray.append(f"line {n + 1}: {line[:60]}")
     assert not stray, stray
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens,
+    a repeated one suffixed -1, -2, ..."""
+    found: set[str] = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if fenced or not heading:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading[1].lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in found:
+            n += 1
+            candidate = f"{slug}-{n}"
+        found.add(candidate)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_reaches_a_file_and_its_heading(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(re.sub(r"```.*?```", "", page.read_text(), flags=re.S)):
+        if re.match(r"^[a-z]+:", target):
+            continue  # http(s), mailto: not this test's
+        path, _, anchor = target.partition("#")
+        reached = (page.parent / path).resolve() if path else page
+        if not reached.exists():
+            broken.append(f"{target}: no {path}")
+        elif anchor and reached.suffix == ".md" and anchor not in anchors(reached):
+            broken.append(f"{target}: no heading #{anchor} in {reached.relative_to(ROOT)}")
+    assert not broken, broken
