@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -352,3 +354,51 @@ def test_counts_are_written_in_the_singular_and_the_plural(
     scenario.write_text(cloud + "steps: [{converge: 10s}, {expect: {node1: {available: 8}}}, {expect: {}}]\n")
     assert main(["simulate", str(scenario)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "PASS: 2 expectations held over 3 steps"
+
+
+def _eni_ipam(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command line as a person runs it: its own process, its whole output."""
+    return subprocess.run(
+        [sys.executable, "-m", "eni_ipam.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.system
+def test_a_demo_port_asked_for_and_taken_says_metrics_are_off_and_the_demo_runs_on(port_in_use: int) -> None:
+    done = _eni_ipam("demo", "--nodes", "3", "--duration", "1s", "--plain", "--port", str(port_in_use))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith("metrics off")]
+    assert said and said[0].startswith(f"metrics off: port {port_in_use} is taken")
+    assert said[-1].endswith("--port N chooses another, --port 0 none")
+    assert done.stdout.rstrip().endswith(said[-1]), "said again after the summary"
+    assert "summary: 3 nodes" in done.stdout
+
+
+@pytest.mark.system
+def test_a_failed_simulation_says_why_its_node_got_nothing(tmp_path: Path) -> None:
+    scenario = tmp_path / "typo.yaml"
+    scenario.write_text(
+        "cloud:\n  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]\n"
+        "  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]\n"
+        "  security_groups: [{id: sg-1, vpc: vpc-1}]\n"
+        "  instances: [{id: i-1, type: c5.xlarg, subnet: s-1, security_groups: [sg-1]}]\n"
+        "nodes: [{name: node1, instance: i-1, pre_allocate: 10}]\n"
+        "steps: [{converge: 60s}, {expect: {node1: {available: 10}}}]\n"
+    )
+    done = _eni_ipam("simulate", str(scenario))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "steps[1].expect.node1.available: expected 10, got 0" in done.stderr  # the field
+    why = next(line for line in done.stderr.splitlines() if "steps[1].expect.node1: why:" in line)
+    assert "limits-unknown" in why and "instance type c5.xlarg" in why
+    assert "did you mean c5.xlarge" in why  # the fix
+
+
+@pytest.mark.system
+def test_an_unknown_instance_type_for_max_pods_offers_the_closest() -> None:
+    done = _eni_ipam("max-pods", "m5.larg")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "INSTANCE_TYPE: m5.larg not in the shipped EC2 table" in done.stderr
+    assert "m5.larg: did you mean m5.large" in done.stderr
