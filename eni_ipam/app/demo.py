@@ -2,8 +2,10 @@
 
 Nodes of mixed instance types on several subnets, a workload that starts and stops pods, the
 in-memory cloud with realistic latency and EC2's token buckets, and a live view of every node's
-pool. ``/metrics`` is served on 127.0.0.1 while it runs. Ctrl-C (or ``--duration``) stops it and
-prints a summary.
+pool. ``/metrics`` is served on 127.0.0.1 while it runs: on 9090 unless ``--port`` says otherwise,
+on a free port (said on the view and after the summary) when 9090 is taken, never on a port the
+user did not ask for once they asked for one (:func:`serve_metrics`, decision 0059). Ctrl-C (or
+``--duration``) stops it and prints a summary.
 
 The cluster is a healthy one (up to about a hundred nodes; 50 by default): the workload keeps every
 node's pods within what its instance and its share of the subnets can hold (:func:`workload`), so
