@@ -31,7 +31,7 @@ from rich.text import Text
 
 from eni_ipam.adapters.logging import diverted
 from eni_ipam.adapters.metrics.controller import Metrics
-from eni_ipam.adapters.terminal import inert
+from eni_ipam.adapters.terminal import inert, plural
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState
@@ -96,6 +96,9 @@ class Frame:
     """Requests the cloud throttled, a second, oldest first."""
     events: tuple[str, ...] = ()
     """Notable events, oldest first, each with its time."""
+    status: str = ""
+    """What the user must not miss while the view covers the terminal (where /metrics went when its
+    port was taken), drawn under the header; empty: no line."""
 
 
 # -- sampling ------------------------------------------------------------------------------------
@@ -118,8 +121,10 @@ class Watcher:
         clock: Clock,
         title: str,
         history: int = HISTORY,
+        status: str = "",
     ) -> None:
         self._manager = manager
+        self.status = status
         self._metrics = metrics
         self._clock = clock
         self._title = title
@@ -233,6 +238,7 @@ class Watcher:
             requests={op: tuple(q) for op, q in sorted(self._requests.items())},
             throttles=tuple(self._throttles),
             events=tuple(self.events),
+            status=self.status,
         )
 
     def _rows(self, manager: NodeManager, *, quiet: bool) -> tuple[NodeRow, ...]:
@@ -309,7 +315,7 @@ def _header(frame: Frame, width: int) -> Text:
     nodes = frame.nodes
     text = Text()
     text.append(frame.title, "bold")
-    text.append(f"  {frame.elapsed:6.1f}s  {len(nodes)} nodes  ")
+    text.append(f"  {frame.elapsed:6.1f}s  {plural(len(nodes), 'node')}  ")
     text.append("● ready" if frame.ready else "○ not ready", "green" if frame.ready else "yellow")
     text.append("  ")
     text.append("● leader" if frame.leader else "○ standby", "green" if frame.leader else "yellow")
@@ -416,7 +422,9 @@ def screen(frame: Frame, width: int, height: int) -> Group:
     """The frame drawn in at most ``width`` columns and ``height`` lines."""
     width, height = max(width, 40), max(height, 8)
     lines = [_header(frame, width)]
-    body = height - 1
+    if frame.status:
+        lines.append(_fit(Text(f"! {inert(frame.status)}", "bold yellow"), width))
+    body = height - len(lines)
     ops = len(frame.requests) + 2
     if width >= WIDE:
         table_w = min(width * 3 // 5, 110)  # past it, a longer bar says nothing more

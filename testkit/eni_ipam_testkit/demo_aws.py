@@ -22,6 +22,7 @@ from unittest import mock
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.signals import stop_on_signals
+from eni_ipam.adapters.terminal import plural
 from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
@@ -90,7 +91,7 @@ def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     return out
 
 
-async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
+async def moto_demo(*, nodes: int, duration: float, seed: int, port: int | None, out: TextIO) -> int:
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
 
@@ -103,7 +104,7 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
     with mock.patch.dict(os.environ, {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}), MotoServer() as server:
         ec2 = boto3.session.Session().client("ec2", region_name=REGION, endpoint_url=server.endpoint_url)
         vpc, specs = await asyncio.to_thread(seed_network, ec2, nodes, random.Random(seed))
-        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {nodes} instances\n")
+        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {plural(nodes, 'instance')}\n")
         clock = LoopClock()
         settings = Settings(cluster_name="demo", resync_interval=30.0)
         metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
@@ -116,11 +117,14 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         stop = stop_on_signals()
         started = clock.monotonic()
         try:
-            async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+            async with (
+                serve_metrics(metrics, lambda: manager.ready, port, out) as notice,
+                asyncio.TaskGroup() as tg,
+            ):
                 reconciler = tg.create_task(manager.run(), name="manager")
                 while not stop.is_set() and not converged(manager):
                     elapsed = clock.monotonic() - started
-                    render(manager, requests_by_operation(metrics), elapsed, out)
+                    render(manager, requests_by_operation(metrics), elapsed, out, status=notice)
                     if duration and elapsed >= duration:
                         break
                     with contextlib.suppress(TimeoutError):
@@ -133,15 +137,16 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         mutating = sum(n for op, n in calls.items() if not op.startswith("Describe"))
         totals = [n.stats for n in manager.nodes.values()]
         out.write(
-            f"\n{'converged' if done else 'NOT converged'}: {len(totals)} nodes in "
-            f"{clock.monotonic() - started:.1f}s, pool {sum(s.available for s in totals)} addresses, "
+            f"\n{'converged' if done else 'NOT converged'}: {plural(len(totals), 'node')} in "
+            f"{clock.monotonic() - started:.1f}s, "
+            f"pool {plural(sum(s.available for s in totals), 'address', 'addresses')}, "
             f"EC2 requests: {mutating} mutating, {sum(calls.values()) - mutating} read "
             f"({', '.join(f'{op}={n}' for op, n in sorted(calls.items()))})\n"
         )
         return 0 if done else 1
 
 
-def run_moto_demo(*, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int = 9090) -> int:
+def run_moto_demo(*, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int | None = None) -> int:
     try:
         return asyncio.run(moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
     except KeyboardInterrupt:
