@@ -431,22 +431,25 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     from eni_ipam.adapters.signals import stop_on_signals
-    from eni_ipam.app.providers import plugin
-    from eni_ipam.app.runconfig import load_config
+    from eni_ipam.app.checks import check_configuration
+    from eni_ipam.app.runconfig import read_config
     from eni_ipam.app.service import serve
     from eni_ipam.errors import ConfigError, NotImplementedYet
 
     try:
-        config = load_config(args.config, os.environ)
+        config, problems = read_config(args.config, os.environ)
         if args.port is not None:  # the command line wins over the file and the environment
             config = config.model_copy(
                 update={"server": config.server.model_copy(update={"port": args.port})}
             )
-        if args.check:  # what the provider can check without the cloud (``run`` does it before binding)
-            plugin(config.provider).check(config.provider_settings)
+        # What can be checked without side effects, every problem at once; the ports only with
+        # --check (``run`` binds them itself a moment later, and says so when it cannot).
+        findings = check_configuration(config, ports=args.check, environ=os.environ, found=problems)
     except (ConfigError, NotImplementedYet) as exc:
-        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
+        _invalid_configuration(exc)
         return 2
+    for note in findings.notes:
+        print(f"note: {inert(note)}", file=sys.stderr)
     if args.check:
         chosen = config.profile_set().profiles
         profiles = f", profiles {', '.join(p.name for p in chosen)} (in the order tried)" if chosen else ""
@@ -469,13 +472,25 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (ConfigError, NotImplementedYet) as exc:  # found when opening: a bad kubeconfig, an unknown type
-        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
+        _invalid_configuration(exc)
         hint = listen_hint(exc, config.server.port)
         if hint:
             print(hint, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _invalid_configuration(exc: Exception) -> None:
+    """One problem on one line; several (:class:`~eni_ipam.errors.ConfigErrors`) one per line under
+    a count, each naming its field and the fix."""
+    problems = getattr(exc, "errors", None) or (exc,)
+    if len(problems) == 1:
+        print(f"invalid configuration: {inert(str(problems[0]), lines=True)}", file=sys.stderr)
+        return
+    print(f"invalid configuration: {len(problems)} problems", file=sys.stderr)
+    for problem in problems:
+        print(f"  {inert(str(problem), lines=True)}", file=sys.stderr)
 
 
 PROMETHEUS_PORT = 9090

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
 import subprocess
 import sys
@@ -55,9 +56,21 @@ def test_an_invalid_run_configuration_exits_2_naming_the_field(
     assert "settings.gc_interval" in capsys.readouterr().err
 
 
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+"""A kubeconfig that loads (no server answers it: ``--check`` reaches none)."""
+
 PROFILES_CONFIG = """\
 provider: sim
 sim: {cloud: {vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]}}
+server: {port: 0, probe_port: 0}
+kubernetes: {kubeconfig: KUBECONFIG}
 profiles:
   - {name: web, node_selector: {match_labels: {group: web}}, spec: {pre_allocate: 6}}
   - {name: web-a, node_selector: {match_labels: {group: web, zone: a}}}
@@ -68,7 +81,8 @@ def test_check_lists_the_profiles_in_the_order_they_are_tried(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(PROFILES_CONFIG)
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    config.write_text(PROFILES_CONFIG.replace("KUBECONFIG", str(tmp_path / "kubeconfig")))
     assert main(["run", "--config", str(config), "--check"]) == 0
     assert "profiles web-a, web (in the order tried)" in capsys.readouterr().out
 
@@ -328,6 +342,93 @@ def test_an_unknown_log_level_is_a_usage_error_naming_the_levels_not_a_traceback
     assert "Traceback" not in done.stderr
     assert "argument --log-level: invalid choice: 'verbose'" in done.stderr
     assert "'debug', 'info', 'warning', 'error'" in done.stderr
+
+
+def cli(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``eni-ipam ARGV`` as people run it, with ``env`` over an environment of no ENI_IPAM_ variable."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "eni_ipam.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **(env or {})},
+        cwd=cwd,
+    )
+
+
+BROKEN = """\
+provider: sim
+node_source: memory
+server: {host: 127.0.0.1, port: PORT, probe_port: 0}
+node_defaults: {min_allocate: 40, max_allocate: 10}
+sim:
+  cloud:
+    vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]
+    subnets: [{id: s-1, vpc: vpc-1, zone: us-east-1a, cidr: 10.0.0.0/24}]
+    instances: [{id: i-1, type: m5.lage, subnet: s-1}]
+nodes: [{name: n1, instance: i-1}]
+"""
+
+
+@pytest.mark.system
+def test_check_lists_every_problem_at_once_each_with_its_field_and_fix(
+    port_in_use: int, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(BROKEN.replace("PORT", str(port_in_use)))
+    done = cli("run", "--config", str(config), "--check")
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[0] == "invalid configuration: 3 problems"
+    assert lines[1].startswith("  node_defaults.min_allocate: min_allocate 40 is above max_allocate 10")
+    assert "Lower min_allocate to at most 10, or raise max_allocate" in lines[1]
+    assert lines[2].startswith("  sim.cloud.instances[0].type: unknown instance type 'm5.lage'")
+    assert "(did you mean 'm5.large'?)" in lines[2]
+    assert lines[3].startswith(f"  server.port: cannot listen on 127.0.0.1:{port_in_use}")
+    assert lines[3].endswith("choose a free port with --port, server.port or ENI_IPAM_SERVER__PORT")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.system
+def test_run_refuses_what_check_refuses_before_it_binds(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"provider: sim\nsim: {{cloud: {{}}}}\nkubernetes: {{kubeconfig: {tmp_path / 'kubeconfig'}}}\n"
+    )
+    for argv in (["run", "--config", str(config), "--check"], ["run", "--config", str(config)]):
+        done = cli(*argv)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("invalid configuration: kubernetes.kubeconfig: cannot load ")
+        assert "set kubernetes.kubeconfig (or ENI_IPAM_KUBERNETES__KUBECONFIG)" in done.stderr
+        assert "service_started" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.system
+def test_a_provider_override_without_a_file_says_to_pass_one() -> None:
+    done = cli("run", "--check", env={"ENI_IPAM_PROVIDER": "aws", "ENI_IPAM_LOG_LEVEL": "debug"})
+    assert done.returncode == 2
+    assert done.stderr.startswith("invalid configuration: provider: set by ENI_IPAM_PROVIDER")
+    assert "pass --config FILE (e.g. examples/config/aws-kubernetes.yaml)" in done.stderr
+    assert "sim:" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.system
+def test_other_overrides_without_a_file_apply_to_the_demo() -> None:
+    done = cli("run", "--check", env={"ENI_IPAM_SERVER__PORT": "0", "ENI_IPAM_SERVER__PROBE_PORT": "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "configuration OK: provider sim, node source memory\n"
+
+
+@pytest.mark.system
+def test_a_misspelt_variable_names_the_one_it_may_mean() -> None:
+    done = cli("run", "--check", env={"ENI_IPAM_SETTINGS__GC_INTERVALL": "10m"})
+    assert done.returncode == 2
+    assert "settings.gc_intervall: unknown key 'gc_intervall'" in done.stderr
+    assert "did you mean ENI_IPAM_SETTINGS__GC_INTERVAL?" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_counts_are_written_in_the_singular_and_the_plural(

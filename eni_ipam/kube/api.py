@@ -150,15 +150,57 @@ def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
     Raises:
         ConfigError: the kubeconfig cannot be read, or no in-cluster service account exists.
     """
+    return lightkube.AsyncClient(load_kubeconfig(path), timeout=httpx2.Timeout(30.0))
+
+
+KUBECONFIG_FIX = (
+    "set kubernetes.kubeconfig (or ENI_IPAM_KUBERNETES__KUBECONFIG) to a readable kubeconfig file "
+    "(`eni-ipam dev-cluster --kubeconfig FILE` writes one for a local trial), or leave it empty in a pod"
+)
+"""What to do about a kubeconfig that cannot be used, said by ``run`` and ``run --check`` alike."""
+
+
+def load_kubeconfig(path: str = "") -> lightkube.KubeConfig:
+    """The kubeconfig at ``path``, or the pod's service account when empty; its current context
+    resolved and the files it names (certificates, keys, a token file) present. Reads files only.
+
+    Raises:
+        ConfigError: ``kubernetes.kubeconfig``, saying what is missing and how to fix it.
+    """
+    where = path or "the in-cluster service account"
     try:
         if path:
             config = lightkube.KubeConfig.from_file(os.path.expanduser(path))
         else:
             config = lightkube.KubeConfig.from_service_account()
+        single = config.get()
     except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
-        where = path or "the in-cluster service account"
-        raise ConfigError("kubernetes.kubeconfig", f"cannot load {where}: {exc}") from None
-    return lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
+        cause = f"{type(exc).__name__} {exc}" if isinstance(exc, KeyError) else str(exc)
+        if not path:
+            cause += " (empty kubeconfig means the pod's service account: this process is not in a pod)"
+        raise ConfigError(
+            "kubernetes.kubeconfig", f"cannot load {where}: {cause}: {KUBECONFIG_FIX}"
+        ) from None
+    if single is not None:
+        named = (
+            ("certificate-authority", single.cluster.certificate_auth),
+            ("client-certificate", single.user.client_cert if single.user else None),
+            ("client-key", single.user.client_key if single.user else None),
+            ("tokenFile", single.user.token_file if single.user else None),
+        )
+        for key, name in named:
+            if not name:
+                continue
+            try:
+                file = str(single.abs_file(name))
+            except lightkube.ConfigError:  # relative, in a configuration of no file: as written
+                file = str(name)
+            if not os.path.isfile(file):
+                raise ConfigError(
+                    "kubernetes.kubeconfig",
+                    f"{where} names a {key} file {file} that does not exist: {KUBECONFIG_FIX}",
+                )
+    return config
 
 
 class KubeApi:
