@@ -6,15 +6,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest check e2e simulate plots bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
-# The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
-# with EC2's limits), a distribution of its own that the product wheel and the image never carry.
-$(STAMP): pyproject.toml testkit/pyproject.toml
+# The virtual environment, with a current pip. -qq: pip's warnings about this machine's own index
+# configuration are not the project's, and an install that fails still prints its error.
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]' -e ./testkit
+	$(BIN)/pip install -qq --upgrade pip
+
+# `make test` and every tier: the product with all its extras and, beside it, its test kit (testkit/:
+# the fake API server, the fake Azure, moto's EC2 with EC2's limits), a distribution of its own that the
+# product wheel and the image never carry, and the test toolchain (pytest, mypy, ruff, moto...).
+$(STAMP): pyproject.toml testkit/pyproject.toml | $(BIN)/python
+	@echo "installing into $(VENV): eni-ipam with its extras, its test kit and the test toolchain"
+	$(BIN)/pip install -qq -e '.[test]' -e ./testkit
 	touch $(STAMP)
 
-run: $(STAMP)
+# `make run`: only what the demo needs, the product and its live view (rich); nothing when `make test`
+# already installed everything since pyproject.toml last changed.
+RUN_STAMP := $(VENV)/.installed-run
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  echo "installing into $(VENV): eni-ipam and its live view (rich); the test toolchain comes with make test"; \
+	  $(BIN)/pip install -qq -e '.[view]'; fi
+	@touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/eni-ipam demo
 
 test: lint typecheck pytest

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,6 +166,119 @@ def test_the_controller_exits_2_when_its_port_is_in_use(
     assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in err and "Traceback" not in err
 
 
+@pytest.mark.system
+def test_a_port_in_use_names_the_ways_to_choose_another(port_in_use: int) -> None:
+    """As a person meets it: the process's whole output, from ``--port`` on the command line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "eni_ipam.cli", "run", "--plain", "--port", str(port_in_use)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in done.stderr  # the field
+    hint = done.stderr.splitlines()[-1]
+    for way in ("eni-ipam run --port N", "server.port in the configuration file", "ENI_IPAM_SERVER__PORT=N"):
+        assert way in hint  # the fixes
+    assert "Prometheus" not in hint  # said of 9090 alone
+
+
+def test_port_9090_in_use_says_prometheus_listens_there_by_default() -> None:
+    from eni_ipam.cli import listen_hint
+    from eni_ipam.errors import ConfigError
+
+    taken = ConfigError("server.port", "cannot listen on 0.0.0.0:9090: address already in use")
+    assert "9090 is also Prometheus's default port" in listen_hint(taken, 9090)
+    probe = ConfigError("server.probe_port", "cannot listen on 0.0.0.0:9092: address already in use")
+    assert "ENI_IPAM_SERVER__PROBE_PORT=N" in listen_hint(probe, 9090)
+    assert "--port" not in listen_hint(probe, 9090)  # --port is the endpoint's, not the probes'
+    assert listen_hint(ConfigError("server.port", "must be at most 65535"), 9090) == ""
+
+
+def test_run_port_overrides_the_file_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eni_ipam.app.service
+
+    served: list[int] = []
+
+    async def serve(config: Any, **_: Any) -> int:
+        served.append(config.server.port)
+        return 0
+
+    monkeypatch.setattr(eni_ipam.app.service, "serve", serve)
+    monkeypatch.setenv("ENI_IPAM_SERVER__PORT", "9300")
+    config = tmp_path / "config.yaml"
+    config.write_text(DEFAULT_CONFIG)
+    assert main(["run", "--config", str(config)]) == 0
+    assert main(["run", "--config", str(config), "--port", "9191"]) == 0
+    assert served == [9300, 9191]
+
+
+def test_run_port_is_checked_as_a_port(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--port", "70000"])
+    assert exited.value.code == 2
+    assert "argument --port: 70000 is out of range: at least 0, at most 65535" in capsys.readouterr().err
+
+
+HELP_PAGES = [
+    [],
+    ["run"],
+    ["agent"],
+    ["simulate"],
+    ["demo"],
+    ["max-pods"],
+    ["aws-iam-policy"],
+    ["dev-cluster"],
+]
+
+
+@pytest.mark.parametrize("command", HELP_PAGES, ids=lambda c: " ".join(c) or "eni-ipam")
+def test_every_help_page_says_what_the_command_does_with_examples(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    assert exited.value.code == 0
+    page = capsys.readouterr().out
+    _, _, rest = page.partition("\n\n")  # the usage, then the description
+    description = rest.split("\n\n", 1)[0]
+    assert not description.startswith(("options:", "positional arguments:")), page
+    assert len(description.split()) >= 10, description  # a sentence or two, not a word
+    examples = page.split("\nexamples:\n", 1)[1]
+    lines = [line for line in examples.splitlines() if line.startswith("  eni-ipam")]
+    assert 2 <= len(lines) <= 4, examples
+    assert (
+        all(line.startswith(f"  eni-ipam {' '.join(command)}".rstrip()) for line in lines[1:]) or not command
+    )
+
+
+def test_the_top_level_help_lists_every_command_and_says_where_to_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    page = capsys.readouterr().out
+    listed = page.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    for name in ("run", "agent", "simulate", "demo", "max-pods", "aws-iam-policy", "dev-cluster"):
+        assert f"\n    {name} " in listed, name
+    assert "  eni-ipam demo\n      start here" in page
+
+
+def test_the_agents_own_program_has_the_same_help() -> None:
+    from eni_ipam.agent.main import main as agent_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        agent_main(["--help"])
+    assert "\nexamples:\n  eni-ipam-agent --config" in out.getvalue()
+
+
 def test_the_test_kit_adds_its_commands_through_entry_points() -> None:
     from eni_ipam.cli import COMMANDS, DEMOS, _plugins
 
@@ -210,3 +328,77 @@ def test_an_unknown_log_level_is_a_usage_error_naming_the_levels_not_a_traceback
     assert "Traceback" not in done.stderr
     assert "argument --log-level: invalid choice: 'verbose'" in done.stderr
     assert "'debug', 'info', 'warning', 'error'" in done.stderr
+
+
+def test_counts_are_written_in_the_singular_and_the_plural(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eni_ipam.adapters.terminal import plural
+
+    assert [plural(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
+    assert (
+        plural(1, "address", "addresses") == "1 address"
+        and plural(3, "address", "addresses") == "3 addresses"
+    )
+    scenario = tmp_path / "s.yaml"
+    cloud = (
+        "cloud:\n  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]\n"
+        "  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]\n"
+        "  security_groups: [{id: sg-1, vpc: vpc-1}]\n"
+        "  instances: [{id: i-1, type: m5.large, subnet: s-1, security_groups: [sg-1]}]\n"
+        "nodes: [{name: node1, instance: i-1}]\n"
+    )
+    scenario.write_text(cloud + "steps: [{expect: {node1: {used: 0}}}]\n")
+    assert main(["simulate", str(scenario)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "PASS: 1 expectation held over 1 step"
+    scenario.write_text(cloud + "steps: [{converge: 10s}, {expect: {node1: {available: 8}}}, {expect: {}}]\n")
+    assert main(["simulate", str(scenario)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "PASS: 2 expectations held over 3 steps"
+
+
+def _eni_ipam(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command line as a person runs it: its own process, its whole output."""
+    return subprocess.run(
+        [sys.executable, "-m", "eni_ipam.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.system
+def test_a_demo_port_asked_for_and_taken_says_metrics_are_off_and_the_demo_runs_on(port_in_use: int) -> None:
+    done = _eni_ipam("demo", "--nodes", "3", "--duration", "1s", "--plain", "--port", str(port_in_use))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith("metrics off")]
+    assert said and said[0].startswith(f"metrics off: port {port_in_use} is taken")
+    assert said[-1].endswith("--port N chooses another, --port 0 none")
+    assert done.stdout.rstrip().endswith(said[-1]), "said again after the summary"
+    assert "summary: 3 nodes" in done.stdout
+
+
+@pytest.mark.system
+def test_a_failed_simulation_says_why_its_node_got_nothing(tmp_path: Path) -> None:
+    scenario = tmp_path / "typo.yaml"
+    scenario.write_text(
+        "cloud:\n  vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]\n"
+        "  subnets: [{id: s-1, vpc: vpc-1, zone: z, cidr: 10.0.0.0/24}]\n"
+        "  security_groups: [{id: sg-1, vpc: vpc-1}]\n"
+        "  instances: [{id: i-1, type: c5.xlarg, subnet: s-1, security_groups: [sg-1]}]\n"
+        "nodes: [{name: node1, instance: i-1, pre_allocate: 10}]\n"
+        "steps: [{converge: 60s}, {expect: {node1: {available: 10}}}]\n"
+    )
+    done = _eni_ipam("simulate", str(scenario))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "steps[1].expect.node1.available: expected 10, got 0" in done.stderr  # the field
+    why = next(line for line in done.stderr.splitlines() if "steps[1].expect.node1: why:" in line)
+    assert "limits-unknown" in why and "instance type c5.xlarg" in why
+    assert "did you mean c5.xlarge" in why  # the fix
+
+
+@pytest.mark.system
+def test_an_unknown_instance_type_for_max_pods_offers_the_closest() -> None:
+    done = _eni_ipam("max-pods", "m5.larg")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "INSTANCE_TYPE: m5.larg not in the shipped EC2 table" in done.stderr
+    assert "m5.larg: did you mean m5.large" in done.stderr

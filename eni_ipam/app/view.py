@@ -31,7 +31,7 @@ from rich.text import Text
 
 from eni_ipam.adapters.logging import diverted
 from eni_ipam.adapters.metrics.controller import Metrics
-from eni_ipam.adapters.terminal import inert
+from eni_ipam.adapters.terminal import inert, plural
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState
@@ -100,6 +100,9 @@ class Frame:
     """Requests the cloud throttled, a second, oldest first."""
     events: tuple[str, ...] = ()
     """Notable events, oldest first, each with its time."""
+    status: str = ""
+    """What the user must not miss while the view covers the terminal (where /metrics went when its
+    port was taken), drawn under the header; empty: no line."""
 
 
 # -- sampling ------------------------------------------------------------------------------------
@@ -122,8 +125,10 @@ class Watcher:
         clock: Clock,
         title: str,
         history: int = HISTORY,
+        status: str = "",
     ) -> None:
         self._manager = manager
+        self.status = status
         self._metrics = metrics
         self._clock = clock
         self._title = title
@@ -237,6 +242,7 @@ class Watcher:
             requests={op: tuple(q) for op, q in sorted(self._requests.items())},
             throttles=tuple(self._throttles),
             events=tuple(self.events),
+            status=self.status,
         )
 
     def _rows(self, manager: NodeManager, *, quiet: bool) -> tuple[NodeRow, ...]:
@@ -341,7 +347,7 @@ def _header(frame: Frame, width: int) -> list[Text]:
     fields: list[Text] = [
         Text(frame.title, "bold"),
         Text(f"{frame.elapsed:.1f}s"),
-        Text(f"{len(nodes)} nodes"),
+        Text(plural(len(nodes), "node")),
         Text("● ready", "green") if frame.ready else Text("○ not ready", "yellow"),
         Text("● leader", "green") if frame.leader else Text("○ standby", "yellow"),
         Text(f"pool {sum(n.available for n in nodes)}"),
@@ -578,6 +584,8 @@ def screen(frame: Frame, width: int, height: int) -> Group:
     """The frame drawn in at most ``width`` columns and ``height`` lines."""
     width, height = max(width, 40), max(height, 8)
     lines = _header(frame, width)
+    if frame.status:
+        lines.append(_fit(Text(f"! {inert(frame.status)}", "bold yellow"), width))
     body = height - len(lines)
     ops = len(frame.requests) + 2
     table_w, side_w = columns(frame, width)

@@ -47,6 +47,9 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool
+    install: str = dataclasses.field(default="", compare=False)
+    """What installs the kind when the API server does not serve it (its CRD), as an operator runs
+    it; empty: a kind every cluster serves, or one whose absence its user handles itself."""
 
     @property
     def api_version(self) -> str:
@@ -77,7 +80,13 @@ CRDS = Kind(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
 )
 ENIPOOLS = Kind(
-    permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
+    permissions.GROUP,
+    permissions.VERSION,
+    permissions.KIND,
+    permissions.PLURAL,
+    namespaced=False,
+    install="kubectl apply --server-side -f deploy/kubernetes/crd.yaml (or install the Helm chart, which "
+    "carries it)",
 )
 IPADDRESSCLAIMS = Kind(
     permissions.CLAIMS_GROUP, "v1beta1", "IPAddressClaim", "ipaddressclaims", namespaced=True

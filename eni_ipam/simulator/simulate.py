@@ -19,6 +19,7 @@ from typing import Any
 
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
+from eni_ipam.config.suggest import did_you_mean
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import Interface
 from eni_ipam.core.spec import NodeResource
@@ -328,6 +329,7 @@ class Simulation:
                         failures.append(f"{path}.metrics.{sample}: expected {value}, got {got_metric}")
             else:
                 state = self.node_state(key)
+                before = len(failures)
                 for field, value in wanted.items():
                     if field == "message_contains":
                         if value not in state["message"]:
@@ -339,7 +341,29 @@ class Simulation:
                     want = _normalise(field, value)
                     if _normalise(field, got) != want:
                         failures.append(f"{path}.{key}.{field}: expected {_show(want)}, got {_show(got)}")
+                why = self.explain(key) if len(failures) > before else ""
+                if why:
+                    failures.append(f"{path}.{key}: why: {why}")
         return failures
+
+    def explain(self, name: str) -> str:
+        """Why node ``name``'s pool is what it is, when the reconciler knows a reason (empty
+        otherwise): its capacity reason (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`), the
+        sentence its status says, and for an instance type of unknown limits — most often a
+        misspelt one — the closest types the cloud knows."""
+        node = self.manager.nodes.get(name)
+        if node is None:
+            return "the reconciler has no such node now (not added yet, or removed)"
+        status = self.store.statuses.get(name)
+        reason = node.capacity_limit()
+        said = [reason] if reason else []
+        if status is not None and status.message:
+            said.append(status.message)
+        if reason == "limits-unknown" and node.instance is not None:
+            suggestion = did_you_mean(node.instance.type, self.world.instance_types())
+            if suggestion:
+                said.append(suggestion)
+        return ": ".join(said[:2]) + "".join(f"; {more}" for more in said[2:])
 
 
 def slot_key(interface: Interface) -> str:

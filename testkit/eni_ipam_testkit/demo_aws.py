@@ -29,6 +29,7 @@ from unittest import mock
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.signals import stop_on_signals
+from eni_ipam.adapters.terminal import plural
 from eni_ipam.app.demo import INSTANCE_TYPES, display, local_cluster, serve_metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
@@ -128,7 +129,7 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
 
 
 async def moto_demo(
-    *, nodes: int, duration: float, seed: int, port: int, out: TextIO, plain: bool = False
+    *, nodes: int, duration: float, seed: int, port: int | None, out: TextIO, plain: bool = False
 ) -> int:
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
@@ -142,7 +143,7 @@ async def moto_demo(
     with mock.patch.dict(os.environ, {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}), MotoServer() as server:
         ec2 = boto3.session.Session().client("ec2", region_name=REGION, endpoint_url=server.endpoint_url)
         vpc, specs = await asyncio.to_thread(seed_network, ec2, nodes, random.Random(seed))
-        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {nodes} instances\n")
+        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {plural(nodes, 'instance')}\n")
         clock = LoopClock()
         settings = Settings(cluster_name="demo", resync_interval=30.0)
         metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
@@ -155,7 +156,10 @@ async def moto_demo(
         stop = stop_on_signals()
         started = clock.monotonic()
         try:
-            async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+            async with (
+                serve_metrics(metrics, lambda: manager.ready, port, out) as notice,
+                asyncio.TaskGroup() as tg,
+            ):
                 reconciler = tg.create_task(manager.run(), name="manager")
 
                 def late() -> bool:
@@ -164,7 +168,9 @@ async def moto_demo(
                 out.write("waiting for the reconciler's first resync of moto's EC2\n")
                 while not stop.is_set() and not resynced(manager) and not late():
                     await _pause(stop, 0.05)
-                with display(manager, metrics, Requests(metrics), clock, out, plain=plain) as show:
+                with display(
+                    manager, metrics, Requests(metrics), clock, out, plain=plain, status=notice
+                ) as show:
                     while not stop.is_set():
                         show()
                         if converged(manager) or late():
@@ -178,8 +184,9 @@ async def moto_demo(
         mutating = sum(n for op, n in calls.items() if not op.startswith("Describe"))
         totals = [n.stats for n in manager.nodes.values()]
         out.write(
-            f"\n{'converged' if done else 'NOT converged'}: {len(totals)} nodes in "
-            f"{clock.monotonic() - started:.1f}s, pool {sum(s.available for s in totals)} addresses, "
+            f"\n{'converged' if done else 'NOT converged'}: {plural(len(totals), 'node')} in "
+            f"{clock.monotonic() - started:.1f}s, "
+            f"pool {plural(sum(s.available for s in totals), 'address', 'addresses')}, "
             f"EC2 requests: {mutating} mutating, {sum(calls.values()) - mutating} read "
             f"({', '.join(f'{op}={n}' for op, n in sorted(calls.items()))})\n"
         )
@@ -187,7 +194,7 @@ async def moto_demo(
 
 
 def run_moto_demo(
-    *, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int = 9090, plain: bool = False
+    *, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int | None = None, plain: bool = False
 ) -> int:
     try:
         return asyncio.run(
