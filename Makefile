@@ -136,8 +136,10 @@ simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
 
 # The pictures in the docs that a run draws: docs/scenarios.md's plot of a simulated morning, and the
-# README's copy of the demo's live view (half a minute of the demo on virtual time, tests/demo_screen.py).
-# Run after changing them or the reconciler's behaviour in them; the same run draws the same bytes.
+# demo's live view (half a minute of the demo on virtual time, tests/demo_screen.py): the README's copy
+# at 100x30, and docs/img/view-80x24, -120x40 and -200x60 (.svg and .txt), which the README shows.
+# Run after changing them or the reconciler's behaviour in them; the same run draws the same bytes, and
+# the tests fail while a committed picture differs from what this draws (decision 0057).
 plots: $(STAMP)
 	$(BIN)/eni-ipam simulate examples/scenarios/busy_morning.yaml --plot docs/img/busy_morning.svg
 	$(BIN)/python -m tests.demo_screen

@@ -87,10 +87,10 @@ class MotoDemo:
     help = "the AWS provider over HTTP against moto's EC2, until every node reaches its watermark"
     default_nodes = 10
 
-    def run(self, *, nodes: int, duration: float, seed: int, port: int | None) -> int:
+    def run(self, *, nodes: int, duration: float, seed: int, port: int | None, plain: bool = False) -> int:
         from eni_ipam_testkit.demo_aws import run_moto_demo
 
-        return run_moto_demo(nodes=nodes, duration=duration, seed=seed, port=port)
+        return run_moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, plain=plain)
 
 
 DEV_CLUSTER = DevClusterCommand()

@@ -6,6 +6,12 @@ mixed types, then runs the same :class:`~eni_ipam.core.manager.NodeManager` as p
 boto3. It stops when every node has reached its watermark (exit 0) or when ``duration`` runs out
 (exit 1), and prints what it cost in EC2 requests.
 
+It draws what ``eni-ipam demo`` draws (:func:`eni_ipam.app.demo.display`): the live view on a terminal,
+the plain lines with ``plain``, off a terminal or without the view extra. The first frame waits for the
+reconciler's first resync (every node's instance read, so its type and limits), which would otherwise
+show nodes with pods and no pool, before the reconciler has looked; the last frame is the converged
+one.
+
 moto comes with the test kit (``eni-ipam-testkit``), which registers this demo with the command line.
 """
 
@@ -16,6 +22,7 @@ import contextlib
 import os
 import random
 import sys
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 from unittest import mock
 
@@ -23,7 +30,7 @@ from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.signals import stop_on_signals
 from eni_ipam.adapters.terminal import plural
-from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
+from eni_ipam.app.demo import INSTANCE_TYPES, display, local_cluster, serve_metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.settings import Settings
@@ -80,6 +87,31 @@ def converged(manager: NodeManager) -> bool:
     )
 
 
+def resynced(manager: NodeManager) -> bool:
+    """The reconciler has read the cloud once: it is ready and knows every node's instance."""
+    nodes = list(manager.nodes.values())
+    return (
+        manager.ready and bool(nodes) and all(n.instance is not None and n.stats.limits_known for n in nodes)
+    )
+
+
+class Requests(Mapping[str, int]):
+    """EC2 requests so far by operation, read from the metrics whenever it is read: what the plain
+    lines print as the API calls."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def __getitem__(self, operation: str) -> int:
+        return requests_by_operation(self._metrics)[operation]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(requests_by_operation(self._metrics))
+
+    def __len__(self) -> int:
+        return len(requests_by_operation(self._metrics))
+
+
 def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     """EC2 requests sent so far (retries included), by operation, from the metrics."""
     out: dict[str, int] = {}
@@ -91,7 +123,14 @@ def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     return out
 
 
-async def moto_demo(*, nodes: int, duration: float, seed: int, port: int | None, out: TextIO) -> int:
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def moto_demo(
+    *, nodes: int, duration: float, seed: int, port: int | None, out: TextIO, plain: bool = False
+) -> int:
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
 
@@ -122,13 +161,21 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int | None,
                 asyncio.TaskGroup() as tg,
             ):
                 reconciler = tg.create_task(manager.run(), name="manager")
-                while not stop.is_set() and not converged(manager):
-                    elapsed = clock.monotonic() - started
-                    render(manager, requests_by_operation(metrics), elapsed, out, status=notice)
-                    if duration and elapsed >= duration:
-                        break
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=0.5)
+
+                def late() -> bool:
+                    return bool(duration) and clock.monotonic() - started >= duration
+
+                out.write("waiting for the reconciler's first resync of moto's EC2\n")
+                while not stop.is_set() and not resynced(manager) and not late():
+                    await _pause(stop, 0.05)
+                with display(
+                    manager, metrics, Requests(metrics), clock, out, plain=plain, status=notice
+                ) as show:
+                    while not stop.is_set():
+                        show()
+                        if converged(manager) or late():
+                            break
+                        await _pause(stop, 0.5)
                 reconciler.cancel()
         finally:
             provider.close()
@@ -146,8 +193,12 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int | None,
         return 0 if done else 1
 
 
-def run_moto_demo(*, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int | None = None) -> int:
+def run_moto_demo(
+    *, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int | None = None, plain: bool = False
+) -> int:
     try:
-        return asyncio.run(moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
+        return asyncio.run(
+            moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout, plain=plain)
+        )
     except KeyboardInterrupt:
         return 0
