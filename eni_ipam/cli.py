@@ -247,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cloud in demos:
         chosen = demos[args.cloud]
         nodes = chosen.default_nodes if args.nodes is None else args.nodes
-        return int(chosen.run(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port))
+        return int(
+            chosen.run(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port, plain=args.plain)
+        )
     if args.cloud != "sim":
         return _needs_testkit(f"eni-ipam demo --cloud {args.cloud}")
     from eni_ipam.app.demo import run_demo
@@ -336,9 +338,10 @@ class Demo(Protocol):
     help: str
     default_nodes: int
 
-    def run(self, *, nodes: int, duration: float, seed: int, port: int | None) -> int:
+    def run(self, *, nodes: int, duration: float, seed: int, port: int | None, plain: bool) -> int:
         """``port``: of /metrics (0: none; None: the default, or a free port when it is taken, as
-        :func:`eni_ipam.app.demo.serve_metrics` does)."""
+        :func:`eni_ipam.app.demo.serve_metrics` does). ``plain``: lines rather than the live view
+        (``--plain``)."""
         ...
 
 

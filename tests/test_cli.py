@@ -317,6 +317,28 @@ def test_without_the_test_kit_its_commands_say_where_they_come_from(
     assert f"{what} comes with eni-ipam-testkit, which is not installed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "plain"), [([], False), (["--plain"], True)])
+def test_a_registered_demo_gets_the_options_given(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str], plain: bool
+) -> None:
+    import eni_ipam.cli
+
+    calls: list[dict[str, object]] = []
+
+    class Recorded:
+        help = "a cloud that records how it was started"
+        default_nodes = 3
+
+        def run(self, **options: object) -> int:
+            calls.append(options)
+            return 0
+
+    plugins = {eni_ipam.cli.DEMOS: {"rec": Recorded()}, eni_ipam.cli.COMMANDS: {}}
+    monkeypatch.setattr(eni_ipam.cli, "_plugins", lambda group: plugins[group])
+    assert main(["demo", "--cloud", "rec", "--duration", "5s", "--port", "0", *flags]) == 0
+    assert calls == [{"nodes": 3, "duration": 5.0, "seed": 1, "port": 0, "plain": plain}]
+
+
 def test_log_level_takes_what_the_configuration_takes() -> None:
     import typing
 
