@@ -16,6 +16,7 @@ import pytest
 
 from eni_ipam.app.runconfig import DEFAULT_CONFIG
 from eni_ipam.cli import _duration, main
+from tests.kubeconfigs import UNREACHED
 
 
 @pytest.fixture
@@ -56,21 +57,13 @@ def test_an_invalid_run_configuration_exits_2_naming_the_field(
     assert "settings.gc_interval" in capsys.readouterr().err
 
 
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-"""
 """A kubeconfig that loads (no server answers it: ``--check`` reaches none)."""
 
 PROFILES_CONFIG = """\
 provider: sim
 sim: {cloud: {vpcs: [{id: vpc-1, cidr: 10.0.0.0/16}]}}
 server: {port: 0, probe_port: 0}
-kubernetes: {kubeconfig: KUBECONFIG}
+kubernetes: {kubeconfig: KUBECONFIG_PATH}
 profiles:
   - {name: web, node_selector: {match_labels: {group: web}}, spec: {pre_allocate: 6}}
   - {name: web-a, node_selector: {match_labels: {group: web, zone: a}}}
@@ -81,8 +74,8 @@ def test_check_lists_the_profiles_in_the_order_they_are_tried(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    config.write_text(PROFILES_CONFIG.replace("KUBECONFIG", str(tmp_path / "kubeconfig")))
+    (tmp_path / "kubeconfig").write_text(UNREACHED)
+    config.write_text(PROFILES_CONFIG.replace("KUBECONFIG_PATH", str(tmp_path / "kubeconfig")))
     assert main(["run", "--config", str(config), "--check"]) == 0
     assert "profiles web-a, web (in the order tried)" in capsys.readouterr().out
 

@@ -15,24 +15,17 @@ from pathlib import Path
 import pytest
 
 from eni_ipam.app.runconfig import load_config
+from tests.kubeconfigs import UNREACHED
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples" / "config").glob("*.yaml"))
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-"""
 
 
 def environment(tmp_path: Path) -> dict[str, str]:
     """What the examples say to set outside a pod (a kubeconfig), free ports (a machine runs many
     things), and no AWS or Azure setting of the machine running the test."""
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    (tmp_path / "kubeconfig").write_text(UNREACHED)
     kept = {
         k: v
         for k, v in os.environ.items()
