@@ -135,21 +135,27 @@ def translate(exc: BaseException) -> errors.KubeError | None:
     return None
 
 
-def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
-    """A client from a kubeconfig file, or the pod's service account when ``path`` is empty.
+def client_from_kubeconfig(
+    path: str = "", *, context: str = "", field: str = "kubernetes.kubeconfig", timeout: float = 30.0
+) -> lightkube.AsyncClient:
+    """A client from a kubeconfig file (its current context, or ``context``), or the pod's service
+    account when ``path`` is empty. ``field``: what a :class:`ConfigError` names (the option the
+    path came from); ``timeout``: seconds a request may take.
 
     Raises:
-        ConfigError: the kubeconfig cannot be read, or no in-cluster service account exists.
+        ConfigError: the kubeconfig cannot be read or has no such context, or no in-cluster
+            service account exists.
     """
     try:
         if path:
             config = lightkube.KubeConfig.from_file(os.path.expanduser(path))
+            chosen = config.get(context_name=context) if context else config
         else:
-            config = lightkube.KubeConfig.from_service_account()
+            chosen = lightkube.KubeConfig.from_service_account()
     except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
         where = path or "the in-cluster service account"
-        raise ConfigError("kubernetes.kubeconfig", f"cannot load {where}: {exc}") from None
-    return lightkube.AsyncClient(config, timeout=httpx2.Timeout(30.0))
+        raise ConfigError(field, f"cannot load {where}: {exc}") from None
+    return lightkube.AsyncClient(chosen, timeout=httpx2.Timeout(timeout))
 
 
 class KubeApi:
@@ -175,6 +181,12 @@ class KubeApi:
     async def close(self) -> None:
         await self.client.close()
 
+    @property
+    def server(self) -> str:
+        """The API server's URL, for messages ("" when the client does not say)."""
+        config = getattr(getattr(self.client, "_client", None), "config", None)
+        return str(getattr(getattr(config, "cluster", None), "server", "") or "")
+
     # -- reads ------------------------------------------------------------------------------------
 
     @overload
@@ -185,6 +197,7 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
     ) -> tuple[list[Obj], str]: ...
 
     @overload
@@ -195,6 +208,7 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
         project: Callable[[Obj], T],
         view: type | None = None,
     ) -> tuple[list[T], str]: ...
@@ -206,11 +220,13 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
         project: Callable[[Obj], Any] | None = None,
         view: type | None = None,
     ) -> tuple[list[Any], str]:
         """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion.
 
+        ``namespace``: of a namespaced kind, only that namespace's (default: every namespace's).
         ``project``: what to keep of each object, applied as its page is read; the page's whole
         objects are dropped before the next page is requested. ``view``: a resource class of
         :mod:`~eni_ipam.kube.views` to decode into instead of the whole object (what ``project`` is
@@ -218,6 +234,7 @@ class KubeApi:
         resource = view or kind.resource()
         keep: Callable[[Obj], Any] = project or (lambda obj: obj)
         whole = _as_data if view is not None else dict
+        where = {"namespace": namespace} if kind.namespaced and namespace else self._every_namespace(kind)
 
         async def run() -> tuple[list[Any], str]:
             listing = self.client.list(
@@ -225,7 +242,7 @@ class KubeApi:
                 chunk_size=chunk_size,
                 labels=dict(labels or {}),
                 fields=dict(fields or {}),
-                **self._every_namespace(kind),
+                **where,
             )
             items = [keep(whole(item)) async for item in listing]
             return items, listing.resourceVersion
