@@ -555,6 +555,9 @@ def _status(args: argparse.Namespace) -> int:
     if args.window and not args.metrics_url:
         print("eni-ipam status: error: argument --window: needs --metrics-url", file=sys.stderr)
         return 2
+    if args.timeout <= 0:
+        print("eni-ipam status: error: argument --timeout: must be longer than 0", file=sys.stderr)
+        return 2
     options = Options(
         kubeconfig=args.kubeconfig,
         context=args.context,

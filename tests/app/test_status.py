@@ -26,6 +26,7 @@ from eni_ipam.app.status.command import Options, check, kubeconfig_path, run
 from eni_ipam.app.status.judge import judge
 from eni_ipam.app.status.model import Gathered, Report
 from eni_ipam.app.status.screen import as_json, render
+from eni_ipam.cli import _selector, main
 from eni_ipam.core.model import NodeStats, Subnet
 from eni_ipam.kube import crd as crds
 from eni_ipam.kube.permissions import STATUS_PERMISSIONS
@@ -679,6 +680,32 @@ def test_the_kubeconfig_is_found_as_kubectl_finds_it(tmp_path: Path) -> None:
     (home / ".kube").mkdir(parents=True)
     (home / ".kube" / "config").write_text("")
     assert kubeconfig_path("", {"HOME": str(home)}) == str(home / ".kube" / "config")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--window", "5s"], "argument --window: needs --metrics-url"),
+        (["--timeout", "0"], "argument --timeout: must be longer than 0"),
+        (["-l", "group"], "argument -l/--selector: 'group' is not KEY=VALUE[,KEY=VALUE]"),
+        (["-l", "=web"], "argument -l/--selector: '=web' is not KEY=VALUE[,KEY=VALUE]"),
+        (["--window", "soon"], "argument --window:"),
+    ],
+)
+def test_bad_usage_is_exit_2_naming_the_option(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(["status", *args])
+    except SystemExit as exc:  # argparse's own errors exit; the command's return
+        code = int(exc.code or 0)
+    assert code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_selector_is_kubectls_equality_selector() -> None:
+    assert _selector("group=web, zone=a") == {"group": "web", "zone": "a"}
+    assert _selector("tier=") == {"tier": ""}
 
 
 # -- the scrape's reader ------------------------------------------------------------------------------
