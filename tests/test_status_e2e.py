@@ -1,5 +1,6 @@
-"""End to end: ``eni-ipam status`` and ``kubectl eni-ipam status`` against ``eni-ipam dev-cluster`` with
-``eni-ipam run`` (the in-memory cloud) reconciling its Nodes, as an operator would run them.
+"""End to end: ``eni-ipam status`` and ``kubectl eni-ipam status`` against ``eni-ipam dev-cluster``, the
+chart installed by helm and ``eni-ipam run`` (the in-memory cloud) under the chart's RBAC, as an
+operator would have them (tests/e2e/stack.py's dev-cluster, tests/operator_shell.py's shell).
 
 A Node whose instance the cloud does not know is named, with exit status 1, by the command and by
 the real kubectl running the plugin (kubectl passes a plugin's exit status on); once that Node is
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 import tomllib
 from collections.abc import AsyncIterator
@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.operator_shell import KUBECTL, NEEDS_KUBE_TOOLS, nodes_manifest
+from tests.deploy.conftest import CHART
+from tests.e2e.stack import DevCluster, start, stop, wait_for
+from tests.operator_shell import KUBECTL, NEEDS_KUBE_TOOLS, RELEASE, Operator, nodes_manifest, sim_values
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180), NEEDS_KUBE_TOOLS]
 
@@ -43,175 +45,90 @@ def plugin_shim(directory: Path) -> Path:
     return shim
 
 
-class Session:
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home, self.env = home, env
-        self.kubeconfig = home / "kubeconfig"
-
-    async def run(self, *command: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-        process = await asyncio.create_subprocess_exec(
-            *map(str, command),
-            env=env or self.env,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode is not None
-        return process.returncode, out.decode(), err.decode()
-
-    async def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        process = await asyncio.create_subprocess_exec(
-            str(KUBECTL), *args, env=self.env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await process.communicate(stdin.encode() if stdin is not None else None)
-        assert process.returncode == 0, err.decode()
-        return out.decode()
-
-    async def status(self, *args: str) -> tuple[int, str, str]:
-        return await self.run(
-            sys.executable, "-m", "eni_ipam.cli", "status", "--kubeconfig", self.kubeconfig, *args
-        )
-
-    async def wait(self, what: str, ready: object, limit: float = 60.0) -> None:
-        async with asyncio.timeout(limit):
-            while not await ready():  # type: ignore[operator]
-                await asyncio.sleep(0.3)
-
-    async def pools(self) -> dict[str, dict]:
-        listing = json.loads(await self.kubectl("get", "enipools", "-o", "json"))
-        return {item["metadata"]["name"]: item for item in listing["items"]}
+async def run(*command: str | Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """A command's exit status, output and errors (the shell's ``run`` only says whether it failed)."""
+    process = await asyncio.create_subprocess_exec(
+        *map(str, command), env=env, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
-def config(kubeconfig: Path) -> dict:
-    return {
-        "provider": "sim",
-        "node_source": "kubernetes",
-        "log_level": "info",
-        "shutdown_timeout": "5s",
-        "server": {"host": "127.0.0.1", "port": 0, "probe_port": 0},
-        "sim": {
-            "latency": 0,
-            "cloud": {
-                "vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}],
-                "subnets": [{"id": "subnet-a", "vpc": "vpc-1", "zone": "us-east-1a", "cidr": "10.0.0.0/22"}],
-                "security_groups": [{"id": "sg-1", "vpc": "vpc-1"}],
-                "instances": [
-                    {"id": "i-0001", "type": "m5.large", "subnet": "subnet-a", "security_groups": ["sg-1"]}
-                ],
-            },
-        },
-        "kubernetes": {
-            "kubeconfig": str(kubeconfig),
-            "lease_namespace": "kube-system",
-            "identity": "eni-ipam-0",
-            "lease_duration": "3s",
-            "renew_deadline": "2s",
-            "retry_period": "0.5s",
-        },
-        "node_defaults": {"pre_allocate": 4},
-    }
+async def status(op: Operator, *args: str) -> tuple[int, str, str]:
+    command = (sys.executable, "-m", "eni_ipam.cli", "status", "--kubeconfig", str(op.kubeconfig), *args)
+    return await run(*command, env={**os.environ, **op.env})
 
 
-async def stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), 20)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+async def endpoint(log: Path) -> str:
+    """The controller's address, once its log says which port it got."""
+    found: list[str] = []
 
+    async def said() -> bool:
+        lines = (await asyncio.to_thread(log.read_text)).splitlines()
+        found.extend(json.loads(line)["endpoint"] for line in lines if '"service_started"' in line)
+        return bool(found)
 
-async def started(log: Path) -> str:
-    """The controller's endpoint, once its log says which port it got."""
-    async with asyncio.timeout(30):
-        while True:
-            for line in (await asyncio.to_thread(log.read_text)).splitlines():
-                if '"service_started"' in line:
-                    return str(json.loads(line)["endpoint"])
-            await asyncio.sleep(0.2)
+    await wait_for("the controller's endpoint in its log", said, 30)
+    return found[0]
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Session, str]]:
-    """``eni-ipam dev-cluster``, the CRD applied with kubectl, ``eni-ipam run`` reconciling; the
-    session and the controller's /metrics URL."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}, "HOME": str(tmp_path)}
-    env["PATH"] = f"{tmp_path / 'plugins'}:{BIN}:/usr/bin:/bin"
-    session = Session(tmp_path, env)
-    env["KUBECONFIG"] = str(session.kubeconfig)
-    command = (sys.executable, "-m", "eni_ipam.cli")
-    with (tmp_path / "dev-cluster.log").open("w") as log:
-        server = await asyncio.create_subprocess_exec(
-            *command,
-            "dev-cluster",
-            "--kubeconfig",
-            str(session.kubeconfig),
-            env=env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=log,
-        )
-    controller = None
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Operator, str]]:
+    """dev-cluster with the chart (the in-memory cloud) and its controller: the operator's shell and
+    the controller's /metrics URL."""
+    admin = tmp_path / "dev-cluster.kubeconfig"
+    server = await start("dev-cluster", tmp_path, sys.executable, "-m", "eni_ipam.cli", "dev-cluster",
+                         "--kubeconfig", str(admin))  # fmt: skip
+    home = tmp_path / "operator"
+    home.mkdir()
+    op: Operator | None = None
     try:
-        async with asyncio.timeout(20):
-            while not session.kubeconfig.exists() or not session.kubeconfig.stat().st_size:
-                await asyncio.sleep(0.1)
-        await session.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/kubernetes/crd.yaml"))
-        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config(session.kubeconfig)))
-        run_log = tmp_path / "run.log"
-        with run_log.open("w") as log:
-            controller = await asyncio.create_subprocess_exec(
-                *command,
-                "run",
-                "--config",
-                str(tmp_path / "config.yaml"),
-                env=env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=log,
-            )
-        yield session, f"http://{await started(run_log)}/metrics"
+        await wait_for("dev-cluster's kubeconfig", lambda: _nonempty(admin), 30)
+        op = Operator(DevCluster(admin, {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home)}), home)
+        await op.helm("install", RELEASE, str(CHART), "--create-namespace", values=sim_values(4))
+        log = home / "controller.log"
+        await op.start_controller({"ENI_IPAM_SERVER__HOST": "127.0.0.1"}, log=log)
+        yield op, f"http://{await endpoint(log)}/metrics"
     finally:
-        if controller is not None:
-            await stop(controller)
-        await stop(server)
+        if op is not None:
+            await op.kill_all()
+        await stop(server.process)
+
+
+async def _nonempty(path: Path) -> bool:
+    return await asyncio.to_thread(lambda: path.exists() and path.stat().st_size > 0)
 
 
 async def test_status_names_a_node_whose_instance_the_cloud_does_not_know_and_exits_1(
-    cluster: tuple[Session, str], tmp_path: Path
+    cluster: tuple[Operator, str], tmp_path: Path
 ) -> None:
-    session, metrics = cluster
-    await session.kubectl("apply", "-f", "-", stdin=nodes_manifest({"node-1": "i-0001", "ghost": "i-0dead"}))
+    op, metrics = cluster
+    await op.kubectl("apply", "-f", "-", stdin=nodes_manifest({"node-1": "i-0001", "ghost": "i-0dead"}))
 
     async def judged() -> bool:
-        pools = await session.pools()
         ready = {
             name: {c["type"]: c for c in (pool.get("status") or {}).get("conditions", [])}.get("Ready", {})
-            for name, pool in pools.items()
+            for name, pool in (await op.pools()).items()
         }
-        return (ready.get("node-1") or {}).get("status") == "True" and (ready.get("ghost") or {}).get(
-            "reason"
-        ) == "InstanceNotRunning"
+        node_ready = (ready.get("node-1") or {}).get("status") == "True"
+        return node_ready and (ready.get("ghost") or {}).get("reason") == "InstanceNotRunning"
 
-    await session.wait("node-1 ready, ghost judged", judged)
+    await op.wait("node-1 ready, ghost judged", judged)
 
-    code, out, err = await session.status("--metrics-url", metrics)
+    code, out, err = await status(op, "--metrics-url", metrics)
     assert code == 1, out + err
     assert out.startswith("eni-ipam status: NEEDS ATTENTION (1 problem)"), out
     assert "✗ ghost: no instance: instance i-0dead no longer exists" in out, out
     assert "kubectl delete node ghost" in out
-    assert "leader eni-ipam-0" in out and "metrics: eni-ipam" in out and ", leader, ready" in out
+    assert "leader eni-ipam-0" in out and ", leader, ready" in out
     assert "Nodes      ✗ 2 Nodes: 1 ready, 1 no instance" in out
 
-    code, out, _ = await session.status("--json")
+    code, out, _ = await status(op, "--json")
     body = json.loads(out)
     assert code == 1 and body["exit_code"] == 1 and body["verdict"] == "NEEDS ATTENTION"
-    assert [(f["section"], f["subject"]) for f in body["findings"] if f["severity"] == "problem"] == [
-        ("nodes", "ghost")
-    ]
+    problems = [(f["section"], f["subject"]) for f in body["findings"] if f["severity"] == "problem"]
+    assert problems == [("nodes", "ghost")]
 
     # The same through the real kubectl: a shim running pyproject's entry point, then the installed
     # script where the environment has it. kubectl hands the plugin its arguments and exit status.
@@ -219,26 +136,23 @@ async def test_status_names_a_node_whose_instance_the_cloud_does_not_know_and_ex
     if (BIN / PLUGIN).exists():
         plugins.append(BIN / PLUGIN)
     for plugin in plugins:
-        env = {**session.env, "PATH": f"{plugin.parent}:{BIN}:/usr/bin:/bin"}
-        code, out, err = await session.run(
-            KUBECTL, "eni-ipam", "status", "--kubeconfig", session.kubeconfig, env=env
-        )
+        env = {**os.environ, **op.env, "PATH": f"{plugin.parent}:{BIN}:/usr/bin:/bin"}
+        code, out, err = await run(KUBECTL, "eni-ipam", "status", "--kubeconfig", op.kubeconfig, env=env)
         assert code == 1, (plugin, out, err)
         assert "✗ ghost: no instance" in out, (plugin, out)
 
     # Healthy once the Node is gone: its pool goes (the controller's finalizer), and both say OK.
-    await session.kubectl("delete", "node", "ghost")
+    await op.kubectl("delete", "node", "ghost")
 
     async def gone() -> bool:
-        return "ghost" not in await session.pools()
+        return "ghost" not in await op.pools()
 
-    await session.wait("ghost's pool gone", gone)
-    code, out, err = await session.status("--metrics-url", metrics, "--window", "1s")
+    await op.wait("ghost's pool gone", gone)
+    code, out, err = await status(op, "--metrics-url", metrics, "--window", "1s")
     assert code == 0, out + err
-    assert out.startswith("eni-ipam status: OK"), out
-    assert "in the last 1s" in out
-    env = {**session.env, "PATH": f"{tmp_path / 'plugins'}:{BIN}:/usr/bin:/bin"}
-    code, out, _ = await session.run(KUBECTL, "eni-ipam", "status", env=env)  # KUBECONFIG, as kubectl's
+    assert out.startswith("eni-ipam status: OK") and "in the last 1s" in out, out
+    env = {**os.environ, **op.env, "PATH": f"{tmp_path / 'plugins'}:{BIN}:/usr/bin:/bin"}
+    code, out, _ = await run(KUBECTL, "eni-ipam", "status", env=env)  # KUBECONFIG, as kubectl reads it
     assert code == 0 and out.startswith("eni-ipam status: OK"), out
 
 
