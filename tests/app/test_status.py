@@ -22,6 +22,7 @@ import yaml
 
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.adapters.metrics.scrape import Scrape
+from eni_ipam.app.status import DEFAULT_LEASE
 from eni_ipam.app.status.command import Options, check, kubeconfig_path, run
 from eni_ipam.app.status.judge import judge
 from eni_ipam.app.status.model import Gathered, Report
@@ -30,6 +31,7 @@ from eni_ipam.cli import _selector, main
 from eni_ipam.core.model import NodeStats, Subnet
 from eni_ipam.kube import crd as crds
 from eni_ipam.kube.permissions import STATUS_PERMISSIONS
+from eni_ipam.kube.settings import KubeSettings
 from eni_ipam_testkit.fake_kube import FakeKube
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
@@ -668,6 +670,11 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_exit_2(tmp_path: Path) -> None:
     )
     assert run(Options(kubeconfig=str(path), context="prod"), out=io.StringIO(), err=err) == 2
     assert "Context 'prod' not found" in err.getvalue()
+
+
+def test_the_default_lease_is_the_controllers() -> None:
+    assert KubeSettings().lease_name == DEFAULT_LEASE
+    assert Options().lease_name == DEFAULT_LEASE and Options().namespace == "kube-system"
 
 
 def test_the_kubeconfig_is_found_as_kubectl_finds_it(tmp_path: Path) -> None:
