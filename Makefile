@@ -6,15 +6,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest check e2e simulate plots bench bench-scale soak clean cni-plugins kube-tools prometheus-tools node-runtimes image-tools lock image crd
 
-# The product and, beside it, its test kit (testkit/: the fake API server, the fake Azure, moto's EC2
-# with EC2's limits), a distribution of its own that the product wheel and the image never carry.
-$(STAMP): pyproject.toml testkit/pyproject.toml
+# The virtual environment, with a current pip. -qq: pip's warnings about this machine's own index
+# configuration are not the project's, and an install that fails still prints its error.
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]' -e ./testkit
+	$(BIN)/pip install -qq --upgrade pip
+
+# `make test` and every tier: the product with all its extras and, beside it, its test kit (testkit/:
+# the fake API server, the fake Azure, moto's EC2 with EC2's limits), a distribution of its own that the
+# product wheel and the image never carry, and the test toolchain (pytest, mypy, ruff, moto...).
+$(STAMP): pyproject.toml testkit/pyproject.toml | $(BIN)/python
+	@echo "installing into $(VENV): eni-ipam with its extras, its test kit and the test toolchain"
+	$(BIN)/pip install -qq -e '.[test]' -e ./testkit
 	touch $(STAMP)
 
-run: $(STAMP)
+# `make run`: only what the demo needs, the product and its live view (rich); nothing when `make test`
+# already installed everything since pyproject.toml last changed.
+RUN_STAMP := $(VENV)/.installed-run
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  echo "installing into $(VENV): eni-ipam and its live view (rich); the test toolchain comes with make test"; \
+	  $(BIN)/pip install -qq -e '.[view]'; fi
+	@touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/eni-ipam demo
 
 test: lint typecheck pytest
@@ -121,8 +136,10 @@ simulate: $(STAMP)
 	@for f in examples/scenarios/*.yaml; do $(BIN)/eni-ipam simulate $$f >/dev/null || exit 1; done; echo "all scenarios pass"
 
 # The pictures in the docs that a run draws: docs/scenarios.md's plot of a simulated morning, and the
-# README's copy of the demo's live view (half a minute of the demo on virtual time, tests/demo_screen.py).
-# Run after changing them or the reconciler's behaviour in them; the same run draws the same bytes.
+# demo's live view (half a minute of the demo on virtual time, tests/demo_screen.py): the README's copy
+# at 100x30, and docs/img/view-80x24, -120x40 and -200x60 (.svg and .txt), which the README shows.
+# Run after changing them or the reconciler's behaviour in them; the same run draws the same bytes, and
+# the tests fail while a committed picture differs from what this draws (decision 0057).
 plots: $(STAMP)
 	$(BIN)/eni-ipam simulate examples/scenarios/busy_morning.yaml --plot docs/img/busy_morning.svg
 	$(BIN)/python -m tests.demo_screen

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eni_ipam import __version__
 from eni_ipam.adapters.logging import configure
-from eni_ipam.adapters.terminal import inert
+from eni_ipam.adapters.terminal import inert, plural
 from eni_ipam.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,7 +31,19 @@ equal; the configuration's models are not imported before a command needs them).
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="eni-ipam", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="eni-ipam",
+        description=_wrap(
+            "eni-ipam keeps pools of secondary IP addresses and prefixes on cloud network interfaces "
+            "(AWS ENIs, Azure NICs) for Kubernetes nodes, ready before their pods need them."
+        ),
+        epilog=_examples(
+            ("eni-ipam demo", "start here: a simulated cluster live in the terminal, with /metrics"),
+            ("eni-ipam simulate examples/scenarios/basics.yaml", "run a scenario on virtual time"),
+            ("eni-ipam run --config eni-ipam.yaml --check", "validate a run configuration"),
+            ("eni-ipam max-pods m5.xlarge", "the pods a node of an instance type can run"),
+            more="eni-ipam COMMAND --help describes each command.",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"eni-ipam {__version__}")
     parser.add_argument(
@@ -42,9 +54,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="debug, info, warning or error (default: the configuration's log_level for run and agent, "
         "warning for simulate)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the service (leader-elected in Kubernetes, or alone)")
+    run = _command(
+        sub,
+        "run",
+        help="run the service (leader-elected in Kubernetes, or alone)",
+        description="Run the controller: it keeps every node's pool between its watermarks and serves "
+        "/metrics, /healthz and /readyz. Without --config it runs the embedded default (the in-memory "
+        "cloud, three nodes, no Kubernetes), to try it.",
+        examples=(
+            ("eni-ipam run", "the embedded default, shown live on a terminal"),
+            ("eni-ipam run --config eni-ipam.yaml --check", "validate a configuration, then exit"),
+            ("eni-ipam run --config eni-ipam.yaml --port 9191", "serve /metrics on another port"),
+            (
+                "ENI_IPAM_SERVER__PORT=9191 eni-ipam run --config eni-ipam.yaml",
+                "the same, from the environment",
+            ),
+        ),
+    )
     run.add_argument(
         "--config",
         default=None,
@@ -58,12 +86,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="on the embedded default, log lines rather than the live view of its nodes (the view needs "
         "a terminal and eni-ipam[view])",
     )
+    run.add_argument(
+        "--port",
+        type=_integer(0, 65535),
+        default=None,
+        help="port of /metrics, /healthz and /readyz; overrides server.port of the configuration and "
+        "ENI_IPAM_SERVER__PORT (0: a free port, logged)",
+    )
 
     from eni_ipam.agent import main as agent_program  # the node side's own program (standard library only)
 
-    agent_program.add_arguments(sub.add_parser("agent", help=agent_program.HELP))
+    agent_program.add_arguments(
+        _command(
+            sub,
+            "agent",
+            help=agent_program.HELP,
+            description=agent_program.DESCRIPTION,
+            examples=agent_program.EXAMPLES,
+        )
+    )
 
-    sim = sub.add_parser("simulate", help="run a scenario file on the in-memory cloud, on virtual time")
+    sim = _command(
+        sub,
+        "simulate",
+        help="run a scenario file on the in-memory cloud, on virtual time",
+        description="Run a scenario (docs/scenarios.md) against the real reconciler on the in-memory "
+        "cloud, on virtual time: minutes of a cluster in a second. Exits 0 when every expectation "
+        "holds, 1 at the first that does not (saying why its node got what it got), 2 for an invalid "
+        "scenario.",
+        examples=(
+            ("eni-ipam simulate examples/scenarios/basics.yaml", "run a scenario, a line a step"),
+            ("eni-ipam simulate scenario.yaml --json", "one JSON object a step, for a script"),
+            ("eni-ipam simulate scenario.yaml --plot run.svg", "also draw the run (eni-ipam[plot])"),
+            ("eni-ipam simulate scenario.yaml --series series.yaml", "also write promtool's input series"),
+        ),
+    )
     sim.add_argument("scenario", help="path to a scenario YAML file (docs/scenarios.md)")
     sim.add_argument("--json", action="store_true", help="print one JSON object per step")
     sim.add_argument(
@@ -98,15 +155,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(repeat the option)",
     )
 
-    _status_arguments(sub.add_parser("status", **STATUS_PARSER))
+    _status_parser(sub)
 
     commands = _plugins(COMMANDS)
     for name, command in commands.items():
-        command.add_arguments(sub.add_parser(name, help=command.help))
+        command.add_arguments(
+            _command(
+                sub,
+                name,
+                help=command.help,
+                description=getattr(command, "description", None),
+                examples=getattr(command, "examples", ()),
+            )
+        )
     for name in sorted(set(_FROM_TESTKIT["commands"]) - set(commands)):
         sub.add_parser(name, help=f"(needs {TESTKIT}) {_FROM_TESTKIT['commands'][name]}")
 
-    demo = sub.add_parser("demo", help="a live simulated cluster in real time, with /metrics")
+    demo = _command(
+        sub,
+        "demo",
+        help="start here: a live simulated cluster in real time, with /metrics",
+        description="A simulated cluster of mixed instance types, kept by the real reconciler in real "
+        "time, drawn live in the terminal; Prometheus metrics on 127.0.0.1 while it runs. Ctrl-C or "
+        "--duration stops it and prints a summary.",
+        examples=(
+            ("eni-ipam demo", "50 nodes for a minute; metrics on http://127.0.0.1:9090/metrics"),
+            ("eni-ipam demo --nodes 200 --duration 0", "200 nodes until Ctrl-C"),
+            ("eni-ipam demo --port 9191", "metrics on another port (9090 is Prometheus's own default)"),
+            ("eni-ipam demo --fault credentials-revoked-at=30", "an incident to try alerts on"),
+        ),
+    )
     demos = _plugins(DEMOS)
     clouds = {"sim": "the in-memory cloud with pod churn (default)"}
     clouds |= {name: f"(needs {TESTKIT}) {help}" for name, help in _FROM_TESTKIT["demos"].items()}
@@ -128,7 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--seed", type=_integer(0, 2**63 - 1), default=1, help="seed of the simulated workload")
     demo.add_argument(
-        "--port", type=_integer(0, 65535), default=9090, help="port of /metrics on 127.0.0.1 (0: off)"
+        "--port",
+        type=_integer(0, 65535),
+        default=None,
+        help="port of /metrics on 127.0.0.1 (0: off; default 9090, or a free port, said, when 9090 is "
+        "taken, as by a local Prometheus)",
     )
     demo.add_argument(
         "--plain",
@@ -169,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cloud in demos:
         chosen = demos[args.cloud]
         nodes = chosen.default_nodes if args.nodes is None else args.nodes
-        return int(chosen.run(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port))
+        return int(
+            chosen.run(nodes=nodes, duration=args.duration, seed=args.seed, port=args.port, plain=args.plain)
+        )
     if args.cloud != "sim":
         return _needs_testkit(f"eni-ipam demo --cloud {args.cloud}")
     from eni_ipam.app.demo import run_demo
@@ -183,6 +267,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain=args.plain,
         faults=args.faults,
     )
+
+
+def _wrap(text: str) -> str:
+    """A help page's paragraph filled to the terminal's width, as argparse fills what it formats (the
+    raw layout that keeps the examples' lines would otherwise leave it one long line)."""
+    import shutil
+    import textwrap
+
+    width = max(min(shutil.get_terminal_size().columns - 2, 100), 40)
+    return textwrap.fill(text, width=width, break_on_hyphens=False)
+
+
+def _examples(*examples: tuple[str, str], more: str = "") -> str:
+    """A help page's epilog: each example's command line and what it does, one under the other."""
+    lines = ["examples:"]
+    for command, what in examples:
+        lines += [f"  {command}", f"      {what}"]
+    return "\n".join(lines + ([f"\n{more}"] if more else []))
+
+
+def _command(
+    sub: Any,
+    name: str,
+    *,
+    help: str,
+    description: str | None,
+    examples: Sequence[tuple[str, str]] = (),
+) -> argparse.ArgumentParser:
+    """A subcommand's parser: its one-line ``help`` in the list of commands, and on its own help page
+    the ``description`` (what it does) and its ``examples``, laid out as written."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=_wrap(description or help),
+        epilog=_examples(*examples) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 COMMANDS = "eni_ipam.commands"
@@ -201,7 +323,9 @@ _FROM_TESTKIT = {
 
 
 class Command(Protocol):
-    """A subcommand registered in :data:`COMMANDS` by another distribution."""
+    """A subcommand registered in :data:`COMMANDS` by another distribution. It may also have a
+    ``description`` (its help page's paragraph; ``help`` otherwise) and ``examples`` (pairs of a
+    command line and what it does, the help page's epilog)."""
 
     help: str
 
@@ -218,7 +342,11 @@ class Demo(Protocol):
     help: str
     default_nodes: int
 
-    def run(self, *, nodes: int, duration: float, seed: int, port: int) -> int: ...
+    def run(self, *, nodes: int, duration: float, seed: int, port: int | None, plain: bool) -> int:
+        """``port``: of /metrics (0: none; None: the default, or a free port when it is taken, as
+        :func:`eni_ipam.app.demo.serve_metrics` does). ``plain``: lines rather than the live view
+        (``--plain``)."""
+        ...
 
 
 def _plugins(group: str) -> dict[str, Any]:
@@ -310,18 +438,25 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     from eni_ipam.adapters.signals import stop_on_signals
-    from eni_ipam.app.providers import plugin
-    from eni_ipam.app.runconfig import load_config
+    from eni_ipam.app.checks import check_configuration
+    from eni_ipam.app.runconfig import read_config
     from eni_ipam.app.service import serve
     from eni_ipam.errors import ConfigError, NotImplementedYet
 
     try:
-        config = load_config(args.config, os.environ)
-        if args.check:  # what the provider can check without the cloud (``run`` does it before binding)
-            plugin(config.provider).check(config.provider_settings)
+        config, problems = read_config(args.config, os.environ)
+        if args.port is not None:  # the command line wins over the file and the environment
+            config = config.model_copy(
+                update={"server": config.server.model_copy(update={"port": args.port})}
+            )
+        # What can be checked without side effects, every problem at once; the ports only with
+        # --check (``run`` binds them itself a moment later, and says so when it cannot).
+        findings = check_configuration(config, ports=args.check, environ=os.environ, found=problems)
     except (ConfigError, NotImplementedYet) as exc:
-        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
+        _invalid_configuration(exc)
         return 2
+    for note in findings.notes:
+        print(f"note: {inert(note)}", file=sys.stderr)
     if args.check:
         chosen = config.profile_set().profiles
         profiles = f", profiles {', '.join(p.name for p in chosen)} (in the order tried)" if chosen else ""
@@ -344,10 +479,50 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except (ConfigError, NotImplementedYet) as exc:  # found when opening: a bad kubeconfig, an unknown type
-        print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
+        _invalid_configuration(exc)
+        hint = listen_hint(exc, config.server.port)
+        if hint:
+            print(hint, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _invalid_configuration(exc: Exception) -> None:
+    """One problem on one line; several (:class:`~eni_ipam.errors.ConfigErrors`) one per line under
+    a count, each naming its field and the fix."""
+    problems = getattr(exc, "errors", None) or (exc,)
+    if len(problems) == 1:
+        print(f"invalid configuration: {inert(str(problems[0]), lines=True)}", file=sys.stderr)
+        return
+    print(f"invalid configuration: {len(problems)} problems", file=sys.stderr)
+    for problem in problems:
+        print(f"  {inert(str(problem), lines=True)}", file=sys.stderr)
+
+
+PROMETHEUS_PORT = 9090
+"""Prometheus's own default port, and eni-ipam's: on a host running both, one of them has it."""
+
+
+def listen_hint(error: Exception, port: int) -> str:
+    """What to do when a listener of ``run`` could not be opened (``error`` names its setting), or
+    empty for any other error: the ways to choose another port, and whose 9090 may be."""
+    if not isinstance(error, ConfigError) or not error.message.startswith("cannot listen"):
+        return ""
+    if error.field == "server.port":
+        hint = (
+            "choose another port: eni-ipam run --port N, server.port in the configuration file, or "
+            "ENI_IPAM_SERVER__PORT=N (0: a free port, logged)"
+        )
+        if port == PROMETHEUS_PORT:
+            hint += f"; {PROMETHEUS_PORT} is also Prometheus's default port: a Prometheus here may hold it"
+        return hint
+    if error.field == "server.probe_port":
+        return (
+            "choose another port: server.probe_port in the configuration file, or "
+            "ENI_IPAM_SERVER__PROBE_PORT=N (0: a free port, logged)"
+        )
+    return ""
 
 
 def _series_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SeriesOptions | None:
@@ -441,7 +616,7 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return 2
         if not args.json:
             print(
-                f"series: {len(outcome.series.series)} series, {outcome.series.scrapes} scrapes "
+                f"series: {len(outcome.series.series)} series, {plural(outcome.series.scrapes, 'scrape')} "
                 f"written to {args.series}"
             )
     if plot is not None:
@@ -454,7 +629,7 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
             return 2
         if not args.json:
-            print(f"plot: {len(records)} steps drawn to {args.plot}")
+            print(f"plot: {plural(len(records), 'step')} drawn to {args.plot}")
     if not outcome.passed:
         failed = outcome.results[-1]
         print(f"FAILED at step {failed.index} ({failed.kind})", file=sys.stderr)
@@ -463,34 +638,39 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     if not args.json:
         expects = sum(1 for r in outcome.results if r.kind == "expect")
-        print(f"PASS: {expects} expectations held over {len(outcome.results)} steps")
+        print(f"PASS: {plural(expects, 'expectation')} held over {plural(len(outcome.results), 'step')}")
     return 0
 
 
 # -- `eni-ipam status` and the kubectl plugin (eni_ipam/app/status, docs/status.md) ----------------
 
-STATUS_PARSER: dict[str, Any] = {
-    "help": "whether eni-ipam is healthy in a cluster, on one screen (exit 1: something needs an operator)",
-    "description": """\
-Read the API server (ENIPools, Nodes, eni-ipam's Events, the leader Lease, the
-ENIPool CRD) and, with --metrics-url, the leader's /metrics; print a verdict and
-what needs an operator, each with its fix. The same runs as
-`kubectl eni-ipam status`.
+STATUS_HELP = "is eni-ipam healthy in this cluster? one screen; exit 1 when an operator must act"
+STATUS_DESCRIPTION = (
+    "Read the API server (ENIPools, Nodes, eni-ipam's Events, the leader Lease, the ENIPool CRD) and, "
+    "with --metrics-url, the leader's /metrics; print a verdict and what needs an operator, each with "
+    "its fix. Exit 0: healthy; 1: something needs an operator; 2: the API server cannot be reached, the "
+    "kubeconfig cannot be loaded, or bad usage. The same runs as `kubectl eni-ipam status`; the "
+    "permissions it needs and the JSON's keys: docs/status.md."
+)
+STATUS_EXAMPLES = (
+    ("eni-ipam status", "the current context of $KUBECONFIG or ~/.kube/config"),
+    ("eni-ipam status --context prod -n kube-system --json", "another context, as one JSON object"),
+    (
+        "kubectl -n kube-system port-forward pod/LEADER 9090:9090 &",
+        "the leader's /metrics (LEADER: kubectl -n kube-system get lease eni-ipam)",
+    ),
+    (
+        "eni-ipam status --metrics-url http://127.0.0.1:9090/metrics --window 30s",
+        "with its resyncs, subnets, and the throttling of the last 30 s",
+    ),
+    ("kubectl eni-ipam status -l node-group=web", "as a kubectl plugin, these Nodes only"),
+)
 
-exit status: 0 healthy; 1 something needs an operator; 2 the API server cannot
-be reached, the kubeconfig cannot be loaded, or bad usage.""",
-    "epilog": """\
-examples:
-  eni-ipam status
-  eni-ipam status --context prod -n kube-system --json
-  kubectl -n kube-system port-forward "pod/$(kubectl -n kube-system get lease \\
-    eni-ipam -o jsonpath='{.spec.holderIdentity}')" 9090:9090 &
-  eni-ipam status --metrics-url http://127.0.0.1:9090/metrics --window 30s
-  kubectl eni-ipam status -l node-group=web
 
-The permissions it needs, the JSON's keys and a sample screen: docs/status.md.""",
-    "formatter_class": argparse.RawDescriptionHelpFormatter,
-}
+def _status_parser(sub: Any) -> None:
+    _status_arguments(
+        _command(sub, "status", help=STATUS_HELP, description=STATUS_DESCRIPTION, examples=STATUS_EXAMPLES)
+    )
 
 
 def _status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -577,8 +757,8 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     words after ``eni-ipam``, and passes its exit status on. ``status`` is ``eni-ipam status``."""
     parser = argparse.ArgumentParser(prog="kubectl eni-ipam", description="eni-ipam as a kubectl plugin")
     parser.add_argument("--version", action="version", version=f"eni-ipam {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _status_arguments(sub.add_parser("status", **STATUS_PARSER))
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    _status_parser(sub)
     return _status(parser.parse_args(argv))
 
 

@@ -5,7 +5,8 @@ and chains the original as ``__cause__``. Each family lives in the package that 
 
     EniIpamError                  eni_ipam.errors (this module)
     ├── ConfigError               bad configuration, scenario file, node spec, command-line option;
-    │                             ``field`` names the bad value
+    │   │                         ``field`` names the bad value
+    │   └── ConfigErrors          several at once (``errors``), the first one's ``field`` and ``message``
     ├── NotImplementedYet         a documented part that is not built yet
     ├── NotReady                  eni_ipam.core.errors: the cloud view is not synced yet; mutations
     │                             are refused
@@ -55,6 +56,8 @@ and chains the original as ``__cause__``. Each family lives in the package that 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class EniIpamError(Exception):
     """Base of every error eni-ipam raises on purpose."""
@@ -74,6 +77,43 @@ class ConfigError(EniIpamError):
     def path(self) -> str:
         """The same as ``field`` (the name scenario files use)."""
         return self.field
+
+    @property
+    def errors(self) -> tuple[ConfigError, ...]:
+        """Every problem this error reports, one per field: this one alone (:class:`ConfigErrors`
+        holds several)."""
+        return (self,)
+
+
+class ConfigErrors(ConfigError):
+    """Several configuration problems found at once (``run --check`` lists them all, so that a
+    configuration is fixed in one round rather than one field per run).
+
+    ``field`` and ``message`` are the first problem's, so code that reads one error reads the same
+    one it always did; ``errors`` holds all of them in the order found, each a :class:`ConfigError`,
+    and ``str()`` is one ``field: message`` line per problem.
+    """
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        flat = tuple(e for error in errors for e in error.errors)
+        if not flat:
+            raise ValueError("ConfigErrors needs at least one error")
+        super().__init__(flat[0].field, flat[0].message)
+        self.args = ("\n".join(str(e) for e in flat),)
+        self._errors = flat
+
+    @property
+    def errors(self) -> tuple[ConfigError, ...]:
+        return self._errors
+
+
+def combine(errors: Sequence[ConfigError]) -> ConfigError | None:
+    """One error for ``errors``: None for none, the error itself for one, :class:`ConfigErrors`
+    for several."""
+    flat = [e for error in errors for e in error.errors]
+    if not flat:
+        return None
+    return flat[0] if len(flat) == 1 else ConfigErrors(flat)
 
 
 class NotImplementedYet(EniIpamError, NotImplementedError):

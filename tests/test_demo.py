@@ -5,10 +5,14 @@ import asyncio
 import dataclasses
 import io
 import random
+import re
+import socket
+from collections.abc import Iterator
 
 import pytest
 import structlog
 
+import eni_ipam.app.demo as demo_module
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.app.demo import (
     FAULTS,
@@ -22,6 +26,7 @@ from eni_ipam.app.demo import (
     parse_fault,
     pod_ceiling,
     running,
+    serve_metrics,
     workload,
 )
 from eni_ipam.cli import main
@@ -40,6 +45,70 @@ def test_demo_runs_briefly_and_summarises():
     assert rc == 0
     assert "summary: 12 nodes" in text
     assert "mutating API calls" in text
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A port another process listens on."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+async def _scrape(url: str) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return await response.text()
+
+
+def test_the_default_port_taken_moves_metrics_to_a_free_port_and_says_where(
+    held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo_module, "DEFAULT_PORT", held_port)
+    monkeypatch.setattr(demo_module, "PROMETHEUS_PORT", held_port)
+    out = io.StringIO()
+
+    async def main() -> tuple[str, str]:
+        async with serve_metrics(Metrics(process=False), lambda: True, None, out) as notice:
+            url = re.match(r"metrics on (http://127\.0\.0\.1:\d+/metrics), ", notice)
+            assert url is not None, notice
+            return notice, await _scrape(url.group(1))
+
+    notice, scraped = asyncio.run(main())
+    assert f"not :{held_port}: port {held_port} is taken (address already in use; " in notice
+    assert f"{held_port} is Prometheus's default port too" in notice
+    assert "--port N chooses" in notice
+    assert "eni_ipam_ready" in scraped, "the link reaches the demo, not the other process"
+    assert out.getvalue() == notice + "\n"
+
+
+def test_a_port_asked_for_and_taken_leaves_metrics_off_and_says_so(held_port: int) -> None:
+    out = io.StringIO()
+
+    async def main() -> str:
+        async with serve_metrics(Metrics(process=False), lambda: True, held_port, out) as notice:
+            return notice
+
+    notice = asyncio.run(main())
+    assert notice.startswith(f"metrics off: port {held_port} is taken (address already in use)")
+    assert "Prometheus" not in notice  # said of its port alone
+    assert "--port N chooses another, --port 0 none" in notice
+
+
+def test_a_free_port_serves_where_asked_with_no_notice() -> None:
+    out = io.StringIO()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def main() -> str:
+        async with serve_metrics(Metrics(process=False), lambda: True, port, out) as notice:
+            return notice
+
+    assert asyncio.run(main()) == ""
+    assert out.getvalue() == f"metrics on http://127.0.0.1:{port}/metrics\n"
 
 
 def test_the_demo_exports_its_role_and_totals_that_agree_with_its_nodes():

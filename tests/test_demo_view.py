@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-from collections.abc import Callable, Mapping
+import re
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +150,8 @@ def test_a_node_at_capacity_shows_its_reason_and_the_event() -> None:
     lines = _draw(frame, 80, 24)
     row = next(line for line in lines if line.startswith("node-004"))
     assert row.rstrip().endswith("instance-limit")
-    assert lines.index(row) == 2, "a node short of addresses comes first"
+    heading = next(n for n, line in enumerate(lines) if line.startswith("node "))
+    assert lines.index(row) == heading + 1, "a node short of addresses comes first"
     assert any("node-004 cannot grow: instance-limit" in e for e in frame.events)
 
 
@@ -211,11 +214,34 @@ def test_the_view_shrinks_with_the_terminal_rather_than_wrapping() -> None:
         _fits(_draw(frame, width, height), width, height)
 
 
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (40, 8), (200, 60)])
+def test_a_status_line_shows_under_the_header_and_the_view_still_fits(width: int, height: int) -> None:
+    status = "metrics on http://127.0.0.1:41234/metrics, not :9090: port 9090 is taken"
+    lines = _draw(_frame((_row("n1"), _row("n2", needed=3)), status=status), width, height)
+    _fits(lines, width, height)
+    assert lines[0].startswith("eni-ipam demo")
+    at = next(n for n, line in enumerate(lines) if line.startswith("!"))  # under the header's lines
+    assert lines[at].startswith("! metrics on http://127.0.0.1:41234/metrics"[: width - 1])
+    assert lines[at + 1].startswith("node "), "then the node table"
+    assert not any(line.startswith("!") for line in _draw(_frame((_row("n1"),)), width, height)), (
+        "no status: no line"
+    )
+
+
+def test_the_watcher_carries_its_status_into_every_frame() -> None:
+    async def main() -> str:
+        metrics = Metrics(process=False)
+        watcher = Watcher(lambda: None, metrics, clock=LoopClock(), title="t", status="metrics off")
+        return watcher.sample().status
+
+    assert run_virtual(main()) == "metrics off"
+
+
 def _gave_back(text: str) -> int:
     """Where the view left the alternate screen, checking it entered it, drew on it, and showed the
     cursor again as it left."""
     enter, leave = text.index("\x1b[?1049h"), text.rindex("\x1b[?1049l")
-    assert enter < text.index("used/pool/max") < leave
+    assert enter < text.index("cannot grow") < leave
     assert text[:leave].endswith("\x1b[?25h"), "the cursor is shown again"
     return leave
 
@@ -242,6 +268,34 @@ def test_an_interrupted_view_still_gives_the_terminal_back() -> None:
     asyncio.run(interrupted())
     text = out.getvalue()
     _gave_back(text)
+
+
+@pytest.fixture
+def default_port_taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """The demo's default port, held by another process's listener (as Prometheus holds 9090)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port: int = taken.getsockname()[1]
+        monkeypatch.setattr(demo_module, "DEFAULT_PORT", port)
+        monkeypatch.setattr(demo_module, "PROMETHEUS_PORT", port)
+        yield port
+
+
+def test_the_live_view_shows_where_metrics_went_and_says_it_again_after(default_port_taken: int) -> None:
+    out = _Terminal()
+    asyncio.run(_demo(nodes=8, duration=1.5, seed=3, port=None, out=out))
+    text = out.getvalue()
+    leave = _gave_back(text)
+    notice = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics, not :(\d+): port \d+ is taken", text)
+    assert notice is not None and int(notice.group(2)) == default_port_taken
+    assert int(notice.group(1)) != default_port_taken
+    enter = text.index("\x1b[?1049h")
+    shown = Text.from_ansi(text[enter:leave]).plain
+    assert f"! metrics on http://127.0.0.1:{notice.group(1)}/metrics" in shown, "on the view itself"
+    after = text[leave:]
+    assert after.rstrip().endswith("--port N chooses"), "the last line after the summary"
+    assert after.index("summary: 8 nodes") < after.rindex("metrics on http://127.0.0.1:")
 
 
 def test_plain_on_a_terminal_prints_todays_screen() -> None:
@@ -285,7 +339,9 @@ def test_the_readmes_demo_screen_is_a_frame_of_the_view() -> None:
     lines = demo_screen.block(demo_screen.README.read_text()).splitlines()
     _fits(lines, demo_screen.WIDTH, demo_screen.HEIGHT)
     assert lines[0].startswith("eni-ipam demo") and "● ready" in lines[0]
-    assert lines[1].split() == Text(_draw(_frame((_row("node-000"),)), 100, 30)[1]).plain.split()
+    heading = next(line for line in lines if line.startswith("node "))
+    drawn = _draw(_frame((_row("node-000"),)), 100, 30)
+    assert heading.split() == next(line for line in drawn if line.startswith("node ")).split()
     rows = [line for line in lines if line.startswith("node-")]
     reasons = [line.rstrip().endswith(("instance-limit", "subnet", "security-groups")) for line in rows]
     assert any(reasons) and reasons == sorted(reasons, reverse=True), "nodes that cannot grow first"

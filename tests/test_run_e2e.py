@@ -127,3 +127,54 @@ async def test_run_refuses_an_invalid_configuration_naming_the_field(tmp_path: P
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 2
     assert "settings.parallel_workers" in stderr.decode()
+
+
+async def test_run_without_the_crd_says_once_what_installs_it(tmp_path: Path) -> None:
+    """No ENIPool CRD in the cluster: one error naming the fix, /readyz saying the same, and no
+    warning at each retry of the informer."""
+    import aiohttp
+
+    async with FakeKube() as kube:  # no CRD applied
+        kubeconfig = tmp_path / "kubeconfig"
+        kube.write_kubeconfig(kubeconfig)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config(kubeconfig)))
+        kube.add_object("nodes", node("n0", "i-0"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENI_IPAM_")}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "eni_ipam.cli", "run", "--config", str(path), env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stderr is not None
+        lines: list[str] = []
+
+        async def first(event: str) -> dict:
+            while True:
+                line = (await process.stderr.readline()).decode()  # type: ignore[union-attr]
+                assert line, "".join(lines)[-3000:]
+                lines.append(line)
+                if f'"{event}"' in line:
+                    found: dict = json.loads(line)
+                    return found
+
+        try:
+            started = await asyncio.wait_for(first("service_started"), 20)
+            missing = await asyncio.wait_for(first("crd_missing"), 20)
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://{started['endpoint']}/readyz") as response,
+            ):
+                readyz = response.status, await response.text()
+            await asyncio.sleep(8)  # the informer's retries after 1, 2 and 4 seconds
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        _, rest = await asyncio.wait_for(process.communicate(), 15)
+    log = [json.loads(line) for line in [*lines, *rest.decode().splitlines()] if line.startswith("{")]
+    fix = "kubectl apply --server-side -f deploy/kubernetes/crd.yaml (or install the Helm chart"
+    assert missing["level"] == "error" and missing["resource"] == "enipools"
+    assert missing["fix"].startswith(fix)
+    assert readyz[0] == 503 and fix in readyz[1]
+    assert [e["event"] for e in log].count("crd_missing") == 1
+    assert not [e for e in log if e["event"] == "watch_failed" and e["level"] == "warning"]
+    assert process.returncode == 0

@@ -146,6 +146,36 @@ def test_cli_exits_1_with_a_readable_diff(tmp_path, capsys):
     assert "steps[1].expect.node1.available: expected 9, got 8" in capsys.readouterr().err
 
 
+def test_a_failed_expectation_says_why_a_misspelt_instance_type_got_nothing(tmp_path, capsys):
+    text = BASE.replace("m5.large", "m5.larg") + "steps: [{converge: 10s}, {expect: {node1: {available: 8}}}]"
+    assert main(["simulate", write(tmp_path, text)]) == 1
+    err = capsys.readouterr().err
+    assert "steps[1].expect.node1.available: expected 8, got 0" in err
+    why = next(line for line in err.splitlines() if "steps[1].expect.node1: why:" in line)
+    assert "limits-unknown" in why
+    assert "the limits of instance type m5.larg are unknown" in why
+    assert "did you mean m5.large" in why
+
+
+def test_a_failed_expectation_says_why_a_node_at_its_instances_limit_stopped(tmp_path):
+    text = BASE.replace("m5.large", "t3.nano") + (
+        "steps: [{converge: 10s}, {set: {node1: {used: 40}}}, {converge: 30s},"
+        " {expect: {node1: {available: 40}}}]"
+    )
+    outcome = simulate(parse_scenario(yaml.safe_load(text)))
+    failures = outcome.results[-1].failures
+    assert failures[0].startswith("steps[3].expect.node1.available: expected 40, got")
+    assert failures[1].startswith("steps[3].expect.node1: why: instance-limit")
+
+
+def test_an_expectation_that_holds_or_fails_on_no_node_explains_nothing(tmp_path):
+    text = BASE + "steps: [{converge: 10s}, {expect: {api_calls: {AssignPrivateIpAddresses: 7}}}]"
+    outcome = simulate(parse_scenario(yaml.safe_load(text)))
+    assert outcome.results[-1].failures == [
+        "steps[1].expect.api_calls.AssignPrivateIpAddresses: expected 7, got 1"
+    ]
+
+
 def test_cli_exits_2_naming_the_bad_key(tmp_path, capsys):
     rc = main(["simulate", write(tmp_path, BASE + "steps: [{expect: {node1: {used: many}}}]")])
     assert rc == 2

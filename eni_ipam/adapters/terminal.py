@@ -23,6 +23,12 @@ def inert(text: str, *, lines: bool = False) -> str:
     return "".join(c if c.isprintable() or c in kept else _escape(c) for c in text)
 
 
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """``1 node``, ``2 nodes``, ``0 nodes``: a count and its noun as a person writes them (``nouns``:
+    the plural when it is not the noun and an ``s``, ``addresses``)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def _escape(char: str) -> str:
     code = ord(char)
     if code < 0x100:

@@ -25,6 +25,17 @@ if TYPE_CHECKING:
     from eni_ipam.agent.listen import Listening
 
 HELP = "run the node agent (allocator, CNI API, libnetwork driver)"
+DESCRIPTION = (
+    "Run the node agent, one per node: it follows the node's ENIPool, hands the pool's addresses to "
+    "pods through the CNI plugin's API and the libnetwork driver on a unix socket, and keeps them in "
+    "its state file (docs/node.md)."
+)
+EXAMPLES = (
+    ("eni-ipam agent --config /etc/eni-ipam/agent.yaml", "the node named by $NODE_NAME"),
+    ("eni-ipam agent --node node-1 --config agent.yaml", "a node named on the command line"),
+    ("eni-ipam agent --config agent.yaml --server-host 10.0.3.7", "/metrics on the node's own address"),
+)
+"""The help page's examples: a command line and what it does (eni-ipam-agent's are the same)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +112,15 @@ def _serve(
 def main(argv: Sequence[str] | None = None) -> int:
     from eni_ipam import __version__
 
-    parser = argparse.ArgumentParser(prog="eni-ipam-agent", description=HELP)
+    examples = ["examples:"] + [
+        f"  {line.replace('eni-ipam agent', 'eni-ipam-agent')}\n      {what}" for line, what in EXAMPLES
+    ]
+    parser = argparse.ArgumentParser(
+        prog="eni-ipam-agent",
+        description=DESCRIPTION,
+        epilog="\n".join(examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"eni-ipam-agent {__version__}")
     parser.add_argument("--log-level", default=None, help="debug, info, warning (default: the file's)")
     add_arguments(parser)

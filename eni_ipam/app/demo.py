@@ -2,8 +2,10 @@
 
 Nodes of mixed instance types on several subnets, a workload that starts and stops pods, the
 in-memory cloud with realistic latency and EC2's token buckets, and a live view of every node's
-pool. ``/metrics`` is served on 127.0.0.1 while it runs. Ctrl-C (or ``--duration``) stops it and
-prints a summary.
+pool. ``/metrics`` is served on 127.0.0.1 while it runs: on 9090 unless ``--port`` says otherwise,
+on a free port (said on the view and after the summary) when 9090 is taken, never on a port the
+user did not ask for once they asked for one (:func:`serve_metrics`, decision 0059). Ctrl-C (or
+``--duration``) stops it and prints a summary.
 
 The cluster is a healthy one (up to about a hundred nodes; 50 by default): the workload keeps every
 node's pods within what its instance and its share of the subnets can hold (:func:`workload`), so
@@ -38,6 +40,7 @@ from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.server import Readiness, make_app, start_server
 from eni_ipam.adapters.signals import stop_on_signals
+from eni_ipam.adapters.terminal import plural
 from eni_ipam.config.schema import parse_duration, validate
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
@@ -265,9 +268,16 @@ async def inject(cloud: Emulation, faults: Sequence[Fault], clock: LoopClock, st
         log.warning("fault_injected", fault=fault.name, at=fault.at)
 
 
-def render(manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: TextIO) -> None:
-    """One frame of the live view: the neediest nodes, totals, subnets and the API calls so far."""
-    lines = [f"eni-ipam demo — {elapsed:6.1f}s — {len(manager.nodes)} nodes — ready={manager.ready}"]
+def render(
+    manager: NodeManager, calls: Mapping[str, int], elapsed: float, out: TextIO, *, status: str = ""
+) -> None:
+    """One frame of the live view: the neediest nodes, totals, subnets and the API calls so far;
+    ``status`` (where /metrics went, when not where asked) under the title on a terminal, whose
+    screen each frame clears."""
+    nodes = plural(len(manager.nodes), "node")
+    lines = [f"eni-ipam demo — {elapsed:6.1f}s — {nodes} — ready={manager.ready}"]
+    if status and out.isatty():
+        lines.append(f"! {status}")
     lines.append(
         f"{'node':<10} {'type':<11} {'avail':>5} {'used':>5} {'need':>5} {'excess':>6} {'ifaces':>6}"
     )
@@ -347,24 +357,66 @@ async def running(*, nodes: int, seed: int, clock: LoopClock, metrics: Metrics) 
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+DEFAULT_PORT = 9090
+"""The port of /metrics when ``--port`` is not given: the one the README links to. It is also
+Prometheus's own default, so on a host running Prometheus it is often taken."""
+PROMETHEUS_PORT = 9090
+"""Prometheus's default port: a notice that this port is taken says whose it may be."""
+
+
 @contextlib.asynccontextmanager
-async def serve_metrics(metrics: Metrics, ready: Readiness, port: int, out: TextIO) -> AsyncIterator[None]:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none).
-    A port in use is reported, and the demo runs on without the endpoint."""
+async def serve_metrics(
+    metrics: Metrics, ready: Readiness, port: int | None, out: TextIO
+) -> AsyncIterator[str]:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on 127.0.0.1:``port`` for the block (0: none; None:
+    :data:`DEFAULT_PORT`). Yields a notice, empty when the endpoint is where it was asked to be.
+
+    The demo runs on whatever happens to the endpoint, and says where it went: the default port
+    taken (by a local Prometheus, most often) moves it to a free port the kernel picks, so that the
+    link the demo prints reaches the demo and never the other process; a port asked for with
+    ``--port`` that is taken leaves the metrics off rather than somewhere unasked. The notice is
+    written here, and the live view, which covers what was written before it, shows it too."""
     runner = None
-    if port:
+    notice = ""
+    wanted = DEFAULT_PORT if port is None else port
+    if wanted:
         try:
             runner = await start_server(
-                make_app(metrics, ready), host="127.0.0.1", port=port, metrics=metrics
+                make_app(metrics, ready), host="127.0.0.1", port=wanted, metrics=metrics
             )
-            out.write(f"metrics on http://127.0.0.1:{port}/metrics\n")
+            out.write(f"metrics on http://127.0.0.1:{wanted}/metrics\n")
         except ConfigError as exc:
-            out.write(f"metrics endpoint not started ({exc.message}); the demo runs on\n")
+            # What to do first, then why: a narrow view cuts the line's end.
+            reason = exc.message.rpartition(": ")[2]  # "address already in use"
+            if wanted == PROMETHEUS_PORT:
+                reason += f"; {PROMETHEUS_PORT} is Prometheus's default port too"
+            if port is None:
+                try:
+                    runner = await start_server(
+                        make_app(metrics, ready), host="127.0.0.1", port=0, metrics=metrics
+                    )
+                    notice = (
+                        f"metrics on {_metrics_url(runner)}, not :{wanted}: port {wanted} is taken "
+                        f"({reason}); --port N chooses"
+                    )
+                except ConfigError as again:
+                    notice = f"metrics off: port {wanted} is taken ({reason}), and {again.message}"
+            else:
+                notice = (
+                    f"metrics off: port {wanted} is taken ({reason}); --port N chooses another, --port 0 none"
+                )
+            out.write(notice + "\n")
     try:
-        yield
+        yield notice
     finally:
         if runner is not None:
             await runner.cleanup()
+
+
+def _metrics_url(runner: Any) -> str:
+    """The /metrics address of a runner listening on a port the kernel picked."""
+    bound = [a for a in runner.addresses if isinstance(a, tuple) and len(a) >= 2]
+    return f"http://127.0.0.1:{int(bound[0][1])}/metrics"
 
 
 def live_view_missing() -> str:
@@ -383,20 +435,22 @@ def display(
     out: TextIO,
     *,
     plain: bool,
+    status: str = "",
 ) -> Iterator[Callable[[], None]]:
     """What draws one tick for the block: the live view on a terminal (unless ``plain``), otherwise
-    :func:`render`'s lines. The live view takes the log events while it is up and, once closed,
-    prints its last frame on the ordinary screen."""
+    :func:`render`'s lines; both show ``status`` under their title. The live view takes the log
+    events while it is up and, once closed, prints its last frame on the ordinary screen (its
+    status line with it)."""
     started = clock.monotonic()
     missing = "" if plain or not out.isatty() else live_view_missing()
     if plain or not out.isatty() or missing:
         if missing:
             out.write(missing + "\n")
-        yield lambda: render(manager, calls, clock.monotonic() - started, out)
+        yield lambda: render(manager, calls, clock.monotonic() - started, out, status=status)
         return
     from eni_ipam.app import view
 
-    watcher = view.Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo")
+    watcher = view.Watcher(lambda: manager, metrics, clock=clock, title="eni-ipam demo", status=status)
     frames: list[view.Frame] = []
     with watcher.diverting():
         try:
@@ -431,7 +485,7 @@ async def _demo(
     nodes: int,
     duration: float,
     seed: int,
-    port: int,
+    port: int | None,
     out: TextIO,
     plain: bool = False,
     faults: Sequence[Fault] = (),
@@ -444,11 +498,11 @@ async def _demo(
     )
     stop = stop_on_signals()
     started = clock.monotonic()
-    async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+    async with serve_metrics(metrics, lambda: manager.ready, port, out) as notice, asyncio.TaskGroup() as tg:
         reconciler = tg.create_task(manager.run(), name="manager")
         pods = tg.create_task(workload(side, store, random.Random(seed + 1), stop), name="workload")
         faulty = tg.create_task(inject(cloud, faults, clock, started), name="faults")
-        with display(manager, metrics, cloud.calls, clock, out, plain=plain) as show:
+        with display(manager, metrics, cloud.calls, clock, out, plain=plain, status=notice) as show:
             wake = resized() if out.isatty() and not plain else None
             while not stop.is_set():
                 show()
@@ -465,11 +519,14 @@ async def _demo(
     totals = [n.stats for n in manager.nodes.values()]
     mutating = sum(n for op, n in cloud.calls.items() if not op.startswith("Describe"))
     out.write(
-        f"\nsummary: {len(totals)} nodes, {clock.monotonic() - started:.1f}s, "
-        f"pool {sum(s.available for s in totals)} addresses, used {sum(s.used for s in totals)}, "
+        f"\nsummary: {plural(len(totals), 'node')}, {clock.monotonic() - started:.1f}s, "
+        f"pool {plural(sum(s.available for s in totals), 'address', 'addresses')}, "
+        f"used {sum(s.used for s in totals)}, "
         f"nodes in deficit {sum(1 for s in totals if s.needed > 0)}, mutating API calls {mutating}, "
         f"read API calls {sum(cloud.calls.values()) - mutating}\n"
     )
+    if notice:  # said when the endpoint started, but a terminal's view covered it since
+        out.write(notice + "\n")
     return 0
 
 
@@ -487,7 +544,7 @@ def run_demo(
     nodes: int = 50,
     duration: float = 60.0,
     seed: int = 1,
-    port: int = 9090,
+    port: int | None = None,
     plain: bool = False,
     faults: Sequence[Fault] = (),
 ) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
@@ -41,12 +42,13 @@ from eni_ipam.config.schema import (
     Name,
     NonNegativeInt,
     PositiveDuration,
-    config_error,
+    closest,
+    config_errors,
 )
-from eni_ipam.core.profiles import Profile, ProfileSet, check_profiles
+from eni_ipam.core.profiles import Profile, ProfileSet, check_profiles, merged
 from eni_ipam.core.settings import Settings
-from eni_ipam.core.spec import NodeResource, NodeSpec
-from eni_ipam.errors import ConfigError
+from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec, spec_problems
+from eni_ipam.errors import ConfigError, ConfigErrors, combine
 from eni_ipam.kube.settings import KubeSettings
 
 ENV_PREFIX = "ENI_IPAM_"
@@ -225,8 +227,35 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
     """Read ``path`` (the embedded default when ``None``), apply ``ENI_IPAM_…`` overrides, validate.
 
     Raises:
-        ConfigError: unreadable file, invalid YAML, unknown key or bad value (``field`` names it).
+        ConfigError: unreadable file, invalid YAML, unknown key, bad value or values that contradict
+            each other (``field`` names the first; :class:`~eni_ipam.errors.ConfigErrors` when there
+            are several, ``errors`` lists them all).
     """
+    config, problems = read_config(path, environ)
+    found = combine(problems)
+    if found is not None:
+        raise found
+    return config
+
+
+def read_config(
+    path: str | Path | None, environ: Mapping[str, str] | None = None
+) -> tuple[RunConfigBase, list[ConfigError]]:
+    """:func:`load_config`'s configuration with the problems of meaning it has (:func:`check_meaning`)
+    returned rather than raised, for ``run --check`` to list them with what else it finds.
+
+    Raises:
+        ConfigError: what stops the configuration from being built at all, as :func:`load_config`.
+    """
+    environ = environ or {}
+    if path is None:
+        refused = _another_cloud_on_the_default(environ)
+        if refused:
+            try:
+                check_environment(run_config_model(), environ)
+            except ConfigError as exc:  # the other variables' mistakes, in the same round
+                refused += [e for e in exc.errors if e.field not in {r.field for r in refused}]
+            raise ConfigErrors(refused)
     data: Any = (
         load_yaml_text(DEFAULT_CONFIG, what="the embedded default")
         if path is None
@@ -234,7 +263,35 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
     )
     if not isinstance(data, Mapping):
         raise ConfigError("--config", f"expected a mapping at the top, got {type(data).__name__}")
-    return load_config_mapping(data, environ=environ or {})
+    return _validated(data, environ=environ)
+
+
+EXAMPLES = "examples/config"
+"""Where the repository keeps a ready configuration per provider and node source."""
+
+
+def _another_cloud_on_the_default(environ: Mapping[str, str]) -> list[ConfigError]:
+    """Without ``--config``, overrides apply to the embedded default: the in-memory demo. Choosing
+    another provider or node source there cannot work (the default's ``sim:`` cloud and ``nodes``
+    belong to the demo), and merging would blame a ``sim:`` section nobody wrote; say what to do
+    instead. Overrides of anything else (``log_level``, ``server.port``) keep working on it."""
+    errors: list[ConfigError] = []
+    others = [name for name in plugins() if name != "sim"]
+    for variable in sorted(environ):
+        if not variable.upper().startswith(ENV_PREFIX):
+            continue
+        key = variable[len(ENV_PREFIX) :].split("__")[0].lower()
+        if key in ("provider", "node_source") or key in others:
+            errors.append(
+                ConfigError(
+                    key,
+                    f"set by {variable}, but without --config the configuration is the embedded default, "
+                    "the in-memory demo (provider sim, node_source memory): to run another provider or "
+                    f"node source, pass --config FILE (e.g. {EXAMPLES}/aws-kubernetes.yaml) and keep "
+                    "the variable as an override of it",
+                )
+            )
+    return errors
 
 
 def load_config_mapping(
@@ -242,6 +299,16 @@ def load_config_mapping(
 ) -> RunConfigBase:
     """Validate a run configuration given as plain data, with ``environ``'s overrides (none when
     None). Raises as :func:`load_config`."""
+    config, problems = _validated(data, environ=environ)
+    found = combine(problems)
+    if found is not None:
+        raise found
+    return config
+
+
+def _validated(
+    data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> tuple[RunConfigBase, list[ConfigError]]:
     if not isinstance(data, Mapping):
         raise ConfigError("config", f"expected a mapping, got {type(data).__name__}")
     problem = plain_data_problem(data)
@@ -254,38 +321,77 @@ def load_config_mapping(
     sources = check_environment(model, environ or {})
     token = _environ.set(environ or {})
     try:
-        return model(**data)
+        config = model(**data)
     except ValidationError as exc:
-        error = config_error(exc, model=model, data=data)
-        for field, variable in sources.items():
-            if error.field == field or error.field.startswith((field + ".", field + "[")):
-                raise ConfigError(error.field, f"{error.message} (set by {variable})") from None
-        raise error from None
+        found = combine([_attributed(e, sources) for e in config_errors(exc, model=model, data=data)])
+        assert found is not None  # a ValidationError has at least one error
+        raise found from None
     finally:
         _environ.reset(token)
+    return config, [_attributed(e, sources) for e in check_meaning(config)]
+
+
+def _attributed(error: ConfigError, sources: Mapping[str, str]) -> ConfigError:
+    """``error`` naming the environment variable that set its field, if one did."""
+    for field, variable in sources.items():
+        if error.field == field or error.field.startswith((field + ".", field + "[")):
+            return ConfigError(error.field, f"{error.message} (set by {variable})")
+    return error
+
+
+def check_meaning(config: RunConfigBase) -> list[ConfigError]:
+    """What each value allows but the values together make impossible: the node specs a pool would
+    really get (``node_defaults``; each ``nodes`` entry and each profile merged over it) checked
+    with :func:`~eni_ipam.core.spec.spec_problems`. Only what no pool could honour is refused."""
+    errors: list[ConfigError] = []
+    defaults = config.node_defaults
+    specs: list[tuple[str, NodeSpec, AbstractSet[str]]] = [
+        ("node_defaults", defaults, defaults.model_fields_set)
+    ]
+    for n, node in enumerate(config.nodes):
+        own = node.model_fields_set & set(SPEC_FIELDS)
+        specs.append((f"nodes[{n}]", node.under(defaults), own | defaults.model_fields_set))
+    for n, profile in enumerate(config.profiles):
+        spec = merged(defaults, profile.spec)
+        specs.append((f"profiles[{n}].spec", spec, spec.model_fields_set))
+    inherited = set(spec_problems(defaults))  # named once, at node_defaults, not again per node
+    for path, spec, written in specs:
+        for problem in spec_problems(spec, written):
+            if path == "node_defaults" or problem not in inherited:
+                errors.append(ConfigError(f"{path}.{problem[0]}", problem[1]))
+    return errors
 
 
 def check_environment(model: type[BaseModel], environ: Mapping[str, str]) -> dict[str, str]:
     """Which field each ``ENI_IPAM_…`` variable sets (``settings.gc_interval`` → its name).
 
     Raises:
-        ConfigError: a variable names no setting, descends into a value that is not a section, or
-            holds text that is not YAML.
+        ConfigError: a variable names no setting (with the closest one it may mean), descends into a
+            value that is not a section, or holds text that is not YAML; every such variable at once
+            (:class:`~eni_ipam.errors.ConfigErrors`).
     """
     sources: dict[str, str] = {}
+    errors: list[ConfigError] = []
     for variable in sorted(environ):
         if not variable.upper().startswith(ENV_PREFIX):
             continue
         keys = [k.lower() for k in variable[len(ENV_PREFIX) :].split("__")]
         field = ".".join(keys)
-        if not all(keys):
-            raise ConfigError(field or variable, f"{variable} does not name a setting")
-        _check_path(model, keys, variable)
         try:
-            load_yaml_text(environ[variable], what=variable)
-        except ValueError as exc:
-            raise ConfigError(field, str(exc)) from None
+            if not all(keys):
+                raise ConfigError(field or variable, f"{variable} does not name a setting")
+            _check_path(model, keys, variable)
+            try:
+                load_yaml_text(environ[variable], what=variable)
+            except ValueError as exc:
+                raise ConfigError(field, str(exc)) from None
+        except ConfigError as exc:
+            errors.append(exc)
+            continue
         sources[field] = variable
+    found = combine(errors)
+    if found is not None:
+        raise found
     return sources
 
 
@@ -299,8 +405,11 @@ def _check_path(model: type[BaseModel], keys: list[str], variable: str) -> None:
             raise ConfigError(".".join(keys[:depth]), f"{variable} descends into a non-mapping")
         if key not in fields:
             known = ", ".join(sorted(fields))
+            close = closest(key, fields)
+            meant = "__".join([*keys[:depth], close, *keys[depth + 1 :]]).upper() if close else ""
+            hint = f" (did you mean {ENV_PREFIX}{meant}?)" if close else ""
             raise ConfigError(
-                ".".join(keys[: depth + 1]), f"unknown key {key!r} (known: {known}) (set by {variable})"
+                ".".join(keys[: depth + 1]), f"unknown key {key!r}{hint} (known: {known}) (set by {variable})"
             )
         current = _section_type(fields[key].annotation)
 

@@ -113,11 +113,12 @@ class ServiceState:
     def readiness(self) -> tuple[bool, str]:
         if self.api is not None and not self.api.healthy:
             return False, f"{self.role}, {self.api.describe()}"
-        if not self.caches_synced:
-            return False, f"{self.role}, Kubernetes caches are not synced yet"
+        # The CRD's problem first: a missing CRD is also why the caches never sync, and it names the fix.
         problem = self.crd_problem() if self.crd_problem is not None else ""
         if problem:  # a standby too: a rollout must not go on to replicas that cannot write
             return False, f"{self.role}, {problem}"
+        if not self.caches_synced:
+            return False, f"{self.role}, Kubernetes caches are not synced yet"
         if self.role in ("leader", "single"):
             if self.manager is None or not self.manager.ready:
                 return False, f"{self.role}, initial resync has not succeeded yet"

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from eni_ipam.adapters.logging import diverted
 from eni_ipam.adapters.metrics.controller import Metrics
-from eni_ipam.adapters.terminal import inert
+from eni_ipam.adapters.terminal import inert, plural
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.model import ReleaseState
@@ -40,13 +40,11 @@ HISTORY = 60
 """Seconds of per-second rates kept for the sparklines: a minute, what fits beside a node table."""
 EVENTS = 50
 """Notable events kept; the screen shows the last ones that fit."""
-WIDE = 120
-"""From this many columns the node table gets the left side and the rest a column on the right."""
 SPARKS = " ▁▂▃▄▅▆▇█"
 USED, SPARE, NEEDED = "█", "▒", "░"
 """The bar's cells: used addresses, spare ones in the pool, and the need. Distinct characters, not only
 colours, so the bars read in a copy of the screen as text too."""
-LEGEND = f"used {USED} spare {SPARE} need {NEEDED}"
+LEGEND = f"{USED} used {SPARE} spare {NEEDED} need"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +61,17 @@ class NodeRow:
     reason: str = ""
     """Why its pool cannot grow (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`), or empty."""
 
+    @property
+    def short(self) -> int:
+        """The unmet need: the addresses the reconciler still has to add, or the pods beyond the
+        pool waiting for an address (a node that cannot grow has no plan, but its pods still wait)."""
+        return max(self.needed, self.used - self.available, 0)
+
     def attention(self) -> tuple[int, bool, float, str]:
-        """Sort key, most urgent first: the largest need, then a node that cannot grow, then the
-        fullest pool."""
+        """Sort key, most urgent first: the largest unmet need, then a node that cannot grow, then
+        the fullest pool."""
         fullness = self.used / self.available if self.available else float(self.used > 0)
-        return (-self.needed, not self.reason, -fullness, self.name)
+        return (-self.short, not self.reason, -fullness, self.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +100,9 @@ class Frame:
     """Requests the cloud throttled, a second, oldest first."""
     events: tuple[str, ...] = ()
     """Notable events, oldest first, each with its time."""
+    status: str = ""
+    """What the user must not miss while the view covers the terminal (where /metrics went when its
+    port was taken), drawn under the header; empty: no line."""
 
 
 # -- sampling ------------------------------------------------------------------------------------
@@ -118,8 +125,10 @@ class Watcher:
         clock: Clock,
         title: str,
         history: int = HISTORY,
+        status: str = "",
     ) -> None:
         self._manager = manager
+        self.status = status
         self._metrics = metrics
         self._clock = clock
         self._title = title
@@ -233,6 +242,7 @@ class Watcher:
             requests={op: tuple(q) for op, q in sorted(self._requests.items())},
             throttles=tuple(self._throttles),
             events=tuple(self.events),
+            status=self.status,
         )
 
     def _rows(self, manager: NodeManager, *, quiet: bool) -> tuple[NodeRow, ...]:
@@ -270,6 +280,29 @@ def _addresses(n: float) -> str:
 
 
 # -- drawing -------------------------------------------------------------------------------------
+#
+# The column rules (decision 0057): a heading is never cut (the header wraps at a field, the node
+# table's heading names every column over it), a bar keeps BAR_MIN cells (a long node name is
+# shortened first), an operation's name is shown whole, an event wraps under its text and is cut, at
+# a word, with an ellipsis only when the lines run out; the side column is used only when the node
+# table and it both keep their minimum widths (:func:`columns`).
+
+BAR_MIN = len(LEGEND)
+"""A bar's fewest cells: its heading, the legend, fits over it."""
+BAR_MAX = 60
+"""A bar's most cells: past it, a longer bar says nothing more."""
+SIDE_BAR_MAX = 36
+"""A bar's most cells beside the side column, which takes the rest."""
+NAME_MIN = 8
+GAUGE_MIN, GAUGE_MAX = 6, 40
+SPARK_MIN = 8
+EVENTS_MIN = 44
+"""The side column's fewest cells: an event's time and a short sentence."""
+NUMBERS = ("used", "pool", "max", "need")
+"""The node table's figures, each a column of its own: addresses in use, in the pool, the most the
+instance holds (``?``: unknown), and the unmet need (``-``: none)."""
+REASON = "cannot grow"
+NONE = "-"
 
 
 def _fit(text: Text, width: int) -> Text:
@@ -279,7 +312,8 @@ def _fit(text: Text, width: int) -> Text:
 
 def _bar(row: NodeRow, width: int) -> Text:
     """Used, spare and needed cells against the node's maximum (its pool and need when unknown)."""
-    top = max(row.capacity, row.available + row.needed, row.used, 1)
+    need = row.short
+    top = max(row.capacity, row.available + need, row.used, 1)
     used = min(row.used, row.available)
 
     def cells(n: int) -> int:
@@ -287,7 +321,7 @@ def _bar(row: NodeRow, width: int) -> Text:
 
     u = cells(used)
     s = min(cells(row.available) - u, width - u)
-    n = min(cells(row.needed), width - u - s)
+    n = min(cells(need), width - u - s)
     bar = Text()
     bar.append(USED * u, "green")
     bar.append(SPARE * s, "cyan")
@@ -305,82 +339,159 @@ def _spark(values: Sequence[float], width: int) -> str:
     return line.rjust(width)
 
 
-def _header(frame: Frame, width: int) -> Text:
+def _header(frame: Frame, width: int) -> list[Text]:
+    """The title and the cluster's totals, as fields that wrap onto a second line rather than be cut."""
     nodes = frame.nodes
-    text = Text()
-    text.append(frame.title, "bold")
-    text.append(f"  {frame.elapsed:6.1f}s  {len(nodes)} nodes  ")
-    text.append("● ready" if frame.ready else "○ not ready", "green" if frame.ready else "yellow")
-    text.append("  ")
-    text.append("● leader" if frame.leader else "○ standby", "green" if frame.leader else "yellow")
-    text.append(
-        f"  pool {sum(n.available for n in nodes)}  used {sum(n.used for n in nodes)}  "
-        f"short {sum(1 for n in nodes if n.needed > 0)}"
-    )
-    return _fit(text, width)
+    short = [n.short for n in nodes if n.short]
+    need = f"need {sum(short)} on {len(short)} node{'' if len(short) == 1 else 's'}" if short else "need 0"
+    fields: list[Text] = [
+        Text(frame.title, "bold"),
+        Text(f"{frame.elapsed:.1f}s"),
+        Text(plural(len(nodes), "node")),
+        Text("● ready", "green") if frame.ready else Text("○ not ready", "yellow"),
+        Text("● leader", "green") if frame.leader else Text("○ standby", "yellow"),
+        Text(f"pool {sum(n.available for n in nodes)}"),
+        Text(f"used {sum(n.used for n in nodes)}"),
+        Text(need, "bold red" if short else ""),
+    ]
+    lines = [Text()]
+    for field in fields:
+        line = lines[-1]
+        if line.cell_len and line.cell_len + 2 + field.cell_len > width:
+            lines.append(Text())
+            line = lines[-1]
+        if line.cell_len:
+            line.append("  ")
+        line.append_text(field)
+    return [_fit(line, width) for line in lines]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """The node table's column widths for a frame at a width."""
+
+    name: int
+    type: int
+    number: int
+    reason: int
+    bar: int
+
+    @classmethod
+    def of(cls, frame: Frame, width: int) -> Table:
+        type_w = max((len(n.instance_type) for n in frame.nodes), default=4)
+        figures = [v for n in frame.nodes for v in (n.used, n.available, n.capacity, n.short)]
+        number = max(4, *(len(str(v)) for v in figures)) if figures else 4
+        reason = max((len(n.reason) for n in frame.nodes), default=0)
+        table = cls(NAME_MIN, min(max(type_w, 4), 12), number, max(reason, len(REASON)), BAR_MIN)
+        name_w = min(max(max((len(n.name) for n in frame.nodes), default=4), 4), 24)
+        room = width - table.fixed
+        name = max(min(name_w, NAME_MIN + room), min(name_w, NAME_MIN))
+        bar = max(min(width - dataclasses.replace(table, name=name).fixed, BAR_MAX), BAR_MIN)
+        return dataclasses.replace(table, name=name, bar=bar)
+
+    @property
+    def fixed(self) -> int:
+        """Cells every column but the bar takes, with the spaces between them."""
+        return self.name + 1 + self.type + 1 + 1 + len(NUMBERS) * (self.number + 1) + 2 + self.reason
+
+    @property
+    def width(self) -> int:
+        return self.fixed + self.bar
+
+
+def _cell(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _node_lines(frame: Frame, width: int, height: int) -> list[Text]:
     """The node table in at most ``height`` lines (its heading, the rows that fit, "N more")."""
-    name_w = max((len(n.name) for n in frame.nodes), default=4)
-    name_w = min(max(name_w, 4), 16)
-    type_w = 10
-    fixed = name_w + 1 + type_w + 1 + 1 + 13 + 1 + 5 + 1 + 15
-    bar_w = max(width - fixed, 6)
-    heading = Text(
-        f"{'node':<{name_w}} {'type':<{type_w}} {LEGEND:<{bar_w}}"
-        f" {'used/pool/max':>13} {'need':>5} {'cannot grow'}",
-        "bold",
-    )
+    t = Table.of(frame, width)
+    numbers = " ".join(f"{h:>{t.number}}" for h in NUMBERS)
+    heading = Text(f"{'node':<{t.name}} {'type':<{t.type}} {LEGEND:<{t.bar}} {numbers}  {REASON}", "bold")
     lines = [_fit(heading, width)]
     rows = sorted(frame.nodes, key=NodeRow.attention)
     room = height - 1
     shown = rows if len(rows) <= room else rows[: max(room - 1, 0)]
     for row in shown:
-        line = Text(f"{row.name[:name_w]:<{name_w}} {row.instance_type[:type_w]:<{type_w}} ")
-        line.append_text(_bar(row, bar_w))
+        line = Text(f"{_cell(row.name, t.name):<{t.name}} {_cell(row.instance_type, t.type):<{t.type}} ")
+        line.append_text(_bar(row, t.bar))
         maximum = str(row.capacity) if row.capacity else "?"
-        line.append(f" {f'{row.used}/{row.available}/{maximum}':>13} ")
-        line.append(f"{f'+{row.needed}' if row.needed else '':>5}", "bold red" if row.needed else "")
-        line.append(f" {row.reason}", "bold red" if row.reason else "")
+        line.append(f" {row.used:>{t.number}} {row.available:>{t.number}} {maximum:>{t.number}} ")
+        need = row.short
+        line.append(f"{need if need else NONE:>{t.number}}", "bold red" if need else "bright_black")
+        line.append(f"  {row.reason}", "bold red" if row.reason else "")
         lines.append(_fit(line, width))
     if len(shown) < len(rows):
         rest = rows[len(shown) :]
-        short = sum(1 for r in rest if r.needed or r.reason)
+        short = sum(1 for r in rest if r.short or r.reason)
         lines.append(_fit(Text(f"… {len(rest)} more ({short} of them need attention)", "italic"), width))
     return lines[:height]
 
 
-def _subnet_lines(frame: Frame, width: int, height: int) -> list[Text]:
-    lines = [Text("subnets: free addresses", "bold")]
+def _subnet_parts(frame: Frame) -> tuple[int, int, int]:
+    """A subnet line's name, figure and marker widths."""
     name_w = min(max((len(s.id) for s in frame.subnets), default=6), 24)
-    for subnet in frame.subnets[: max(height - 1, 0)]:
+    figure_w = max((len(f" {s.free}/{s.size}" if s.size else f" {s.free}") for s in frame.subnets), default=0)
+    marker_w = len(" pressure") if any(s.pressure for s in frame.subnets) else 0
+    return name_w, figure_w, marker_w
+
+
+SUBNETS = "subnets: free addresses"
+API = "API requests a second"
+
+
+def _subnets_min(frame: Frame) -> int:
+    name_w, figure_w, marker_w = _subnet_parts(frame)
+    return max(name_w + 1 + GAUGE_MIN + figure_w + marker_w, len(SUBNETS))
+
+
+def _subnet_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    """A gauge per subnet; when they do not all fit, those under pressure and the emptiest, and the
+    heading says how many of them show."""
+    room = max(height - 1, 0)
+    shown = frame.subnets
+    heading = Text(SUBNETS, "bold")
+    if len(shown) > room:
+        tight = sorted(shown, key=lambda s: (not s.pressure, s.free / s.size if s.size else 1.0, s.id))
+        kept = {s.id for s in tight[:room]}
+        shown = tuple(s for s in shown if s.id in kept)
+        heading.append(f" ({len(shown)} of {len(frame.subnets)})")
+    lines = [heading]
+    name_w, figure_w, marker_w = _subnet_parts(frame)
+    gauge_w = min(max(width - name_w - 1 - figure_w - marker_w, GAUGE_MIN), GAUGE_MAX)
+    for subnet in shown:
         figure = f" {subnet.free}/{subnet.size}" if subnet.size else f" {subnet.free}"
-        marker = " pressure" if subnet.pressure else ""
-        gauge_w = max(width - name_w - 1 - len(figure) - len(marker), 4)
         share = subnet.free / subnet.size if subnet.size else 1.0
         full = round(share * gauge_w)
         colour = "green" if share > 0.5 else "yellow" if share > 0.2 else "bold red"
-        line = Text(f"{subnet.id[:name_w]:<{name_w}} ")
+        line = Text(f"{_cell(subnet.id, name_w):<{name_w}} ")
         line.append("█" * full, colour)
         line.append("·" * (gauge_w - full), "bright_black")
-        line.append(figure)
-        if marker:
-            line.append(marker, "bold red")
+        line.append(f"{figure:>{figure_w}}")
+        if subnet.pressure:
+            line.append(" pressure", "bold red")
         lines.append(_fit(line, width))
     return lines[:height]
 
 
+def _api_name_w(frame: Frame) -> int:
+    return max((len(op) for op in frame.requests), default=len("throttled"))
+
+
+def _api_min(frame: Frame) -> int:
+    return max(_api_name_w(frame) + 1 + SPARK_MIN + 6, len(API))
+
+
 def _api_lines(frame: Frame, width: int, height: int) -> list[Text]:
     """Requests a second by operation as sparklines (the busiest ones when they do not all fit),
-    and the throttled requests."""
-    lines = [Text("API requests a second", "bold")]
+    and the throttled requests; an operation's name is shown whole."""
+    lines = [Text(API, "bold")]
     room = max(height - 2, 0)
     busiest = sorted(frame.requests.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:room]
-    name_w = min(max((len(op) for op, _ in busiest), default=9), 24)
-    spark_w = max(width - name_w - 8, 4)
+    name_w = max(_api_name_w(frame), len("throttled"))
+    spark_w = min(max(width - name_w - 7, SPARK_MIN), HISTORY)
     for op, rates in sorted(busiest):
-        line = Text(f"{op[:name_w]:<{name_w}} ")
+        line = Text(f"{op:<{name_w}} ")
         line.append(_spark(rates, spark_w), "cyan")
         line.append(f" {rates[-1] if rates else 0:5.1f}")
         lines.append(_fit(line, width))
@@ -391,11 +502,54 @@ def _api_lines(frame: Frame, width: int, height: int) -> list[Text]:
     return lines[:height]
 
 
+def _wrap(event: str, width: int) -> list[str]:
+    """An event's lines at ``width``: its time, then its text wrapped at words under the text."""
+    when, _, what = event.partition("s  ")
+    head = f"{when}s  " if what else ""
+    indent = " " * len(head)
+    words = (what or event).split(" ")
+    lines, line = [], head
+    for word in words:
+        while len(word) > width - len(indent):  # a word longer than a line: cut where it must be
+            if line.strip():
+                lines.append(line.rstrip())
+                line = indent
+            lines.append(line + word[: width - len(indent)])
+            word, line = word[width - len(indent) :], indent
+        if len(line) + len(word) > width and line.strip():
+            lines.append(line.rstrip())
+            line = indent
+        line += word + " "
+    lines.append(line.rstrip())
+    return lines
+
+
+def _shorten(line: str, width: int) -> str:
+    """``line`` cut at a word to fit ``width`` with an ellipsis after it."""
+    if len(line) <= width:
+        return line
+    cut = line[: width - 1]
+    head = cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut
+    return head.rstrip() + "…"
+
+
 def _event_lines(frame: Frame, width: int, height: int) -> list[Text]:
+    """The newest events that fit, each wrapped; the oldest shown is cut (at a word, with an
+    ellipsis) when only part of it fits."""
     lines = [Text("events", "bold")]
-    shown = frame.events[-(height - 1) :] if height > 1 else ()
-    lines += [_fit(Text(e), width) for e in shown]
-    if len(lines) == 1:
+    room = height - 1
+    shown: list[list[str]] = []
+    for event in reversed(frame.events):
+        if room <= 0:
+            break
+        wrapped = _wrap(event, width)
+        if len(wrapped) > room:
+            wrapped = [*wrapped[: room - 1], _shorten(" ".join(wrapped[room - 1 :]), width)]
+            wrapped[-1] = _shorten(wrapped[-1], width)
+        shown.insert(0, wrapped)
+        room -= len(wrapped)
+    lines += [Text(line) for event in shown for line in event]
+    if len(lines) == 1 and height > 1:
         lines.append(Text("none yet", "italic"))
     return lines[:height]
 
@@ -408,36 +562,61 @@ def _side_by_side(left: list[Text], right: list[Text], left_w: int, width: int) 
         line.append("  ")
         if n < len(right):
             line.append_text(right[n])
-        out.append(_fit(line, width))
+        line = _fit(line, width)
+        line.rstrip()
+        out.append(line)
     return out
+
+
+def columns(frame: Frame, width: int) -> tuple[int, int]:
+    """The node table's and the side column's widths: ``(width, 0)`` when a side column would leave
+    either below its minimum (the node table's at :data:`BAR_MIN`, the side's the widest of its
+    sections' and :data:`EVENTS_MIN`)."""
+    table = Table.of(frame, 0)  # every column at its least, the bar at BAR_MIN
+    side_min = max(_subnets_min(frame), _api_min(frame), EVENTS_MIN)
+    if width < table.width + 2 + side_min:
+        return width, 0
+    table_w = min(table.fixed + SIDE_BAR_MAX, width - side_min - 2)
+    return table_w, width - table_w - 2
 
 
 def screen(frame: Frame, width: int, height: int) -> Group:
     """The frame drawn in at most ``width`` columns and ``height`` lines."""
     width, height = max(width, 40), max(height, 8)
-    lines = [_header(frame, width)]
-    body = height - 1
+    lines = _header(frame, width)
+    if frame.status:
+        lines.append(_fit(Text(f"! {inert(frame.status)}", "bold yellow"), width))
+    body = height - len(lines)
     ops = len(frame.requests) + 2
-    if width >= WIDE:
-        table_w = min(width * 3 // 5, 110)  # past it, a longer bar says nothing more
-        side_w = width - table_w - 2
+    table_w, side_w = columns(frame, width)
+    if side_w:
         side: list[Text] = []
         subnets = min(len(frame.subnets) + 1, max(body // 3, 2))
         side += [*_subnet_lines(frame, side_w, subnets), Text()]
-        api = min(ops, max(body - len(side) - 4, 2))
+        api = min(ops, max(body - len(side) - 5, 2))
         side += [*_api_lines(frame, side_w, api), Text()]
         side += _event_lines(frame, side_w, max(body - len(side), 2))
         lines += _side_by_side(_node_lines(frame, table_w, body), side[:body], table_w, width)
     else:
-        half = (width - 2) // 2
-        events = 4 if body >= 20 else 2
-        lower = min(max(len(frame.subnets) + 1, ops), max(body // 3, 3))
-        nodes = max(body - lower - events - 2, 2)
+        events = 5 if body >= 30 else 3
+        pair = _subnets_min(frame) + 2 + _api_min(frame) <= width
+        if pair:  # subnets and API side by side
+            lower = min(max(len(frame.subnets) + 1, ops), max(body // 3, 3))
+            subnets, below = lower, lower
+        else:  # one above the other, each shorter
+            subnets = min(len(frame.subnets) + 1, max(body // 7, 3))
+            lower = min(ops, max(body // 5, 3))
+            below = subnets + lower
+        nodes = max(body - below - events - 2, 2)
         lines += [*_node_lines(frame, width, nodes), Text()]
-        lines += _side_by_side(
-            _subnet_lines(frame, half, lower), _api_lines(frame, width - half - 2, lower), half, width
-        )
-        lines += [Text(), *_event_lines(frame, width, events)]
+        if pair:
+            left = min(_subnets_min(frame) - GAUGE_MIN + 20, width - 2 - _api_min(frame))
+            lines += _side_by_side(
+                _subnet_lines(frame, left, subnets), _api_lines(frame, width - left - 2, lower), left, width
+            )
+        else:
+            lines += [*_subnet_lines(frame, width, subnets), *_api_lines(frame, width, lower)]
+        lines += [Text(), *_event_lines(frame, width, max(height - len(lines) - 1, 2))]
     return Group(*lines[:height])
 
 

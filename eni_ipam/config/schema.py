@@ -21,10 +21,11 @@ booleans are never numbers and strings never numbers (strict mode); every messag
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -200,11 +201,47 @@ def config_error(
     by_alias: bool = False,
     data: Any = None,
 ) -> ConfigError:
-    """The :class:`ConfigError` for the first error of ``exc`` (pydantic reports them all; people
-    fix them one at a time, and the first is the one a reader meets first in the file)."""
+    """The :class:`ConfigError` for the first error of ``exc`` (the one a reader meets first in the
+    file; a misspelt key before the rest). :func:`config_errors` gives them all."""
+    return config_errors(exc, path=path, model=model, by_alias=by_alias, data=data)[0]
+
+
+def config_errors(
+    exc: ValidationError,
+    *,
+    path: str = "",
+    model: type[BaseModel] | None = None,
+    by_alias: bool = False,
+    data: Any = None,
+) -> list[ConfigError]:
+    """Every error of ``exc`` as a :class:`ConfigError`, one per field, the first one first.
+
+    A misspelt key is reported as itself rather than as the key it should have been: it comes first,
+    and the "required" of the key it is close to (``subnet_idd`` for ``subnet_id``) is left out,
+    since its message already says ``did you mean 'subnet_id'?``."""
     errors = exc.errors(include_url=False)
-    # A misspelt key is reported as itself rather than as the key it should have been ("required").
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    extra = [e for e in errors if e["type"] == "extra_forbidden"]
+    ordered = extra + [e for e in errors if e["type"] != "extra_forbidden"]
+    meant = {
+        (tuple(e["loc"][:-1]), close)
+        for e in extra
+        if (close := closest(e["loc"][-1], _known_keys(model, list(e["loc"][:-1]), by_alias=by_alias)))
+    }
+    out: list[ConfigError] = []
+    seen: set[str] = set()
+    for error in ordered:
+        if error["type"] == "missing" and (tuple(error["loc"][:-1]), error["loc"][-1]) in meant:
+            continue
+        found = _one(error, path=path, model=model, by_alias=by_alias, data=data)
+        if found.field not in seen:  # a union's arms each blame the same field: once is enough
+            seen.add(found.field)
+            out.append(found)
+    return out or [_one(errors[0], path=path, model=model, by_alias=by_alias, data=data)]
+
+
+def _one(
+    error: ErrorDetails, *, path: str, model: type[BaseModel] | None, by_alias: bool, data: Any
+) -> ConfigError:
     loc = list(error["loc"])
     ctx = error.get("ctx") or {}
     cause = ctx.get("error")
@@ -214,6 +251,25 @@ def config_error(
         loc.pop()
     field = join(path, *_keyed(loc, data))
     return ConfigError(field, message(error, model=model, loc=loc, by_alias=by_alias))
+
+
+def did_you_mean(word: Any, known: Iterable[str]) -> str:
+    """`` (did you mean 'pre_allocate'?)`` when ``word`` is close to one of ``known`` (a typo), else
+    empty: the text to append to a message refusing ``word``."""
+    close = closest(word, known)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def closest(word: Any, known: Iterable[str]) -> str | None:
+    """The one of ``known`` that ``word`` most likely misspells (difflib's ratio of at least 0.75:
+    a letter or two), or None."""
+    if not isinstance(word, str):
+        return None
+    candidates = [k for k in known if k != word]
+    # Case first: ``M5.Large`` is ``m5.large`` before it is anything else.
+    same = [k for k in candidates if k.lower() == word.lower()]
+    found = same[:1] or difflib.get_close_matches(word, candidates, n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def _keyed(loc: list[Any], data: Any) -> list[Any]:
@@ -273,7 +329,8 @@ def message(
     if kind_ == "extra_forbidden":
         key = short((loc or [""])[-1])
         known = _known_keys(model, (loc or [])[:-1], by_alias=by_alias)
-        return f"unknown key {key} (known: {', '.join(known)})" if known else f"unknown key {key}"
+        hint = did_you_mean((loc or [""])[-1], known)
+        return f"unknown key {key}{hint} (known: {', '.join(known)})" if known else f"unknown key {key}"
     if kind_ in ("int_type", "int_parsing", "int_from_float"):
         return f"expected an integer, got {got(value)}"
     if kind_ in ("bool_type", "bool_parsing"):
@@ -302,7 +359,9 @@ def message(
     if kind_ == "less_than":
         return f"must be less than {ctx.get('lt')}, got {short(value)}"
     if kind_ == "literal_error":
-        return f"expected one of {ctx.get('expected')}, got {short(value)}"
+        expected = ctx.get("expected")
+        hint = did_you_mean(value, re.findall(r"'([^']*)'", str(expected)))
+        return f"expected one of {expected}, got {short(value)}{hint}"
     if kind_ == "too_short":
         return f"expected at least {ctx.get('min_length')} item(s)"
     if kind_ == "too_long":

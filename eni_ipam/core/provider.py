@@ -359,6 +359,12 @@ class ProviderPlugin(Protocol):
         """
         ...
 
+    # Optional (looked up with ``getattr``, so that a plug-in written before it still loads):
+    # ``instance_types(settings) -> tuple[Collection[str], bool] | None``, the instance types whose
+    # limits are known without the cloud and whether they are all that can be (False: the cloud is
+    # asked about others); None when types do not matter. An instance type the configuration names
+    # (a profile's selector) outside a complete collection is refused, with the closest known one.
+
     def open_provider(
         self,
         settings: Any,

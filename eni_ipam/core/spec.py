@@ -192,6 +192,45 @@ class NodeSpec(ConfigModel):
 
 SPEC_FIELDS = tuple(NodeSpec.model_fields)
 """Every spec key, in declaration order."""
+
+
+def spec_problems(spec: NodeSpec, written: AbstractSet[str] | None = None) -> list[tuple[str, str]]:
+    """``(field, message)`` for each pair of watermarks no pool can honour together: each value is
+    in bounds, but the pool would silently stop short of what was asked. ``written``: the keys
+    someone wrote (``spec.model_fields_set`` when None); a default is never blamed.
+
+    * ``min_allocate`` above a set ``max_allocate``: the pool stops at the maximum and never holds
+      the minimum.
+    * a written ``pre_allocate`` above a set ``max_allocate``: the pool can never keep that many
+      free (the default 8 under a small ``max_allocate`` is a small pool, not a contradiction).
+
+    Run configurations refuse these at load. ENIPools are not checked: the CRD admits them, and a
+    pool is reconciled as written (``max_allocate`` wins), as the reference operator does.
+    """
+    written = spec.model_fields_set if written is None else written
+    problems: list[tuple[str, str]] = []
+    top = spec.max_allocate
+    if top and spec.min_allocate > top:
+        problems.append(
+            (
+                "min_allocate",
+                f"min_allocate {spec.min_allocate} is above max_allocate {top}: the pool stops at "
+                f"{top} and never holds its minimum. Lower min_allocate to at most {top}, or raise "
+                "max_allocate (0: the instance's maximum)",
+            )
+        )
+    if top and "pre_allocate" in written and spec.pre_allocate > top:
+        problems.append(
+            (
+                "pre_allocate",
+                f"pre_allocate {spec.pre_allocate} is above max_allocate {top}: a pool of at most {top} "
+                f"addresses can never keep {spec.pre_allocate} free. Lower pre_allocate to at most "
+                f"{top}, or raise max_allocate (0: the instance's maximum)",
+            )
+        )
+    return problems
+
+
 DEFAULT_SPEC = NodeSpec()
 
 _SHARED: dict[NodeSpec, NodeSpec] = {}

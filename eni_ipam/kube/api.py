@@ -25,6 +25,7 @@ import anyio._backends._asyncio  # noqa: F401
 import httpcore2._backends.anyio  # noqa: F401
 import httpx2
 import lightkube
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
@@ -47,6 +48,9 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool
+    install: str = dataclasses.field(default="", compare=False)
+    """What installs the kind when the API server does not serve it (its CRD), as an operator runs
+    it; empty: a kind every cluster serves, or one whose absence its user handles itself."""
 
     @property
     def api_version(self) -> str:
@@ -77,7 +81,13 @@ CRDS = Kind(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
 )
 ENIPOOLS = Kind(
-    permissions.GROUP, permissions.VERSION, permissions.KIND, permissions.PLURAL, namespaced=False
+    permissions.GROUP,
+    permissions.VERSION,
+    permissions.KIND,
+    permissions.PLURAL,
+    namespaced=False,
+    install="kubectl apply --server-side -f deploy/kubernetes/crd.yaml (or install the Helm chart, which "
+    "carries it)",
 )
 IPADDRESSCLAIMS = Kind(
     permissions.CLAIMS_GROUP, "v1beta1", "IPAddressClaim", "ipaddressclaims", namespaced=True
@@ -136,26 +146,73 @@ def translate(exc: BaseException) -> errors.KubeError | None:
 
 
 def client_from_kubeconfig(
-    path: str = "", *, context: str = "", field: str = "kubernetes.kubeconfig", timeout: float = 30.0
+    path: str = "",
+    *,
+    context: str = "",
+    field: str = "kubernetes.kubeconfig",
+    fix: str = "",
+    timeout: float = 30.0,
 ) -> lightkube.AsyncClient:
     """A client from a kubeconfig file (its current context, or ``context``), or the pod's service
-    account when ``path`` is empty. ``field``: what a :class:`ConfigError` names (the option the
-    path came from); ``timeout``: seconds a request may take.
+    account when ``path`` is empty. ``field`` and ``fix``: as :func:`load_kubeconfig`'s; ``timeout``:
+    seconds a request may take.
 
     Raises:
-        ConfigError: the kubeconfig cannot be read or has no such context, or no in-cluster
-            service account exists.
+        ConfigError: the kubeconfig cannot be read or has no such context, or no in-cluster service
+            account exists.
     """
+    config = load_kubeconfig(path, context=context, field=field, fix=fix)
+    return lightkube.AsyncClient(config, timeout=httpx2.Timeout(timeout))
+
+
+KUBECONFIG_FIX = (
+    "set kubernetes.kubeconfig (or ENI_IPAM_KUBERNETES__KUBECONFIG) to a readable kubeconfig file "
+    "(`eni-ipam dev-cluster --kubeconfig FILE` writes one for a local trial), or leave it empty in a pod"
+)
+"""What to do about a kubeconfig that cannot be used, said by ``run`` and ``run --check`` alike."""
+
+
+def load_kubeconfig(
+    path: str = "", *, context: str = "", field: str = "kubernetes.kubeconfig", fix: str = ""
+) -> lightkube.KubeConfig | SingleConfig:
+    """The kubeconfig at ``path``, or the pod's service account when empty; its current context (or
+    ``context``) resolved and the files it names (certificates, keys, a token file) present. Reads
+    files only. With ``context``, that context's configuration alone.
+
+    Raises:
+        ConfigError: ``field`` (the option the path came from), saying what is missing and ``fix``
+            (default :data:`KUBECONFIG_FIX`, the run configuration's).
+    """
+    fix = fix or KUBECONFIG_FIX
+    where = path or "the in-cluster service account"
     try:
         if path:
             config = lightkube.KubeConfig.from_file(os.path.expanduser(path))
-            chosen = config.get(context_name=context) if context else config
         else:
-            chosen = lightkube.KubeConfig.from_service_account()
+            config = lightkube.KubeConfig.from_service_account()
+        single = config.get(context_name=context or None)
     except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
-        where = path or "the in-cluster service account"
-        raise ConfigError(field, f"cannot load {where}: {exc}") from None
-    return lightkube.AsyncClient(chosen, timeout=httpx2.Timeout(timeout))
+        cause = f"{type(exc).__name__} {exc}" if isinstance(exc, KeyError) else str(exc)
+        if not path:
+            cause += " (empty kubeconfig means the pod's service account: this process is not in a pod)"
+        raise ConfigError(field, f"cannot load {where}: {cause}: {fix}") from None
+    if single is not None:
+        named = (
+            ("certificate-authority", single.cluster.certificate_auth),
+            ("client-certificate", single.user.client_cert if single.user else None),
+            ("client-key", single.user.client_key if single.user else None),
+            ("tokenFile", single.user.token_file if single.user else None),
+        )
+        for key, name in named:
+            if not name:
+                continue
+            try:
+                file = str(single.abs_file(name))
+            except lightkube.ConfigError:  # relative, in a configuration of no file: as written
+                file = str(name)
+            if not os.path.isfile(file):
+                raise ConfigError(field, f"{where} names a {key} file {file} that does not exist: {fix}")
+    return single if context and single is not None else config
 
 
 class KubeApi:

@@ -41,7 +41,7 @@ import yaml
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.core.clock import Clock
 from eni_ipam.kube import errors, permissions
-from eni_ipam.kube.api import CRDS, EVENTS, KubeApi, Obj
+from eni_ipam.kube.api import CRDS, ENIPOOLS, EVENTS, KubeApi, Obj
 from eni_ipam.kube.informer import Informer
 
 log = structlog.get_logger("eni_ipam.kube.crd")
@@ -154,9 +154,10 @@ class CrdState:
             return f"the ENIPool CRD {CRD_NAME} has not been read yet"
         if self.state == "unreadable":
             return f"cannot read the ENIPool CRD {CRD_NAME} ({self.detail}): check the ClusterRole"
+        if self.state == "missing" and not self.lost:
+            return f"the ENIPool CRD {CRD_NAME} is not installed: {ENIPOOLS.install}"
         if self.state == "missing":
-            what = "is not installed" if not self.lost else f"does not serve {self.lost[0]}"
-            return f"the ENIPool CRD {CRD_NAME} {what}: run {APPLY_COMMAND}"
+            return f"the ENIPool CRD {CRD_NAME} does not serve {self.lost[0]}: run {APPLY_COMMAND}"
         shown = ", ".join(self.lost[:4]) + (f" and {len(self.lost) - 4} more" if len(self.lost) > 4 else "")
         return (
             f"the ENIPool CRD in the cluster (revision {self.revision}) is older than this controller's "

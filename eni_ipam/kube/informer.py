@@ -9,6 +9,10 @@
   and watch again from the last version seen.
 * **Dropped stream** or a watch silent for longer than the server timeout plus a minute: back off,
   watch again from the last version (no relist needed).
+* **404** on the kind itself: the API server does not serve it, its CRD is not installed. Backed
+  off and listed again like any other error, but said as one ``crd_missing`` error naming what
+  installs it (:attr:`~eni_ipam.kube.api.Kind.install`), again every :data:`MISSING_REPEAT` while it
+  lasts, rather than a warning per retry; ``crd_served`` once it is served.
 * Other API errors back off and relist. Handlers are called synchronously on the event loop and
   must not block; a handler that raises is logged and never stops the informer.
 * **Projection** (client-go's ``SetTransform``): an informer given ``project`` keeps and hands its
@@ -55,6 +59,11 @@ Nodes. More pages are more requests, each a third the size."""
 
 INACTIVITY_GRACE = 60.0
 """Seconds past the server-side watch timeout after which a silent watch counts as dropped."""
+
+MISSING_REPEAT = 300.0
+"""Seconds between two ``crd_missing`` errors while a kind is not served: often enough for whoever
+reads the log later to find it near any time, rarely enough not to bury everything else (the
+retries themselves follow the backoff, up to every 30 s)."""
 
 
 def object_key(obj: Mapping[str, object]) -> str:
@@ -149,6 +158,8 @@ class Informer(Generic[T]):
         self.synced = asyncio.Event()
         self.resource_version = ""
         self._handlers: list[Handler[T]] = []
+        self._missing_said: float | None = None
+        """When ``crd_missing`` was last said, while the kind is not served (None: it is served)."""
 
     def add_handler(self, handler: Handler[T]) -> None:
         """Deliver every later event to ``handler`` (the store's current objects are not replayed)."""
@@ -178,6 +189,11 @@ class Informer(Generic[T]):
                 self._restart("dropped")
                 delay = self.backoff.next_delay()
                 log.info("watch_dropped", resource=self.kind.plural, error=str(exc), retry_in=round(delay, 3))
+            except errors.KubeNotFound as exc:  # the kind is not served: its CRD is not installed
+                self._restart("error")
+                relist = True
+                delay = self.backoff.next_delay()
+                self._not_served(exc, delay)
             except errors.KubeError as exc:
                 self._restart("error")
                 relist = True
@@ -186,6 +202,24 @@ class Informer(Generic[T]):
                     "watch_failed", resource=self.kind.plural, error=str(exc), retry_in=round(delay, 3)
                 )
             await self.clock.sleep(delay)
+
+    def _not_served(self, error: errors.KubeError, delay: float) -> None:
+        """Say that the kind is not served: an error at the first 404 and every :data:`MISSING_REPEAT`
+        after, naming the fix; the retries in between at debug."""
+        now = self.clock.monotonic()
+        if self._missing_said is not None and now - self._missing_said < MISSING_REPEAT:
+            log.debug("watch_failed", resource=self.kind.plural, error=str(error), retry_in=round(delay, 3))
+            return
+        self._missing_said = now
+        name = f"{self.kind.plural}.{self.kind.group}" if self.kind.group else self.kind.plural
+        log.error(
+            "crd_missing",
+            resource=self.kind.plural,
+            problem=f"the API server does not serve {name}: its CRD is not installed",
+            fix=self.kind.install or f"install the CustomResourceDefinition of {name}",
+            error=str(error),
+            retry_in=round(delay, 3),
+        )
 
     def _restart(self, reason: str) -> None:
         self.metrics.informer_watch_restarts.labels(resource=self.kind.plural, reason=reason).inc()
@@ -200,6 +234,9 @@ class Informer(Generic[T]):
             chunk_size=LIST_CHUNK,
         )
         self.metrics.informer_relists.labels(resource=self.kind.plural).inc()
+        if self._missing_said is not None:
+            self._missing_said = None
+            log.info("crd_served", resource=self.kind.plural)
         fresh = dict(items) if self.keep is None else {k: v for k, v in items if self.keep(v)}
         del items
         old, self.store = self.store, fresh

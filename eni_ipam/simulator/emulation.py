@@ -61,6 +61,11 @@ class Emulation(Protocol):
         """Every later call of ``operation`` (None: of all) takes ``seconds``."""
         ...
 
+    def instance_types(self) -> Collection[str]:
+        """The instance types whose limits the cloud knows: what a failed expectation offers in
+        place of an unknown type ("did you mean …")."""
+        ...
+
 
 class Emulator(Protocol):
     """A scenario section's cloud (see the module's contract)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
+from eni_ipam.config.suggest import did_you_mean
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.model import Interface
 from eni_ipam.core.spec import NodeResource
@@ -33,6 +34,10 @@ CONVERGE_TICK = 0.01
 """Virtual seconds between two "is every node done?" checks while converging."""
 
 
+READS = ("Describe", "Resync")
+"""Operations that only read: a step's ``changes`` leave them out (the plot draws the others)."""
+
+
 @dataclasses.dataclass
 class StepResult:
     index: int
@@ -40,16 +45,66 @@ class StepResult:
     time: float
     failures: list[str]
     state: dict[str, Any]
+    start: float | None = None
+    """When the step began (its ``time`` is when it ended); None: the same instant."""
+    changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The drawn figures at each instant inside the step at which one of them changed
+    (:meth:`Simulation.figures`), oldest first."""
 
     def record(self) -> dict[str, Any]:
-        """What ``--json`` prints for the step, and what ``--plot`` draws."""
+        """What ``--json`` prints for the step, and what ``--plot`` draws: ``time`` when it ended,
+        ``start`` when it began, ``changes`` what moved in between and when."""
         return {
             "step": self.index,
             "kind": self.kind,
+            "start": self.time if self.start is None else self.start,
             "time": self.time,
             "failures": list(self.failures),
+            "changes": list(self.changes),
             **self.state,
         }
+
+
+class Trace:
+    """The drawn figures (:meth:`Simulation.figures`) each time a node's status is published while a
+    step lets time pass: once per instant, after every status of that instant, and only when one of
+    them changed. It only reads, from a callback queued on the loop, so the run is the same with or
+    without it."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        self._simulation = simulation
+        self._active = False
+        self._queued = False
+        self._last: dict[str, Any] = {}
+        self.samples: list[dict[str, Any]] = []
+
+    def begin(self) -> None:
+        self._active, self.samples = True, []
+        self._last = self._simulation.figures()
+
+    def end(self, now: float) -> list[dict[str, Any]]:
+        """The samples of the step that ended at ``now`` (its end is the step's own record)."""
+        self._active = False
+        return [s for s in self.samples if s["time"] < now]
+
+    def on_status(self, name: str, status: object) -> None:
+        if self._active and not self._queued:
+            self._queued = True
+            asyncio.get_running_loop().call_soon(self._take)
+
+    def _take(self) -> None:
+        self._queued = False
+        if not self._active:
+            return
+        figures = self._simulation.figures()
+        if figures == self._last:
+            return
+        self._last = figures
+        sample = {"time": self._simulation.now(), **figures}
+        if self.samples and self.samples[-1]["time"] == sample["time"]:
+            self.samples[-1] = sample
+        else:
+            self.samples.append(sample)
 
 
 @dataclasses.dataclass
@@ -105,6 +160,8 @@ class Simulation:
         self.started = self.clock.monotonic()
         for entry in self.scenario.nodes:
             self.add(entry)
+        trace = Trace(self)
+        self.store.observe(trace.on_status)
         results: list[StepResult] = []
         try:
             async with asyncio.TaskGroup() as tg:
@@ -119,10 +176,14 @@ class Simulation:
                 task = tg.create_task(self.manager.run(), name="eni-ipam-manager")
                 try:
                     for n, step in enumerate(self.scenario.steps):
+                        start = self.now()
+                        trace.begin()
                         failures = await self.execute(step)
                         # The exported cluster totals agree with the per-node series after every step.
                         failures += [f"{step.path}: metrics: {p}" for p in self.metrics.totals_problems()]
-                        result = StepResult(n, step.kind, self.now(), failures, self.state())
+                        end = self.now()
+                        changes = trace.end(end)
+                        result = StepResult(n, step.kind, end, failures, self.state(), start, changes)
                         results.append(result)
                         if on_step:
                             on_step(result)
@@ -212,6 +273,26 @@ class Simulation:
     def calls(self) -> Mapping[str, int]:
         return self.world.calls
 
+    def figures(self) -> dict[str, Any]:
+        """What ``--plot`` draws, now: each node's ``available``, ``used`` and ``needed`` (as in
+        :meth:`node_state`), the free addresses per subnet, the calls so far of each operation that
+        is not a read (:data:`READS`) and the throttled requests by operation."""
+        nodes = {}
+        for name in sorted(self.store.resources):
+            node = self.manager.nodes.get(name)
+            stats = node.stats if node else None
+            nodes[name] = {
+                "available": stats.available if stats else 0,
+                "used": self.store.resources[name].used,
+                "needed": stats.needed if stats else 0,
+            }
+        return {
+            "nodes": nodes,
+            "subnets": self._by_label("eni_ipam_available_ips_per_subnet", "subnet"),
+            "api_calls": {op: n for op, n in sorted(self.calls.items()) if not op.startswith(READS)},
+            "throttles": self._by_label("eni_ipam_api_throttled_total", "operation"),
+        }
+
     def state(self) -> dict[str, Any]:
         return {
             "nodes": {name: self.node_state(name) for name in sorted(self.store.resources)},
@@ -248,6 +329,7 @@ class Simulation:
                         failures.append(f"{path}.metrics.{sample}: expected {value}, got {got_metric}")
             else:
                 state = self.node_state(key)
+                before = len(failures)
                 for field, value in wanted.items():
                     if field == "message_contains":
                         if value not in state["message"]:
@@ -259,7 +341,29 @@ class Simulation:
                     want = _normalise(field, value)
                     if _normalise(field, got) != want:
                         failures.append(f"{path}.{key}.{field}: expected {_show(want)}, got {_show(got)}")
+                why = self.explain(key) if len(failures) > before else ""
+                if why:
+                    failures.append(f"{path}.{key}: why: {why}")
         return failures
+
+    def explain(self, name: str) -> str:
+        """Why node ``name``'s pool is what it is, when the reconciler knows a reason (empty
+        otherwise): its capacity reason (:data:`~eni_ipam.core.observe.CAPACITY_REASONS`), the
+        sentence its status says, and for an instance type of unknown limits — most often a
+        misspelt one — the closest types the cloud knows."""
+        node = self.manager.nodes.get(name)
+        if node is None:
+            return "the reconciler has no such node now (not added yet, or removed)"
+        status = self.store.statuses.get(name)
+        reason = node.capacity_limit()
+        said = [reason] if reason else []
+        if status is not None and status.message:
+            said.append(status.message)
+        if reason == "limits-unknown" and node.instance is not None:
+            suggestion = did_you_mean(node.instance.type, self.world.instance_types())
+            if suggestion:
+                said.append(suggestion)
+        return ": ".join(said[:2]) + "".join(f"; {more}" for more in said[2:])
 
 
 def slot_key(interface: Interface) -> str:

@@ -44,6 +44,21 @@ OPTIONS = {
 
 class IamPolicyCommand:
     help = "print the AWS provider's IAM policy, scoped to one cluster (docs/aws.md §2)"
+    description = (
+        "Print the IAM policy the controller's role needs, as JSON, scoped to one cluster's VPC, "
+        "subnets, security groups and instances (docs/aws.md §2)."
+    )
+    examples = (
+        (
+            "eni-ipam aws-iam-policy --account-id 123456789012 --region eu-west-1 --vpc-id vpc-0abc "
+            "--cluster-name prod --subnet-id subnet-0a --security-group-id sg-0a",
+            "the policy of one cluster",
+        ),
+        (
+            "eni-ipam aws-iam-policy ... --interface-tag-key team > policy.json",
+            "allowing a tag of settings.interface_tags on new interfaces",
+        ),
+    )
 
     def __init__(self) -> None:
         self.parser: argparse.ArgumentParser | None = None
@@ -140,6 +155,16 @@ def _count(text: str) -> int:
 
 class MaxPodsCommand:
     help = "print the pods a node of an EC2 instance type can run, as a pool spec sizes it (docs/aws.md)"
+    description = (
+        "Print the most pods a node of each EC2 instance type can run with an address each, from the "
+        "shipped limits table, as a pool spec with these options sizes it; and why it differs from "
+        'the VPC CNI\'s table when it does (docs/aws.md, "Max pods").'
+    )
+    examples = (
+        ("eni-ipam max-pods m5.large m5.xlarge", "two types, the default pool"),
+        ("eni-ipam max-pods m5.large --prefix-delegation", "with /28 prefixes"),
+        ("eni-ipam max-pods c6in.32xlarge --network-cards 0,1 --json", "two network cards, as JSON"),
+    )
 
     def __init__(self) -> None:
         self.parser: argparse.ArgumentParser | None = None
@@ -168,15 +193,18 @@ class MaxPodsCommand:
         parser.add_argument("--json", action="store_true", help="one JSON object a type")
 
     def run(self, args: argparse.Namespace) -> int:
+        from eni_ipam.config.suggest import did_you_mean
         from eni_ipam.core.watermarks import max_pods
-        from providers.ec2.limits import instance_limits
+        from providers.ec2.limits import instance_limits, load_limits
 
         assert self.parser is not None
         unknown = [t for t in args.instance_types if instance_limits(t) is None]
         if unknown:
+            hints = [f"{t}: {hint}" for t in unknown if (hint := did_you_mean(t, load_limits()))]
             self.parser.error(
                 f"INSTANCE_TYPE: {', '.join(unknown)} not in the shipped EC2 table (check the name; "
                 "a type newer than the table is described by the controller at run time)"
+                + "".join(f"; {hint}" for hint in hints)
             )
         for name in args.instance_types:
             limits = instance_limits(name)

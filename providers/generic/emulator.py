@@ -7,14 +7,14 @@ and the provider keeps its state in the node store the simulator hands it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from eni_ipam.core.clock import Clock
 from eni_ipam.core.model import Instance
 from eni_ipam.core.observe import ApiObserver
 from eni_ipam.core.records import NodeRecords
-from providers.generic.provider import GenericProvider
+from providers.generic.provider import INSTANCE_TYPE, GenericProvider
 from providers.generic.settings import GenericSettings
 
 
@@ -31,6 +31,9 @@ class GenericEmulation:
 
     def set_latency(self, operation: str | None, seconds: float) -> None:
         raise NotImplementedError("the generic provider makes no cloud calls to slow down")
+
+    def instance_types(self) -> Collection[str]:
+        return (INSTANCE_TYPE,)
 
     def change(self, change: Any) -> None:
         raise NotImplementedError("the generic provider has no cloud to change")

@@ -26,6 +26,10 @@ def check(settings: GenericSettings) -> None:
     """Nothing beyond the model: the ranges were checked against each other."""
 
 
+def instance_types(settings: GenericSettings) -> None:
+    """None: pools are carved from CIDRs, whatever the instance type."""
+
+
 @contextlib.asynccontextmanager
 async def open_provider(
     settings: GenericSettings,

@@ -105,6 +105,9 @@ class SimEmulation:
     def set_latency(self, operation: str | None, seconds: float) -> None:
         self.cloud.set_latency(operation, seconds)
 
+    def instance_types(self) -> Collection[str]:
+        return self.cloud.limits.keys()
+
     def change(self, change: CloudChange) -> None:
         sim = self.cloud
         for sid, subnet in change.subnets.items():

@@ -18,6 +18,19 @@ class DevClusterCommand:
 
     name = "dev-cluster"
     help = "a local Kubernetes API server to try the chart and `eni-ipam run` against (no nodes run)"
+    description = (
+        "Serve the test suite's fake Kubernetes API server on 127.0.0.1 until Ctrl-C, and write an "
+        "admin kubeconfig for it: kubectl, helm and `eni-ipam run` work against it unchanged. Nothing "
+        'runs pods or nodes (docs/deploy.md, "Trying it locally").'
+    )
+    examples = (
+        ("eni-ipam dev-cluster --kubeconfig dev.kubeconfig", "on a free port, said when it starts"),
+        (
+            "KUBECONFIG=dev.kubeconfig kubectl apply -f deploy/kubernetes/crd.yaml",
+            "then, in another terminal",
+        ),
+        ("eni-ipam dev-cluster --kubeconfig dev.kubeconfig --port 6443", "on a port of your choice"),
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -74,10 +87,10 @@ class MotoDemo:
     help = "the AWS provider over HTTP against moto's EC2, until every node reaches its watermark"
     default_nodes = 10
 
-    def run(self, *, nodes: int, duration: float, seed: int, port: int) -> int:
+    def run(self, *, nodes: int, duration: float, seed: int, port: int | None, plain: bool = False) -> int:
         from eni_ipam_testkit.demo_aws import run_moto_demo
 
-        return run_moto_demo(nodes=nodes, duration=duration, seed=seed, port=port)
+        return run_moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, plain=plain)
 
 
 DEV_CLUSTER = DevClusterCommand()

@@ -6,6 +6,12 @@ mixed types, then runs the same :class:`~eni_ipam.core.manager.NodeManager` as p
 boto3. It stops when every node has reached its watermark (exit 0) or when ``duration`` runs out
 (exit 1), and prints what it cost in EC2 requests.
 
+It draws what ``eni-ipam demo`` draws (:func:`eni_ipam.app.demo.display`): the live view on a terminal,
+the plain lines with ``plain``, off a terminal or without the view extra. The first frame waits for the
+reconciler's first resync (every node's instance read, so its type and limits), which would otherwise
+show nodes with pods and no pool, before the reconciler has looked; the last frame is the converged
+one.
+
 moto comes with the test kit (``eni-ipam-testkit``), which registers this demo with the command line.
 """
 
@@ -16,13 +22,15 @@ import contextlib
 import os
 import random
 import sys
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 from unittest import mock
 
 from eni_ipam.adapters.metrics.controller import Metrics
 from eni_ipam.adapters.metrics.selection import NodeSeriesPolicy
 from eni_ipam.adapters.signals import stop_on_signals
-from eni_ipam.app.demo import INSTANCE_TYPES, local_cluster, render, serve_metrics
+from eni_ipam.adapters.terminal import plural
+from eni_ipam.app.demo import INSTANCE_TYPES, display, local_cluster, serve_metrics
 from eni_ipam.core.clock import LoopClock
 from eni_ipam.core.manager import NodeManager
 from eni_ipam.core.settings import Settings
@@ -79,6 +87,31 @@ def converged(manager: NodeManager) -> bool:
     )
 
 
+def resynced(manager: NodeManager) -> bool:
+    """The reconciler has read the cloud once: it is ready and knows every node's instance."""
+    nodes = list(manager.nodes.values())
+    return (
+        manager.ready and bool(nodes) and all(n.instance is not None and n.stats.limits_known for n in nodes)
+    )
+
+
+class Requests(Mapping[str, int]):
+    """EC2 requests so far by operation, read from the metrics whenever it is read: what the plain
+    lines print as the API calls."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def __getitem__(self, operation: str) -> int:
+        return requests_by_operation(self._metrics)[operation]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(requests_by_operation(self._metrics))
+
+    def __len__(self) -> int:
+        return len(requests_by_operation(self._metrics))
+
+
 def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     """EC2 requests sent so far (retries included), by operation, from the metrics."""
     out: dict[str, int] = {}
@@ -90,7 +123,14 @@ def requests_by_operation(metrics: Metrics) -> dict[str, int]:
     return out
 
 
-async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: TextIO) -> int:
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def moto_demo(
+    *, nodes: int, duration: float, seed: int, port: int | None, out: TextIO, plain: bool = False
+) -> int:
     """Run the demo; 0 when every node converged within ``duration``, 1 otherwise."""
     import boto3
 
@@ -103,7 +143,7 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
     with mock.patch.dict(os.environ, {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}), MotoServer() as server:
         ec2 = boto3.session.Session().client("ec2", region_name=REGION, endpoint_url=server.endpoint_url)
         vpc, specs = await asyncio.to_thread(seed_network, ec2, nodes, random.Random(seed))
-        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {nodes} instances\n")
+        out.write(f"moto EC2 on {server.endpoint_url}: {vpc}, {plural(nodes, 'instance')}\n")
         clock = LoopClock()
         settings = Settings(cluster_name="demo", resync_interval=30.0)
         metrics = Metrics(node_series=NodeSeriesPolicy.of(settings))
@@ -116,15 +156,26 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         stop = stop_on_signals()
         started = clock.monotonic()
         try:
-            async with serve_metrics(metrics, lambda: manager.ready, port, out), asyncio.TaskGroup() as tg:
+            async with (
+                serve_metrics(metrics, lambda: manager.ready, port, out) as notice,
+                asyncio.TaskGroup() as tg,
+            ):
                 reconciler = tg.create_task(manager.run(), name="manager")
-                while not stop.is_set() and not converged(manager):
-                    elapsed = clock.monotonic() - started
-                    render(manager, requests_by_operation(metrics), elapsed, out)
-                    if duration and elapsed >= duration:
-                        break
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=0.5)
+
+                def late() -> bool:
+                    return bool(duration) and clock.monotonic() - started >= duration
+
+                out.write("waiting for the reconciler's first resync of moto's EC2\n")
+                while not stop.is_set() and not resynced(manager) and not late():
+                    await _pause(stop, 0.05)
+                with display(
+                    manager, metrics, Requests(metrics), clock, out, plain=plain, status=notice
+                ) as show:
+                    while not stop.is_set():
+                        show()
+                        if converged(manager) or late():
+                            break
+                        await _pause(stop, 0.5)
                 reconciler.cancel()
         finally:
             provider.close()
@@ -133,16 +184,21 @@ async def moto_demo(*, nodes: int, duration: float, seed: int, port: int, out: T
         mutating = sum(n for op, n in calls.items() if not op.startswith("Describe"))
         totals = [n.stats for n in manager.nodes.values()]
         out.write(
-            f"\n{'converged' if done else 'NOT converged'}: {len(totals)} nodes in "
-            f"{clock.monotonic() - started:.1f}s, pool {sum(s.available for s in totals)} addresses, "
+            f"\n{'converged' if done else 'NOT converged'}: {plural(len(totals), 'node')} in "
+            f"{clock.monotonic() - started:.1f}s, "
+            f"pool {plural(sum(s.available for s in totals), 'address', 'addresses')}, "
             f"EC2 requests: {mutating} mutating, {sum(calls.values()) - mutating} read "
             f"({', '.join(f'{op}={n}' for op, n in sorted(calls.items()))})\n"
         )
         return 0 if done else 1
 
 
-def run_moto_demo(*, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int = 9090) -> int:
+def run_moto_demo(
+    *, nodes: int = 10, duration: float = 120.0, seed: int = 1, port: int | None = None, plain: bool = False
+) -> int:
     try:
-        return asyncio.run(moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout))
+        return asyncio.run(
+            moto_demo(nodes=nodes, duration=duration, seed=seed, port=port, out=sys.stdout, plain=plain)
+        )
     except KeyboardInterrupt:
         return 0

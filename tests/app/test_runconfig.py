@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eni_ipam.app.runconfig import DEFAULT_CONFIG, load_config, load_config_mapping
-from eni_ipam.errors import ConfigError
+from eni_ipam.errors import ConfigError, ConfigErrors
 
 SIM = {"cloud": {"vpcs": [{"id": "vpc-1", "cidr": "10.0.0.0/16"}]}}
 
@@ -196,3 +196,145 @@ def test_an_environment_variable_naming_no_setting_is_refused(variable: str, fie
     with pytest.raises(ConfigError) as info:
         load_config(None, {variable: "1"})
     assert info.value.field == field and words in info.value.message and variable in str(info.value)
+
+
+# -- every error at once, and "did you mean" --------------------------------------------------------
+
+
+def test_every_bad_value_is_listed_at_once_the_first_as_before() -> None:
+    data = {
+        "provider": "sim",
+        "sim": SIM,
+        "settings": {"gc_interval": "1d", "parallel_workers": 0},
+        "node_defaults": {"pre_alocate": 4},
+    }
+    with pytest.raises(ConfigErrors) as caught:
+        load_config_mapping(data)
+    fields = [e.field for e in caught.value.errors]
+    assert fields[0] == "node_defaults.pre_alocate"  # a misspelt key first, as config_error had it
+    assert set(fields) == {"node_defaults.pre_alocate", "settings.gc_interval", "settings.parallel_workers"}
+    assert caught.value.field == "node_defaults.pre_alocate"  # what code reading one error sees
+    assert str(caught.value).count("\n") == 2  # one line per problem
+
+
+def test_a_misspelt_key_names_the_key_it_may_mean() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping({"provider": "sim", "sim": SIM, "node_defaults": {"min_alocate": 4}})
+    assert "did you mean 'min_allocate'?" in caught.value.message
+
+
+def test_a_misspelt_provider_names_the_provider_it_may_mean() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping({"provider": "azur"})
+    assert caught.value.field == "provider" and "did you mean 'azure'?" in caught.value.message
+
+
+def test_a_misspelt_variable_names_the_variable_it_may_mean() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"ENI_IPAM_SETTINGS__GC_INTERVALL": "10m", "ENI_IPAM_SERVR__PORT": "1"})
+    messages = {e.field: e.message for e in caught.value.errors}
+    assert "did you mean ENI_IPAM_SETTINGS__GC_INTERVAL?" in messages["settings.gc_intervall"]
+    assert "did you mean ENI_IPAM_SERVER__PORT?" in messages["servr"]
+
+
+# -- watermarks that contradict each other -----------------------------------------------------------
+
+
+def test_a_minimum_above_the_maximum_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping(
+            {"provider": "sim", "sim": SIM, "node_defaults": {"min_allocate": 40, "max_allocate": 10}}
+        )
+    assert caught.value.field == "node_defaults.min_allocate"
+    assert "min_allocate 40 is above max_allocate 10" in caught.value.message
+    assert "Lower min_allocate to at most 10, or raise max_allocate" in caught.value.message
+
+
+def test_a_written_pre_allocate_above_the_maximum_is_refused_but_not_the_default() -> None:
+    base = {"provider": "sim", "sim": SIM}
+    load_config_mapping({**base, "node_defaults": {"max_allocate": 4}})  # the default 8: a small pool
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping({**base, "node_defaults": {"max_allocate": 4, "pre_allocate": 6}})
+    assert caught.value.field == "node_defaults.pre_allocate"
+    assert "pre_allocate 6 is above max_allocate 4" in caught.value.message
+
+
+def test_a_node_or_profile_is_checked_as_merged_over_the_defaults() -> None:
+    nodes = [{"name": "a", "instance": "i-1", "max_allocate": 5}, {"name": "b", "instance": "i-2"}]
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping(
+            {
+                "provider": "sim",
+                "sim": SIM,
+                "node_source": "memory",
+                "node_defaults": {"min_allocate": 8},
+                "nodes": nodes,
+            }
+        )
+    assert [e.field for e in caught.value.errors] == ["nodes[0].min_allocate"]
+    profile = {"name": "p", "node_selector": {}, "spec": {"min_allocate": 20}}
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping(
+            {"provider": "sim", "sim": SIM, "node_defaults": {"max_allocate": 10}, "profiles": [profile]}
+        )
+    assert caught.value.field == "profiles[0].spec.min_allocate"
+
+
+def test_a_contradiction_of_the_defaults_is_named_once_not_per_node() -> None:
+    nodes = [{"name": "a", "instance": "i-1"}, {"name": "b", "instance": "i-2"}]
+    defaults = {"min_allocate": 40, "max_allocate": 10}
+    with pytest.raises(ConfigError) as caught:
+        load_config_mapping(
+            {
+                "provider": "sim",
+                "sim": SIM,
+                "node_source": "memory",
+                "node_defaults": defaults,
+                "nodes": nodes,
+            }
+        )
+    assert [e.field for e in caught.value.errors] == ["node_defaults.min_allocate"]
+
+
+def test_a_contradiction_set_by_a_variable_names_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"ENI_IPAM_NODE_DEFAULTS": "{min_allocate: 40, max_allocate: 10}"})
+    assert caught.value.message.endswith("(set by ENI_IPAM_NODE_DEFAULTS)")
+
+
+# -- overrides without --config ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("ENI_IPAM_PROVIDER", "aws", "provider"),
+        ("ENI_IPAM_NODE_SOURCE", "kubernetes", "node_source"),
+        ("ENI_IPAM_AWS__REGION", "eu-west-1", "aws"),
+    ],
+)
+def test_without_a_file_another_cloud_needs_one(variable: str, value: str, field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {variable: value})
+    assert caught.value.field == field
+    assert f"set by {variable}" in caught.value.message
+    assert "pass --config FILE (e.g. examples/config/aws-kubernetes.yaml)" in caught.value.message
+    assert "sim:" not in caught.value.message  # not the demo's section, which nobody wrote
+
+
+def test_without_a_file_other_overrides_work_on_the_demo() -> None:
+    config = load_config(None, {"ENI_IPAM_LOG_LEVEL": "debug", "ENI_IPAM_SERVER__PORT": "0"})
+    assert (config.provider, config.log_level, config.server.port) == ("sim", "debug", 0)
+
+
+def test_without_a_file_the_other_variables_mistakes_come_in_the_same_round() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"ENI_IPAM_PROVIDER": "aws", "ENI_IPAM_LOG_LEVL": "debug"})
+    assert [e.field for e in caught.value.errors] == ["provider", "log_levl"]
+
+
+def test_with_a_file_provider_and_node_source_may_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("provider: aws\nnode_source: kubernetes\n")
+    config = load_config(path, {"ENI_IPAM_PROVIDER": "aws", "ENI_IPAM_NODE_SOURCE": "memory"})
+    assert (config.provider, config.node_source) == ("aws", "memory")

@@ -35,6 +35,12 @@ def test_nobody_is_ready_before_the_kubernetes_caches_synced() -> None:
     assert state.readiness() == (False, "candidate, Kubernetes caches are not synced yet")
 
 
+def test_a_missing_crd_is_said_rather_than_the_caches_it_keeps_from_syncing() -> None:
+    problem = "the ENIPool CRD enipools.eni-ipam.io is not installed: kubectl apply ..."
+    state = ServiceState(role="candidate", caches_synced=False, crd_problem=lambda: problem)
+    assert state.readiness() == (False, f"candidate, {problem}")
+
+
 async def test_readyz_body_states_the_role() -> None:
     state = ServiceState(role="standby", leader="pod-b")
     metrics = Metrics()

@@ -663,7 +663,8 @@ async def _run_in_thread(options: Options, err: io.StringIO) -> int:
 def test_a_kubeconfig_that_cannot_be_loaded_is_exit_2(tmp_path: Path) -> None:
     err = io.StringIO()
     assert run(Options(kubeconfig=str(tmp_path / "missing")), out=io.StringIO(), err=err) == 2
-    assert err.getvalue().startswith("eni-ipam status: cannot load the kubeconfig:")
+    assert err.getvalue().startswith(f"eni-ipam status: cannot load {tmp_path / 'missing'}: ")
+    assert "give --kubeconfig FILE" in err.getvalue()
     path = tmp_path / "kubeconfig"
     path.write_text(
         yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})

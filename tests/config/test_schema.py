@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import ValidationError
 
 from eni_ipam.app.runconfig import load_config
 from eni_ipam.config.files import load_yaml_file, load_yaml_text, read_config_file
-from eni_ipam.config.schema import ConfigModel, parse_duration, validate
+from eni_ipam.config.schema import ConfigModel, closest, config_error, config_errors, parse_duration, validate
 from eni_ipam.core.fields import LooseTagMap, TagMap
 from eni_ipam.core.model import EMPTY_TAGS
 from eni_ipam.core.settings import MAX_EXTRA_TAGS, Settings
-from eni_ipam.errors import ConfigError
+from eni_ipam.errors import ConfigError, ConfigErrors, combine
 from eni_ipam.simulator.scenario import ScenarioError
 
 
@@ -211,3 +213,48 @@ def test_numbers_and_booleans_are_read_exactly_as_yaml_1_2_reads_them(text: str,
 def test_a_tagged_integer_yaml_1_2_cannot_write_is_refused_with_its_line() -> None:
     with pytest.raises(ValueError, match=r"'0b1' is not an integer as YAML 1\.2 writes one"):
         load_yaml_text("a: 1\nb: !!int 0b1\n", what="x")
+
+
+class _Section(ConfigModel):
+    subnet_id: str
+    count: int = 0
+    mode: Literal["fast", "safe"] = "safe"
+
+
+def test_config_errors_lists_every_error_the_misspelt_key_first() -> None:
+    try:
+        _Section.model_validate({"count": "x", "mode": "quick", "subnet_idd": "s-1"})
+    except ValidationError as exc:
+        errors = config_errors(exc, path="section", model=_Section)
+        first = config_error(exc, path="section", model=_Section)
+    assert [e.field for e in errors] == ["section.subnet_idd", "section.count", "section.mode"]
+    assert (first.field, first.message) == (errors[0].field, errors[0].message)
+    # the "required" of the key the typo is close to says nothing the typo's message does not
+    assert "did you mean 'subnet_id'?" in errors[0].message
+    assert "did you mean 'fast'?" not in errors[2].message  # 'quick' is close to neither
+
+
+def test_a_literal_close_to_a_choice_names_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(_Section, {"subnet_id": "s", "mode": "saf"})
+    assert caught.value.message == "expected one of 'fast' or 'safe', got 'saf' (did you mean 'safe'?)"
+
+
+@pytest.mark.parametrize(
+    ("word", "meant"),
+    [("pre_alocate", "pre_allocate"), ("M5.Large", "m5.large"), ("colour", None), (3, None)],
+)
+def test_closest_is_a_typo_or_a_case_away(word: object, meant: str | None) -> None:
+    assert closest(word, ["pre_allocate", "min_allocate", "m5.large", "m5.xlarge"]) == meant
+
+
+def test_several_errors_keep_the_first_ones_field_and_message_and_print_one_per_line() -> None:
+    errors = ConfigErrors(
+        [ConfigError("a", "one"), ConfigErrors([ConfigError("b", "two"), ConfigError("c", "x")])]
+    )
+    assert (errors.field, errors.message) == ("a", "one")
+    assert [e.field for e in errors.errors] == ["a", "b", "c"]
+    assert str(errors) == "a: one\nb: two\nc: x"
+    assert combine([]) is None
+    one = ConfigError("a", "one")
+    assert combine([one]) is one

@@ -18,6 +18,7 @@ from eni_ipam.core.spec import (
     PoolSpec,
     camel,
     shared,
+    spec_problems,
 )
 from eni_ipam.errors import ConfigError
 from tests.deploy.test_crd import schema
@@ -96,3 +97,17 @@ def test_a_pool_spec_gives_the_node_spec_alone_shared_with_equal_specs() -> None
     assert first is second  # one object for every node asking the same
     assert shared(NodeSpec(min_allocate=3)) is first
     assert NodeSpec(min_allocate=4).fields() is not first
+
+
+def test_watermarks_no_pool_can_honour_together_are_named() -> None:
+    assert spec_problems(NodeSpec(min_allocate=40, max_allocate=10))[0][0] == "min_allocate"
+    assert spec_problems(NodeSpec(pre_allocate=12, max_allocate=10))[0][0] == "pre_allocate"
+    assert spec_problems(NodeSpec(max_allocate=4)) == []  # the default pre_allocate: a small pool
+    assert spec_problems(NodeSpec(min_allocate=40)) == []  # no maximum: the instance's
+    assert spec_problems(NodeSpec(min_allocate=10, max_allocate=10, pre_allocate=-3)) == []
+
+
+def test_pools_are_read_as_written_even_when_their_watermarks_contradict() -> None:
+    # The CRD admits them (changing it is a new CRD revision): a pool is reconciled, max_allocate wins.
+    spec = validate(PoolSpec, {"instanceID": "i-1", "minAllocate": 40, "maxAllocate": 10}, by_alias=True)
+    assert (spec.min_allocate, spec.max_allocate) == (40, 10)

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from eni_ipam.adapters.metrics import Metrics
 from eni_ipam.core.clock import LoopClock
-from eni_ipam.kube import crd
+from eni_ipam.kube import crd, informer
 from eni_ipam.kube.api import KubeApi
 from eni_ipam.kube.resources import HELD_REASON
 from eni_ipam_testkit.fake_kube import ENIPOOL_CRD_DEFAULT, FakeKube, Fault
@@ -239,3 +239,26 @@ async def test_nothing_is_said_on_the_pools_before_the_crd_is_read(kube: FakeKub
         cluster.source.crd._judged(current_crd())
         await until(lambda: cluster.available("n1") == 4, limit=30)
     assert not cluster.metrics.sample("eni_ipam_status_writes_total", {"outcome": "held"})
+
+
+@pytest.mark.parametrize("kube_crds", [[cluster_api_crd("IPAddress", "ipaddresses")]])
+async def test_no_crd_at_all_is_one_error_naming_the_fix_not_a_warning_per_retry(
+    kube: FakeKube, api: KubeApi
+) -> None:
+    cluster = Cluster(kube, api)
+    cluster.add_node("n1")
+    with capture_logs() as logs:
+        async with leading(cluster):
+            await asyncio.sleep(informer.MISSING_REPEAT * 2 - 1)  # ten minutes of retries, less a second
+            problem = cluster.source.crd.state.problem()  # what /readyz answers
+            await kube.apply_manifest(current_crd())
+            await until(lambda: cluster.source.pools.synced.is_set(), limit=60)
+    install = "kubectl apply --server-side -f deploy/kubernetes/crd.yaml (or install the Helm chart"
+    assert problem.startswith(f"the ENIPool CRD {crd.CRD_NAME} is not installed: {install}")
+    loud = [e for e in logs if e["log_level"] in ("warning", "error")]
+    missing = [e for e in loud if e["event"] == "crd_missing"]
+    assert [e["resource"] for e in missing] == ["enipools", "enipools"], "at once, then five minutes later"
+    assert missing[0]["fix"].startswith(install)
+    assert "does not serve enipools.eni-ipam.io" in missing[0]["problem"]
+    assert {e["event"] for e in loud} == {"crd_missing", "crd_not_current"}, "no warning per retry"
+    assert [e["event"] for e in logs if e["event"] == "crd_served"] == ["crd_served"]

@@ -482,3 +482,23 @@ def test_promtool_reads_the_series_as_recorded(tmp_path: Path) -> None:
     cases[3]["exp_samples"][0]["value"] = 21
     wrong = promtool_test(tmp_path, recording, cases)
     assert wrong.returncode != 0 and "time: 1m30s" in wrong.stdout + wrong.stderr
+
+
+def test_the_docs_excerpt_is_what_the_command_writes(tmp_path: Path) -> None:
+    """docs/scenarios.md shows the head of a file ``--series`` writes and a few of its series: the head
+    (with its count of series) and each series shown, with its values, are those of the file the
+    command it names writes today."""
+    page = (ROOT / "docs" / "scenarios.md").read_text()
+    excerpt = page.split("```yaml\n# promtool input_series:", 1)[1].split("```", 1)[0]
+    excerpt = "# promtool input_series:" + excerpt
+    written = tmp_path / "series.yaml"
+    argv = ["simulate", str(EXAMPLES / "generic_blocks.yaml"), "--series", str(written)]
+    argv += ["--scrape-interval", "10s", "--series-label", "namespace=eni-ipam"]
+    assert main(argv) == 0
+    text = written.read_text().replace(
+        str(EXAMPLES / "generic_blocks.yaml"), "examples/scenarios/generic_blocks.yaml"
+    )
+    head, *shown = excerpt.split("\n- ")
+    assert text.startswith(head.rstrip("\n").split("\n- ")[0])
+    for entry in shown:
+        assert "\n- " + entry.rstrip("\n") + "\n" in text, entry

@@ -18,6 +18,7 @@ pages agree.
 from __future__ import annotations
 
 from eni_ipam.adapters.metrics.scrape import Scrape
+from eni_ipam.adapters.terminal import plural
 from eni_ipam.app.status.model import (
     ApiView,
     Finding,
@@ -30,7 +31,6 @@ from eni_ipam.app.status.model import (
     mapping,
     name_of,
     note,
-    plural,
     problem,
 )
 

@@ -29,6 +29,12 @@ from eni_ipam.errors import ConfigError
 from eni_ipam.kube.api import KubeApi, client_from_kubeconfig
 from eni_ipam.kube.permissions import STATUS_PERMISSIONS
 
+KUBECONFIG_FIX = (
+    "give --kubeconfig FILE (or KUBECONFIG) with the cluster's credentials, and --context NAME if not "
+    "its current context"
+)
+"""What to do about a kubeconfig the command cannot use."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -60,10 +66,10 @@ async def check(options: Options, environ: Mapping[str, str]) -> Report | str:
     path = kubeconfig_path(options.kubeconfig, environ)
     try:
         client = client_from_kubeconfig(
-            path, context=options.context, field="--kubeconfig", timeout=options.timeout
+            path, context=options.context, field="--kubeconfig", fix=KUBECONFIG_FIX, timeout=options.timeout
         )
     except ConfigError as exc:
-        return f"cannot load the kubeconfig: {exc.message}"
+        return exc.message
     api = KubeApi(client, metrics=MetricSet(process=False), allowed=STATUS_PERMISSIONS)
     reading = read_cluster(
         api,

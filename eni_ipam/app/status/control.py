@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from eni_ipam import __version__
+from eni_ipam.adapters.terminal import plural
 from eni_ipam.app.status.model import (
     ControllerView,
     CrdView,
@@ -23,7 +24,6 @@ from eni_ipam.app.status.model import (
     duration_text,
     mapping,
     note,
-    plural,
     problem,
     since,
     text,

@@ -278,8 +278,3 @@ def duration_text(seconds: float) -> str:
     if whole < 86400:
         return f"{whole // 3600}h{whole % 3600 // 60}m"
     return f"{whole // 86400}d{whole % 86400 // 3600}h"
-
-
-def plural(count: int, word: str, words: str = "") -> str:
-    """``1 node``, ``2 nodes`` (``words``: the plural when it is not ``word + "s"``)."""
-    return f"{count} {word if count == 1 else (words or word + 's')}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from eni_ipam.adapters.terminal import inert
+from eni_ipam.adapters.terminal import inert, plural
 from eni_ipam.app.status.model import (
     NODE_STATES,
     SECTIONS,
@@ -24,7 +24,6 @@ from eni_ipam.app.status.model import (
     Report,
     SubnetsView,
     duration_text,
-    plural,
 )
 from eni_ipam.kube.nodemarks import STARTUP_TAINT
 
