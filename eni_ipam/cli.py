@@ -155,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(repeat the option)",
     )
 
+    _status_parser(sub)
+
     commands = _plugins(COMMANDS)
     for name, command in commands.items():
         command.add_arguments(
@@ -239,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "agent":
         return agent_program.run(args)
+    if args.command == "status":
+        return _status(args)
     if args.command in commands:
         return int(commands[args.command].run(args))
     configure(level=args.log_level or "warning")  # JSON when stderr is not a terminal
@@ -636,6 +640,126 @@ def _simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         expects = sum(1 for r in outcome.results if r.kind == "expect")
         print(f"PASS: {plural(expects, 'expectation')} held over {plural(len(outcome.results), 'step')}")
     return 0
+
+
+# -- `eni-ipam status` and the kubectl plugin (eni_ipam/app/status, docs/status.md) ----------------
+
+STATUS_HELP = "is eni-ipam healthy in this cluster? one screen; exit 1 when an operator must act"
+STATUS_DESCRIPTION = (
+    "Read the API server (ENIPools, Nodes, eni-ipam's Events, the leader Lease, the ENIPool CRD) and, "
+    "with --metrics-url, the leader's /metrics; print a verdict and what needs an operator, each with "
+    "its fix. Exit 0: healthy; 1: something needs an operator; 2: the API server cannot be reached, the "
+    "kubeconfig cannot be loaded, or bad usage. The same runs as `kubectl eni-ipam status`; the "
+    "permissions it needs and the JSON's keys: docs/status.md."
+)
+STATUS_EXAMPLES = (
+    ("eni-ipam status", "the current context of $KUBECONFIG or ~/.kube/config"),
+    ("eni-ipam status --context prod -n kube-system --json", "another context, as one JSON object"),
+    (
+        "kubectl -n kube-system port-forward pod/LEADER 9090:9090 &",
+        "the leader's /metrics (LEADER: kubectl -n kube-system get lease eni-ipam)",
+    ),
+    (
+        "eni-ipam status --metrics-url http://127.0.0.1:9090/metrics --window 30s",
+        "with its resyncs, subnets, and the throttling of the last 30 s",
+    ),
+    ("kubectl eni-ipam status -l node-group=web", "as a kubectl plugin, these Nodes only"),
+)
+
+
+def _status_parser(sub: Any) -> None:
+    _status_arguments(
+        _command(sub, "status", help=STATUS_HELP, description=STATUS_DESCRIPTION, examples=STATUS_EXAMPLES)
+    )
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    from eni_ipam.app.status import DEFAULT_LEASE, DEFAULT_NAMESPACE  # constants only
+
+    parser.add_argument(
+        "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
+    parser.add_argument(
+        "--context", default="", help="the kubeconfig's context to use (default: its current)"
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"the controller's namespace, where its Lease is (default: {DEFAULT_NAMESPACE}, the chart's)",
+    )
+    parser.add_argument(
+        "--lease",
+        default=DEFAULT_LEASE,
+        help=f"the Lease's name, kubernetes.lease_name (default: {DEFAULT_LEASE})",
+    )
+    parser.add_argument(
+        "-l",
+        "--selector",
+        type=_selector,
+        default={},
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="only the Nodes with these labels (those kubernetes.node_selector gives pools)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        default="",
+        metavar="URL",
+        help="the leader's /metrics (e.g. through kubectl port-forward): resyncs, subnets, throttling",
+    )
+    parser.add_argument(
+        "--window",
+        type=_duration,
+        default=0.0,
+        metavar="DURATION",
+        help="scrape twice this far apart (10s, 1m) to judge throttling now; default: one scrape, totals",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object (its keys: docs/status.md)")
+    parser.add_argument(
+        "--timeout", type=_duration, default=15.0, metavar="DURATION", help="per request (default 15s)"
+    )
+
+
+def _selector(text: str) -> dict[str, str]:
+    """``-l``: ``KEY=VALUE[,KEY=VALUE]``, as kubectl's equality selectors."""
+    pairs = [part.partition("=") for part in text.split(",") if part.strip()]
+    if not pairs or any(not key.strip() or not equals for key, equals, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{inert(text)!r} is not KEY=VALUE[,KEY=VALUE]")
+    return {key.strip(): value.strip() for key, _, value in pairs}
+
+
+def _status(args: argparse.Namespace) -> int:
+    from eni_ipam.app.status.command import Options, run
+
+    configure(level=getattr(args, "log_level", None) or "error")  # logs to stderr, never into the JSON
+    if args.window and not args.metrics_url:
+        print("eni-ipam status: error: argument --window: needs --metrics-url", file=sys.stderr)
+        return 2
+    if args.timeout <= 0:
+        print("eni-ipam status: error: argument --timeout: must be longer than 0", file=sys.stderr)
+        return 2
+    options = Options(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespace=args.namespace,
+        lease_name=args.lease,
+        selector=args.selector,
+        metrics_url=args.metrics_url,
+        window=args.window,
+        json=args.json,
+        timeout=args.timeout,
+    )
+    return run(options)
+
+
+def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
+    """``kubectl eni-ipam …``: kubectl runs ``kubectl-eni_ipam`` (this, a console script) with the
+    words after ``eni-ipam``, and passes its exit status on. ``status`` is ``eni-ipam status``."""
+    parser = argparse.ArgumentParser(prog="kubectl eni-ipam", description="eni-ipam as a kubectl plugin")
+    parser.add_argument("--version", action="version", version=f"eni-ipam {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    _status_parser(sub)
+    return _status(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -274,10 +274,14 @@ class NodeManager:
         """Nodes whose last pass failed."""
         self._deficits: dict[str, float] = {}
         """Nodes short of addresses, with when their deficit began on the clock (blocked ones too)."""
+        self._listed_at: float | None = None
+        """When the last full listing of the cloud succeeded (until one has: when :meth:`run` began),
+        for ``eni_ipam_resync_age_seconds``: a resync that hangs, or fails for good, shows there."""
         metrics.report_schedule(
             waiting=lambda: self._waiting,
             in_backoff=lambda: self._in_backoff,
             oldest_deficit=self._oldest_deficit,
+            since_resync=self._since_listed,
         )
         self._takeover: set[str] | None = set()
         """Nodes served before the first full listing is applied (:meth:`upsert`'s hint); None
@@ -309,6 +313,8 @@ class NodeManager:
         ``known``: done once every node is known (upserted). The first resync is applied only then,
         so that every node takes its instance from the listing rather than from a read of its own;
         the nodes admitted to a head start (:meth:`upsert`) are served meanwhile."""
+        if self._listed_at is None:
+            self._listed_at = self.clock.monotonic()
         async with asyncio.TaskGroup() as tg:
             for n in range(self.settings.parallel_workers):
                 tg.create_task(self._worker(), name=f"eni-ipam-worker-{n}")
@@ -412,6 +418,9 @@ class NodeManager:
                 # The previous view stays; per-instance syncs keep nodes we touch accurate meanwhile.
                 log.warning("resync_failed", error=str(exc))
 
+    def _since_listed(self) -> float:
+        return 0.0 if self._listed_at is None else self.clock.monotonic() - self._listed_at
+
     async def list_cloud(self) -> Listed:
         """The first half of a resync: the cloud's full view, and when its listing began.
 
@@ -423,6 +432,7 @@ class NodeManager:
         except EniIpamError:
             self.metrics.resync_finished(ok=False)
             raise
+        self._listed_at = self.clock.monotonic()
         self.metrics.resync_finished(ok=True)
         return snapshot, started
 

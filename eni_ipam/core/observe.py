@@ -149,9 +149,11 @@ class ManagerObserver(Protocol):
         waiting: Callable[[], int],
         in_backoff: Callable[[], int],
         oldest_deficit: Callable[[], float],
+        since_resync: Callable[[], float],
     ) -> None:
         """Where the schedule stands, read when reported: nodes queued for a pass not started yet,
-        nodes in backoff after a failed pass, and seconds the oldest open deficit has lasted."""
+        nodes in backoff after a failed pass, seconds the oldest open deficit has lasted, and seconds
+        since the last full listing of the cloud succeeded (since the manager began, while none has)."""
 
     def pass_failed(self, *, reason: str) -> None:
         """A maintenance pass failed; ``reason`` names its error's type (a stopped mutation fence is

@@ -25,6 +25,7 @@ import anyio._backends._asyncio  # noqa: F401
 import httpcore2._backends.anyio  # noqa: F401
 import httpx2
 import lightkube
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
@@ -144,13 +145,24 @@ def translate(exc: BaseException) -> errors.KubeError | None:
     return None
 
 
-def client_from_kubeconfig(path: str = "") -> lightkube.AsyncClient:
-    """A client from a kubeconfig file, or the pod's service account when ``path`` is empty.
+def client_from_kubeconfig(
+    path: str = "",
+    *,
+    context: str = "",
+    field: str = "kubernetes.kubeconfig",
+    fix: str = "",
+    timeout: float = 30.0,
+) -> lightkube.AsyncClient:
+    """A client from a kubeconfig file (its current context, or ``context``), or the pod's service
+    account when ``path`` is empty. ``field`` and ``fix``: as :func:`load_kubeconfig`'s; ``timeout``:
+    seconds a request may take.
 
     Raises:
-        ConfigError: the kubeconfig cannot be read, or no in-cluster service account exists.
+        ConfigError: the kubeconfig cannot be read or has no such context, or no in-cluster service
+            account exists.
     """
-    return lightkube.AsyncClient(load_kubeconfig(path), timeout=httpx2.Timeout(30.0))
+    config = load_kubeconfig(path, context=context, field=field, fix=fix)
+    return lightkube.AsyncClient(config, timeout=httpx2.Timeout(timeout))
 
 
 KUBECONFIG_FIX = (
@@ -160,27 +172,30 @@ KUBECONFIG_FIX = (
 """What to do about a kubeconfig that cannot be used, said by ``run`` and ``run --check`` alike."""
 
 
-def load_kubeconfig(path: str = "") -> lightkube.KubeConfig:
-    """The kubeconfig at ``path``, or the pod's service account when empty; its current context
-    resolved and the files it names (certificates, keys, a token file) present. Reads files only.
+def load_kubeconfig(
+    path: str = "", *, context: str = "", field: str = "kubernetes.kubeconfig", fix: str = ""
+) -> lightkube.KubeConfig | SingleConfig:
+    """The kubeconfig at ``path``, or the pod's service account when empty; its current context (or
+    ``context``) resolved and the files it names (certificates, keys, a token file) present. Reads
+    files only. With ``context``, that context's configuration alone.
 
     Raises:
-        ConfigError: ``kubernetes.kubeconfig``, saying what is missing and how to fix it.
+        ConfigError: ``field`` (the option the path came from), saying what is missing and ``fix``
+            (default :data:`KUBECONFIG_FIX`, the run configuration's).
     """
+    fix = fix or KUBECONFIG_FIX
     where = path or "the in-cluster service account"
     try:
         if path:
             config = lightkube.KubeConfig.from_file(os.path.expanduser(path))
         else:
             config = lightkube.KubeConfig.from_service_account()
-        single = config.get()
+        single = config.get(context_name=context or None)
     except (OSError, lightkube.ConfigError, KeyError, ValueError) as exc:
         cause = f"{type(exc).__name__} {exc}" if isinstance(exc, KeyError) else str(exc)
         if not path:
             cause += " (empty kubeconfig means the pod's service account: this process is not in a pod)"
-        raise ConfigError(
-            "kubernetes.kubeconfig", f"cannot load {where}: {cause}: {KUBECONFIG_FIX}"
-        ) from None
+        raise ConfigError(field, f"cannot load {where}: {cause}: {fix}") from None
     if single is not None:
         named = (
             ("certificate-authority", single.cluster.certificate_auth),
@@ -196,11 +211,8 @@ def load_kubeconfig(path: str = "") -> lightkube.KubeConfig:
             except lightkube.ConfigError:  # relative, in a configuration of no file: as written
                 file = str(name)
             if not os.path.isfile(file):
-                raise ConfigError(
-                    "kubernetes.kubeconfig",
-                    f"{where} names a {key} file {file} that does not exist: {KUBECONFIG_FIX}",
-                )
-    return config
+                raise ConfigError(field, f"{where} names a {key} file {file} that does not exist: {fix}")
+    return single if context and single is not None else config
 
 
 class KubeApi:
@@ -226,6 +238,12 @@ class KubeApi:
     async def close(self) -> None:
         await self.client.close()
 
+    @property
+    def server(self) -> str:
+        """The API server's URL, for messages ("" when the client does not say)."""
+        config = getattr(getattr(self.client, "_client", None), "config", None)
+        return str(getattr(getattr(config, "cluster", None), "server", "") or "")
+
     # -- reads ------------------------------------------------------------------------------------
 
     @overload
@@ -236,6 +254,7 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
     ) -> tuple[list[Obj], str]: ...
 
     @overload
@@ -246,6 +265,7 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
         project: Callable[[Obj], T],
         view: type | None = None,
     ) -> tuple[list[T], str]: ...
@@ -257,11 +277,13 @@ class KubeApi:
         labels: Mapping[str, str] | None = None,
         fields: Mapping[str, str] | None = None,
         chunk_size: int = 500,
+        namespace: str | None = None,
         project: Callable[[Obj], Any] | None = None,
         view: type | None = None,
     ) -> tuple[list[Any], str]:
         """Every matching object (paginated ``chunk_size`` at a time) and the list's resourceVersion.
 
+        ``namespace``: of a namespaced kind, only that namespace's (default: every namespace's).
         ``project``: what to keep of each object, applied as its page is read; the page's whole
         objects are dropped before the next page is requested. ``view``: a resource class of
         :mod:`~eni_ipam.kube.views` to decode into instead of the whole object (what ``project`` is
@@ -269,6 +291,7 @@ class KubeApi:
         resource = view or kind.resource()
         keep: Callable[[Obj], Any] = project or (lambda obj: obj)
         whole = _as_data if view is not None else dict
+        where = {"namespace": namespace} if kind.namespaced and namespace else self._every_namespace(kind)
 
         async def run() -> tuple[list[Any], str]:
             listing = self.client.list(
@@ -276,7 +299,7 @@ class KubeApi:
                 chunk_size=chunk_size,
                 labels=dict(labels or {}),
                 fields=dict(fields or {}),
-                **self._every_namespace(kind),
+                **where,
             )
             items = [keep(whole(item)) async for item in listing]
             return items, listing.resourceVersion

@@ -112,3 +112,19 @@ AGENT_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     }
 )
 """(API group, resource, verb) the node agent's ClusterRole grants."""
+
+STATUS_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # `eni-ipam status` (eni_ipam/app/status.py), with the kubeconfig of whoever runs it: reads
+        # only, one request each. docs/status.md gives a ClusterRole granting exactly these.
+        (GROUP, PLURAL, "list"),
+        ("", "nodes", "list"),
+        # The Warning Events eni-ipam sent (on Nodes and on its CRD, in the default namespace).
+        ("", "events", "list"),
+        # The leader Lease, by name, in the controller's namespace.
+        ("coordination.k8s.io", "leases", "get"),
+        # The ENIPool CRD, by name (its revision against this eni-ipam's).
+        (CRD_GROUP, "customresourcedefinitions", "get"),
+    }
+)
+"""(API group, resource, verb) ``eni-ipam status`` asks for, and nothing else."""

@@ -85,6 +85,22 @@ def test_clearing_pool_state_leaves_counters_alone() -> None:
     assert metrics.sample("eni_ipam_resync_total") == 1
 
 
+def test_resyncs_failing_in_a_row_count_until_one_succeeds_and_a_standby_has_none() -> None:
+    metrics = Metrics()
+    metrics.resync_finished(ok=False)
+    metrics.resync_finished(ok=False)
+    assert metrics.sample("eni_ipam_resync_failing") == 2
+    metrics.resync_finished(ok=True)
+    assert metrics.sample("eni_ipam_resync_failing") == 0
+    metrics.resync_finished(ok=False)
+    metrics.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float, since_resync=lambda: 42.0)
+    assert metrics.sample("eni_ipam_resync_age_seconds") == 42
+    metrics.clear_pool_state()  # a standby: no resync of its own to speak of
+    assert metrics.sample("eni_ipam_resync_failing") == 0
+    assert metrics.sample("eni_ipam_resync_age_seconds") == 0
+    assert metrics.sample("eni_ipam_resync_failures_total") == 3  # counters stay
+
+
 def test_totals_count_a_node_from_its_first_series_to_its_removal() -> None:
     metrics = Metrics()
     assert metrics.sample("eni_ipam_nodes", {"category": "total"}) is None  # not reconciling yet

@@ -42,6 +42,28 @@ async def test_no_mutation_before_the_initial_resync_succeeds(make_world):
             assert world.manager.nodes["n1"].stats.available == 8
 
 
+async def test_the_resyncs_age_and_failures_in_a_row_are_what_a_scrape_reads(make_world):
+    async with make_world(Settings(resync_interval=60), start=False) as world:
+        sample = world.metrics.sample
+        world.cloud.fail_next("DescribeSubnets", 3)  # the first three resyncs fail
+        world.add_node("n1")
+        async with world.cluster.running():
+            await asyncio.sleep(0.5)
+            assert sample("eni_ipam_resync_failing") >= 1  # failing in a row, none succeeded yet
+            assert sample("eni_ipam_resync_age_seconds") >= 0.5  # since the manager began
+            await world.settle()
+            assert sample("eni_ipam_resync_failing") == 0  # reset by the first success
+            listed = sample("eni_ipam_resync_age_seconds")
+            await asyncio.sleep(30)
+            assert sample("eni_ipam_resync_age_seconds") == pytest.approx(listed + 30)
+            failed = sample("eni_ipam_resync_failures_total")
+            world.cloud.fail_next("DescribeSubnets", 100)  # every periodic resync fails from now on
+            await asyncio.sleep(150)
+            in_a_row = sample("eni_ipam_resync_failures_total") - failed
+            assert in_a_row >= 2 and sample("eni_ipam_resync_failing") == in_a_row
+            assert sample("eni_ipam_resync_age_seconds") >= listed + 180
+
+
 async def test_deficit_node_is_served_before_idle_and_excess_nodes(make_world):
     async with make_world(Settings(parallel_workers=1), start=False) as world:
         order = assign_attempts(world)

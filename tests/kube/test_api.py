@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from lightkube.types import PatchType
 
 from eni_ipam.adapters.metrics import Metrics
+from eni_ipam.errors import ConfigError
 from eni_ipam.kube import errors
-from eni_ipam.kube.api import ENIPOOLS, LEASES, NODES, PODS, KubeApi
+from eni_ipam.kube.api import ENIPOOLS, EVENTS, LEASES, NODES, PODS, KubeApi, client_from_kubeconfig
+from eni_ipam.kube.permissions import STATUS_PERMISSIONS
 from eni_ipam_testkit.fake_kube import FakeKube, Fault
 from tests.kube.conftest import make_api, node
 
@@ -43,6 +48,36 @@ async def test_pods_are_listed_in_every_namespace_by_field(kube: FakeKube, api: 
         )
     items, _ = await api.list(PODS, fields={"status.phase": "Pending"})
     assert sorted(i["metadata"]["name"] for i in items) == ["p-a-pending", "p-b-pending"]
+
+
+async def test_a_namespaced_kind_is_listed_in_one_namespace_when_asked(kube: FakeKube, api: KubeApi) -> None:
+    for namespace in ("default", "kube-system"):
+        event = {"metadata": {"name": f"e-{namespace}", "namespace": namespace}, "involvedObject": {}}
+        kube.add_object("events", event)
+    api.allowed = STATUS_PERMISSIONS  # `eni-ipam status` lists Events; the controller does not
+    everywhere, _ = await api.list(EVENTS)
+    there, _ = await api.list(EVENTS, namespace="default")
+    assert sorted(e["metadata"]["name"] for e in everywhere) == ["e-default", "e-kube-system"]
+    assert [e["metadata"]["name"] for e in there] == ["e-default"]
+
+
+async def test_a_kubeconfigs_context_is_chosen_by_name_and_an_unknown_one_names_the_option(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    config = kube.kubeconfig()
+    config["contexts"].append(
+        {"name": "other", "context": {"cluster": "fake-kube", "user": config["users"][0]["name"]}}
+    )
+    config["current-context"] = "missing-on-purpose"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    api = KubeApi(client_from_kubeconfig(str(path), context="other"), metrics=Metrics())
+    assert api.server == kube.url
+    assert (await api.list(NODES))[0] == []  # the server answers, through "other"
+    await api.close()
+    with pytest.raises(ConfigError, match="Context 'prod' not found") as caught:
+        client_from_kubeconfig(str(path), context="prod", field="--kubeconfig")
+    assert caught.value.field == "--kubeconfig"
 
 
 async def test_errors_are_translated(kube: FakeKube, api: KubeApi) -> None:

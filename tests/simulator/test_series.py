@@ -206,12 +206,15 @@ def test_a_recording_of_basics_agrees_with_the_metrics_at_the_end() -> None:
         assert selector in values
     assert not any("_created" in s for s in values)
     # Nothing happened after the last scrape: it is what the controller exports at the end, series
-    # for series (the added label aside).
+    # for series (the added label aside), but for the time since the last full resync, which grew by
+    # the 5.02 s from the last scrape (at 90 s) to the end.
     last = {
         (key.name, tuple(kv for kv in key.labels if kv[0] != "namespace")): series[-1]
         for key, series in recording.series.items()
         if series[-1] is not None
     }
+    age = ("eni_ipam_resync_age_seconds", ())
+    assert exported.pop(age) == pytest.approx(last.pop(age) + 5.02)
     assert last == exported
     assert all(("namespace", "eni-ipam") in key.labels for key in recording.series)
 

@@ -117,6 +117,23 @@ async def test_field_selectors_filter_pods_by_node_phase_and_namespace(
     assert await names(fields={"metadata.name": "p2", "status.phase": "Running"}) == ["p2"]
 
 
+async def test_an_events_source_selects_its_source_component_as_the_real_server_does(kube: FakeKube) -> None:
+    for name, component in (("e1", "eni-ipam"), ("e2", "kubelet")):
+        kube.add_object(
+            "events",
+            {
+                "metadata": {"name": name, "namespace": "default"},
+                "involvedObject": {"kind": "Node", "name": "n1"},
+                "type": "Warning",
+                "source": {"component": component},
+            },
+        )
+    async with raw_client(kube) as http:
+        query = {"fieldSelector": "source=eni-ipam,type=Warning"}
+        body = (await http.get("/api/v1/namespaces/default/events", params=query)).json()
+    assert [item["metadata"]["name"] for item in body["items"]] == ["e1"]
+
+
 async def test_unsupported_field_selector_is_a_bad_request(client: AsyncClient) -> None:
     with pytest.raises(ApiError) as caught:
         await node_names(client, fields={"spec.providerID": "aws:///i-1"})

@@ -7,6 +7,8 @@ what every Kubernetes client counts.
 
 A module a job, each importing only those listed before it:
 
+* :mod:`~eni_ipam.adapters.metrics.scrape` — another process's scrape read back (:class:`Scrape`),
+  for ``eni-ipam status``;
 * :mod:`~eni_ipam.adapters.metrics.exposition` — a scrape: the families frozen on the event loop,
   their text (or OpenMetrics) written off it, and :class:`NodeSeries`, the per-node family kept as
   rows;

@@ -81,6 +81,14 @@ class Metrics(MetricSet):
         )
         self.resync = self.counter("resync", "Full resyncs of the cloud view that succeeded")
         self.resync_failures = self.counter("resync_failures", "Full resyncs that failed")
+        self.resync_age = self.gauge(
+            "resync_age_seconds",
+            "Seconds since the last full resync that succeeded (since reconciling began, while none has);"
+            " 0 on a standby",
+        )
+        self.resync_failing = self.gauge(
+            "resync_failing", "Full resyncs that failed in a row since the last that succeeded (0: it did)"
+        )
         self.node_passes = self.counter(
             "node_maintenance_passes", "Maintenance passes that ended, failed ones included"
         )
@@ -233,6 +241,10 @@ class Metrics(MetricSet):
 
     def resync_finished(self, *, ok: bool) -> None:
         (self.resync if ok else self.resync_failures).inc()
+        if ok:
+            self.resync_failing.set(0)
+        else:
+            self.resync_failing.inc()
 
     def pass_finished(self, *, seconds: float) -> None:
         self.node_passes.inc()
@@ -244,11 +256,13 @@ class Metrics(MetricSet):
         waiting: Callable[[], int],
         in_backoff: Callable[[], int],
         oldest_deficit: Callable[[], float],
+        since_resync: Callable[[], float],
     ) -> None:
         """Export the schedule's figures as they are at each scrape (read then, never stale)."""
         self.nodes_waiting.set_function(lambda: float(waiting()))
         self.nodes_in_backoff.set_function(lambda: float(in_backoff()))
         self.oldest_deficit.set_function(lambda: float(oldest_deficit()))
+        self.resync_age.set_function(lambda: float(since_resync()))
 
     def pass_failed(self, *, reason: str) -> None:
         self.node_failures.labels(reason=reason).inc()
@@ -329,7 +343,9 @@ class Metrics(MetricSet):
             self.free_prefix_blocks_per_subnet,
         ):
             gauge.clear()
-        self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float)  # nothing scheduled here
+        # Nothing scheduled here, and no resync of this replica's to speak of.
+        self.report_schedule(waiting=int, in_backoff=int, oldest_deficit=float, since_resync=float)
+        self.resync_failing.set(0)
         self._pools.clear()
 
 

@@ -157,9 +157,14 @@ def field_value(obj: JSON, path: str) -> str:
     return str(value)
 
 
+_FIELD_PATHS = {("events", "source"): "source.component"}
+"""Field labels that are not the path of the field they select, by (plural, label): an Event's
+``source`` is its ``source.component`` (the real server's event field-label conversion)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FieldSelector:
-    terms: tuple[tuple[str, bool, str], ...] = ()  # (field, equal?, value)
+    terms: tuple[tuple[str, bool, str], ...] = ()  # (field's path, equal?, value)
 
     @classmethod
     def parse(cls, text: str | None, rtype: ResourceType) -> FieldSelector:
@@ -174,7 +179,7 @@ class FieldSelector:
             field, op, value = match[1], match[2], _unescape(match[3].strip())
             if field not in allowed:
                 raise StatusError(400, f"field label not supported: {field}")
-            terms.append((field, op != "!=", value))
+            terms.append((_FIELD_PATHS.get((rtype.plural, field), field), op != "!=", value))
         return cls(tuple(terms))
 
     def matches(self, obj: JSON) -> bool:
