@@ -32,7 +32,8 @@ def test_check_refuses_an_aws_configuration_without_a_region(
     no_aws_region: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("provider: aws\nnode_source: memory\n")
+    # Ports the kernel picks: --check binds the ports, and whatever else listens on 9090 is not this test's.
+    config.write_text("provider: aws\nnode_source: memory\nserver: {port: 0, probe_port: 0}\n")
     assert main(["run", "--config", str(config), "--check"]) == 2
     err = capsys.readouterr().err
     assert "aws.region" in err and "AWS_DEFAULT_REGION" in err
@@ -43,7 +44,8 @@ def test_check_accepts_a_region_from_the_environment(
 ) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     config = tmp_path / "config.yaml"
-    config.write_text("provider: aws\nnode_source: memory\n")
+    # Ports the kernel picks: --check binds the ports, and whatever else listens on 9090 is not this test's.
+    config.write_text("provider: aws\nnode_source: memory\nserver: {port: 0, probe_port: 0}\n")
     assert main(["run", "--config", str(config), "--check"]) == 0
     assert "configuration OK: provider aws" in capsys.readouterr().out
 
@@ -56,8 +58,6 @@ def test_an_invalid_run_configuration_exits_2_naming_the_field(
     assert main(["run", "--config", str(config), "--check"]) == 2
     assert "settings.gc_interval" in capsys.readouterr().err
 
-
-"""A kubeconfig that loads (no server answers it: ``--check`` reaches none)."""
 
 PROFILES_CONFIG = """\
 provider: sim
@@ -412,6 +412,7 @@ def test_run_refuses_what_check_refuses_before_it_binds(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(
         f"provider: sim\nsim: {{cloud: {{}}}}\nkubernetes: {{kubeconfig: {tmp_path / 'kubeconfig'}}}\n"
+        "server: {port: 0, probe_port: 0}\n"
     )
     for argv in (["run", "--config", str(config), "--check"], ["run", "--config", str(config)]):
         done = cli(*argv)
