@@ -107,6 +107,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.status_writes: list[str] = []
+        self.in_flight = 0
+        """Writes sent and not yet answered: a status is counted once its write returns."""
 
     def install(self) -> None:
         from eni_ipam.kube.api import KubeApi
@@ -118,7 +120,11 @@ class Recorder:
         recorder = self
 
         async def write(api: Any, kind: Any, name: Any, *args: Any, **kwargs: Any) -> Any:
-            result = await original(api, kind, name, *args, **kwargs)
+            recorder.in_flight += 1
+            try:
+                result = await original(api, kind, name, *args, **kwargs)
+            finally:
+                recorder.in_flight -= 1
             if kwargs.get("status"):
                 recorder.status_writes.append(str(name))
             return result
@@ -134,11 +140,12 @@ async def until(condition: Callable[[], bool], *, within: float, what: str, step
         await asyncio.sleep(step)
 
 
-def settled(service: Service) -> bool:
-    """Every node had its pass and nothing is queued for the API server. The cheap checks come
-    first: ``busy()`` looks at every node, and the benchmark must not load the loop it measures."""
+def settled(service: Service, recorder: Recorder) -> bool:
+    """Every node had its pass and nothing is queued for the API server or on its way there (the
+    writer takes a status off its queue before the write is answered). The cheap checks come first:
+    ``busy()`` looks at every node, and the benchmark must not load the loop it measures."""
     manager = service.state.manager
-    if manager is None or not manager.ready:
+    if manager is None or not manager.ready or recorder.in_flight:
         return False
     writer = getattr(service.records.target, "writer", None)  # the Kubernetes node source's
     if writer is not None and writer.pending:
@@ -306,7 +313,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         out["start_stall_s"] = probe.worst(started)
         manager = service.state.manager
         assert manager is not None
-        await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
+        await until(
+            lambda: settled(service, recorder),
+            within=args.timeout,
+            what="every node passed, statuses written",
+        )
         out["settled_s"] = time.perf_counter() - started
         out["status_writes"] = len(recorder.status_writes)
         out["first_status_writes"] = recorder.status_writes[: args.first]
@@ -354,7 +365,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "apply_s": applies[-1][0],
             "apply_wall_s": applies[-1][1],
         }
-        await until(lambda: settled(service), within=args.timeout, what="the changed nodes settled")
+        await until(lambda: settled(service, recorder), within=args.timeout, what="the changed nodes settled")
         planning = time.perf_counter()
         out["plan_all_s"] = plan_every_node(manager)  # on the loop, on purpose: nothing else runs
         excluded = (planning, time.perf_counter())
@@ -411,7 +422,9 @@ async def stand_by(
     )
     out["term_at"], out["first_mutation_at"] = mutations.term_at, mutations.first_at
     before = len(recorder.status_writes)
-    await until(lambda: settled(service), within=args.timeout, what="every node passed, statuses written")
+    await until(
+        lambda: settled(service, recorder), within=args.timeout, what="every node passed, statuses written"
+    )
     out["settled_at"] = time.perf_counter()
     out["mutating_calls"] = mutations.calls
     out["requests"] = {op: int(n) for op, n in requests(service).items()}

@@ -29,9 +29,22 @@ def planned(tmp_path: Path, target: str, *, installed: bool = False) -> str:
         (tmp_path / ".venv" / "bin" / "python").touch()
         (tmp_path / ".venv" / ".installed").touch()
     done = subprocess.run(
-        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+        ["make", "--no-print-directory", "-n", target],
+        cwd=tmp_path,
+        env=outside_make(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return done.stdout
+
+
+def outside_make() -> dict[str, str]:
+    """This environment without what a make running these tests passes to the makes it starts (CI runs
+    them under `make test`): the make started here is a first one, as a user's is."""
+    inherited = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")
+    return {name: value for name, value in os.environ.items() if name not in inherited}
 
 
 @pytest.mark.system
@@ -70,7 +83,12 @@ def test_make_run_installs_only_when_make_test_did_not(
     if tested:
         os.utime(tmp_path / "pyproject.toml", (1, 1))  # older than the test stamp
     subprocess.run(
-        ["make", ".venv/.installed-run"], cwd=tmp_path, capture_output=True, timeout=60, check=True
+        ["make", ".venv/.installed-run"],
+        cwd=tmp_path,
+        env=outside_make(),
+        capture_output=True,
+        timeout=60,
+        check=True,
     )
     assert (calls.read_text().splitlines() if calls.exists() else []) == expected
     assert (tmp_path / ".venv" / ".installed-run").exists()
