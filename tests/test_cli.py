@@ -159,6 +159,8 @@ def test_the_agent_exits_2_when_its_port_is_in_use(
     assert main(["agent", "--node", "n1", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert f"server.port: cannot listen on 127.0.0.1:{port_in_use}" in err and "in use" in err
+    assert "choose another port: server.port in the agent's configuration file" in err
+    assert "agent.config.server.port" in err  # where the chart keeps it
     assert "Traceback" not in err
 
 

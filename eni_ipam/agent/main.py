@@ -79,11 +79,24 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args, config, node, listening, terminated)
     except ConfigError as exc:
         print(f"invalid configuration: {inert(str(exc), lines=True)}", file=sys.stderr)
+        if hint := listen_hint(exc.field, exc.message):
+            print(f"  {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
     finally:
         listening.close()
+
+
+def listen_hint(field: str, message: str) -> str:
+    """What to do when a listener of the agent could not be opened (``field`` names its setting), or
+    empty for any other error: the agent's ports come from its configuration file alone."""
+    if field not in ("server.port", "server.probe_port") or not message.startswith("cannot listen"):
+        return ""
+    return (
+        f"choose another port: {field} in the agent's configuration file (--config; in the chart, "
+        f"agent.config.{field}), 0 for one the kernel picks; with the host network, every node needs it free"
+    )
 
 
 def _serve(
