@@ -23,7 +23,7 @@ from typing import Any
 
 from eni_ipam.app.providers import plugin
 from eni_ipam.app.runconfig import ENV_PREFIX, RunConfigBase
-from eni_ipam.config.schema import closest
+from eni_ipam.config.suggest import closest
 from eni_ipam.errors import ConfigError, combine
 
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")

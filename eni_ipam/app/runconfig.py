@@ -42,9 +42,9 @@ from eni_ipam.config.schema import (
     Name,
     NonNegativeInt,
     PositiveDuration,
-    closest,
     config_errors,
 )
+from eni_ipam.config.suggest import closest
 from eni_ipam.core.profiles import Profile, ProfileSet, check_profiles, merged
 from eni_ipam.core.settings import Settings
 from eni_ipam.core.spec import SPEC_FIELDS, NodeResource, NodeSpec, spec_problems

@@ -21,7 +21,6 @@ booleans are never numbers and strings never numbers (strict mode); every messag
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import math
 import re
@@ -38,6 +37,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from eni_ipam.config.suggest import closest
 from eni_ipam.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
@@ -258,18 +258,6 @@ def did_you_mean(word: Any, known: Iterable[str]) -> str:
     empty: the text to append to a message refusing ``word``."""
     close = closest(word, known)
     return f" (did you mean {close!r}?)" if close else ""
-
-
-def closest(word: Any, known: Iterable[str]) -> str | None:
-    """The one of ``known`` that ``word`` most likely misspells (difflib's ratio of at least 0.75:
-    a letter or two), or None."""
-    if not isinstance(word, str):
-        return None
-    candidates = [k for k in known if k != word]
-    # Case first: ``M5.Large`` is ``m5.large`` before it is anything else.
-    same = [k for k in candidates if k.lower() == word.lower()]
-    found = same[:1] or difflib.get_close_matches(word, candidates, n=1, cutoff=0.75)
-    return found[0] if found else None
 
 
 def _keyed(loc: list[Any], data: Any) -> list[Any]:

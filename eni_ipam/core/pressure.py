@@ -26,8 +26,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from eni_ipam.core.watermarks import excess_ips, needed_ips
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Thresholds:
@@ -94,26 +92,6 @@ def pressure_watermarks(
     waiting = max(waiting, 0)
     pre = pre_allocate if pre_allocate < 0 else waiting
     return pre, min(min_allocate, max(used, 0) + waiting), 0
-
-
-def pressured_targets(
-    *, available: int, used: int, waiting: int, pre_allocate: int, min_allocate: int, max_above_watermark: int
-) -> tuple[int, int]:
-    """``(needed, excess)`` of a pool under pressure (:func:`pressure_watermarks` applied to the
-    usual formulas): what pods wait for beyond the free addresses, and every free address beyond
-    them."""
-    pre, floor, slack = pressure_watermarks(
-        pre_allocate=pre_allocate,
-        min_allocate=min_allocate,
-        max_above_watermark=max_above_watermark,
-        used=used,
-        waiting=waiting,
-    )
-    needed = needed_ips(available=available, used=used, pre_allocate=pre, min_allocate=floor)
-    excess = excess_ips(
-        available=available, used=used, pre_allocate=pre, min_allocate=floor, max_above_watermark=slack
-    )
-    return needed, excess
 
 
 class PressureTracker:

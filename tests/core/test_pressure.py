@@ -18,9 +18,9 @@ from eni_ipam.core.pressure import (
     Thresholds,
     judge,
     pressure_watermarks,
-    pressured_targets,
 )
 from eni_ipam.core.settings import Settings
+from eni_ipam.core.watermarks import excess_ips, needed_ips
 from eni_ipam.simulator.scenario import ScenarioError, parse_scenario
 from eni_ipam.simulator.simulate import simulate
 
@@ -83,6 +83,25 @@ def test_under_pressure_only_what_pods_use_or_wait_for_is_kept(
         pre_allocate=pre, min_allocate=min_, max_above_watermark=maw, used=used, waiting=waiting
     )
     assert got == want
+
+
+def pressured_targets(
+    *, available: int, used: int, waiting: int, pre_allocate: int, min_allocate: int, max_above_watermark: int
+) -> tuple[int, int]:
+    """``(needed, excess)`` of a pool under pressure, as the planner's ``node_stats`` composes them:
+    :func:`pressure_watermarks` applied to the usual formulas."""
+    pre, floor, slack = pressure_watermarks(
+        pre_allocate=pre_allocate,
+        min_allocate=min_allocate,
+        max_above_watermark=max_above_watermark,
+        used=used,
+        waiting=waiting,
+    )
+    needed = needed_ips(available=available, used=used, pre_allocate=pre, min_allocate=floor)
+    excess = excess_ips(
+        available=available, used=used, pre_allocate=pre, min_allocate=floor, max_above_watermark=slack
+    )
+    return needed, excess
 
 
 @pytest.mark.parametrize(
