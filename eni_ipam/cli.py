@@ -474,7 +474,7 @@ def _run(args: argparse.Namespace) -> int:
             view = sys.stdout  # the embedded default is a trial: show it
 
     async def main() -> int:
-        return await serve(config, stop=stop_on_signals(), view=view)
+        return await serve(config, stop=stop_on_signals(), view=view, checked=True)
 
     try:
         return asyncio.run(main())

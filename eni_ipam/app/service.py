@@ -134,11 +134,14 @@ async def serve(
     stop: asyncio.Event,
     environ: Mapping[str, str] | None = None,
     view: TextIO | None = None,
+    checked: bool = False,
 ) -> int:
     """Run until ``stop`` is set; 0 after a clean shutdown. ``view``: a terminal to draw the live
-    view of the nodes on (:mod:`eni_ipam.app.view`), with ``node_source: memory`` only."""
+    view of the nodes on (:mod:`eni_ipam.app.view`), with ``node_source: memory`` only. ``checked``:
+    the provider's settings were checked already (``eni-ipam run`` checks them with the rest of the
+    configuration, :mod:`eni_ipam.app.checks`), so they are not checked again."""
     environ = os.environ if environ is None else environ
-    return await Service(config, stop=stop, environ=environ, view=view).serve()
+    return await Service(config, stop=stop, environ=environ, view=view, checked=checked).serve()
 
 
 class Service:
@@ -151,8 +154,11 @@ class Service:
         stop: asyncio.Event,
         environ: Mapping[str, str],
         view: TextIO | None = None,
+        checked: bool = False,
     ) -> None:
         self.config = config
+        self.checked = checked
+        """The provider's settings were checked before the service was made (:func:`serve`)."""
         self.view = view
         """The terminal of the live view (the embedded default on a terminal), or None."""
         self.stop = stop
@@ -172,8 +178,9 @@ class Service:
         if tuned:
             log.debug("allocator_tuned", **{k.lower().strip("_"): v for k, v in tuned.items()})
         provider_plugin = plugin(config.provider)
-        # Before the port: a bad region fails at once (in a thread: a cloud SDK's set-up is slow).
-        await asyncio.to_thread(provider_plugin.check, config.provider_settings)
+        if not self.checked:
+            # Before the port: a bad region fails at once (in a thread: a cloud SDK's set-up is slow).
+            await asyncio.to_thread(provider_plugin.check, config.provider_settings)
         server = config.server
         bound_process(
             accept_failed=lambda error: self.metrics.accept_errors.labels(error).inc(),
